@@ -1,0 +1,30 @@
+// Wall-clock timing and human-readable sizes and durations for progress lines.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace qk {
+
+class Timer {
+ public:
+  Timer() : start_(std::chrono::steady_clock::now()) {}
+  void reset() { start_ = std::chrono::steady_clock::now(); }
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  double millis() const { return seconds() * 1e3; }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+// "1.5 GiB", "512 B".
+std::string format_bytes(uint64_t bytes);
+// "1h02m03s", "4m05s", "12.3s", "45ms".
+std::string format_duration(double seconds);
+// Peak resident set size of this process in bytes (VmHWM), 0 if unknown.
+uint64_t peak_rss_bytes();
+
+}  // namespace qk

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds, runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+ctest --preset release "$@"

@@ -1,0 +1,59 @@
+#include "qk/base/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+namespace {
+
+TEST(ParallelFor, CoversEveryIndexOnce) {
+  qk::set_num_threads(4);
+  std::vector<std::atomic<int>> hits(100003);
+  qk::parallel_for(0, static_cast<int64_t>(hits.size()), 100, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) hits[i]++;
+  });
+  for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  qk::set_num_threads(2);
+}
+
+TEST(ParallelFor, RethrowsChunkException) {
+  qk::set_num_threads(3);
+  EXPECT_THROW(qk::parallel_for(0, 1000, 1,
+                                [&](int64_t lo, int64_t) {
+                                  if (lo > 500) throw std::runtime_error("boom");
+                                }),
+               std::runtime_error);
+  // The pool still works afterwards.
+  std::atomic<int64_t> sum{0};
+  qk::parallel_for(0, 1000, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) sum += i;
+  });
+  EXPECT_EQ(sum.load(), 999 * 1000 / 2);
+}
+
+TEST(ParallelFor, NestedCallsRunSerially) {
+  qk::set_num_threads(2);
+  std::atomic<int> nested_serial{0};
+  qk::parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+    EXPECT_TRUE(qk::in_parallel_region());
+    qk::parallel_for(0, 100, 1, [&](int64_t lo, int64_t hi) {
+      if (lo == 0 && hi == 100) nested_serial++;
+    });
+  });
+  EXPECT_EQ(nested_serial.load(), 2);
+}
+
+TEST(TaskPool, RunsAllTasks) {
+  std::atomic<int> n{0};
+  {
+    qk::TaskPool pool(2);
+    for (int i = 0; i < 100; ++i) pool.submit([&] { n++; });
+    pool.wait_idle();
+    EXPECT_EQ(n.load(), 100);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,52 @@
+#include <gtest/gtest.h>
+
+#include "cli/run_qk.h"
+#include "qk/base/version.h"
+
+namespace {
+using qk::test::run_qk;
+
+TEST(Cli, VersionPrintsVersionAndRevision) {
+  auto r = run_qk("--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find(std::string("qk ") + QK_VERSION_STRING), std::string::npos) << r.output;
+}
+
+TEST(Cli, HelpListsCommands) {
+  auto r = run_qk("help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("check"), std::string::npos) << r.output;
+}
+
+TEST(Cli, HelpForOneCommand) {
+  auto r = run_qk("help check");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--size"), std::string::npos) << r.output;
+}
+
+TEST(Cli, UnknownCommandFails) {
+  EXPECT_NE(run_qk("frobnicate").exit_code, 0);
+  auto r = run_qk("help frobnicate");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown command"), std::string::npos) << r.output;
+}
+
+TEST(Cli, CheckRuns) {
+  auto r = run_qk("check --size 64");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Build"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Devices"), std::string::npos) << r.output;
+}
+
+TEST(Cli, CheckRejectsBadSize) {
+  auto r = run_qk("check --size 3");
+  EXPECT_NE(r.exit_code, 0);
+}
+
+TEST(Cli, BadLogLevelWarnsButRuns) {
+  auto r = run_qk("check --size 64", "QK_LOG_LEVEL=loud");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("QK_LOG_LEVEL"), std::string::npos) << r.output;
+}
+
+}  // namespace
