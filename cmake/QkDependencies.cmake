@@ -8,6 +8,7 @@ find_package(nlohmann_json REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(dnnl QUIET)
+find_package(OpenMP QUIET)  # sizes oneDNN's (OpenMP) thread pool
 find_package(MPI QUIET COMPONENTS C)
 pkg_check_modules(HWLOC QUIET IMPORTED_TARGET hwloc)
 pkg_check_modules(XXHASH QUIET IMPORTED_TARGET libxxhash)

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 namespace qk {
@@ -36,8 +37,10 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& f) {
     f(begin, end);
     return;
   }
-  auto trampoline = [](void* ctx, int64_t lo, int64_t hi) { (*static_cast<F*>(ctx))(lo, hi); };
-  detail::parallel_for_impl(begin, end, grain, trampoline, const_cast<void*>(static_cast<const void*>(&f)));
+  using Fn = std::remove_reference_t<F>;
+  auto trampoline = [](void* ctx, int64_t lo, int64_t hi) { (*static_cast<Fn*>(ctx))(lo, hi); };
+  detail::parallel_for_impl(begin, end, grain, trampoline,
+                            const_cast<void*>(static_cast<const void*>(&f)));
 }
 
 // A plain task pool for background work (data loading, async collectives):

@@ -1,0 +1,55 @@
+// A device backend: a small table of functions (allocate, copy, synchronize,
+// describe), one per DeviceType. The CPU backend is always present; CUDA and
+// another vendor's GPU register theirs at start-up, so callers never change.
+//
+// Kernels are not here: each op has a KernelTable (see dispatch.h) in which a
+// backend registers the kernels it supports; an op a backend lacks raises a
+// clear "not implemented for <device>" error (ggml's supports_op).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "qk/tensor/device.h"
+
+namespace qk {
+
+struct MemoryStats {
+  uint64_t allocated = 0;       // bytes held by live tensors now
+  uint64_t peak_allocated = 0;  // high-water mark since the last reset
+  uint64_t num_allocs = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType type() const = 0;
+  virtual int device_count() const = 0;
+  virtual std::string device_name(int index) const = 0;
+  virtual uint64_t total_memory(int index) const = 0;
+
+  virtual void* allocate(size_t nbytes, int index) = 0;
+  virtual void deallocate(void* p, size_t nbytes, int index) = 0;
+  // Copies between this backend's memory and the host (or within the device).
+  // Either side may be the CPU.
+  virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) = 0;
+  virtual void synchronize(int index) = 0;
+
+  virtual MemoryStats memory_stats(int index) const = 0;
+  virtual void reset_peak_memory(int index) = 0;
+};
+
+// The backend for a device type; throws DeviceError when none is registered
+// (e.g. "cuda" in a CPU-only build).
+Backend& backend(DeviceType t);
+bool has_backend(DeviceType t);
+// Registers (or replaces) a backend. The caller keeps ownership; it must live
+// as long as tensors on it do.
+void register_backend(Backend* b);
+
+// Memory of the device, for `qk check`, benchmarks and training logs.
+MemoryStats memory_stats(Device d);
+void reset_peak_memory(Device d);
+
+}  // namespace qk

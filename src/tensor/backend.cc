@@ -1,0 +1,55 @@
+#include "qk/tensor/backend.h"
+
+#include <array>
+#include <mutex>
+
+#include "qk/base/error.h"
+#include "qk/tensor/storage.h"
+#include "tensor/cpu/cpu_backend.h"
+
+namespace qk {
+
+namespace {
+std::array<Backend*, kNumDeviceTypes>& table() {
+  static std::array<Backend*, kNumDeviceTypes> t = [] {
+    std::array<Backend*, kNumDeviceTypes> a{};
+    a[static_cast<int>(DeviceType::cpu)] = &cpu::cpu_backend();
+    return a;
+  }();
+  return t;
+}
+}  // namespace
+
+Backend& backend(DeviceType t) {
+  Backend* b = table()[static_cast<int>(t)];
+  QK_CHECK_DEVICE(b != nullptr, "no backend for device type '", device_type_name(t),
+                  "' in this build; was qianka built with its toolkit (see `qk check`)?");
+  return *b;
+}
+
+bool has_backend(DeviceType t) { return table()[static_cast<int>(t)] != nullptr; }
+
+void register_backend(Backend* b) {
+  QK_CHECK(b != nullptr, "register_backend: null backend");
+  table()[static_cast<int>(b->type())] = b;
+}
+
+MemoryStats memory_stats(Device d) { return backend(d.type).memory_stats(d.index); }
+void reset_peak_memory(Device d) { backend(d.type).reset_peak_memory(d.index); }
+
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), owned_(true) {
+  data_ = backend(device.type).allocate(nbytes, device.index);
+}
+
+Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
+    : data_(data), nbytes_(nbytes), device_(device), owned_(false), deleter_(std::move(deleter)) {}
+
+Storage::~Storage() {
+  if (owned_) {
+    backend(device_.type).deallocate(data_, nbytes_, device_.index);
+  } else if (deleter_) {
+    deleter_(data_);
+  }
+}
+
+}  // namespace qk

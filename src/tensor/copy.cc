@@ -1,0 +1,72 @@
+// Copies: strided to contiguous, dtype casts, fills, device transfers.
+#include "qk/tensor/backend.h"
+#include "qk/tensor/dispatch.h"
+#include "qk/tensor/ops/view.h"
+#include "tensor/cpu/kernels.h"
+
+namespace qk::ops {
+
+using CopyFn = void(const Tensor& dst, const Tensor& src);
+using FillFn = void(const Tensor& dst, double value);
+QK_DEFINE_KERNEL(copy_kernel, CopyFn);
+QK_DEFINE_KERNEL(fill_kernel, FillFn);
+QK_REGISTER_KERNEL(copy_kernel, cpu, cpu::copy);
+QK_REGISTER_KERNEL(fill_kernel, cpu, cpu::fill);
+
+void copy_(const Tensor& dst, const Tensor& src) {
+  Shape bs = broadcast_shapes(dst.shape(), src.shape(), "copy_");
+  QK_CHECK(bs == dst.shape(), "copy_: source of shape ", shape_str(src.shape()),
+           " cannot be broadcast to destination shape ", shape_str(dst.shape()));
+  if (dst.numel() == 0) return;
+  dst.bump_version();
+  if (dst.device() == src.device()) {
+    copy_kernel.get(dst.device())(dst, src);
+    return;
+  }
+  // Across devices: make the source contiguous in dst's dtype and shape on its
+  // own device, move the bytes, and copy into dst's layout there.
+  Tensor s = contiguous(cast(expand(src, dst.shape()), dst.dtype()));
+  if (dst.is_contiguous()) {
+    Device other = dst.device().is_cpu() ? src.device() : dst.device();
+    backend(other.type).copy(dst.raw_data(), dst.device(), s.raw_data(), s.device(), s.nbytes());
+    return;
+  }
+  Tensor staged = empty(dst.shape(), TensorOptions().dtype(dst.dtype()).device(dst.device()));
+  copy_(staged, s);
+  copy_kernel.get(dst.device())(dst, staged);
+}
+
+void fill_(const Tensor& dst, double value) {
+  if (dst.numel() == 0) return;
+  dst.bump_version();
+  fill_kernel.get(dst.device())(dst, value);
+}
+
+Tensor contiguous(const Tensor& a) {
+  if (a.is_contiguous()) return a;
+  Tensor out = empty(a.shape(), TensorOptions().dtype(a.dtype()).device(a.device()));
+  copy_(out, a);
+  return out;
+}
+
+Tensor clone(const Tensor& a) {
+  Tensor out = empty(a.shape(), TensorOptions().dtype(a.dtype()).device(a.device()));
+  copy_(out, a);
+  return out;
+}
+
+Tensor cast(const Tensor& a, DType t) {
+  if (a.dtype() == t) return a;
+  Tensor out = empty(a.shape(), TensorOptions().dtype(t).device(a.device()));
+  copy_(out, a);
+  return out;
+}
+
+Tensor to_device(const Tensor& a, Device d) {
+  if (a.device() == d) return a;
+  Tensor out = empty(a.shape(), TensorOptions().dtype(a.dtype()).device(d));
+  copy_(out, a);
+  return out;
+}
+
+}  // namespace qk::ops
