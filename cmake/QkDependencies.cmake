@@ -12,3 +12,7 @@ find_package(OpenMP QUIET)  # sizes oneDNN's (OpenMP) thread pool
 find_package(MPI QUIET COMPONENTS C)
 pkg_check_modules(HWLOC QUIET IMPORTED_TARGET hwloc)
 pkg_check_modules(XXHASH QUIET IMPORTED_TARGET libxxhash)
+# CIFAR-10 download (qk_data): HTTP(S), MD5, tar.gz.
+find_package(CURL REQUIRED)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+pkg_check_modules(LIBARCHIVE REQUIRED IMPORTED_TARGET libarchive)

@@ -1,13 +1,11 @@
 // Copies: strided to contiguous, dtype casts, fills, device transfers.
 #include "qk/tensor/backend.h"
-#include "qk/tensor/dispatch.h"
+#include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
 #include "tensor/cpu/kernels.h"
 
 namespace qk::ops {
 
-using CopyFn = void(const Tensor& dst, const Tensor& src);
-using FillFn = void(const Tensor& dst, double value);
 QK_DEFINE_KERNEL(copy_kernel, CopyFn);
 QK_DEFINE_KERNEL(fill_kernel, FillFn);
 QK_REGISTER_KERNEL(copy_kernel, cpu, cpu::copy);

@@ -1,7 +1,7 @@
 // Elementwise ops: validation, output allocation, dispatch.
 #include "qk/tensor/ops/elementwise.h"
 
-#include "qk/tensor/dispatch.h"
+#include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
 #include "tensor/cpu/kernels.h"
 
@@ -22,8 +22,6 @@ const char* unary_op_name(UnaryOp op) {
 
 namespace ops {
 
-using BinaryFn = void(BinaryOp, const Tensor&, const Tensor&, const Tensor&);
-using UnaryFn = void(UnaryOp, const Tensor&, const Tensor&);
 using UnaryBwdFn = void(UnaryOp, const Tensor&, const Tensor&, const Tensor&, const Tensor&);
 using ClampFn = void(const Tensor&, const Tensor&, std::optional<double>, std::optional<double>);
 using ClampBwdFn = void(const Tensor&, const Tensor&, const Tensor&, std::optional<double>,

@@ -1,0 +1,71 @@
+// Training-step throughput of the seed's SimpleCNN (batch 64, 3x32x32, SGD
+// momentum 0.9, cross-entropy), the figure compared with PyTorch by
+// bench/simple_cnn_vs_torch.sh.
+//
+//   simple_cnn_step --threads 2 --batch 64 --steps 30 --warmup 5
+//
+// Prints one JSON line: images_per_s, ms_per_step, peak_rss_mb, peak_tensor_mb.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "qk/autograd/functions.h"
+#include "qk/base/thread_pool.h"
+#include "qk/base/timer.h"
+#include "qk/models/resnet.h"
+#include "qk/models/simple_cnn.h"
+#include "qk/optim/sgd.h"
+#include "qk/tensor/backend.h"
+
+int main(int argc, char** argv) {
+  int threads = 1, batch = 64, steps = 30, warmup = 5;
+  std::string model = "simple_cnn";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (k == "--batch") batch = std::atoi(argv[i + 1]);
+    else if (k == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
+    else if (k == "--model") model = argv[i + 1];
+    else {
+      fmt::print(stderr, "unknown flag {}\n", k);
+      return 2;
+    }
+  }
+  qk::set_num_threads(threads);
+  qk::manual_seed(0);
+  std::shared_ptr<qk::nn::Module> net;
+  std::function<qk::Tensor(const qk::Tensor&)> fwd;
+  if (model == "simple_cnn") {
+    qk::models::SimpleCNN m(10);
+    net = m.ptr();
+    fwd = [m](const qk::Tensor& x) { return m->forward(x); };
+  } else {
+    qk::models::SimpleResNet m(10);
+    net = m.ptr();
+    fwd = [m](const qk::Tensor& x) { return m->forward(x); };
+  }
+  qk::optim::SGD opt(net->parameters(), qk::optim::SGDOptions(0.01).momentum(0.9));
+  qk::Tensor x = qk::randn({batch, 3, 32, 32});
+  qk::Tensor y = qk::randint(0, 10, {batch});
+  double loss_val = 0;
+  auto step = [&] {
+    opt.zero_grad();
+    qk::Tensor loss = qk::cross_entropy(fwd(x), y);
+    loss.backward();
+    opt.step();
+    loss_val = loss.item<double>();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  qk::reset_peak_memory(qk::kCPU);
+  qk::Timer t;
+  for (int i = 0; i < steps; ++i) step();
+  double s = t.seconds();
+  fmt::print("{{\"impl\": \"qianka\", \"model\": \"{}\", \"threads\": {}, \"batch\": {}, \"images_per_s\": {:.1f}, "
+             "\"ms_per_step\": {:.2f}, \"peak_rss_mb\": {:.1f}, \"peak_tensor_mb\": {:.1f}, \"loss\": {:.4f}}}\n",
+             model, threads, batch, steps * batch / s, 1e3 * s / steps, qk::peak_rss_bytes() / 1048576.0,
+             qk::memory_stats(qk::kCPU).peak_allocated / 1048576.0, loss_val);
+  return 0;
+}

@@ -1,0 +1,66 @@
+// Differentiable convolution and pooling; the backward kernels live beside
+// the forward ones in the tensor layer (qk/tensor/ops/conv.h).
+#include "qk/autograd/functions.h"
+#include "qk/tensor/ops/conv.h"
+#include "qk/tensor/ops/view.h"
+
+namespace qk {
+
+using autograd::record;
+using V = std::vector<Tensor>;
+
+namespace {
+// The pooling backward kernels read only x's shape and dtype. Saving a
+// one-element broadcast view instead of x itself lets x's memory go as soon
+// as nothing else holds it (lower peak memory in training).
+Tensor shape_of(const Tensor& x) {
+  return ops::expand(zeros({1, 1, 1, 1}, TensorOptions(x.dtype()).device(x.device())), x.shape());
+}
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p) {
+  // x [N,C,H,W], w [O,C/groups,kh,kw], b [O] -> y [N,O,Ho,Wo]
+  Tensor y = ops::conv2d(x, w, b, p);
+  bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
+  std::vector<Tensor> inputs{x, w};
+  if (b.defined()) inputs.push_back(b);
+  record("Conv2dBackward", inputs, {y}, [x, w, p, gx, gw, gb, has_b = b.defined()](const V& g) -> V {
+    auto [dx, dw, db] = ops::conv2d_backward(g[0], x, w, p, gx, gw, gb);
+    if (has_b) return {dx, dw, db};
+    return {dx, dw};
+  });
+  return y;
+}
+
+Tensor max_pool2d(const Tensor& x, const ops::Pool2dParams& p) {
+  // x [N,C,H,W] -> y [N,C,Ho,Wo]; indices pick the input of each output.
+  auto [y, indices] = ops::max_pool2d(x, p);
+  if (autograd::needs_grad({x})) {
+    record("MaxPool2dBackward", {x}, {y}, [xs = shape_of(x), indices](const V& g) -> V {
+      return {ops::max_pool2d_backward(g[0], xs, indices)};
+    });
+  }
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x, const ops::Pool2dParams& p) {
+  Tensor y = ops::avg_pool2d(x, p);
+  if (autograd::needs_grad({x})) {
+    record("AvgPool2dBackward", {x}, {y}, [xs = shape_of(x), p](const V& g) -> V {
+      return {ops::avg_pool2d_backward(g[0], xs, p)};
+    });
+  }
+  return y;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> out_size) {
+  Tensor y = ops::adaptive_avg_pool2d(x, out_size);
+  if (autograd::needs_grad({x})) {
+    record("AdaptiveAvgPool2dBackward", {x}, {y}, [xs = shape_of(x)](const V& g) -> V {
+      return {ops::adaptive_avg_pool2d_backward(g[0], xs)};
+    });
+  }
+  return y;
+}
+
+}  // namespace qk

@@ -1,0 +1,104 @@
+// conv2d front: validation, reduced-float handling, dispatch to kernels.
+#include "qk/tensor/ops/conv.h"
+
+#include "qk/tensor/kernel_tables.h"
+#include "qk/tensor/ops/view.h"
+#include "tensor/cpu/conv.h"
+
+namespace qk::ops {
+
+QK_DEFINE_KERNEL(conv2d_fwd_kernel, Conv2dFwdFn);
+QK_DEFINE_KERNEL(conv2d_bwd_kernel, Conv2dBwdFn);
+QK_REGISTER_KERNEL(conv2d_fwd_kernel, cpu, cpu::conv2d_forward);
+QK_REGISTER_KERNEL(conv2d_bwd_kernel, cpu, cpu::conv2d_backward);
+
+namespace {
+
+void check_operand(const char* op, const char* what, const Tensor& t, const Tensor& x) {
+  QK_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
+  QK_CHECK_TYPE(t.dtype() == x.dtype(), op, ": ", what, " is ", dtype_name(t.dtype()), " ",
+                shape_str(t.shape()), " but x is ", dtype_name(x.dtype()), " ",
+                shape_str(x.shape()), "; convert with .to(dtype)");
+  QK_CHECK_DEVICE(t.device() == x.device(), op, ": ", what, " is on ", t.device().str(),
+                  " but x is on ", x.device().str());
+}
+
+std::string params_str(const Conv2dParams& p) {
+  return detail::str_cat("stride [", p.stride[0], ", ", p.stride[1], "], padding [", p.padding[0],
+                         ", ", p.padding[1], "], dilation [", p.dilation[0], ", ",
+                         p.dilation[1], "], groups ", p.groups);
+}
+
+// Validates x, w (and b) and returns the output shape [N,O,Ho,Wo].
+Shape check_conv(const char* op, const Tensor& x, const Tensor& w, const Tensor& b,
+                 const Conv2dParams& p) {
+  QK_CHECK(x.defined(), op, ": x is an undefined tensor");
+  QK_CHECK_TYPE(is_floating(x.dtype()), op, ": expected a floating-point x, got ",
+                dtype_name(x.dtype()), " ", shape_str(x.shape()));
+  check_operand(op, "weight", w, x);
+  if (b.defined()) check_operand(op, "bias", b, x);
+  QK_CHECK(x.dim() == 4, op, ": expected x [N, C, H, W], got ", shape_str(x.shape()),
+           " (add a batch dim with unsqueeze(0) for a single image)");
+  QK_CHECK(w.dim() == 4, op, ": expected weight [O, C/groups, kh, kw], got ",
+           shape_str(w.shape()));
+  for (int i = 0; i < 2; ++i) {
+    QK_CHECK(p.stride[i] >= 1 && p.padding[i] >= 0 && p.dilation[i] >= 1, op,
+             ": stride and dilation must be >= 1 and padding >= 0, got ", params_str(p));
+  }
+  const int64_t c = x.size(1), o = w.size(0), g = p.groups;
+  QK_CHECK(g >= 1 && c % g == 0 && o % g == 0, op, ": groups = ", g,
+           " must divide both the input channels (", c, ", x ", shape_str(x.shape()),
+           ") and the output channels (", o, ", weight ", shape_str(w.shape()), ")");
+  QK_CHECK(w.size(1) * g == c, op, ": weight ", shape_str(w.shape()), " expects ", w.size(1) * g,
+           " input channels with groups = ", g, ", but x ", shape_str(x.shape()), " has ", c);
+  if (b.defined())
+    QK_CHECK(b.dim() == 1 && b.size(0) == o, op, ": bias must be [", o, "] for weight ",
+             shape_str(w.shape()), ", got ", shape_str(b.shape()));
+  Shape out{x.size(0), o, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t in = x.size(2 + i) + 2 * p.padding[i];
+    const int64_t span = p.dilation[i] * (w.size(2 + i) - 1) + 1;
+    QK_CHECK(w.size(2 + i) >= 1 && span <= in, op, ": kernel ", shape_str(w.shape()),
+             " (dilated extent ", span, ") does not fit in the padded input ",
+             shape_str(x.shape()), " with ", params_str(p));
+    out[2 + i] = (in - span) / p.stride[i] + 1;
+  }
+  return out;
+}
+
+Tensor contig(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  return contiguous(t);
+}
+
+Tensor to_f32(const Tensor& t) { return t.defined() ? cast(t, DType::f32) : t; }
+Tensor from_f32(const Tensor& t, DType dt) { return t.defined() ? cast(t, dt) : t; }
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+  check_conv("conv2d", x, w, b, p);
+  auto& kernel = *conv2d_fwd_kernel.get(x.device());
+  if (is_reduced_float(x.dtype()))  // computed in f32, rounded once
+    return cast(kernel(to_f32(x), to_f32(w), to_f32(b), p), x.dtype());
+  return kernel(contig(x), contig(w), contig(b), p);
+}
+
+std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const Tensor& x,
+                                                   const Tensor& w, const Conv2dParams& p,
+                                                   bool need_dx, bool need_dw, bool need_db) {
+  Shape out = check_conv("conv2d_backward", x, w, Tensor(), p);
+  check_operand("conv2d_backward", "grad_out", grad_out, x);
+  QK_CHECK(grad_out.shape() == out, "conv2d_backward: grad_out must be ", shape_str(out),
+           " (the conv2d output for x ", shape_str(x.shape()), ", weight ", shape_str(w.shape()),
+           "), got ", shape_str(grad_out.shape()));
+  auto& kernel = *conv2d_bwd_kernel.get(x.device());
+  if (is_reduced_float(x.dtype())) {
+    auto [dx, dw, db] = kernel(to_f32(grad_out), to_f32(x), to_f32(w), p, need_dx, need_dw,
+                               need_db);
+    return {from_f32(dx, x.dtype()), from_f32(dw, x.dtype()), from_f32(db, x.dtype())};
+  }
+  return kernel(contig(grad_out), contig(x), contig(w), p, need_dx, need_dw, need_db);
+}
+
+}  // namespace qk::ops

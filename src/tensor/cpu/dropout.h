@@ -1,0 +1,13 @@
+// CPU dropout kernel: x contiguous; draws from Philox (seed, offset + i / 4).
+#pragma once
+
+#include <utility>
+
+#include "qk/tensor/tensor.h"
+
+namespace qk::cpu {
+
+// Returns (out, mask); mask holds 0 or 1/(1-p) in x's dtype.
+std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
+
+}  // namespace qk::cpu

@@ -1,0 +1,193 @@
+// CPU matrix products: strided operands to OpenBLAS without copies where the
+// layout allows, f16/bf16 through f32, batches across threads when small.
+#include "tensor/cpu/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <type_traits>
+
+#include "qk/base/thread_pool.h"
+#include "qk/tensor/ops/view.h"
+
+namespace qk::cpu {
+
+std::optional<BlasOperand> blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  // Size-1 dims may carry any stride; what matters is where elements land.
+  if (cs == 1 || cols == 1) {
+    int64_t ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
+    if (ld >= std::max<int64_t>(cols, 1)) return BlasOperand{false, ld};
+  }
+  if (rs == 1 || rows == 1) {
+    int64_t ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
+    if (ld >= std::max<int64_t>(rows, 1)) return BlasOperand{true, ld};
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+int blas_int(int64_t v, const char* what) {
+  QK_CHECK(v <= INT_MAX, "matmul: ", what, " = ", v,
+           " exceeds the 32-bit BLAS interface (OpenBLAS without ILP64); split the product");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void init_blas() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+namespace {
+
+template <typename T>
+void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+               int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  auto f = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, f(ta), f(tb), blas_int(m, "M"), blas_int(n, "N"), blas_int(k, "K"),
+                alpha, a, blas_int(lda, "lda"), b, blas_int(ldb, "ldb"), beta, c,
+                blas_int(ldc, "ldc"));
+  } else {
+    cblas_dgemm(CblasRowMajor, f(ta), f(tb), blas_int(m, "M"), blas_int(n, "N"), blas_int(k, "K"),
+                alpha, a, blas_int(lda, "lda"), b, blas_int(ldb, "ldb"), beta, c,
+                blas_int(ldc, "ldc"));
+  }
+}
+
+// Below this many flops per thread, splitting costs more than it saves.
+constexpr double kFlopsPerThread = 2.0 * 96 * 96 * 96;
+
+}  // namespace
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  init_blas();
+  const double flops = 2.0 * m * n * k;
+  int64_t parts = in_parallel_region() ? 1 : num_threads();
+  parts = std::min<int64_t>(parts, static_cast<int64_t>(flops / kFlopsPerThread));
+  // Split the longer side of C into blocks of whole 16-element panels.
+  const bool split_rows = m >= n;
+  const int64_t len = split_rows ? m : n;
+  parts = std::min<int64_t>(parts, (len + 15) / 16);
+  if (parts <= 1) {
+    blas_call<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const int64_t panels = (len + 15) / 16;
+  parallel_for(0, parts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {
+      const int64_t s = std::min(len, panels * p / parts * 16);
+      const int64_t e = std::min(len, panels * (p + 1) / parts * 16);
+      if (e <= s) continue;
+      if (split_rows) {  // rows [s, e) of op(A) and C
+        const T* as = ta ? a + s : a + s * lda;
+        blas_call<T>(ta, tb, e - s, n, k, alpha, as, lda, b, ldb, beta, c + s * ldc, ldc);
+      } else {  // columns [s, e) of op(B) and C
+        const T* bs = tb ? b + s * ldb : b + s;
+        blas_call<T>(ta, tb, m, e - s, k, alpha, a, lda, bs, ldb, beta, c + s, ldc);
+      }
+    }
+  });
+}
+
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t);
+
+namespace {
+
+// Below this many flops per matrix, run whole matrices of a batch on
+// different threads rather than splitting each one.
+constexpr double kSplitGemmFlops = 2.0 * 128 * 128 * 128;
+
+// A [B, R, C] operand as BLAS sees it: a pointer, a batch stride and a layout.
+template <typename T>
+struct Batched {
+  Tensor keep;  // owns a copy when one was needed
+  const T* data;
+  int64_t batch_stride;
+  BlasOperand op;
+};
+
+template <typename T>
+Batched<T> as_blas(const Tensor& t) {
+  int64_t rows = t.size(1), cols = t.size(2);
+  if (auto l = blas_layout(rows, cols, t.stride(1), t.stride(2)))
+    return {t, t.data_ptr<T>(), t.stride(0), *l};
+  Tensor c = ops::contiguous(t);
+  return {c, c.data_ptr<T>(), rows * cols, BlasOperand{false, std::max<int64_t>(cols, 1)}};
+}
+
+// out [B,M,N] (contiguous) = a [B,M,K] x b [B,K,N], float or double.
+template <typename T>
+void bmm_into(const Tensor& a, const Tensor& b, const Tensor& out, T beta) {
+  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  if (batch == 0 || m == 0 || n == 0) return;
+  T* c = out.data_ptr<T>();
+  if (k == 0) {
+    if (beta == T(0)) std::memset(c, 0, sizeof(T) * batch * m * n);
+    return;
+  }
+  Batched<T> A = as_blas<T>(a), B = as_blas<T>(b);
+  auto one = [&](int64_t i) {
+    gemm<T>(A.op.trans, B.op.trans, m, n, k, T(1), A.data + i * A.batch_stride, A.op.ld,
+            B.data + i * B.batch_stride, B.op.ld, beta, c + i * m * n, n);
+  };
+  double flops = 2.0 * m * n * k;
+  if (batch == 1 || flops >= kSplitGemmFlops || in_parallel_region()) {
+    for (int64_t i = 0; i < batch; ++i) one(i);
+    return;
+  }
+  int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(65536.0 / flops));
+  parallel_for(0, batch, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) one(i);
+  });
+}
+
+// Reduced floats multiply in f32 (f32 accumulation) and round once at the end.
+Tensor bmm_any(const Tensor& a, const Tensor& b, const Tensor& bias_rows) {
+  const int64_t batch = a.size(0), m = a.size(1), n = b.size(2);
+  DType dt = a.dtype();
+  if (is_reduced_float(dt)) {
+    Tensor bias32 = bias_rows.defined() ? ops::cast(bias_rows, DType::f32) : Tensor();
+    return ops::cast(bmm_any(ops::cast(a, DType::f32), ops::cast(b, DType::f32), bias32), dt);
+  }
+  Tensor out = empty({batch, m, n}, TensorOptions(dt).device(a.device()));
+  bool has_bias = bias_rows.defined();
+  if (has_bias) out.copy_(bias_rows);  // broadcast [N] over every row, then beta = 1
+  if (dt == DType::f32) {
+    bmm_into<float>(a, b, out, has_bias ? 1.0f : 0.0f);
+  } else if (dt == DType::f64) {
+    bmm_into<double>(a, b, out, has_bias ? 1.0 : 0.0);
+  } else {
+    QK_THROW(TypeError, "matmul: expected a floating-point tensor, got ", dtype_name(dt));
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor bmm(const Tensor& a, const Tensor& b) { return bmm_any(a, b, Tensor()); }
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  Tensor out = bmm_any(ops::unsqueeze(a, 0), ops::unsqueeze(b, 0), Tensor());
+  return ops::squeeze(out, 0);
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  // x [R,in] . w^T [in,out]: w^T is a column-major view, passed with trans.
+  Tensor out = bmm_any(ops::unsqueeze(x, 0), ops::unsqueeze(ops::transpose(w, 0, 1), 0), bias);
+  return ops::squeeze(out, 0);
+}
+
+}  // namespace qk::cpu

@@ -1,0 +1,327 @@
+// oneDNN convolution primitives with a per-shape cache (see onednn.h).
+#include "tensor/cpu/onednn.h"
+
+#include "qk/base/error.h"
+
+// oneDNN here runs on OpenMP; both come together (src/tensor/CMakeLists.txt).
+#if defined(QK_HAVE_DNNL) && defined(_OPENMP)
+
+#include <omp.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "qk/base/thread_pool.h"
+#include "qk/tensor/ops/view.h"
+#include "tensor/cpu/conv.h"
+
+namespace qk::cpu::onednn {
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Dims = memory::dims;
+
+struct Runtime {
+  dnnl::engine engine;
+  dnnl::stream stream;
+  Runtime() : engine(dnnl::engine::kind::cpu, 0), stream(engine) {}
+};
+
+Runtime* runtime() {
+  static Runtime* rt = []() -> Runtime* {
+    try {
+      return new Runtime();
+    } catch (const dnnl::error&) {
+      return nullptr;
+    }
+  }();
+  return rt;
+}
+
+// oneDNN's OpenMP threads follow qk's thread count (and stay at one inside a
+// qk parallel region, where the cores are taken).
+void set_threads() { omp_set_num_threads(in_parallel_region() ? 1 : num_threads()); }
+
+// A tensor in the user's layout, and where the primitive wants it. When the
+// two differ the tensor is reordered through `buf`, allocated once.
+struct Port {
+  memory::desc user_md;
+  memory::desc prim_md;
+  bool reorder = false;
+  memory buf;
+  dnnl::reorder to_prim;    // user -> buf (inputs)
+  dnnl::reorder from_prim;  // buf -> user (outputs)
+
+  void init(const memory::desc& user, const memory::desc& prim, bool is_output) {
+    const dnnl::engine& eng = runtime()->engine;
+    user_md = user;
+    prim_md = prim;
+    reorder = user != prim;
+    if (!reorder) return;
+    buf = memory(prim, eng);
+    memory u(user, eng, DNNL_MEMORY_NONE);
+    if (is_output) {
+      from_prim = dnnl::reorder(buf, u);
+    } else {
+      to_prim = dnnl::reorder(u, buf);
+    }
+  }
+  // The memory to hand to the primitive for user data at `p` (an input).
+  memory in(void* p) {
+    memory u(user_md, runtime()->engine, p);
+    if (!reorder) return u;
+    to_prim.execute(runtime()->stream, u, buf);
+    return buf;
+  }
+  // The memory the primitive writes (an output); finish() copies it to `p`.
+  memory out(void* p) { return reorder ? buf : memory(user_md, runtime()->engine, p); }
+  void finish(void* p) {
+    if (!reorder) return;
+    memory u(user_md, runtime()->engine, p);
+    from_prim.execute(runtime()->stream, buf, u);
+  }
+};
+
+enum class Kind : int64_t { forward, backward_data, backward_weights };
+
+struct Problem {
+  Dims src, wei, dst, strides, dilates, pad;
+  bool groups;
+};
+
+Problem problem(const ConvGeom& g) {
+  Problem p;
+  p.src = {g.n, g.c, g.h, g.w};
+  p.groups = g.g > 1;
+  p.wei = p.groups ? Dims{g.g, g.og(), g.cg(), g.kh, g.kw} : Dims{g.o, g.c, g.kh, g.kw};
+  p.dst = {g.n, g.o, g.ho, g.wo};
+  p.strides = {g.sh, g.sw};
+  p.dilates = {g.dh - 1, g.dw - 1};  // oneDNN counts the gaps
+  p.pad = {g.ph, g.pw};
+  return p;
+}
+
+memory::desc md(const Dims& d, Tag t) { return memory::desc(d, memory::data_type::f32, t); }
+
+// The descriptors a primitive is created with: `any` lets oneDNN pick each
+// primitive's own blocked layout (backward-data wants its weights blocked
+// differently from forward; forcing forward's layout on it falls back to
+// oneDNN's slow reference kernel).
+struct Descs {
+  memory::desc src, wei, dst;
+};
+Descs descs(const Problem& p, Layout layout) {
+  const bool blocked = layout == Layout::blocked;
+  return {md(p.src, blocked ? Tag::any : Tag::nchw),
+          md(p.wei, blocked ? Tag::any : (p.groups ? Tag::goihw : Tag::oihw)),
+          md(p.dst, blocked ? Tag::any : Tag::nchw)};
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const Problem& p, Layout layout,
+                                                     bool bias) {
+  auto [src, wei, dst] = descs(p, layout);
+  auto kind = dnnl::prop_kind::forward_training;
+  auto algo = dnnl::algorithm::convolution_direct;
+  auto& eng = runtime()->engine;
+  if (bias) {
+    dnnl::convolution_forward::desc d(kind, algo, src, wei, md({p.dst[1]}, Tag::x), dst,
+                                      p.strides, p.dilates, p.pad, p.pad);
+    return {d, eng};
+  }
+  dnnl::convolution_forward::desc d(kind, algo, src, wei, dst, p.strides, p.dilates, p.pad,
+                                    p.pad);
+  return {d, eng};
+}
+
+// One cached primitive with its ports (src/weights/dst in the forward
+// sense: for backward data, "src" is dx and an output).
+struct Entry {
+  std::mutex mu;
+  dnnl::primitive prim;
+  Port src, wei, dst;
+};
+
+using Key = std::array<int64_t, 20>;
+
+Key make_key(const ConvGeom& g, Kind kind, Layout layout, bool bias) {
+  return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.g, g.sh, g.sw,
+          g.ph, g.pw, g.dh, g.dw, static_cast<int64_t>(kind), static_cast<int64_t>(layout),
+          bias, 0, 0, 0};
+}
+
+std::mutex cache_mu;
+std::map<Key, std::unique_ptr<Entry>>& cache() {
+  static auto* c = new std::map<Key, std::unique_ptr<Entry>>();
+  return *c;
+}
+
+std::unique_ptr<Entry> build(const ConvGeom& g, Kind kind, Layout layout, bool bias) {
+  Problem p = problem(g);
+  auto e = std::make_unique<Entry>();
+  auto user_src = md(p.src, Tag::nchw);
+  auto user_wei = md(p.wei, p.groups ? Tag::goihw : Tag::oihw);
+  auto user_dst = md(p.dst, Tag::nchw);
+  auto fwd = forward_pd(p, layout, bias);
+  auto& eng = runtime()->engine;
+  auto algo = dnnl::algorithm::convolution_direct;
+  if (kind == Kind::forward) {
+    e->prim = dnnl::convolution_forward(fwd);
+    e->src.init(user_src, fwd.src_desc(), false);
+    e->wei.init(user_wei, fwd.weights_desc(), false);
+    e->dst.init(user_dst, fwd.dst_desc(), true);
+  } else if (kind == Kind::backward_data) {
+    auto [src, wei, dst] = descs(p, layout);
+    dnnl::convolution_backward_data::desc d(algo, src, wei, dst, p.strides, p.dilates, p.pad,
+                                            p.pad);
+    dnnl::convolution_backward_data::primitive_desc pd(d, eng, fwd);
+    e->prim = dnnl::convolution_backward_data(pd);
+    e->src.init(user_src, pd.diff_src_desc(), true);
+    e->wei.init(user_wei, pd.weights_desc(), false);
+    e->dst.init(user_dst, pd.diff_dst_desc(), false);
+  } else {
+    auto [src, wei, dst] = descs(p, layout);
+    dnnl::convolution_backward_weights::desc d(algo, src, wei, dst, p.strides, p.dilates, p.pad,
+                                               p.pad);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, eng, fwd);
+    e->prim = dnnl::convolution_backward_weights(pd);
+    e->src.init(user_src, pd.src_desc(), false);
+    e->wei.init(user_wei, pd.diff_weights_desc(), true);
+    e->dst.init(user_dst, pd.diff_dst_desc(), false);
+  }
+  return e;
+}
+
+Entry& entry(const ConvGeom& g, Kind kind, Layout layout, bool bias) {
+  Key key = make_key(g, kind, layout, bias);
+  std::lock_guard<std::mutex> lk(cache_mu);
+  auto& slot = cache()[key];
+  if (!slot) slot = build(g, kind, layout, bias);
+  return *slot;
+}
+
+[[noreturn]] void rethrow(const dnnl::error& e, const char* op, const ConvGeom& g) {
+  QK_THROW(Error, op, ": oneDNN failed (", e.what(), ", status ", static_cast<int>(e.status),
+           ") for x [", g.n, ", ", g.c, ", ", g.h, ", ", g.w, "], w [", g.o, ", ", g.cg(), ", ",
+           g.kh, ", ", g.kw, "], groups ", g.g,
+           "; set QK_CONV_ALGO=im2col to use the built-in kernels instead");
+}
+
+}  // namespace
+
+bool available() { return runtime() != nullptr; }
+
+void clear_cache() {
+  std::lock_guard<std::mutex> lk(cache_mu);
+  cache().clear();
+}
+
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g,
+                      Layout layout) {
+  QK_INTERNAL_ASSERT(available() && x.dtype() == DType::f32);
+  Tensor y = empty({g.n, g.o, g.ho, g.wo}, TensorOptions(DType::f32).device(x.device()));
+  if (y.numel() == 0) return y;
+  try {
+    Entry& e = entry(g, Kind::forward, layout, b.defined());
+    std::lock_guard<std::mutex> lk(e.mu);
+    set_threads();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src.in(x.raw_data())},
+                                         {DNNL_ARG_WEIGHTS, e.wei.in(w.raw_data())},
+                                         {DNNL_ARG_DST, e.dst.out(y.raw_data())}};
+    if (b.defined())
+      args.emplace(DNNL_ARG_BIAS, memory(md({g.o}, Tag::x), runtime()->engine, b.raw_data()));
+    e.prim.execute(runtime()->stream, args);
+    e.dst.finish(y.raw_data());
+    runtime()->stream.wait();
+  } catch (const dnnl::error& err) {
+    rethrow(err, "conv2d", g);
+  }
+  return y;
+}
+
+std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const Tensor& x,
+                                                   const Tensor& w, const ConvGeom& g,
+                                                   bool need_dx, bool need_dw, bool need_db,
+                                                   Layout layout) {
+  QK_INTERNAL_ASSERT(available() && x.dtype() == DType::f32);
+  auto opts = TensorOptions(DType::f32).device(x.device());
+  Tensor dx = need_dx ? empty(x.shape(), opts) : Tensor();
+  Tensor dw = need_dw ? empty(w.shape(), opts) : Tensor();
+  if (grad_out.numel() == 0) {
+    if (need_dx) dx.zero_();
+    if (need_dw) dw.zero_();
+  } else {
+    try {
+      auto& strm = runtime()->stream;
+      auto run_data = [&](Entry& e, const memory& ddst) {
+        e.prim.execute(strm, {{DNNL_ARG_DIFF_DST, ddst},
+                              {DNNL_ARG_WEIGHTS, e.wei.in(w.raw_data())},
+                              {DNNL_ARG_DIFF_SRC, e.src.out(dx.raw_data())}});
+        e.src.finish(dx.raw_data());
+      };
+      auto run_weights = [&](Entry& e, const memory& ddst) {
+        e.prim.execute(strm, {{DNNL_ARG_DIFF_DST, ddst},
+                              {DNNL_ARG_SRC, e.src.in(x.raw_data())},
+                              {DNNL_ARG_DIFF_WEIGHTS, e.wei.out(dw.raw_data())}});
+        e.wei.finish(dw.raw_data());
+      };
+      void* dy = grad_out.raw_data();
+      if (need_dx && need_dw) {
+        // Both primitives usually want grad_out in the same blocked layout:
+        // reorder it once.
+        Entry& ed = entry(g, Kind::backward_data, layout, false);
+        Entry& ew = entry(g, Kind::backward_weights, layout, false);
+        std::scoped_lock lk(ed.mu, ew.mu);
+        set_threads();
+        memory ddst = ed.dst.in(dy);
+        run_data(ed, ddst);
+        run_weights(ew, ew.dst.prim_md == ed.dst.prim_md ? ddst : ew.dst.in(dy));
+        strm.wait();
+      } else if (need_dx) {
+        Entry& e = entry(g, Kind::backward_data, layout, false);
+        std::lock_guard<std::mutex> lk(e.mu);
+        set_threads();
+        run_data(e, e.dst.in(dy));
+        strm.wait();
+      } else if (need_dw) {
+        Entry& e = entry(g, Kind::backward_weights, layout, false);
+        std::lock_guard<std::mutex> lk(e.mu);
+        set_threads();
+        run_weights(e, e.dst.in(dy));
+        strm.wait();
+      }
+    } catch (const dnnl::error& err) {
+      rethrow(err, "conv2d_backward", g);
+    }
+  }
+  Tensor db = need_db ? conv2d_bias_grad(grad_out) : Tensor();
+  return {dx, dw, db};
+}
+
+}  // namespace qk::cpu::onednn
+
+#else  // no oneDNN
+
+namespace qk::cpu::onednn {
+
+bool available() { return false; }
+void clear_cache() {}
+
+Tensor conv2d_forward(const Tensor&, const Tensor&, const Tensor&, const ConvGeom&, Layout) {
+  QK_THROW(Error, "conv2d: this build of qianka has no oneDNN; use QK_CONV_ALGO=im2col");
+}
+
+std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor&, const Tensor&, const Tensor&,
+                                                   const ConvGeom&, bool, bool, bool, Layout) {
+  QK_THROW(Error, "conv2d_backward: this build of qianka has no oneDNN; use QK_CONV_ALGO=im2col");
+}
+
+}  // namespace qk::cpu::onednn
+
+#endif

@@ -1,0 +1,238 @@
+// CPU pooling kernels: one (n, c) plane per task, windows as PyTorch's.
+#include "tensor/cpu/pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "qk/base/thread_pool.h"
+
+namespace qk::cpu {
+
+namespace {
+
+TensorOptions like(const Tensor& t) { return TensorOptions(t.dtype()).device(t.device()); }
+
+// Runs fn(plane) for each of the N*C planes, grain sized to ~32K elements.
+template <typename F>
+void for_planes(int64_t planes, int64_t plane_work, F&& fn) {
+  int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(plane_work, 1));
+  parallel_for(0, planes, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) fn(i);
+  });
+}
+
+// Avg-pool window of output index o along one axis, as PyTorch computes it:
+// the padded extent (for count_include_pad) and the clipped one.
+struct Window {
+  int64_t start, end, padded;
+};
+inline Window avg_window(int64_t o, int64_t k, int64_t s, int64_t pad, int64_t in) {
+  int64_t start = o * s - pad;
+  int64_t end = std::min(start + k, in + pad);
+  int64_t padded = end - start;
+  return {std::max<int64_t>(start, 0), std::min(end, in), padded};
+}
+
+// Adaptive window: [floor(o*in/out), ceil((o+1)*in/out)).
+inline int64_t adaptive_start(int64_t o, int64_t out, int64_t in) { return (o * in) / out; }
+inline int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {
+  return ((o + 1) * in + out - 1) / out;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const ops::Pool2dParams& p, int64_t ho,
+                                     int64_t wo) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  Tensor out = empty({n, c, ho, wo}, like(x));
+  Tensor idx = empty({n, c, ho, wo}, TensorOptions(DType::i64).device(x.device()));
+  const int64_t kh = p.kernel[0], kw = p.kernel[1], sh = p.stride[0], sw = p.stride[1];
+  const int64_t ph = p.padding[0], pw = p.padding[1], dh = p.dilation[0], dw = p.dilation[1];
+  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T* src = x.data_ptr<T>();
+    T* dst = out.data_ptr<T>();
+    int64_t* ind = idx.data_ptr<int64_t>();
+    for_planes(n * c, ho * wo * kh * kw, [&](int64_t plane) {
+      const T* xp = src + plane * h * w;
+      T* yp = dst + plane * ho * wo;
+      int64_t* ip = ind + plane * ho * wo;
+      for (int64_t oh = 0; oh < ho; ++oh) {
+        int64_t h0 = oh * sh - ph;
+        // First in-bounds tap of the window (the pad check keeps one in range).
+        int64_t i0 = h0 < 0 ? (-h0 + dh - 1) / dh : 0;
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          int64_t w0 = ow * sw - pw;
+          int64_t j0 = w0 < 0 ? (-w0 + dw - 1) / dw : 0;
+          C best = -std::numeric_limits<C>::infinity();
+          // The first tap, or -1 when a dilated window misses the input entirely.
+          int64_t ih0 = h0 + i0 * dh, iw0 = w0 + j0 * dw;
+          int64_t best_i = ih0 < h && iw0 < w ? ih0 * w + iw0 : -1;
+          for (int64_t i = i0; i < kh; ++i) {
+            int64_t ih = h0 + i * dh;
+            if (ih >= h) break;
+            for (int64_t j = j0; j < kw; ++j) {
+              int64_t iw = w0 + j * dw;
+              if (iw >= w) break;
+              C v = static_cast<C>(xp[ih * w + iw]);
+              if (v > best || std::isnan(v)) {  // NaN propagates, as in PyTorch
+                best = v;
+                best_i = ih * w + iw;
+              }
+            }
+          }
+          yp[oh * wo + ow] = cast_value<T>(best);
+          ip[oh * wo + ow] = best_i;
+        }
+      }
+    });
+  });
+  return {out, idx};
+}
+
+Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& indices) {
+  const int64_t planes = x.size(0) * x.size(1), hw = x.size(2) * x.size(3);
+  const int64_t ohw = grad_out.size(2) * grad_out.size(3);
+  Tensor dx = zeros(x.shape(), like(x));
+  dispatch_floating(x.dtype(), "max_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T* dy = grad_out.data_ptr<T>();
+    const int64_t* ind = indices.data_ptr<int64_t>();
+    T* d = dx.data_ptr<T>();
+    for_planes(planes, ohw, [&](int64_t plane) {
+      T* dp = d + plane * hw;
+      const T* gp = dy + plane * ohw;
+      const int64_t* ip = ind + plane * ohw;
+      for (int64_t o = 0; o < ohw; ++o) {
+        int64_t k = ip[o];
+        if (k == -1) continue;  // a window with no input element
+        QK_CHECK_INDEX(k >= 0 && k < hw, "max_pool2d_backward: index ", k,
+                       " outside the input plane of ", hw, " elements; indices must come from "
+                       "max_pool2d on the same x");
+        dp[k] = cast_value<T>(static_cast<C>(dp[k]) + static_cast<C>(gp[o]));
+      }
+    });
+  });
+  return dx;
+}
+
+Tensor avg_pool2d(const Tensor& x, const ops::Pool2dParams& p, int64_t ho, int64_t wo) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  Tensor out = empty({n, c, ho, wo}, like(x));
+  dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T* src = x.data_ptr<T>();
+    T* dst = out.data_ptr<T>();
+    for_planes(n * c, ho * wo * p.kernel[0] * p.kernel[1], [&](int64_t plane) {
+      const T* xp = src + plane * h * w;
+      T* yp = dst + plane * ho * wo;
+      for (int64_t oh = 0; oh < ho; ++oh) {
+        Window wh = avg_window(oh, p.kernel[0], p.stride[0], p.padding[0], h);
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          Window ww = avg_window(ow, p.kernel[1], p.stride[1], p.padding[1], w);
+          int64_t count = p.count_include_pad ? wh.padded * ww.padded
+                                              : (wh.end - wh.start) * (ww.end - ww.start);
+          C sum = 0;
+          for (int64_t ih = wh.start; ih < wh.end; ++ih)
+            for (int64_t iw = ww.start; iw < ww.end; ++iw) sum += static_cast<C>(xp[ih * w + iw]);
+          yp[oh * wo + ow] = cast_value<T>(count > 0 ? sum / static_cast<C>(count) : C(0));
+        }
+      }
+    });
+  });
+  return out;
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad_out, const Tensor& x, const ops::Pool2dParams& p) {
+  const int64_t planes = x.size(0) * x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t ho = grad_out.size(2), wo = grad_out.size(3);
+  Tensor dx = empty(x.shape(), like(x));
+  dispatch_floating(x.dtype(), "avg_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T* dy = grad_out.data_ptr<T>();
+    T* d = dx.data_ptr<T>();
+    for_planes(planes, ho * wo * p.kernel[0] * p.kernel[1], [&](int64_t plane) {
+      // Accumulate the plane in the compute type, round once.
+      std::vector<C> acc(h * w, C(0));
+      const T* gp = dy + plane * ho * wo;
+      for (int64_t oh = 0; oh < ho; ++oh) {
+        Window wh = avg_window(oh, p.kernel[0], p.stride[0], p.padding[0], h);
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          Window ww = avg_window(ow, p.kernel[1], p.stride[1], p.padding[1], w);
+          int64_t count = p.count_include_pad ? wh.padded * ww.padded
+                                              : (wh.end - wh.start) * (ww.end - ww.start);
+          if (count <= 0) continue;
+          C g = static_cast<C>(gp[oh * wo + ow]) / static_cast<C>(count);
+          for (int64_t ih = wh.start; ih < wh.end; ++ih)
+            for (int64_t iw = ww.start; iw < ww.end; ++iw) acc[ih * w + iw] += g;
+        }
+      }
+      T* dp = d + plane * h * w;
+      for (int64_t i = 0; i < h * w; ++i) dp[i] = cast_value<T>(acc[i]);
+    });
+  });
+  return dx;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> out_size) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t ho = out_size[0], wo = out_size[1];
+  Tensor out = empty({n, c, ho, wo}, like(x));
+  dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T* src = x.data_ptr<T>();
+    T* dst = out.data_ptr<T>();
+    for_planes(n * c, h * w, [&](int64_t plane) {
+      const T* xp = src + plane * h * w;
+      T* yp = dst + plane * ho * wo;
+      for (int64_t oh = 0; oh < ho; ++oh) {
+        int64_t h0 = adaptive_start(oh, ho, h), h1 = adaptive_end(oh, ho, h);
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          int64_t w0 = adaptive_start(ow, wo, w), w1 = adaptive_end(ow, wo, w);
+          C sum = 0;
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw) sum += static_cast<C>(xp[ih * w + iw]);
+          yp[oh * wo + ow] = cast_value<T>(sum / static_cast<C>((h1 - h0) * (w1 - w0)));
+        }
+      }
+    });
+  });
+  return out;
+}
+
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& x) {
+  const int64_t planes = x.size(0) * x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t ho = grad_out.size(2), wo = grad_out.size(3);
+  Tensor dx = empty(x.shape(), like(x));
+  dispatch_floating(x.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T* dy = grad_out.data_ptr<T>();
+    T* d = dx.data_ptr<T>();
+    for_planes(planes, h * w, [&](int64_t plane) {
+      std::vector<C> acc(h * w, C(0));
+      const T* gp = dy + plane * ho * wo;
+      for (int64_t oh = 0; oh < ho; ++oh) {
+        int64_t h0 = adaptive_start(oh, ho, h), h1 = adaptive_end(oh, ho, h);
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          int64_t w0 = adaptive_start(ow, wo, w), w1 = adaptive_end(ow, wo, w);
+          C g = static_cast<C>(gp[oh * wo + ow]) / static_cast<C>((h1 - h0) * (w1 - w0));
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw) acc[ih * w + iw] += g;
+        }
+      }
+      T* dp = d + plane * h * w;
+      for (int64_t i = 0; i < h * w; ++i) dp[i] = cast_value<T>(acc[i]);
+    });
+  });
+  return dx;
+}
+
+}  // namespace qk::cpu

@@ -1,0 +1,137 @@
+// Pooling fronts: validation, output sizes (PyTorch's rules), dispatch.
+#include "qk/tensor/dispatch.h"
+#include "qk/tensor/ops/conv.h"
+#include "qk/tensor/ops/view.h"
+#include "tensor/cpu/pool.h"
+
+namespace qk::ops {
+
+using MaxPoolFn = std::pair<Tensor, Tensor>(const Tensor&, const Pool2dParams&, int64_t, int64_t);
+using MaxPoolBwdFn = Tensor(const Tensor&, const Tensor&, const Tensor&);
+using AvgPoolFn = Tensor(const Tensor&, const Pool2dParams&, int64_t, int64_t);
+using AvgPoolBwdFn = Tensor(const Tensor&, const Tensor&, const Pool2dParams&);
+using AdaptivePoolFn = Tensor(const Tensor&, std::array<int64_t, 2>);
+using AdaptivePoolBwdFn = Tensor(const Tensor&, const Tensor&);
+QK_DEFINE_KERNEL(max_pool2d_kernel, MaxPoolFn);
+QK_DEFINE_KERNEL(max_pool2d_backward_kernel, MaxPoolBwdFn);
+QK_DEFINE_KERNEL(avg_pool2d_kernel, AvgPoolFn);
+QK_DEFINE_KERNEL(avg_pool2d_backward_kernel, AvgPoolBwdFn);
+QK_DEFINE_KERNEL(adaptive_avg_pool2d_kernel, AdaptivePoolFn);
+QK_DEFINE_KERNEL(adaptive_avg_pool2d_backward_kernel, AdaptivePoolBwdFn);
+QK_REGISTER_KERNEL(max_pool2d_kernel, cpu, cpu::max_pool2d);
+QK_REGISTER_KERNEL(max_pool2d_backward_kernel, cpu, cpu::max_pool2d_backward);
+QK_REGISTER_KERNEL(avg_pool2d_kernel, cpu, cpu::avg_pool2d);
+QK_REGISTER_KERNEL(avg_pool2d_backward_kernel, cpu, cpu::avg_pool2d_backward);
+QK_REGISTER_KERNEL(adaptive_avg_pool2d_kernel, cpu, cpu::adaptive_avg_pool2d);
+QK_REGISTER_KERNEL(adaptive_avg_pool2d_backward_kernel, cpu, cpu::adaptive_avg_pool2d_backward);
+
+namespace {
+
+Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : contiguous(t); }
+
+void check_input(const char* op, const Tensor& x) {
+  QK_CHECK(x.defined(), op, ": x is an undefined tensor");
+  QK_CHECK_TYPE(is_floating(x.dtype()), op, ": expected a floating-point x, got ",
+                dtype_name(x.dtype()), " ", shape_str(x.shape()));
+  QK_CHECK(x.dim() == 4, op, ": expected x [N, C, H, W], got ", shape_str(x.shape()),
+           " (add a batch dim with unsqueeze(0) for a single image)");
+}
+
+std::string params_str(const Pool2dParams& p) {
+  return detail::str_cat("kernel [", p.kernel[0], ", ", p.kernel[1], "], stride [", p.stride[0],
+                         ", ", p.stride[1], "], padding [", p.padding[0], ", ", p.padding[1],
+                         "], dilation [", p.dilation[0], ", ", p.dilation[1],
+                         "], ceil_mode ", p.ceil_mode);
+}
+
+// PyTorch's pooling_output_shape: floor or ceil division, and with ceil_mode
+// the last window must start inside the input or its left padding.
+int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation,
+                    bool ceil_mode) {
+  int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  int64_t out = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// Validates the parameters against x and returns {Ho, Wo}.
+std::array<int64_t, 2> check_pool(const char* op, const Tensor& x, const Pool2dParams& p,
+                                  bool uses_dilation) {
+  check_input(op, x);
+  std::array<int64_t, 2> out{};
+  for (int i = 0; i < 2; ++i) {
+    QK_CHECK(p.kernel[i] >= 1 && p.stride[i] >= 1 && p.padding[i] >= 0 && p.dilation[i] >= 1,
+             op, ": kernel, stride and dilation must be >= 1 and padding >= 0, got ",
+             params_str(p));
+    QK_CHECK(uses_dilation || p.dilation[i] == 1, op, ": dilation is not supported, got ",
+             params_str(p));
+    QK_CHECK(p.padding[i] <= p.kernel[i] / 2, op,
+             ": padding must be at most half the kernel size, got ", params_str(p));
+    out[i] = pooled_size(x.size(2 + i), p.kernel[i], p.padding[i], p.stride[i], p.dilation[i],
+                         p.ceil_mode);
+    QK_CHECK(out[i] >= 1, op, ": input ", shape_str(x.shape()),
+             " is too small for ", params_str(p), " (output size ", out[i], ")");
+  }
+  return out;
+}
+
+void check_grad(const char* op, const Tensor& grad_out, const Tensor& x, const Shape& expected) {
+  QK_CHECK(grad_out.defined(), op, ": grad_out is an undefined tensor");
+  QK_CHECK_TYPE(grad_out.dtype() == x.dtype(), op, ": grad_out is ", dtype_name(grad_out.dtype()),
+                " but x is ", dtype_name(x.dtype()));
+  QK_CHECK_DEVICE(grad_out.device() == x.device(), op, ": grad_out is on ",
+                  grad_out.device().str(), " but x is on ", x.device().str());
+  QK_CHECK(grad_out.shape() == expected, op, ": grad_out must be ", shape_str(expected),
+           " for x ", shape_str(x.shape()), ", got ", shape_str(grad_out.shape()));
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) {
+  auto [ho, wo] = check_pool("max_pool2d", x, p, true);
+  return max_pool2d_kernel.get(x.device())(contig(x), p, ho, wo);
+}
+
+Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& indices) {
+  check_input("max_pool2d_backward", x);
+  QK_CHECK(indices.defined() && indices.dtype() == DType::i64 && indices.dim() == 4 &&
+               indices.size(0) == x.size(0) && indices.size(1) == x.size(1),
+           "max_pool2d_backward: expected i64 indices [N, C, Ho, Wo] from max_pool2d of x ",
+           shape_str(x.shape()), ", got ", indices.defined() ? dtype_name(indices.dtype()) : "none",
+           " ", indices.defined() ? shape_str(indices.shape()) : "");
+  check_grad("max_pool2d_backward", grad_out, x, indices.shape());
+  return max_pool2d_backward_kernel.get(x.device())(contig(grad_out), x, contig(indices));
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
+  auto [ho, wo] = check_pool("avg_pool2d", x, p, false);
+  return avg_pool2d_kernel.get(x.device())(contig(x), p, ho, wo);
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Pool2dParams& p) {
+  auto [ho, wo] = check_pool("avg_pool2d_backward", x, p, false);
+  check_grad("avg_pool2d_backward", grad_out, x, {x.size(0), x.size(1), ho, wo});
+  return avg_pool2d_backward_kernel.get(x.device())(contig(grad_out), x, p);
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> out_size) {
+  check_input("adaptive_avg_pool2d", x);
+  QK_CHECK(out_size[0] >= 1 && out_size[1] >= 1, "adaptive_avg_pool2d: output size must be "
+           ">= 1, got [", out_size[0], ", ", out_size[1], "]");
+  QK_CHECK(x.size(2) >= 1 && x.size(3) >= 1, "adaptive_avg_pool2d: input ", shape_str(x.shape()),
+           " has an empty plane");
+  return adaptive_avg_pool2d_kernel.get(x.device())(contig(x), out_size);
+}
+
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& x) {
+  check_input("adaptive_avg_pool2d_backward", x);
+  QK_CHECK(grad_out.defined() && grad_out.dim() == 4, "adaptive_avg_pool2d_backward: expected "
+           "grad_out [N, C, Ho, Wo], got ", grad_out.defined() ? shape_str(grad_out.shape()) : "none");
+  check_grad("adaptive_avg_pool2d_backward", grad_out, x,
+             {x.size(0), x.size(1), grad_out.size(2), grad_out.size(3)});
+  QK_CHECK(grad_out.size(2) >= 1 && grad_out.size(3) >= 1, "adaptive_avg_pool2d_backward: empty "
+           "output plane ", shape_str(grad_out.shape()));
+  return adaptive_avg_pool2d_backward_kernel.get(x.device())(contig(grad_out), x);
+}
+
+}  // namespace qk::ops
