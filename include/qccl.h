@@ -1,0 +1,169 @@
+/* qccl: collective communication between processes, with NCCL's API shape.
+ *
+ * qccl moves raw host buffers between ranks on one machine (shared memory,
+ * single-copy CMA for large messages) and across machines (TCP). Every call
+ * has a deadline, so a dead or stalled peer makes the call return an error
+ * naming that peer instead of hanging. Calls are blocking: when one returns,
+ * its buffers are ready. The `stream` argument exists so NCCL host code
+ * compiles unchanged (see qccl_nccl_compat.h); pass NULL.
+ *
+ *   qcclUniqueId id;
+ *   if (rank == 0) qcclGetUniqueId(&id);          // starts the bootstrap root
+ *   ... send id to every rank (file, MPI_Bcast, fork, environment) ...
+ *   qcclComm_t comm;
+ *   QCCL_CHECK(qcclCommInitRank(&comm, nranks, id, rank));
+ *   QCCL_CHECK(qcclAllReduce(sendbuf, recvbuf, n, qcclFloat32, qcclSum, comm, NULL));
+ *   qcclCommDestroy(comm);
+ *
+ * Environment (all optional): QCCL_COMM_ID=host:port (root address as in
+ * NCCL), QCCL_TIMEOUT_S (deadline, default 300), QCCL_TRANSPORT=auto|shm|tcp,
+ * QCCL_ALGO=auto|ring|rd|tree, QCCL_DEBUG=WARN|INFO|TRACE,
+ * QCCL_DEBUG_SUBSYS=INIT,COLL,NET. docs/qccl.md lists them all.
+ */
+#ifndef QCCL_H_
+#define QCCL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QCCL_MAJOR 0
+#define QCCL_MINOR 1
+#define QCCL_PATCH 0
+#define QCCL_VERSION_CODE (QCCL_MAJOR * 10000 + QCCL_MINOR * 100 + QCCL_PATCH)
+
+/* Results keep NCCL's numbering so code that prints or compares them ports. */
+typedef enum {
+  qcclSuccess = 0,
+  qcclUnhandledCudaError = 1, /* never returned: qccl moves host memory */
+  qcclSystemError = 2,        /* a system call failed (socket, shm, ...) */
+  qcclInternalError = 3,      /* a bug in qccl */
+  qcclInvalidArgument = 4,    /* a bad pointer, count, type, op or rank */
+  qcclInvalidUsage = 5,       /* a call made in the wrong state (e.g. comm aborted) */
+  qcclRemoteError = 6,        /* a peer failed, closed or sent malformed data */
+  qcclInProgress = 7,
+  qcclTimeout = 8,            /* a deadline passed (QCCL_TIMEOUT_S / config.timeoutS) */
+  qcclNumResults = 9
+} qcclResult_t;
+
+typedef enum {
+  qcclInt8 = 0, qcclChar = 0,
+  qcclUint8 = 1,
+  qcclInt32 = 2, qcclInt = 2,
+  qcclUint32 = 3,
+  qcclInt64 = 4,
+  qcclUint64 = 5,
+  qcclFloat16 = 6, qcclHalf = 6,
+  qcclFloat32 = 7, qcclFloat = 7,
+  qcclFloat64 = 8, qcclDouble = 8,
+  qcclBfloat16 = 9,
+  qcclInt16 = 10,
+  qcclUint16 = 11,
+  qcclNumTypes = 12
+} qcclDataType_t;
+
+/* f16 and bf16 are reduced in f32 and rounded once per reduction step. */
+typedef enum {
+  qcclSum = 0,
+  qcclProd = 1,
+  qcclMax = 2,
+  qcclMin = 3,
+  qcclAvg = 4, /* sum, then divided by nranks (integer division for integer types) */
+  qcclNumOps = 5
+} qcclRedOp_t;
+
+#define QCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[QCCL_UNIQUE_ID_BYTES];
+} qcclUniqueId;
+
+typedef struct qcclComm* qcclComm_t;
+/* Placeholder for NCCL's cudaStream_t; qccl calls complete before returning. */
+typedef void* qcclStream_t;
+
+/* Per-communicator settings. Initialise with QCCL_CONFIG_INITIALIZER; a field
+ * left at its initializer value falls back to the environment or default. */
+typedef struct {
+  size_t size;        /* sizeof(qcclConfig_t), set by the initializer */
+  unsigned int magic;
+  unsigned int version;
+  int blocking;       /* accepted for NCCL compatibility; qccl is always blocking */
+  double timeoutS;    /* deadline of every wait; <= 0: QCCL_TIMEOUT_S (default 300) */
+  const char* commName; /* shown in logs and flight-recorder dumps; NULL: "qccl" */
+  const char* transport; /* "auto", "shm" or "tcp"; NULL: QCCL_TRANSPORT */
+  const char* algo;      /* "auto", "ring", "rd", "tree" or "chain"; NULL: QCCL_ALGO */
+} qcclConfig_t;
+
+#define QCCL_CONFIG_MAGIC 0x51434346u
+#define QCCL_CONFIG_INITIALIZER \
+  { sizeof(qcclConfig_t), QCCL_CONFIG_MAGIC, QCCL_VERSION_CODE, 1, 0.0, NULL, NULL, NULL }
+
+#define QCCL_SPLIT_NOCOLOR (-1)
+
+qcclResult_t qcclGetVersion(int* version);
+/* Creates a unique id and starts the bootstrap root in this process (a
+ * background thread that lives until every rank joined or the deadline). */
+qcclResult_t qcclGetUniqueId(qcclUniqueId* uniqueId);
+
+qcclResult_t qcclCommInitRank(qcclComm_t* comm, int nranks, qcclUniqueId commId, int rank);
+qcclResult_t qcclCommInitRankConfig(qcclComm_t* comm, int nranks, qcclUniqueId commId, int rank,
+                                    qcclConfig_t* config);
+/* Collective over `comm`: ranks with the same color form a new communicator,
+ * ordered by key (then by old rank). color QCCL_SPLIT_NOCOLOR gives *newcomm = NULL. */
+qcclResult_t qcclCommSplit(qcclComm_t comm, int color, int key, qcclComm_t* newcomm,
+                           qcclConfig_t* config);
+/* Waits for outstanding work (none: qccl calls are blocking). */
+qcclResult_t qcclCommFinalize(qcclComm_t comm);
+qcclResult_t qcclCommDestroy(qcclComm_t comm);
+/* Safe from any thread at any time: calls in progress on `comm` return
+ * qcclRemoteError within milliseconds, peers see this rank leave, and the
+ * communicator is freed. Never blocks on a peer. */
+qcclResult_t qcclCommAbort(qcclComm_t comm);
+qcclResult_t qcclCommCount(const qcclComm_t comm, int* count);
+qcclResult_t qcclCommUserRank(const qcclComm_t comm, int* rank);
+/* The error that broke the communicator (qcclSuccess while it is healthy). */
+qcclResult_t qcclCommGetAsyncError(qcclComm_t comm, qcclResult_t* asyncError);
+
+const char* qcclGetErrorString(qcclResult_t result);
+/* The message of the last failed call on this thread: what, where, which peer. */
+const char* qcclGetLastError(qcclComm_t comm);
+
+qcclResult_t qcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           qcclDataType_t datatype, qcclRedOp_t op, qcclComm_t comm,
+                           qcclStream_t stream);
+qcclResult_t qcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           qcclDataType_t datatype, int root, qcclComm_t comm,
+                           qcclStream_t stream);
+qcclResult_t qcclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        qcclDataType_t datatype, qcclRedOp_t op, int root, qcclComm_t comm,
+                        qcclStream_t stream);
+/* recvbuff holds nranks * sendcount elements, rank i's block at i * sendcount. */
+qcclResult_t qcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           qcclDataType_t datatype, qcclComm_t comm, qcclStream_t stream);
+/* sendbuff holds nranks * recvcount elements; rank i receives the reduced block i. */
+qcclResult_t qcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               qcclDataType_t datatype, qcclRedOp_t op, qcclComm_t comm,
+                               qcclStream_t stream);
+/* Block j of sendbuff (count elements) goes to rank j, arriving as block i there. */
+qcclResult_t qcclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          qcclDataType_t datatype, qcclComm_t comm, qcclStream_t stream);
+/* Point to point. Outside a group each call completes alone; pair a send and a
+ * receive that must overlap (e.g. an exchange) inside qcclGroupStart/End. */
+qcclResult_t qcclSend(const void* sendbuff, size_t count, qcclDataType_t datatype, int peer,
+                      qcclComm_t comm, qcclStream_t stream);
+qcclResult_t qcclRecv(void* recvbuff, size_t count, qcclDataType_t datatype, int peer,
+                      qcclComm_t comm, qcclStream_t stream);
+/* Calls between GroupStart and GroupEnd (per thread, nestable) are queued and
+ * run at the outermost GroupEnd: point-to-point calls together, then the
+ * collectives in call order. Buffers must stay valid until GroupEnd returns. */
+qcclResult_t qcclGroupStart(void);
+qcclResult_t qcclGroupEnd(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* QCCL_H_ */

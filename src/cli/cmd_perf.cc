@@ -1,0 +1,495 @@
+// `qk perf`: qccl's collective benchmarks in the style of nccl-tests.
+//
+//   qk perf all_reduce --np 4 -b 8 -e 256M -f 2 -n 20 -w 5 -c 1 -d float -o sum
+//
+// prints size, count, type, redop, root, time (us), algbw and busbw (GB/s,
+// 1e9 B/s) and #wrong for out-of-place and in-place calls, then the average
+// bus bandwidth. busbw = algbw x (all_reduce 2(n-1)/n; all_gather,
+// reduce_scatter, alltoall (n-1)/n; broadcast, reduce 1), as in nccl-tests.
+// The check (-c 1) runs outside the timed loop, on inputs whose exact result
+// does not depend on the order of reduction.
+//
+// Ranks: --np N forks N ranks here. Without --np, the ranks come from the
+// launcher's environment (OMPI_COMM_WORLD_RANK/SIZE under mpirun, or
+// QK_RANK/QK_WORLD_SIZE) and meet at QCCL_COMM_ID=host:port.
+// `qk perf memcpy -b .. -e ..` measures single-thread memcpy for comparison.
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/command.h"
+#include "qccl.h"
+#include "qccl/core/reduce.h"
+#include "qk/base/env.h"
+#include "qk/base/error.h"
+#include "qk/base/log.h"
+
+namespace qk::cli {
+namespace {
+
+struct PerfOptions {
+  std::string coll = "all_reduce";
+  std::string min_s = "8", max_s = "64M", dtype_s = "float", op_s = "sum";
+  double factor = 2;
+  int iters = 20, warmup = 5, check = 1, root = 0, np = 0;
+  std::string transport, algo;
+  double timeout_s = 0;
+};
+
+enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll };
+
+struct CollInfo {
+  const char* name;
+  Coll coll;
+  bool has_op, has_root;
+};
+const CollInfo kColls[] = {{"all_reduce", Coll::kAllReduce, true, false},
+                           {"broadcast", Coll::kBroadcast, false, true},
+                           {"reduce", Coll::kReduce, true, true},
+                           {"all_gather", Coll::kAllGather, false, false},
+                           {"reduce_scatter", Coll::kReduceScatter, true, false},
+                           {"alltoall", Coll::kAllToAll, false, false}};
+
+size_t parse_size(const std::string& s) {
+  QK_CHECK(!s.empty(), "Expected a size like 8, 64K, 256M or 1G, got an empty string");
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string suf(end);
+  double mul = 1;
+  if (suf == "K" || suf == "k") mul = 1024.0;
+  else if (suf == "M" || suf == "m") mul = 1024.0 * 1024;
+  else if (suf == "G" || suf == "g") mul = 1024.0 * 1024 * 1024;
+  else QK_CHECK(suf.empty(), "Expected a size like 8, 64K, 256M or 1G, got '", s, "'");
+  QK_CHECK(v >= 0 && v * mul <= double(1ull << 40), "size '", s, "' is out of range");
+  return static_cast<size_t>(v * mul);
+}
+
+qcclDataType_t parse_dtype(const std::string& s) {
+  struct { const char* name; qcclDataType_t t; } names[] = {
+      {"int8", qcclInt8}, {"char", qcclInt8}, {"uint8", qcclUint8}, {"int16", qcclInt16},
+      {"uint16", qcclUint16}, {"int32", qcclInt32}, {"int", qcclInt32}, {"uint32", qcclUint32},
+      {"int64", qcclInt64}, {"uint64", qcclUint64}, {"half", qcclFloat16}, {"float16", qcclFloat16},
+      {"bfloat16", qcclBfloat16}, {"bf16", qcclBfloat16}, {"float", qcclFloat32},
+      {"float32", qcclFloat32}, {"double", qcclFloat64}, {"float64", qcclFloat64}};
+  for (auto& n : names)
+    if (s == n.name) return n.t;
+  QK_THROW(ValueError, "-d: expected int8, uint8, int16, uint16, int32, uint32, int64, uint64, "
+           "half, bfloat16, float or double, got '", s, "'");
+}
+
+qcclRedOp_t parse_op(const std::string& s) {
+  const char* names[] = {"sum", "prod", "max", "min", "avg"};
+  for (int i = 0; i < 5; ++i)
+    if (s == names[i]) return static_cast<qcclRedOp_t>(i);
+  QK_THROW(ValueError, "-o: expected sum, prod, max, min or avg, got '", s, "'");
+}
+
+// ---- exact inputs and references (as tests/qccl/data.h) --------------------
+double get(const void* p, qcclDataType_t t, size_t i) {
+  switch (t) {
+    case qcclInt8: return static_cast<const int8_t*>(p)[i];
+    case qcclUint8: return static_cast<const uint8_t*>(p)[i];
+    case qcclInt16: return static_cast<const int16_t*>(p)[i];
+    case qcclUint16: return static_cast<const uint16_t*>(p)[i];
+    case qcclInt32: return static_cast<const int32_t*>(p)[i];
+    case qcclUint32: return static_cast<const uint32_t*>(p)[i];
+    case qcclInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case qcclUint64: return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
+    case qcclFloat16: return qccl::half_to_float(static_cast<const uint16_t*>(p)[i]);
+    case qcclBfloat16: return qccl::bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case qcclFloat32: return static_cast<const float*>(p)[i];
+    default: return static_cast<const double*>(p)[i];
+  }
+}
+void set(void* p, qcclDataType_t t, size_t i, double v) {
+  int64_t iv = static_cast<int64_t>(v);
+  switch (t) {
+    case qcclInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(iv); break;
+    case qcclUint8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(iv); break;
+    case qcclInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(iv); break;
+    case qcclUint16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(iv); break;
+    case qcclInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(iv); break;
+    case qcclUint32: static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(iv); break;
+    case qcclInt64: static_cast<int64_t*>(p)[i] = iv; break;
+    case qcclUint64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(iv); break;
+    case qcclFloat16: static_cast<uint16_t*>(p)[i] = qccl::float_to_half(float(v)); break;
+    case qcclBfloat16: static_cast<uint16_t*>(p)[i] = qccl::float_to_bf16(float(v)); break;
+    case qcclFloat32: static_cast<float*>(p)[i] = float(v); break;
+    default: static_cast<double*>(p)[i] = v; break;
+  }
+}
+bool is_unsigned(qcclDataType_t t) {
+  return t == qcclUint8 || t == qcclUint16 || t == qcclUint32 || t == qcclUint64;
+}
+// Small integers (products of +-1 and 2): exact in every type, any order.
+double value(int r, size_t i, qcclRedOp_t op, qcclDataType_t t) {
+  if (op == qcclProd) {
+    double v = ((r + i) % 3 == 0) ? 2 : 1;
+    return (!is_unsigned(t) && (r * 3 + i) % 4 == 0) ? -v : v;
+  }
+  long m = static_cast<long>((r * 7 + i * 3) % 9);
+  return is_unsigned(t) ? m : m - 4;
+}
+double reduced(int n, size_t i, qcclRedOp_t op, qcclDataType_t t) {
+  double acc = value(0, i, op, t);
+  for (int r = 1; r < n; ++r) {
+    double v = value(r, i, op, t);
+    if (op == qcclSum || op == qcclAvg) acc += v;
+    else if (op == qcclProd) acc *= v;
+    else if (op == qcclMax) acc = std::max(acc, v);
+    else acc = std::min(acc, v);
+  }
+  if (op == qcclAvg) {
+    if (t == qcclFloat64) acc /= n;
+    else if (t == qcclFloat16 || t == qcclBfloat16 || t == qcclFloat32) acc = float(acc) / float(n);
+    else acc = std::trunc(acc / n);
+  }
+  return acc;
+}
+
+// ---- one rank ---------------------------------------------------------------
+struct Bench {
+  const CollInfo& ci;
+  const PerfOptions& o;
+  qcclComm_t comm;
+  int rank, n;
+  qcclDataType_t t;
+  qcclRedOp_t op;
+  size_t es;
+  std::vector<char> sendbuf, recvbuf;
+
+  // Counts per call for a "size" in bytes (nccl-tests: size is the largest buffer).
+  size_t count_for(size_t size) const {
+    size_t c = size / es;
+    if (ci.coll == Coll::kAllGather || ci.coll == Coll::kReduceScatter || ci.coll == Coll::kAllToAll)
+      c /= n;
+    return c;
+  }
+  size_t bytes_for(size_t count) const {
+    bool per_rank = ci.coll == Coll::kAllGather || ci.coll == Coll::kReduceScatter ||
+                    ci.coll == Coll::kAllToAll;
+    return count * es * (per_rank ? n : 1);
+  }
+  double bus_factor() const {
+    switch (ci.coll) {
+      case Coll::kAllReduce: return 2.0 * (n - 1) / n;
+      case Coll::kAllGather:
+      case Coll::kReduceScatter:
+      case Coll::kAllToAll: return double(n - 1) / n;
+      default: return 1.0;
+    }
+  }
+
+  void call(size_t count, bool in_place) {
+    char* s = sendbuf.data();
+    char* r = recvbuf.data();
+    size_t blk = count * es;
+    qcclResult_t rc = qcclSuccess;
+    switch (ci.coll) {
+      case Coll::kAllReduce:
+        rc = qcclAllReduce(s, in_place ? s : r, count, t, op, comm, nullptr);
+        break;
+      case Coll::kBroadcast:
+        rc = qcclBroadcast(s, in_place ? s : r, count, t, o.root, comm, nullptr);
+        break;
+      case Coll::kReduce:
+        rc = qcclReduce(s, in_place ? s : r, count, t, op, o.root, comm, nullptr);
+        break;
+      case Coll::kAllGather:
+        rc = qcclAllGather(in_place ? r + rank * blk : s, r, count, t, comm, nullptr);
+        break;
+      case Coll::kReduceScatter:
+        rc = qcclReduceScatter(s, in_place ? s + rank * blk : r, count, t, op, comm, nullptr);
+        break;
+      case Coll::kAllToAll:
+        rc = qcclAllToAll(s, in_place ? s : r, count, t, comm, nullptr);
+        break;
+    }
+    QK_CHECK_AS(IoError, rc == qcclSuccess, ci.name, " failed on rank ", rank, ": ",
+                qcclGetErrorString(rc), ": ", qcclGetLastError(comm));
+  }
+
+  // Fills inputs, runs once, returns the number of wrong elements on this rank.
+  int64_t check_once(size_t count, bool in_place) {
+    char* s = sendbuf.data();
+    char* r = recvbuf.data();
+    size_t blk = count * es;
+    switch (ci.coll) {
+      case Coll::kAllReduce:
+      case Coll::kReduce:
+      case Coll::kBroadcast:
+        for (size_t i = 0; i < count; ++i) set(s, t, i, value(rank, i, op, t));
+        break;
+      case Coll::kReduceScatter:
+        for (size_t i = 0; i < count * n; ++i) set(s, t, i, value(rank, i, op, t));
+        break;
+      case Coll::kAllGather:
+        for (size_t i = 0; i < count; ++i)
+          set(in_place ? r + rank * blk : s, t, i, value(rank, i, qcclSum, t));
+        break;
+      case Coll::kAllToAll:
+        for (int d = 0; d < n; ++d)
+          for (size_t i = 0; i < count; ++i) set(s, t, d * count + i, (rank * 3 + d * 5 + i) % 61);
+        break;
+    }
+    call(count, in_place);
+    int64_t wrong = 0;
+    auto expect = [&](const char* buf, size_t i, double want) {
+      if (get(buf, t, i) != want && !(std::isnan(want) && std::isnan(get(buf, t, i)))) ++wrong;
+    };
+    // The reference goes through the element type (rounding, integer wrap).
+    std::vector<char> one(16);
+    auto typed = [&](double v) {
+      set(one.data(), t, 0, v);
+      return get(one.data(), t, 0);
+    };
+    const char* out = in_place ? s : r;
+    switch (ci.coll) {
+      case Coll::kAllReduce:
+        for (size_t i = 0; i < count; ++i) expect(out, i, typed(reduced(n, i, op, t)));
+        break;
+      case Coll::kReduce:
+        if (rank == o.root)
+          for (size_t i = 0; i < count; ++i) expect(out, i, typed(reduced(n, i, op, t)));
+        break;
+      case Coll::kBroadcast:
+        for (size_t i = 0; i < count; ++i) expect(out, i, typed(value(o.root, i, op, t)));
+        break;
+      case Coll::kReduceScatter: {
+        const char* o2 = in_place ? s + rank * blk : r;
+        for (size_t i = 0; i < count; ++i) expect(o2, i, typed(reduced(n, rank * count + i, op, t)));
+        break;
+      }
+      case Coll::kAllGather:
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < count; ++i) expect(r, q * count + i, typed(value(q, i, qcclSum, t)));
+        break;
+      case Coll::kAllToAll:
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < count; ++i) expect(out, q * count + i, typed((q * 3 + rank * 5 + i) % 61));
+        break;
+    }
+    return wrong;
+  }
+
+  double time_us(size_t count, bool in_place) {
+    for (int i = 0; i < o.warmup; ++i) call(count, in_place);
+    barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.iters; ++i) call(count, in_place);
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                std::max(1, o.iters);
+    double worst = 0;
+    QK_CHECK_AS(IoError, qcclAllReduce(&us, &worst, 1, qcclFloat64, qcclMax, comm, nullptr) == qcclSuccess,
+                "timing reduction failed: ", qcclGetLastError(comm));
+    return worst;
+  }
+  void barrier() {
+    char one = 1, out = 0;
+    QK_CHECK_AS(IoError, qcclAllReduce(&one, &out, 1, qcclInt8, qcclMax, comm, nullptr) == qcclSuccess,
+                "barrier failed: ", qcclGetLastError(comm));
+  }
+  int64_t total_wrong(int64_t mine) {
+    int64_t all = 0;
+    QK_CHECK_AS(IoError, qcclAllReduce(&mine, &all, 1, qcclInt64, qcclSum, comm, nullptr) == qcclSuccess,
+                "check reduction failed: ", qcclGetLastError(comm));
+    return all;
+  }
+};
+
+int run_rank(const PerfOptions& o, const CollInfo& ci, const qcclUniqueId& id, int rank, int n) {
+  qcclConfig_t cfg = QCCL_CONFIG_INITIALIZER;
+  cfg.timeoutS = o.timeout_s;
+  cfg.commName = "perf";
+  cfg.transport = o.transport.empty() ? nullptr : o.transport.c_str();
+  cfg.algo = o.algo.empty() ? nullptr : o.algo.c_str();
+  qcclComm_t comm = nullptr;
+  qcclResult_t rc = qcclCommInitRankConfig(&comm, n, id, rank, &cfg);
+  QK_CHECK_AS(IoError, rc == qcclSuccess, "rank ", rank, ": qccl init failed: ", qcclGetErrorString(rc),
+              ": ", qcclGetLastError(nullptr));
+  qcclDataType_t t = parse_dtype(o.dtype_s);
+  Bench b{ci, o, comm, rank, n, t, parse_op(o.op_s), qccl::dtype_size(t), {}, {}};
+  size_t lo = parse_size(o.min_s), hi = parse_size(o.max_s);
+  QK_CHECK(lo <= hi, "-b ", o.min_s, " is larger than -e ", o.max_s);
+  QK_CHECK(o.factor > 1.0, "-f: expected a factor > 1, got ", o.factor);
+  QK_CHECK(o.root >= 0 && o.root < n, "-r: expected a root in [0, ", n, "), got ", o.root);
+  b.sendbuf.assign(hi + 64, 0);
+  b.recvbuf.assign(hi + 64, 0);
+  bool show = rank == 0;
+  if (show) {
+    fmt::print("# qk perf {}: nranks {}, transport {}, algo {}, minBytes {} maxBytes {} step {}x "
+               "warmup {} iters {} validation {}\n#\n",
+               ci.name, n, o.transport.empty() ? "auto" : o.transport, o.algo.empty() ? "auto" : o.algo,
+               lo, hi, o.factor, o.warmup, o.iters, o.check);
+    fmt::print("# {:>10} {:>12} {:>8} {:>6} {:>5}  {:>9} {:>7} {:>7} {:>6}  {:>9} {:>7} {:>7} {:>6}\n",
+               "", "", "", "", "", "out-of-", "place", "", "", "in-", "place", "", "");
+    fmt::print("# {:>10} {:>12} {:>8} {:>6} {:>5}  {:>9} {:>7} {:>7} {:>6}  {:>9} {:>7} {:>7} {:>6}\n",
+               "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+               "algbw", "busbw", "#wrong");
+    fmt::print("# {:>10} {:>12} {:>8} {:>6} {:>5}  {:>9} {:>7} {:>7} {:>6}  {:>9} {:>7} {:>7} {:>6}\n",
+               "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+               "(GB/s)", "");
+    std::fflush(stdout);
+  }
+  double bus_sum = 0;
+  int rows = 0;
+  int64_t wrong_total = 0;
+  for (double sz = static_cast<double>(lo); sz <= static_cast<double>(hi) * 1.0000001;
+       sz = std::max(sz * o.factor, sz + 1)) {
+    size_t count = b.count_for(static_cast<size_t>(sz));
+    size_t bytes = b.bytes_for(count);
+    std::string cols;
+    for (bool in_place : {false, true}) {
+      int64_t wrong = o.check ? b.total_wrong(b.check_once(count, in_place)) : 0;
+      wrong_total += wrong;
+      double us = b.time_us(count, in_place);
+      double algbw = us > 0 ? bytes / us / 1e3 : 0;
+      double busbw = algbw * b.bus_factor();
+      bus_sum += busbw;
+      cols += fmt::format("  {:>9.2f} {:>7.2f} {:>7.2f} {:>6}", us, algbw, busbw,
+                          o.check ? std::to_string(wrong) : std::string("N/A"));
+    }
+    ++rows;
+    if (show) {
+      fmt::print("  {:>10} {:>12} {:>8} {:>6} {:>5}{}\n", bytes, count, o.dtype_s,
+                 ci.has_op ? o.op_s : "none", ci.has_root ? o.root : -1, cols);
+      std::fflush(stdout);
+    }
+    if (sz == 0 && lo == 0) sz = 0.5;  // 0 -> 1 -> 2 ... with factor 2
+  }
+  if (show) {
+    fmt::print("# Out of bounds values : {} {}\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    fmt::print("# Avg bus bandwidth    : {:.3f}\n#\n", rows ? bus_sum / (2 * rows) : 0.0);
+    std::fflush(stdout);
+  }
+  qcclCommDestroy(comm);
+  return wrong_total ? 2 : 0;
+}
+
+void run_memcpy(const PerfOptions& o) {
+  size_t lo = std::max<size_t>(parse_size(o.min_s), 1), hi = parse_size(o.max_s);
+  std::vector<char> a(hi, 1), b(hi, 0);
+  fmt::print("# qk perf memcpy: single thread, {} iterations\n# {:>10} {:>10} {:>8}\n", o.iters,
+             "size(B)", "time(us)", "GB/s");
+  for (double sz = static_cast<double>(lo); sz <= static_cast<double>(hi) * 1.0000001; sz *= o.factor) {
+    size_t n = static_cast<size_t>(sz);
+    for (int i = 0; i < o.warmup; ++i) std::memcpy(b.data(), a.data(), n);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.iters; ++i) {
+      std::memcpy(b.data(), a.data(), n);
+      a[i % n] = static_cast<char>(i);  // keep the copies from being merged
+    }
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                std::max(1, o.iters);
+    fmt::print("  {:>10} {:>10.2f} {:>8.2f}\n", n, us, n / us / 1e3);
+  }
+  if (b[0] == 42) fmt::print("#\n");  // uses b so the copies stay observable
+}
+
+// Ranks from a launcher's environment, or 0 when there is none.
+bool launcher_rank(int* rank, int* size) {
+  const char* pairs[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                            {"QK_RANK", "QK_WORLD_SIZE"},
+                            {"PMI_RANK", "PMI_SIZE"}};
+  for (auto& p : pairs) {
+    auto r = env::get_raw(p[0]);
+    auto s = env::get_raw(p[1]);
+    if (r && s) {
+      *rank = static_cast<int>(env::parse_int(p[0], *r));
+      *size = static_cast<int>(env::parse_int(p[1], *s));
+      return true;
+    }
+  }
+  return false;
+}
+
+void run_perf(const PerfOptions& o) {
+  if (o.coll == "memcpy") return run_memcpy(o);
+  const CollInfo* ci = nullptr;
+  for (const auto& c : kColls)
+    if (o.coll == c.name) ci = &c;
+  QK_CHECK(ci, "Expected a collective: all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
+           "alltoall (or memcpy), got '", o.coll, "'");
+  parse_dtype(o.dtype_s);
+  parse_op(o.op_s);
+  int rank = 0, size = 0;
+  if (o.np == 0 && launcher_rank(&rank, &size)) {
+    QK_CHECK(env::get_raw("QCCL_COMM_ID").has_value(),
+             "running under a launcher (rank ", rank, " of ", size,
+             "): set QCCL_COMM_ID=host:port so the ranks can meet (rank 0 listens there)");
+    qcclUniqueId id;
+    QK_CHECK_AS(IoError, qcclGetUniqueId(&id) == qcclSuccess, qcclGetLastError(nullptr));
+    log::set_prefix(fmt::format("[rank {}] ", rank));
+    int rc = run_rank(o, *ci, id, rank, size);
+    if (rc) exit_with(rc);
+    return;
+  }
+  int np = o.np ? o.np : 1;
+  QK_CHECK(np >= 1 && np <= 256, "--np: expected 1..256 ranks, got ", np);
+  qcclUniqueId id;
+  QK_CHECK_AS(IoError, qcclGetUniqueId(&id) == qcclSuccess, qcclGetLastError(nullptr));
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < np; ++r) {
+    pid_t pid = ::fork();
+    QK_CHECK_AS(IoError, pid >= 0, "fork failed: ", detail::errno_string(errno));
+    if (pid == 0) {
+      log::set_prefix(fmt::format("[rank {}] ", r));
+      int code = 1;
+      try {
+        code = run_rank(o, *ci, id, r, np);
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "qk perf: rank {}: error: {}\n", r, e.what());
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  int worst = 0;
+  for (int r = 0; r < np; ++r) {
+    int st = 0;
+    while (::waitpid(pids[r], &st, 0) < 0 && errno == EINTR) {
+    }
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (code) fmt::print(stderr, "qk perf: rank {} exited with status {}\n", r, code);
+    worst = std::max(worst, code);
+  }
+  if (worst) exit_with(worst);
+}
+
+void setup_perf(CLI::App& app) {
+  auto o = std::make_shared<PerfOptions>();
+  app.add_option("collective", o->coll,
+                 "all_reduce, broadcast, reduce, all_gather, reduce_scatter, alltoall or memcpy")
+      ->capture_default_str();
+  app.add_option("-b,--minbytes", o->min_s, "Smallest size (8, 64K, 1M, ...)")->capture_default_str();
+  app.add_option("-e,--maxbytes", o->max_s, "Largest size")->capture_default_str();
+  app.add_option("-f,--stepfactor", o->factor, "Size multiplier between rows")->capture_default_str();
+  app.add_option("-n,--iters", o->iters, "Timed iterations per size")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("-w,--warmup_iters", o->warmup, "Untimed iterations first")->check(CLI::Range(0, 100000))->capture_default_str();
+  app.add_option("-c,--check", o->check, "Check results (outside the timed loop)")->check(CLI::Range(0, 1))->capture_default_str();
+  app.add_option("-d,--datatype", o->dtype_s, "float, half, bfloat16, double, int8, ...")->capture_default_str();
+  app.add_option("-o,--op", o->op_s, "sum, prod, max, min or avg")->capture_default_str();
+  app.add_option("-r,--root", o->root, "Root of broadcast and reduce")->capture_default_str();
+  app.add_option("--np", o->np, "Fork this many ranks here (default: from the launcher, else 1)");
+  app.add_option("--transport", o->transport, "auto, shm or tcp (default: QCCL_TRANSPORT)");
+  app.add_option("--algo", o->algo, "auto, ring, rd, tree or chain (default: QCCL_ALGO)");
+  app.add_option("--timeout", o->timeout_s, "Deadline of every wait in seconds (default: QCCL_TIMEOUT_S)");
+  app.callback([o] { run_perf(*o); });
+}
+
+}  // namespace
+
+QK_REGISTER_COMMAND(perf, "Benchmark qccl collectives (nccl-tests style); --np N runs N ranks", setup_perf);
+
+}  // namespace qk::cli

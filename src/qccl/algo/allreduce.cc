@@ -1,0 +1,113 @@
+// All-reduce: the bandwidth-optimal ring (reduce-scatter, then all-gather)
+// for large messages, recursive doubling for small ones. See Note
+// [bit-identical results] in collectives.h.
+#include <cstring>
+
+#include "qccl/algo/collectives.h"
+#include "qccl/algo/cost_model.h"
+#include "qccl/core/debug.h"
+#include "qccl/engine.h"
+
+namespace qccl {
+
+namespace {
+
+// Segment i of n over count elements: sizes differ by at most one element.
+struct Seg {
+  size_t off, len;  // in elements
+};
+Seg segment(size_t count, int n, int i) {
+  size_t base = count / n, rem = count % n, ui = static_cast<size_t>(i);
+  return {ui * base + std::min(ui, rem), base + (ui < rem ? 1 : 0)};
+}
+
+void ring(Call& call, const char* send, char* recv, size_t count, size_t es) {
+  qcclComm& c = call.comm;
+  int n = c.nranks, r = c.rank;
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  auto off = [&](int seg) { return segment(count, n, seg).off * es; };
+  auto len = [&](int seg) { return segment(count, n, seg).len * es; };
+  auto mod = [n](int v) { return ((v % n) + n) % n; };
+  // Reduce-scatter: after n-1 steps rank r holds the full reduction of segment r+1.
+  for (int k = 0; k < n - 1; ++k) {
+    int s = mod(r - k), q = mod(r - k - 1);
+    Xfer xs[2] = {Xfer::send(next, (k == 0 ? send : recv) + off(s), len(s)),
+                  Xfer::recv_reduce(prev, recv + off(q), send + off(q), len(q), true)};
+    run(call, xs);
+  }
+  int own = mod(r + 1);
+  if (call.op == qcclAvg) finish_avg(recv + off(own), len(own) / es, call.dtype, n);
+  // All-gather of the reduced segments.
+  for (int k = 0; k < n - 1; ++k) {
+    int s = mod(r + 1 - k), q = mod(r - k);
+    Xfer xs[2] = {Xfer::send(next, recv + off(s), len(s)), Xfer::recv(prev, recv + off(q), len(q))};
+    run(call, xs);
+  }
+}
+
+void recursive_doubling(Call& call, const char* send, char* recv, size_t count, size_t es) {
+  qcclComm& c = call.comm;
+  int n = c.nranks, r = c.rank;
+  size_t bytes = count * es;
+  if (send != recv) std::memcpy(recv, send, bytes);
+  int p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  int extra = n - p2;
+  if (r >= p2) {  // fold into a partner, then get the result back
+    Xfer s[1] = {Xfer::send(r - p2, recv, bytes)};
+    run(call, s);
+    Xfer g[1] = {Xfer::recv(r - p2, recv, bytes)};
+    run(call, g);
+    return;
+  }
+  if (r < extra) {
+    Xfer x[1] = {Xfer::recv_reduce(r + p2, recv, recv, bytes, false)};
+    run(call, x);
+  }
+  char* cur = recv;
+  char* other = scratch(c, bytes);
+  for (int mask = 1; mask < p2; mask <<= 1) {
+    int partner = r ^ mask;
+    Xfer xs[2] = {Xfer::send(partner, cur, bytes),
+                  Xfer::recv_reduce(partner, other, cur, bytes, partner < r)};
+    run(call, xs);
+    std::swap(cur, other);
+  }
+  if (cur != recv) std::memcpy(recv, cur, bytes);
+  if (call.op == qcclAvg) finish_avg(recv, count, call.dtype, n);
+  if (r < extra) {
+    Xfer x[1] = {Xfer::send(r + p2, recv, bytes)};
+    run(call, x);
+  }
+}
+
+}  // namespace
+
+void all_reduce(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt,
+                qcclRedOp_t op) {
+  size_t es = dtype_size(dt), bytes = count * es;
+  Algo a = choose(c.cost, c.algo, Coll::kAllReduce, c.nranks, bytes);
+  Call call(c, "allreduce", MsgKind::kAllReduce, bytes, algo_name(a));
+  call.dtype = dt;
+  call.op = op;
+  QCCL_INFO("COLL", "allreduce #{} count {} {} {} ({} bytes) nranks {} algo {} (predicted {:.1f} us)",
+            call.seq, count, dtype_name(dt), op_name(op), bytes, c.nranks, algo_name(a),
+            predict_us(c.cost, Coll::kAllReduce, a, c.nranks, bytes));
+  auto* s = static_cast<const char*>(send);
+  auto* r = static_cast<char*>(recv);
+  if (c.nranks == 1) {
+    if (s != r) std::memcpy(r, s, bytes);
+  } else if (a == Algo::kRecursiveDoubling) {
+    recursive_doubling(call, s, r, count, es);
+  } else {
+    ring(call, s, r, count, es);
+  }
+  finish(call);
+}
+
+char* scratch(qcclComm& c, size_t bytes) {
+  if (c.scratch.size() < bytes) c.scratch.resize(bytes);
+  return c.scratch.data();
+}
+
+}  // namespace qccl

@@ -1,0 +1,41 @@
+// The collectives, as algorithms over the engine's transfers (gloo style:
+// each is a function that only moves and reduces; arguments are validated by
+// the C API before they get here). All are blocking and throw on failure.
+//
+// Note [bit-identical results]: every algorithm either reduces each element
+// along one fixed order and then copies the result to all ranks (ring,
+// chain), or has both partners of an exchange compute op(lower rank's value,
+// higher rank's value) (recursive doubling), so all ranks end with the same
+// bits, including for floating point, +0/-0 and NaN payloads.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "qccl/comm.h"
+
+namespace qccl {
+
+void all_reduce(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt,
+                qcclRedOp_t op);
+void broadcast(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt, int root);
+void reduce_to_root(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt,
+                    qcclRedOp_t op, int root);
+void all_gather(qcclComm& c, const void* send, void* recv, size_t sendcount, qcclDataType_t dt);
+void reduce_scatter(qcclComm& c, const void* send, void* recv, size_t recvcount, qcclDataType_t dt,
+                    qcclRedOp_t op);
+void all_to_all(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt);
+
+struct P2POp {
+  bool is_send;
+  int peer;
+  void* buf;
+  size_t bytes;
+};
+// Runs the point-to-point operations together (a group), in order per peer.
+void point_to_point(qcclComm& c, std::span<const P2POp> ops);
+
+// A per-communicator scratch buffer of at least `bytes` (reused across calls).
+char* scratch(qcclComm& c, size_t bytes);
+
+}  // namespace qccl

@@ -1,0 +1,118 @@
+// All-gather and reduce-scatter on the ring, all-to-all as a pairwise
+// exchange, and grouped point-to-point.
+#include <cstring>
+#include <vector>
+
+#include "qccl/algo/collectives.h"
+#include "qccl/algo/cost_model.h"
+#include "qccl/core/debug.h"
+#include "qccl/engine.h"
+
+namespace qccl {
+
+void all_gather(qcclComm& c, const void* send, void* recv, size_t sendcount, qcclDataType_t dt) {
+  size_t blk = sendcount * dtype_size(dt);
+  int n = c.nranks, r = c.rank;
+  Call call(c, "allgather", MsgKind::kAllGather, blk * n, "ring");
+  call.dtype = dt;
+  QCCL_INFO("COLL", "allgather #{} sendcount {} {} nranks {} algo ring", call.seq, sendcount,
+            dtype_name(dt), n);
+  auto* out = static_cast<char*>(recv);
+  if (static_cast<const char*>(send) != out + r * blk && blk)
+    std::memmove(out + r * blk, send, blk);
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int k = 0; k < n - 1; ++k) {
+    int s = ((r - k) % n + n) % n, q = ((r - k - 1) % n + n) % n;
+    Xfer xs[2] = {Xfer::send(next, out + s * blk, blk), Xfer::recv(prev, out + q * blk, blk)};
+    run(call, xs);
+  }
+  finish(call);
+}
+
+void reduce_scatter(qcclComm& c, const void* send, void* recv, size_t recvcount, qcclDataType_t dt,
+                    qcclRedOp_t op) {
+  size_t blk = recvcount * dtype_size(dt);
+  int n = c.nranks, r = c.rank;
+  Call call(c, "reducescatter", MsgKind::kReduceScatter, blk * n, "ring");
+  call.dtype = dt;
+  call.op = op;
+  QCCL_INFO("COLL", "reducescatter #{} recvcount {} {} {} nranks {} algo ring", call.seq, recvcount,
+            dtype_name(dt), op_name(op), n);
+  auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  if (n == 1) {
+    if (in != out && blk) std::memmove(out, in, blk);
+  } else {
+    // Step k sends the partial of block r-1-k and folds block r-2-k into the
+    // partial arriving from prev; the last step lands block r in recv.
+    int next = (r + 1) % n, prev = (r + n - 1) % n;
+    char* tmp = scratch(c, 2 * blk);
+    auto mod = [n](int v) { return ((v % n) + n) % n; };
+    for (int k = 0; k < n - 1; ++k) {
+      int s = mod(r - 1 - k), q = mod(r - 2 - k);
+      const char* src = k == 0 ? in + s * blk : tmp + ((k - 1) % 2) * blk;
+      char* dst = k == n - 2 ? out : tmp + (k % 2) * blk;
+      Xfer xs[2] = {Xfer::send(next, src, blk), Xfer::recv_reduce(prev, dst, in + q * blk, blk, true)};
+      run(call, xs);
+    }
+  }
+  if (op == qcclAvg) finish_avg(out, recvcount, dt, n);
+  finish(call);
+}
+
+void all_to_all(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt) {
+  size_t blk = count * dtype_size(dt);
+  int n = c.nranks, r = c.rank;
+  Call call(c, "alltoall", MsgKind::kAllToAll, blk * n, "pairwise");
+  call.dtype = dt;
+  QCCL_INFO("COLL", "alltoall #{} count {} {} nranks {} algo pairwise", call.seq, count,
+            dtype_name(dt), n);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  if (in == out && n > 1) {  // in place: keep a copy of what we send
+    char* copy = scratch(c, blk * n);
+    std::memcpy(copy, in, blk * n);
+    in = copy;
+  }
+  if (in + r * blk != out + r * blk && blk) std::memcpy(out + r * blk, in + r * blk, blk);
+  std::vector<Xfer> xs;
+  for (int s = 1; s < n; ++s) {
+    int to = (r + s) % n, from = (r - s + n) % n;
+    xs.push_back(Xfer::send(to, in + to * blk, blk));
+    xs.push_back(Xfer::recv(from, out + from * blk, blk));
+  }
+  run(call, xs);
+  finish(call);
+}
+
+void point_to_point(qcclComm& c, std::span<const P2POp> ops) {
+  size_t bytes = 0;
+  for (const auto& o : ops) bytes += o.bytes;
+  Call call(c, ops.size() == 1 ? (ops[0].is_send ? "send" : "recv") : "p2p-group", MsgKind::kP2P,
+            bytes, "p2p", ops.size() == 1 ? ops[0].peer : -1);
+  std::vector<Xfer> xs;
+  std::vector<const P2POp*> self_sends, self_recvs;
+  for (const auto& o : ops) {
+    if (o.peer == c.rank) {
+      (o.is_send ? self_sends : self_recvs).push_back(&o);
+      continue;
+    }
+    Xfer x = o.is_send ? Xfer::send(o.peer, o.buf, o.bytes) : Xfer::recv(o.peer, o.buf, o.bytes);
+    x.seq = o.is_send ? c.p2p_send_seq[o.peer]++ : c.p2p_recv_seq[o.peer]++;
+    QCCL_TRACE("P2P", "{} {} bytes {} rank {} (#{})", o.is_send ? "send" : "recv", o.bytes,
+               o.is_send ? "to" : "from", o.peer, x.seq);
+    xs.push_back(x);
+  }
+  QK_CHECK_AS(UsageError, self_sends.size() == self_recvs.size(), "a group has ",
+              self_sends.size(), " sends to this rank itself but ", self_recvs.size(),
+              " receives from itself; they must pair up");
+  for (size_t i = 0; i < self_sends.size(); ++i) {
+    QK_CHECK(self_sends[i]->bytes == self_recvs[i]->bytes, "self send of ", self_sends[i]->bytes,
+             " bytes paired with a self receive of ", self_recvs[i]->bytes, " bytes");
+    if (self_sends[i]->bytes) std::memmove(self_recvs[i]->buf, self_sends[i]->buf, self_sends[i]->bytes);
+  }
+  run(call, xs);
+  finish(call);
+}
+
+}  // namespace qccl

@@ -1,0 +1,67 @@
+// The communicator: who the ranks are, one connection per peer, sequence
+// numbers that keep every rank's messages matched, the flight recorder, and
+// the abort/error state that makes every later call fail fast.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "qccl.h"
+#include "qccl/algo/cost_model.h"
+#include "qccl/bootstrap/bootstrap.h"
+#include "qccl/flight_recorder.h"
+#include "qccl/transport/conn.h"
+
+struct qcclComm {
+  static constexpr uint64_t kMagic = 0x514343434f4d4d31ull;  // "QCCCOMM1"
+  uint64_t magic = kMagic;
+
+  int rank = 0;
+  int nranks = 1;
+  std::string name = "qccl";
+  double timeout_s = 300;
+  qccl::Token token{};
+  std::vector<qccl::PeerInfo> peers;
+  std::vector<std::unique_ptr<qccl::Conn>> conns;  // [rank]; null for self
+  qccl::CostModel cost;
+  std::string algo = "auto";
+  size_t cma_min_bytes = 256 << 10;  // messages this large go single-copy where possible  // forced algorithm (QCCL_ALGO / config.algo)
+
+  uint64_t coll_seq = 0;                 // collectives started, same on every rank
+  std::vector<uint32_t> p2p_send_seq;    // messages sent to / received from each peer
+  std::vector<uint32_t> p2p_recv_seq;
+  qccl::FlightRecorder fr;
+  std::vector<char> scratch;  // temporaries of the algorithms, reused
+
+  std::atomic<bool> aborted{false};
+  std::atomic<int> active_calls{0};
+  std::mutex err_mu;
+  qcclResult_t async_error = qcclSuccess;
+  std::string async_msg;
+
+  explicit qcclComm(int fr_entries) : fr(fr_entries) {}
+  // Marks the communicator broken and closes every connection so that peers
+  // blocked on us fail now instead of at their deadline.
+  void fail(qcclResult_t code, const std::string& msg);
+  // Throws when the communicator was aborted or broken by an earlier error.
+  void check_usable() const;
+  // "rank 3 (pid 1234 on host)"
+  std::string peer_name(int r) const;
+};
+
+namespace qccl {
+// Counts a call in progress so qcclCommAbort can wait for it to leave.
+class ActiveCall {
+ public:
+  explicit ActiveCall(qcclComm* c) : c_(c) { c_->active_calls.fetch_add(1); }
+  ~ActiveCall() { c_->active_calls.fetch_sub(1); }
+  ActiveCall(const ActiveCall&) = delete;
+  ActiveCall& operator=(const ActiveCall&) = delete;
+
+ private:
+  qcclComm* c_;
+};
+}  // namespace qccl

@@ -1,0 +1,37 @@
+#include "qccl/core/settings.h"
+
+#include "qk/base/env.h"
+#include "qk/base/error.h"
+
+namespace qccl {
+
+namespace {
+QK_ENV_DOUBLE(env_timeout, "QCCL_TIMEOUT_S", 300.0,
+              "Deadline in seconds of every qccl wait (init, collectives, p2p).");
+QK_ENV_STRING(env_transport, "QCCL_TRANSPORT", "auto",
+              "Transport between ranks: auto (shm on one host, tcp across), shm or tcp.");
+QK_ENV_STRING(env_algo, "QCCL_ALGO", "auto",
+              "Collective algorithm: auto (cost model), ring, rd (recursive doubling), tree or chain.");
+QK_ENV_INT(env_fr_entries, "QCCL_FR_ENTRIES", 64,
+           "Operations kept per communicator by the flight recorder.");
+QK_ENV_STRING(env_fr_dir, "QCCL_FR_DUMP_DIR", "",
+              "Directory the flight recorder writes qccl_fr_<comm>_rank<r>.txt to on error.");
+QK_ENV_BOOL(env_cma, "QCCL_CMA", true,
+            "Single-copy shared-memory receives with process_vm_readv for large messages.");
+QK_ENV_INT(env_cma_min, "QCCL_CMA_MIN_BYTES", 256 << 10,
+           "Messages at least this large use single-copy CMA on shared memory.");
+}  // namespace
+
+double default_timeout_s() { return env_timeout.get(); }
+std::string default_transport() { return env_transport.get(); }
+std::string forced_algo() { return env_algo.get(); }
+int flight_recorder_entries() { return static_cast<int>(env_fr_entries.get()); }
+std::string flight_recorder_dir() { return env_fr_dir.reload(); }  // read when used: only on errors
+bool cma_enabled() { return env_cma.reload(); }
+size_t cma_min_bytes() {
+  int64_t v = env_cma_min.reload();
+  QK_CHECK(v >= 0, "QCCL_CMA_MIN_BYTES: expected a byte count >= 0, got ", v);
+  return static_cast<size_t>(v);
+}
+
+}  // namespace qccl

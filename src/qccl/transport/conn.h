@@ -1,0 +1,70 @@
+// A connection to one peer, as the algorithms see it: a non-blocking byte
+// stream in each direction (NCCL's send/recv primitives over a transport
+// table; gloo's Pair). Transports implement it; the engine (engine.h) drives
+// several at once so a ring step sends and receives concurrently.
+//
+// Receiving is zero-copy where the transport allows: peek() exposes bytes in
+// place (a shared-memory ring, a socket staging buffer), the caller reduces or
+// copies them, then consume()s. Every method throws RemoteError when the peer
+// is gone, naming it.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+namespace qccl {
+
+class Conn {
+ public:
+  Conn(int peer, std::string peer_name) : peer_(peer), peer_name_(std::move(peer_name)) {}
+  virtual ~Conn() = default;
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  virtual const char* kind() const = 0;  // "shm", "tcp"
+  // Takes up to n bytes; returns how many it took (0 when full).
+  virtual size_t try_send(const void* p, size_t n) = 0;
+  // Readable bytes in one contiguous run at *p (0 when none yet).
+  virtual size_t peek(const void** p) = 0;
+  virtual void consume(size_t n) = 0;
+  // Copies up to n received bytes into p; returns how many.
+  virtual size_t try_recv(void* p, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      const void* src = nullptr;
+      size_t avail = peek(&src);
+      if (avail == 0) break;
+      size_t k = avail < n - got ? avail : n - got;
+      std::memcpy(static_cast<char*>(p) + got, src, k);
+      consume(k);
+      got += k;
+    }
+    return got;
+  }
+  // A socket to poll() while waiting (TCP), or -1 when the transport is polled by spinning.
+  virtual int poll_fd() const { return -1; }
+  // Throws RemoteError if the peer has died or closed (cheap; called while idle).
+  virtual void check_alive() = 0;
+  // Tells the peer we are leaving and why (shown in its error where the
+  // transport can carry it); pending and later calls on both sides fail.
+  virtual void close(const std::string& reason) = 0;
+
+  // Single copy (Linux CMA): the receiver reads the sender's buffer with
+  // process_vm_readv instead of the bytes going through the transport. Only
+  // shared memory offers it, and only where both processes may read each other.
+  virtual bool cma() const { return false; }
+  virtual int cma_pid() const { return -1; }
+  virtual void cma_ack() {}                         // receiver: done with one buffer
+  virtual uint64_t cma_acks() const { return 0; }   // sender: buffers the peer is done with
+  uint64_t cma_posted = 0;                          // sender: buffers offered so far
+
+  int peer() const { return peer_; }
+  const std::string& peer_name() const { return peer_name_; }
+
+ private:
+  int peer_;
+  std::string peer_name_;
+};
+
+}  // namespace qccl

@@ -1,0 +1,267 @@
+#include "qccl/transport/shm.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "qccl/core/debug.h"
+#include "qk/base/env.h"
+
+namespace qccl {
+
+namespace {
+
+QK_ENV_INT(env_ring_bytes, "QCCL_SHM_RING_BYTES", 1 << 20,
+           "Bytes in each shared-memory ring (one per direction per peer pair).");
+
+constexpr uint64_t kSegMagic = 0x51434353484d3031ull;  // "QCCSHM01"
+constexpr uint32_t kSegVersion = 1;
+// Producers publish at least every slice so the consumer can start early.
+constexpr size_t kSlice = 64 << 10;
+
+struct RingCtl {
+  alignas(64) std::atomic<uint64_t> head;   // bytes produced, ever
+  alignas(64) std::atomic<uint64_t> tail;   // bytes consumed, ever
+  alignas(64) std::atomic<uint32_t> closed;  // set by either side on close/abort
+  alignas(64) std::atomic<uint64_t> cma_acks;  // single-copy buffers the consumer finished
+};
+
+struct SegHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t pad;
+  uint64_t ring_bytes;
+  RingCtl ring[2];  // ring 0: low rank -> high rank; ring 1: high -> low
+  char reason[2][256];  // why side 0 / side 1 closed, written before `closed`
+};
+
+constexpr size_t kDataOffset = (sizeof(SegHeader) + 4095) & ~size_t(4095);
+
+struct NameMsg {
+  char name[64];
+  uint64_t bytes;
+  uint64_t base;  // the creator's mapping, for the CMA probe
+};
+struct AckMsg {
+  char ok;
+  char pad[7];
+  uint64_t base;  // the opener's mapping
+};
+
+// Can this process read the peer's memory? Reads the peer's copy of the
+// segment magic through process_vm_readv (denied by ptrace policy, seccomp,
+// or different users).
+bool cma_probe(int pid, uint64_t base) {
+  uint64_t magic = 0;
+  iovec local{&magic, sizeof magic};
+  iovec remote{reinterpret_cast<void*>(base), sizeof magic};
+  return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof magic && magic == kSegMagic;
+}
+
+class ShmConn final : public Conn {
+ public:
+  ShmConn(int peer, std::string name, Fd ctl, void* base, size_t map_bytes, int side, int peer_pid,
+          bool cma)
+      : Conn(peer, std::move(name)),
+        ctl_(std::move(ctl)),
+        base_(base),
+        map_bytes_(map_bytes),
+        peer_pid_(peer_pid),
+        cma_(cma) {
+    auto* h = static_cast<SegHeader*>(base);
+    cap_ = h->ring_bytes;
+    char* data = static_cast<char*>(base) + kDataOffset;
+    int send_ring = side == 0 ? 0 : 1;
+    tx_ = &h->ring[send_ring];
+    rx_ = &h->ring[1 - send_ring];
+    side_ = side;
+    tx_data_ = data + send_ring * cap_;
+    rx_data_ = data + (1 - send_ring) * cap_;
+    tx_head_ = tx_->head.load(std::memory_order_relaxed);
+    rx_tail_ = rx_->tail.load(std::memory_order_relaxed);
+  }
+  ~ShmConn() override { ::munmap(base_, map_bytes_); }
+
+  const char* kind() const override { return "shm"; }
+
+  size_t try_send(const void* p, size_t n) override {
+    const char* src = static_cast<const char*>(p);
+    size_t sent = 0;
+    while (sent < n) {
+      uint64_t tail = tx_->tail.load(std::memory_order_acquire);
+      size_t space = cap_ - static_cast<size_t>(tx_head_ - tail);
+      if (space == 0) break;
+      size_t off = static_cast<size_t>(tx_head_ % cap_);
+      size_t k = std::min<size_t>({n - sent, space, cap_ - off, kSlice});
+      std::memcpy(tx_data_ + off, src + sent, k);
+      tx_head_ += k;
+      tx_->head.store(tx_head_, std::memory_order_release);
+      sent += k;
+    }
+    return sent;
+  }
+
+  size_t peek(const void** p) override {
+    uint64_t head = rx_->head.load(std::memory_order_acquire);
+    size_t avail = static_cast<size_t>(head - rx_tail_);
+    size_t off = static_cast<size_t>(rx_tail_ % cap_);
+    *p = rx_data_ + off;
+    return std::min(avail, cap_ - off);
+  }
+
+  void consume(size_t n) override {
+    rx_tail_ += n;
+    rx_->tail.store(rx_tail_, std::memory_order_release);
+  }
+
+  bool cma() const override { return cma_; }
+  int cma_pid() const override { return peer_pid_; }
+  void cma_ack() override { rx_->cma_acks.fetch_add(1, std::memory_order_release); }
+  uint64_t cma_acks() const override { return tx_->cma_acks.load(std::memory_order_acquire); }
+
+  void check_alive() override {
+    if (rx_->closed.load(std::memory_order_acquire) || tx_->closed.load(std::memory_order_acquire)) {
+      auto* h = static_cast<SegHeader*>(base_);
+      std::string why(h->reason[1 - side_], strnlen(h->reason[1 - side_], sizeof h->reason[0]));
+      QCCL_REMOTE_ERROR(peer_name(), " closed its shared-memory connection",
+                        why.empty() ? std::string(" (it failed or aborted; check its log)")
+                                    : ": it gave up because: " + why);
+    }
+    pollfd pf{ctl_.get(), POLLIN, 0};
+    if (::poll(&pf, 1, 0) > 0) {
+      char c;
+      ssize_t k = ::recv(ctl_.get(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+        QCCL_REMOTE_ERROR(peer_name(), " is gone: its control socket closed (the process exited or was killed)");
+    }
+  }
+
+  void close(const std::string& reason) override {
+    auto* h = static_cast<SegHeader*>(base_);
+    std::snprintf(h->reason[side_], sizeof h->reason[0], "%s", reason.c_str());
+    tx_->closed.store(1, std::memory_order_release);
+    rx_->closed.store(1, std::memory_order_release);
+    ::shutdown(ctl_.get(), SHUT_RDWR);
+  }
+
+ private:
+  Fd ctl_;
+  void* base_;
+  size_t map_bytes_;
+  size_t cap_ = 0;
+  RingCtl* tx_;
+  RingCtl* rx_;
+  char* tx_data_;
+  char* rx_data_;
+  uint64_t tx_head_ = 0;  // our copy of tx_->head (we are its only writer)
+  uint64_t rx_tail_ = 0;  // our copy of rx_->tail
+  int peer_pid_;
+  bool cma_;
+  int side_ = 0;
+};
+
+std::atomic<uint64_t> g_seg_counter{0};
+
+}  // namespace
+
+std::unique_ptr<Conn> make_shm_conn(int my_rank, int peer, std::string peer_name, Fd ctl,
+                                    int peer_pid, bool want_cma, const Deadline& dl) {
+  bool creator = my_rank < peer;
+  NameMsg msg{};
+  int fd = -1;
+  size_t ring = 0;
+  if (creator) {
+    int64_t want = env_ring_bytes.get();
+    QK_CHECK(want >= 4096 && want <= (int64_t(1) << 30) && want % 64 == 0,
+             "QCCL_SHM_RING_BYTES: expected a multiple of 64 in [4096, 1 GiB], got ", want);
+    ring = static_cast<size_t>(want);
+    std::snprintf(msg.name, sizeof msg.name, "/qccl-%d-%d-%d-%llu", static_cast<int>(::getpid()),
+                  my_rank, peer, static_cast<unsigned long long>(g_seg_counter++));
+    msg.bytes = kDataOffset + 2 * ring;
+    fd = ::shm_open(msg.name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+      QK_THROW(qk::IoError, "shm_open(", msg.name, ") failed: ", qk::detail::errno_string(errno),
+               "; is /dev/shm mounted and writable? (QCCL_TRANSPORT=tcp avoids shared memory)");
+    if (::ftruncate(fd, static_cast<off_t>(msg.bytes)) != 0) {
+      int err = errno;
+      ::close(fd);
+      ::shm_unlink(msg.name);
+      QK_THROW(qk::IoError, "sizing shared memory ", msg.name, " to ", msg.bytes,
+               " bytes failed: ", qk::detail::errno_string(err), " (is /dev/shm full?)");
+    }
+  } else {
+    recv_all(ctl.get(), &msg, sizeof msg, dl, peer_name);
+    msg.name[sizeof msg.name - 1] = '\0';
+    QK_CHECK_AS(RemoteError, std::strncmp(msg.name, "/qccl-", 6) == 0 && msg.bytes > kDataOffset &&
+                    msg.bytes <= kDataOffset + 2 * (size_t(1) << 30),
+                peer_name, " sent a malformed shared-memory offer (name '", msg.name, "', ",
+                msg.bytes, " bytes)");
+    fd = ::shm_open(msg.name, O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+      QK_THROW(qk::IoError, "opening shared memory ", msg.name, " from ", peer_name, " failed: ",
+               qk::detail::errno_string(errno), " (are both ranks on the same host and user?)");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != msg.bytes) {
+      ::close(fd);
+      QCCL_REMOTE_ERROR("shared memory ", msg.name, " from ", peer_name, " has the wrong size");
+    }
+  }
+  void* base = ::mmap(nullptr, msg.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int map_err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    if (creator) ::shm_unlink(msg.name);
+    QK_THROW(qk::IoError, "mmap of ", msg.bytes, " bytes of shared memory failed: ",
+             qk::detail::errno_string(map_err));
+  }
+  auto* h = static_cast<SegHeader*>(base);
+  bool cma = false;
+  try {
+    uint64_t peer_base = 0;
+    if (creator) {
+      new (h) SegHeader{};
+      h->magic = kSegMagic;
+      h->version = kSegVersion;
+      h->ring_bytes = ring;
+      msg.base = reinterpret_cast<uint64_t>(base);
+      send_all(ctl.get(), &msg, sizeof msg, dl, peer_name);
+      AckMsg ack{};
+      recv_all(ctl.get(), &ack, sizeof ack, dl, peer_name);
+      ::shm_unlink(msg.name);
+      QK_CHECK_AS(RemoteError, ack.ok == 'k', peer_name, " could not map our shared memory");
+      peer_base = ack.base;
+    } else {
+      AckMsg ack{};
+      ack.ok = (h->magic == kSegMagic && h->version == kSegVersion &&
+                kDataOffset + 2 * h->ring_bytes == msg.bytes)
+                   ? 'k'
+                   : 'x';
+      ack.base = reinterpret_cast<uint64_t>(base);
+      send_all(ctl.get(), &ack, sizeof ack, dl, peer_name);
+      QK_CHECK_AS(RemoteError, ack.ok == 'k', "shared memory from ", peer_name,
+                  " has a bad header (magic/version/size); mixed qccl versions?");
+      peer_base = msg.base;
+    }
+    // Single copy only when both sides may read each other.
+    char mine = want_cma && cma_probe(peer_pid, peer_base) ? 1 : 0, theirs = 0;
+    send_all(ctl.get(), &mine, 1, dl, peer_name);
+    recv_all(ctl.get(), &theirs, 1, dl, peer_name);
+    cma = mine == 1 && theirs == 1;
+  } catch (...) {
+    if (creator) ::shm_unlink(msg.name);
+    ::munmap(base, msg.bytes);
+    throw;
+  }
+  return std::make_unique<ShmConn>(peer, std::move(peer_name), std::move(ctl), base, msg.bytes,
+                                   creator ? 0 : 1, peer_pid, cma);
+}
+
+}  // namespace qccl

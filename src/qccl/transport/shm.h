@@ -1,0 +1,25 @@
+// Shared-memory transport between two processes on one host: a segment holds
+// two single-producer single-consumer byte rings (one per direction). The
+// producer copies in slices and publishes a head counter; the consumer reads
+// in place (reductions read straight from the ring) and publishes a tail
+// counter. The TCP socket that set the segment up stays open as a liveness
+// channel: a peer that dies closes it, which the waiting side notices.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "qccl/bootstrap/socket.h"
+#include "qccl/transport/conn.h"
+
+namespace qccl {
+
+// The lower rank of a pair creates the segment and sends its name over `ctl`;
+// the higher rank maps it and acknowledges; the creator then unlinks it so
+// nothing is left in /dev/shm even if a rank is killed later. With want_cma
+// both sides probe process_vm_readv on each other and enable single-copy
+// transfers when both succeed.
+std::unique_ptr<Conn> make_shm_conn(int my_rank, int peer, std::string peer_name, Fd ctl,
+                                    int peer_pid, bool want_cma, const Deadline& dl);
+
+}  // namespace qccl

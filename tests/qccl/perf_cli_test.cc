@@ -1,0 +1,84 @@
+// `qk perf` end to end: it forks its own ranks, checks results and prints an
+// nccl-tests style table; settings come from flags and QCCL_* variables.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+
+namespace {
+
+const std::string kQk = std::string(QK_BINARY_DIR) + "/src/cli/qk";
+
+struct QkRun {
+  int code = -1;
+  std::string out;
+};
+
+QkRun qk(const std::string& args, const std::string& env = "") {
+  std::string cmd = env + " timeout 120 '" + kQk + "' " + args + " 2>&1";
+  QkRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+class PerfCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    struct stat st;
+    if (::stat(kQk.c_str(), &st) != 0) GTEST_SKIP() << kQk << " is not built (target qk)";
+  }
+};
+
+TEST_F(PerfCli, AllReduceOnThreeRanksChecksAndPrintsBusBandwidth) {
+  QkRun r = qk("perf all_reduce --np 3 -b 8 -e 32K -f 8 -n 2 -w 1 -d float -o sum");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nranks 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Avg bus bandwidth"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\\n +32768 +8192 +float +sum +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 ")))
+      << r.out;
+}
+
+TEST_F(PerfCli, EveryCollectiveRunsOverTcpWithHalf) {
+  for (const char* c : {"broadcast", "reduce", "all_gather", "reduce_scatter", "alltoall"}) {
+    QkRun r = qk(std::string("perf ") + c + " --np 2 -b 64 -e 4K -f 8 -n 1 -w 0 -d half -o max -r 1",
+               "QCCL_TRANSPORT=tcp QCCL_DEBUG=INFO QCCL_DEBUG_SUBSYS=NET");
+    EXPECT_EQ(r.code, 0) << c << ": " << r.out;
+    EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << c << ": " << r.out;
+    EXPECT_NE(r.out.find("via tcp"), std::string::npos) << c << ": " << r.out;
+  }
+}
+
+TEST_F(PerfCli, LauncherModeMeetsAtQcclCommId) {
+  QkRun r = qk("perf all_reduce -b 8 -e 1K -f 4 -n 1 -w 0",
+             "QK_RANK=0 QK_WORLD_SIZE=1 QCCL_COMM_ID=127.0.0.1:0");
+  // Port 0 is refused by the address check; a real port works.
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("QCCL_COMM_ID"), std::string::npos) << r.out;
+  r = qk("perf all_reduce -b 8 -e 1K -f 4 -n 1 -w 0",
+         "QK_RANK=0 QK_WORLD_SIZE=1 QCCL_COMM_ID=127.0.0.1:" + std::to_string(20000 + ::getpid() % 20000));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nranks 1"), std::string::npos) << r.out;
+}
+
+TEST_F(PerfCli, BadFlagsAreUserErrors) {
+  QkRun r = qk("perf all_reduce --np 2 -d complex");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("-d: expected"), std::string::npos) << r.out;
+  r = qk("perf scatter --np 2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("Expected a collective"), std::string::npos) << r.out;
+  r = qk("perf all_reduce --np 2 -b 1M -e 1K");
+  EXPECT_NE(r.code, 0) << r.out;
+}
+
+}  // namespace
