@@ -17,6 +17,8 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev libarchive-dev libcairo2-dev
   # tests and benchmarks (PyTorch is the reference and the peer)
   libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy
+  # the PyTorch peer runs 2 threads well only on the OpenMP OpenBLAS (LD_LIBRARY_PATH)
+  libopenblas0-openmp
 )
 
 # Reference tokenizers for the data tests and benchmarks (pinned npm packages,

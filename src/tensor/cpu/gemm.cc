@@ -1,5 +1,6 @@
-// CPU matrix products: strided operands to OpenBLAS without copies where the
-// layout allows, f16/bf16 through f32, batches across threads when small.
+// CPU matrix products: strided operands to BLAS without copies where the
+// layout allows (f32 through oneDNN's sgemm when built with it, f64 and the
+// fallback through OpenBLAS), f16/bf16 through f32, batches across threads.
 #include "tensor/cpu/gemm.h"
 
 #include <cblas.h>
@@ -9,8 +10,16 @@
 #include <cstring>
 #include <type_traits>
 
+#include "qk/base/env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
+
+#if defined(QK_HAVE_DNNL) && defined(_OPENMP)
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <string>
+#endif
 
 namespace qk::cpu {
 
@@ -36,6 +45,22 @@ int blas_int(int64_t v, const char* what) {
 }
 
 }  // namespace
+
+#if defined(QK_HAVE_DNNL) && defined(_OPENMP)
+namespace {
+QK_ENV_STRING(env_gemm, "QK_GEMM", "auto",
+              "f32 GEMM engine: auto (oneDNN when built with it), onednn or openblas.");
+bool use_dnnl_sgemm() {
+  static const bool use = [] {
+    std::string v = env_gemm.get();
+    QK_CHECK(v == "auto" || v == "onednn" || v == "openblas", "QK_GEMM='", v,
+             "': expected auto, onednn or openblas");
+    return v != "openblas";
+  }();
+  return use;
+}
+}  // namespace
+#endif
 
 void init_blas() {
   static const bool once = [] {
@@ -71,6 +96,22 @@ template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   init_blas();
+#if defined(QK_HAVE_DNNL) && defined(_OPENMP)
+  // f32: oneDNN's JIT sgemm. Debian's OpenBLAS falls back to its generic
+  // (Prescott) kernels on CPUs it does not recognise, such as these virtual
+  // Xeons, and runs up to 5x slower there (docs/benchmarks.md). oneDNN
+  // threads the call itself over an OpenMP team sized like our pool.
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_dnnl_sgemm()) {
+      omp_set_num_threads(in_parallel_region() ? 1 : num_threads());
+      dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
+                                    beta, c, ldc);
+      QK_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed with status ", static_cast<int>(st),
+               " for M=", m, " N=", n, " K=", k);
+      return;
+    }
+  }
+#endif
   const double flops = 2.0 * m * n * k;
   int64_t parts = in_parallel_region() ? 1 : num_threads();
   parts = std::min<int64_t>(parts, static_cast<int64_t>(flops / kFlopsPerThread));
