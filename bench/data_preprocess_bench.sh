@@ -21,7 +21,7 @@ make_jsonl() {  # BYTES OUT
 import json, sys
 t = sys.stdin.buffer.read().decode("utf-8")
 for i in range(0, len(t), 4000):
-    print(json.dumps({"text": t[i:i + 4000]}))' > "$2"
+    print(json.dumps({"text": t[i:i + 4000]}, ensure_ascii=False))' > "$2"
 }
 make_jsonl $((MB * 1000000)) "$TMP/small.jsonl"
 make_jsonl $((2 * MB * 1000000)) "$TMP/large.jsonl"
