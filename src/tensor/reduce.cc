@@ -97,32 +97,28 @@ Tensor var(const Tensor& a, const Shape& dims, bool unbiased, bool keepdim) {
   return binary_scalar(BinaryOp::div, ss, denom);
 }
 
-std::pair<Tensor, Tensor> max_dim(const Tensor& a, int64_t dim, bool keepdim) {
-  dim = a.wrap_dim(dim, "max");
-  QK_CHECK(a.dim() == 0 || a.shape()[dim] > 0, "max: cannot reduce empty dim ", dim, " of shape ",
-           shape_str(a.shape()));
-  QK_CHECK_TYPE(a.dtype() != DType::boolean, "max: not defined for bool tensors");
+namespace {
+std::pair<Tensor, Tensor> extreme_dim(bool is_max, const Tensor& a, int64_t dim, bool keepdim) {
+  const char* name = is_max ? "max" : "min";
+  dim = a.wrap_dim(dim, name);
+  QK_CHECK(a.dim() == 0 || a.shape()[dim] > 0, name, ": cannot reduce empty dim ", dim,
+           " of shape ", shape_str(a.shape()));
+  QK_CHECK_TYPE(a.dtype() != DType::boolean, name, ": not defined for bool tensors");
   Shape ks = a.dim() == 0 ? Shape{} : keepdim_shape(a, {dim});
   Tensor vals = empty(ks, TensorOptions().dtype(a.dtype()).device(a.device()));
   Tensor idx = empty(ks, TensorOptions().dtype(DType::i64).device(a.device()));
   Tensor src = a.dim() == 0 ? reshape(a, {1}) : a;
-  max_min_dim_kernel.get(a.device())(true, vals, idx, src, a.dim() == 0 ? 0 : dim);
+  max_min_dim_kernel.get(a.device())(is_max, vals, idx, src, a.dim() == 0 ? 0 : dim);
   if (a.dim() == 0) return {vals, idx};
   return {finish_shape(vals, a, {dim}, keepdim), finish_shape(idx, a, {dim}, keepdim)};
 }
+}  // namespace
 
+std::pair<Tensor, Tensor> max_dim(const Tensor& a, int64_t dim, bool keepdim) {
+  return extreme_dim(true, a, dim, keepdim);
+}
 std::pair<Tensor, Tensor> min_dim(const Tensor& a, int64_t dim, bool keepdim) {
-  dim = a.wrap_dim(dim, "min");
-  QK_CHECK(a.dim() == 0 || a.shape()[dim] > 0, "min: cannot reduce empty dim ", dim, " of shape ",
-           shape_str(a.shape()));
-  QK_CHECK_TYPE(a.dtype() != DType::boolean, "min: not defined for bool tensors");
-  Shape ks = a.dim() == 0 ? Shape{} : keepdim_shape(a, {dim});
-  Tensor vals = empty(ks, TensorOptions().dtype(a.dtype()).device(a.device()));
-  Tensor idx = empty(ks, TensorOptions().dtype(DType::i64).device(a.device()));
-  Tensor src = a.dim() == 0 ? reshape(a, {1}) : a;
-  max_min_dim_kernel.get(a.device())(false, vals, idx, src, a.dim() == 0 ? 0 : dim);
-  if (a.dim() == 0) return {vals, idx};
-  return {finish_shape(vals, a, {dim}, keepdim), finish_shape(idx, a, {dim}, keepdim)};
+  return extreme_dim(false, a, dim, keepdim);
 }
 
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) { return max_dim(a, dim, keepdim).second; }
