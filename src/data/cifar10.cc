@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 // What to tell a user whose data folder is missing or broken.
 constexpr const char* kHowToGet =
-    "Get the official release with `qk train cifar10 --download --data-dir DIR` (or download "
+    "Get the official release with `qk data download-cifar --data-dir DIR` (or download "
     "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz and unpack it into DIR), or write a "
     "synthetic stand-in with `qk data synth-cifar --out DIR`";
 

@@ -163,8 +163,9 @@ void extract_archive(const std::string& archive_path, const std::string& dest_di
   QK_CHECK_AS(IoError, archive_read_open_filename(a.get(), archive_path.c_str(), 1 << 16) == ARCHIVE_OK,
               "cannot open archive ", archive_path, ": ", archive_error_string(a.get()));
   std::unique_ptr<archive, decltype(&archive_write_free)> w(archive_write_disk_new(), &archive_write_free);
-  archive_write_disk_set_options(w.get(), ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                              ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
+  // Entry names are checked below and then made absolute under dest_dir, so
+  // libarchive's NOABSOLUTEPATHS cannot be used; its ".." and symlink checks can.
+  archive_write_disk_set_options(w.get(), ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_SYMLINKS);
   archive_entry* e = nullptr;
   int files = 0;
   for (;;) {
@@ -176,8 +177,10 @@ void extract_archive(const std::string& archive_path, const std::string& dest_di
     const auto type = archive_entry_filetype(e);
     QK_CHECK_AS(IoError, type == AE_IFREG || type == AE_IFDIR, "archive ", archive_path, ": entry '", name,
                 "' is not a regular file or folder (links and devices are refused)");
-    QK_CHECK_AS(IoError, !name.empty() && name[0] != '/' && name.find("..") == std::string::npos, "archive ",
-                archive_path, ": entry '", name, "' points outside the destination folder; refused");
+    bool escapes = name.empty() || name[0] == '/';
+    for (const auto& part : fs::path(name)) escapes |= part == "..";
+    QK_CHECK_AS(IoError, !escapes, "archive ", archive_path, ": entry '", name,
+                "' points outside the destination folder; refused");
     const std::string out = (fs::path(dest_dir) / name).string();
     archive_entry_set_pathname(e, out.c_str());
     QK_CHECK_AS(IoError, archive_write_header(w.get(), e) == ARCHIVE_OK, "unpacking ", name, " from ",

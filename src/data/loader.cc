@@ -38,7 +38,7 @@ TransformOptions seeded(TransformOptions t, uint64_t seed) {
 
 // One batch: samples order[b*B, min((b+1)*B, n)) of `epoch`.
 Batch make_batch(const ImageDataset& ds, const ImageTransform& tf, const std::vector<int64_t>& order,
-                 int64_t batch_size, uint64_t epoch, int64_t b) {
+                 int64_t batch_size, uint64_t epoch, int64_t b, const std::function<void(Batch&)>& on_batch) {
   const int64_t n = static_cast<int64_t>(order.size());
   const int64_t lo = b * batch_size, hi = std::min(n, lo + batch_size);
   QK_INTERNAL_ASSERT(lo < hi, "batch ", b, " is empty");
@@ -57,6 +57,7 @@ Batch make_batch(const ImageDataset& ds, const ImageTransform& tf, const std::ve
              static_cast<uint64_t>(s));
     lab[i - lo] = ds.label(s);
   }
+  if (on_batch) on_batch(out);
   return out;
 }
 
@@ -96,7 +97,7 @@ void DataLoader::set_start_batch(int64_t batch) {
 
 Batch DataLoader::build_batch(int64_t b) const {
   QK_CHECK_INDEX(b >= 0 && b < num_batches(), "DataLoader: batch ", b, " out of range [0, ", num_batches(), ")");
-  return make_batch(*ds_, transform_, sampler_.indices(), o_.batch_size, sampler_.epoch(), b);
+  return make_batch(*ds_, transform_, sampler_.indices(), o_.batch_size, sampler_.epoch(), b, o_.on_batch);
 }
 
 void DataLoader::stop_workers() {
@@ -138,7 +139,7 @@ void DataLoader::worker_loop() {
     std::optional<Batch> batch;
     std::exception_ptr err;
     try {
-      batch = make_batch(*ds_, transform_, order_, o_.batch_size, pass_epoch_, b);
+      batch = make_batch(*ds_, transform_, order_, o_.batch_size, pass_epoch_, b, o_.on_batch);
     } catch (...) {
       err = std::current_exception();
     }
@@ -155,7 +156,15 @@ std::optional<Batch> DataLoader::next() {
     stop_workers();  // the pass is over; the next call starts another
     return std::nullopt;
   }
-  if (workers_.empty()) return make_batch(*ds_, transform_, order_, o_.batch_size, pass_epoch_, next_yield_++);
+  if (workers_.empty()) {
+    const int64_t b = next_yield_++;
+    try {
+      return make_batch(*ds_, transform_, order_, o_.batch_size, pass_epoch_, b, o_.on_batch);
+    } catch (...) {
+      stop_workers();  // as with workers: a failed batch ends the pass
+      throw;
+    }
+  }
   std::unique_lock<std::mutex> lk(mu_);
   const int64_t b = next_yield_;
   cv_ready_.wait(lk, [&] { return ready_.count(b) > 0 || failed_.count(b) > 0; });

@@ -1,14 +1,17 @@
 // A synthetic CIFAR-10 in the official binary format (see qk/data/cifar10.h).
 //
 // Class = shape (disk, square, triangle, cross, ring) x surface (solid,
-// striped). Nothing else carries the class: colours, position, scale,
-// rotation, background and the distractor are drawn independently of it, so
-// a network must learn shapes under clutter and noise.
+// striped), plus a weak colour cue: the object's colour is the class's palette
+// colour jittered by up to +-80 per channel, so neighbouring classes overlap
+// in colour. The colour gets a network off the ground in the first epoch;
+// telling shapes apart under clutter and noise takes several more. Position,
+// scale, rotation, background and the distractor carry no class.
 //
 // Note [integer geometry]: every pixel is computed with integer arithmetic
 // (rotations are Pythagorean triples, so a rotated coordinate is exact), so
 // the bytes do not depend on the compiler's floating-point contraction, the
 // libm or the CPU: the same seed writes the same files everywhere.
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <filesystem>
@@ -138,7 +141,6 @@ void synth_cifar_image(int64_t label, uint64_t key, uint8_t* dst) {
       pmin = std::min(pmin, p);
       pmax = std::max(pmax, p);
     }
-  const Rgb bg_mid = {(bg0[0] + bg1[0]) / 2, (bg0[1] + bg1[1]) / 2, (bg0[2] + bg1[2]) / 2};
 
   // A distractor: a small solid shape of another kind, behind the object.
   const bool distract = g.range(0, 1) == 1;
@@ -147,7 +149,11 @@ void synth_cifar_image(int64_t label, uint64_t key, uint8_t* dst) {
 
   // The object: radius 6..14 px, i.e. 12..28 half-pixels.
   const Placed obj = place(g, shape, 12, 28);
-  const Rgb fg = contrasting_colour(g, bg_mid, 120);
+  static constexpr int64_t kPalette[10][3] = {{220, 60, 60},  {60, 200, 60},  {60, 90, 220},  {230, 210, 50},
+                                              {200, 70, 200}, {60, 210, 210}, {240, 140, 40}, {140, 80, 40},
+                                              {150, 150, 150}, {120, 60, 200}};
+  Rgb fg;
+  for (int ch = 0; ch < 3; ++ch) fg[ch] = std::clamp<int64_t>(kPalette[label][ch] + g.range(-80, 80), 0, 255);
   // Stripes: period 4..7 px across a random direction; the off-stripes are a
   // second contrasting colour.
   const Rgb fg2 = contrasting_colour(g, fg, 140);

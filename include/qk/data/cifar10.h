@@ -84,9 +84,10 @@ struct SynthCifarOptions {
 // Writes a deterministic synthetic CIFAR-10 into out_dir/cifar-10-batches-bin/
 // in the official format (same file names, records and meta file; full size
 // by default), plus SYNTHETIC.txt. Each class is a shape with a surface
-// texture (solid / striped) drawn at a random position, scale and colour over
-// a noisy two-colour background, with a distractor shape of another class in
-// some images: learnable, but not in one epoch. Classes are balanced; the
+// texture (solid / striped) in a jittered class colour, drawn at a random
+// position, scale and rotation over a noisy two-colour background, with a
+// distractor shape of another kind in some images: learnable, but not in
+// one epoch. Classes are balanced; the
 // same (options) give the same bytes on any machine and thread count.
 // Returns the batches folder.
 std::string synth_cifar(const std::string& out_dir, const SynthCifarOptions& opts = {});

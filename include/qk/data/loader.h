@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,6 +66,9 @@ struct DataLoaderOptions {
   int64_t num_replicas = 1;  // data-parallel world size: see DistributedSampler
   int64_t rank = 0;
   TransformOptions transform;  // its seed is replaced by `seed`
+  // Runs on the thread that built the batch, after it is built (a cast, a
+  // device copy, a check). An exception it throws surfaces in next().
+  std::function<void(Batch&)> on_batch;
 };
 
 class DataLoader {
