@@ -1,0 +1,58 @@
+// `qk train cifar10`: train SimpleCNN or the ResNet on CIFAR-10 (the seed's
+// train_cifar10.py), with checkpoints, resume and training curves.
+//
+//   qk train cifar10                                   # SimpleCNN, 5 epochs, synthetic data if ./data is empty
+//   qk train cifar10 --model simple_resnet --epochs 10 --augment --out runs/resnet
+//   qk train cifar10 --epochs 10 --resume              # continue runs/cifar10 at its next epoch
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/train_cifar10.h"
+
+namespace qk::cli {
+namespace {
+
+void setup_train(CLI::App& app) {
+  app.require_subcommand(1);
+  CLI::App* c = app.add_subcommand("cifar10", "Train an image classifier on CIFAR-10 (or its synthetic stand-in)");
+  auto o = std::make_shared<TrainCifarOptions>();
+  c->add_option("--model", o->model, "simple_cnn | simple_resnet")
+      ->check(CLI::IsMember({"simple_cnn", "simple_resnet"}))
+      ->capture_default_str();
+  c->add_option("--epochs", o->epochs, "Epochs to train (a resumed run stops at this total)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  c->add_option("--batch-size", o->batch_size, "Images per step")->check(CLI::Range(1, 65536))->capture_default_str();
+  c->add_option("--lr", o->lr, "Learning rate")->capture_default_str();
+  c->add_option("--optimizer", o->optimizer, "adam | sgd")
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->capture_default_str();
+  c->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
+  c->add_option("--weight-decay", o->weight_decay, "L2 weight decay")->capture_default_str();
+  c->add_flag("--augment", o->augment, "Random crop (4-pixel padding) and horizontal flip");
+  c->add_option("--seed", o->seed, "Seed for initialisation, dropout, shuffling and augmentation")
+      ->capture_default_str();
+  c->add_option("--data-dir", o->data_dir, "CIFAR-10 folder; a synthetic set is written there when it has none")
+      ->capture_default_str();
+  c->add_option("--out", o->out, "Output folder (checkpoints/, training_curves.png)")->capture_default_str();
+  c->add_option("--threads", o->threads, "Compute threads (0: default)")->check(CLI::Range(0, 1024));
+  c->add_option("--num-workers", o->num_workers, "Data loader threads")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  c->add_flag("--resume{auto}", o->resume,
+              "Continue from OUT/checkpoints/latest.json (--resume) or a given checkpoint (--resume=PATH)");
+  c->add_option("--synth-train", o->synth_train, "Training images of the synthetic set written when needed")
+      ->check(CLI::Range(int64_t{5}, int64_t{50000}))
+      ->capture_default_str();
+  c->add_option("--synth-test", o->synth_test, "Test images of the synthetic set written when needed")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000}))
+      ->capture_default_str();
+  c->add_flag("!--no-progress", o->progress, "No live progress bar (it is shown only on a terminal anyway)");
+  c->callback([o] { train_cifar10(*o); });
+}
+
+}  // namespace
+
+QK_REGISTER_COMMAND(train, "Train a model (cifar10)", setup_train);
+
+}  // namespace qk::cli

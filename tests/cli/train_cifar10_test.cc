@@ -1,0 +1,169 @@
+// End to end: `qk train cifar10` and `qk infer cifar10` on a tiny synthetic
+// CIFAR-10 (each test writes its own data and output folders).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "run_qk.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using qk::test::run_qk;
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path p = fs::path(QK_BINARY_DIR) / "test_tmp" / "train_cifar10" / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+struct EpochLine {
+  int epoch = 0, epochs = 0;
+  double train_loss = 0, train_acc = 0, val_loss = 0, val_acc = 0;
+  std::string val_acc_text;  // as printed, e.g. "41.80"
+};
+
+std::vector<EpochLine> epoch_lines(const std::string& out) {
+  static const std::regex re(
+      R"(Epoch (\d+)/(\d+)  train loss ([0-9.]+) acc ([0-9.]+)%  val loss ([0-9.]+) acc ([0-9.]+)%)");
+  std::vector<EpochLine> v;
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    const std::smatch& m = *it;
+    v.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stod(m[3]), std::stod(m[4]), std::stod(m[5]),
+                 std::stod(m[6]), m[6]});
+  }
+  return v;
+}
+
+void expect_png(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  ASSERT_TRUE(f.good()) << path << " missing";
+  std::string head(8, '\0');
+  f.read(head.data(), 8);
+  EXPECT_EQ(head, std::string("\x89PNG\r\n\x1a\n", 8)) << path;
+  EXPECT_GT(fs::file_size(path), 5000u) << path << " is suspiciously small";
+}
+
+// Tiny data, small batches: seconds per run on two cores. The synthetic set
+// needs thousands of steps to generalise, far beyond a unit test, so the
+// learning test checks that a 100-image set is being fitted (training loss
+// and accuracy), not validation accuracy (see docs/cifar10_training.md for
+// full-size runs).
+std::string train_args(const std::string& dir, int epochs, const std::string& extra = "",
+                       const std::string& out = "run") {
+  return "train cifar10 --data-dir " + dir + "/data --out " + dir + "/" + out + " --synth-train 100 --synth-test 100 " +
+         "--batch-size 20 --lr 0.002 --epochs " + std::to_string(epochs) + " --threads 2 --num-workers 1 --seed 7 " +
+         extra;
+}
+
+TEST(TrainCifar10, LossFallsAndInferAgreesWithTrainer) {
+  const std::string dir = fresh_dir("basic");
+  const int n = 12;
+  const auto r = run_qk(train_args(dir, n));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("SYNTHETIC"), std::string::npos) << "the logs must say the data are synthetic";
+  const auto ep = epoch_lines(r.output);
+  ASSERT_EQ(ep.size(), static_cast<size_t>(n)) << r.output;
+  for (int i = 0; i < n; ++i) EXPECT_EQ(ep[static_cast<size_t>(i)].epoch, i + 1);
+  // ln(10) = 2.303 and 10% are chance; the fit must have clearly started.
+  EXPECT_LT(ep.back().train_loss, ep.front().train_loss - 0.1) << r.output;
+  EXPECT_GE(ep.back().train_acc, 15.0) << r.output;
+  EXPECT_NE(r.output.find("best validation accuracy"), std::string::npos);
+  EXPECT_NE(r.output.find("mean epoch time"), std::string::npos);
+  for (const char* f : {"latest.safetensors", "latest.json", "latest.optim.safetensors", "best.safetensors",
+                        "best.json"}) {
+    EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/" + f)) << f;
+  }
+  expect_png(dir + "/run/training_curves.png");
+
+  // infer on the last epoch's weights reports the trainer's last validation accuracy
+  const auto inf = run_qk("infer cifar10 --model simple_cnn --checkpoint " + dir +
+                          "/run/checkpoints/latest.safetensors --data-dir " + dir + "/data --visualize --out " + dir +
+                          "/run --threads 2");
+  ASSERT_EQ(inf.exit_code, 0) << inf.output;
+  EXPECT_NE(inf.output.find("accuracy: " + ep.back().val_acc_text + "%"), std::string::npos)
+      << "trainer said " << ep.back().val_acc_text << "%\n" << inf.output;
+  EXPECT_NE(inf.output.find("single-image latency"), std::string::npos);
+  EXPECT_NE(inf.output.find("confusion matrix"), std::string::npos);
+  EXPECT_NE(inf.output.find("peak memory"), std::string::npos);
+  expect_png(dir + "/run/inference_results.png");
+}
+
+// The slowest test here (about 15-25 s on two cores): enough steps (2 x 94) for
+// SimpleCNN to generalise on held-out synthetic images.
+TEST(TrainCifar10, ValidationAccuracyClearlyBeatsChance) {
+  const std::string dir = fresh_dir("learn");
+  const auto r = run_qk("train cifar10 --data-dir " + dir + "/data --out " + dir +
+                        "/run --synth-train 3000 --synth-test 200 --batch-size 32 --epochs 2 --threads 2 "
+                        "--num-workers 1 --seed 7");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto ep = epoch_lines(r.output);
+  ASSERT_EQ(ep.size(), 2u) << r.output;
+  EXPECT_LT(ep[1].train_loss, ep[0].train_loss) << r.output;
+  EXPECT_LT(ep[1].val_loss, ep[0].val_loss) << r.output;
+  EXPECT_LT(ep[1].val_loss, 2.0) << r.output;  // chance: ln(10) = 2.303
+  EXPECT_GT(ep[1].val_acc, 25.0) << "chance is 10%\n" << r.output;
+}
+
+TEST(TrainCifar10, ResumeKeepsEpochNumberingAndDataOrder) {
+  const std::string dir = fresh_dir("resume");
+  const auto full = run_qk(train_args(dir, 2, "", "full"));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const auto first = run_qk(train_args(dir, 1));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto resumed = run_qk(train_args(dir, 2, "--resume"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("continuing at epoch 2/2"), std::string::npos) << resumed.output;
+  const auto ep = epoch_lines(resumed.output);
+  ASSERT_EQ(ep.size(), 1u) << resumed.output;
+  EXPECT_EQ(ep[0].epoch, 2);
+  // Same weights, optimizer, dropout RNG and batches: epoch 2 as if never stopped.
+  const auto ref = epoch_lines(full.output);
+  ASSERT_EQ(ref.size(), 2u) << full.output;
+  EXPECT_DOUBLE_EQ(ep[0].train_loss, ref[1].train_loss) << resumed.output << "\n---\n" << full.output;
+  EXPECT_DOUBLE_EQ(ep[0].val_acc, ref[1].val_acc);
+  // A finished run resumed again has nothing left to do, and says so.
+  const auto again = run_qk(train_args(dir, 2, "--resume"));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(epoch_lines(again.output).empty()) << again.output;
+}
+
+TEST(TrainCifar10, ResnetCheckpointIntoSimpleCnnFailsClearly) {
+  const std::string dir = fresh_dir("mismatch");
+  const auto r = run_qk("train cifar10 --model simple_resnet --data-dir " + dir + "/data --out " + dir +
+                        "/run --synth-train 16 --synth-test 16 --batch-size 16 --epochs 1 --threads 2 --num-workers 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto bad = run_qk("infer cifar10 --model simple_cnn --checkpoint " + dir +
+                          "/run/checkpoints/latest.safetensors --data-dir " + dir + "/data");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("model 'simple_resnet'"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("--model simple_cnn"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("keys missing"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("conv1.bias"), std::string::npos) << "names a key\n" << bad.output;
+  // --resume with the wrong --model names both models too.
+  const auto res = run_qk("train cifar10 --model simple_cnn --data-dir " + dir + "/data --out " + dir +
+                          "/run --epochs 2 --resume");
+  EXPECT_EQ(res.exit_code, 1) << res.output;
+  EXPECT_NE(res.output.find("--model simple_resnet"), std::string::npos) << res.output;
+}
+
+TEST(TrainCifar10, BadInputsGiveClearErrors) {
+  const std::string dir = fresh_dir("bad");
+  const auto missing = run_qk("infer cifar10 --checkpoint " + dir + "/nope.safetensors --data-dir " + dir);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("No CIFAR-10 in"), std::string::npos) << missing.output;
+  const auto bad_model = run_qk("train cifar10 --model vgg --data-dir " + dir);
+  EXPECT_NE(bad_model.exit_code, 0);
+  EXPECT_NE(bad_model.output.find("simple_cnn"), std::string::npos) << bad_model.output;
+  std::ofstream(dir + "/garbage.json") << "{not json";
+  const auto bad_resume = run_qk(train_args(dir, 1, "--resume=" + dir + "/garbage.json"));
+  EXPECT_EQ(bad_resume.exit_code, 1) << bad_resume.output;
+  EXPECT_NE(bad_resume.output.find("garbage.json"), std::string::npos) << bad_resume.output;
+}
+
+}  // namespace
