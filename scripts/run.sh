@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-./build/release/qk check
-exec ./build/release/qk train cifar10 --epochs 3 "$@"
+./build/release/src/cli/qk check
+exec ./build/release/src/cli/qk train cifar10 --epochs 3 "$@"
