@@ -191,6 +191,29 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& a) {
   dispatch_numeric(a.dtype(), unary_op_name(op), [&](auto tag) { unary_dispatch<decltype(tag)>(op, L); });
 }
 
+namespace {
+template <typename T, UnaryOp OP>
+void unary_backward_loop(const StridedLayout<4>& L) {
+  using C = compute_t<T>;
+  for_each_row<4>(L, [](char* const* p, const int64_t* st, int64_t n) {
+    T* d = reinterpret_cast<T*>(p[0]);
+    const T* g = reinterpret_cast<const T*>(p[1]);
+    const T* xp = reinterpret_cast<const T*>(p[2]);
+    const T* yp = reinterpret_cast<const T*>(p[3]);
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {  // vectorisable
+      for (int64_t i = 0; i < n; ++i)
+        d[i] = cast_value<T>(cast_value<C>(g[i]) *
+                             unary_derivative<C>(OP, cast_value<C>(xp[i]), cast_value<C>(yp[i])));
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      C xv = cast_value<C>(xp[i * st[2]]), yv = cast_value<C>(yp[i * st[3]]);
+      d[i * st[0]] = cast_value<T>(cast_value<C>(g[i * st[1]]) * unary_derivative<C>(OP, xv, yv));
+    }
+  });
+}
+}  // namespace
+
 void unary_backward(UnaryOp op, const Tensor& dx, const Tensor& grad, const Tensor& x,
                     const Tensor& y) {
   // x or y may be undefined when the op's derivative does not need it; use
@@ -200,17 +223,18 @@ void unary_backward(UnaryOp op, const Tensor& dx, const Tensor& grad, const Tens
   auto L = make_layout<4>(dx.shape(), {dx, grad, xs, ys});
   dispatch_floating(dx.dtype(), unary_op_name(op), [&](auto tag) {
     using T = decltype(tag);
-    using C = compute_t<T>;
-    for_each_row<4>(L, [op](char* const* p, const int64_t* st, int64_t n) {
-      T* d = reinterpret_cast<T*>(p[0]);
-      const T* g = reinterpret_cast<const T*>(p[1]);
-      const T* xp = reinterpret_cast<const T*>(p[2]);
-      const T* yp = reinterpret_cast<const T*>(p[3]);
-      for (int64_t i = 0; i < n; ++i) {
-        C xv = cast_value<C>(xp[i * st[2]]), yv = cast_value<C>(yp[i * st[3]]);
-        d[i * st[0]] = cast_value<T>(cast_value<C>(g[i * st[1]]) * unary_derivative<C>(op, xv, yv));
-      }
-    });
+    // Compile-time op, as in unary(): no switch inside the loop.
+    switch (op) {
+#define QK_UNARY_BWD_CASE(name) \
+  case UnaryOp::name: unary_backward_loop<T, UnaryOp::name>(L); return;
+      QK_UNARY_BWD_CASE(neg) QK_UNARY_BWD_CASE(exp) QK_UNARY_BWD_CASE(log) QK_UNARY_BWD_CASE(sqrt)
+      QK_UNARY_BWD_CASE(rsqrt) QK_UNARY_BWD_CASE(relu) QK_UNARY_BWD_CASE(gelu)
+      QK_UNARY_BWD_CASE(gelu_tanh) QK_UNARY_BWD_CASE(silu) QK_UNARY_BWD_CASE(tanh)
+      QK_UNARY_BWD_CASE(sigmoid) QK_UNARY_BWD_CASE(abs) QK_UNARY_BWD_CASE(sign)
+      QK_UNARY_BWD_CASE(square) QK_UNARY_BWD_CASE(reciprocal) QK_UNARY_BWD_CASE(sin)
+      QK_UNARY_BWD_CASE(cos) QK_UNARY_BWD_CASE(erf)
+#undef QK_UNARY_BWD_CASE
+    }
   });
 }
 
