@@ -5,6 +5,7 @@
 #include "cli/command.h"
 #include "qk/base/error.h"
 #include "qk/base/log.h"
+#include "qk/base/openmp_env.h"
 #include "qk/base/version.h"
 
 namespace qk::cli {
@@ -15,6 +16,7 @@ std::vector<Command>& commands() {
 }  // namespace qk::cli
 
 int main(int argc, char** argv) {
+  qk::reexec_with_passive_openmp(argv);
   using namespace qk::cli;
   CLI::App app{"qk: qianka, a C++ stack for training models on GPU clusters"};
   app.name("qk");
