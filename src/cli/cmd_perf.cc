@@ -28,6 +28,7 @@
 
 #include "cli/command.h"
 #include "qccl.h"
+#include "qccl/core/check_data.h"
 #include "qccl/core/reduce.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
@@ -93,68 +94,11 @@ qcclRedOp_t parse_op(const std::string& s) {
   QK_THROW(ValueError, "-o: expected sum, prod, max, min or avg, got '", s, "'");
 }
 
-// ---- exact inputs and references (as tests/qccl/data.h) --------------------
-double get(const void* p, qcclDataType_t t, size_t i) {
-  switch (t) {
-    case qcclInt8: return static_cast<const int8_t*>(p)[i];
-    case qcclUint8: return static_cast<const uint8_t*>(p)[i];
-    case qcclInt16: return static_cast<const int16_t*>(p)[i];
-    case qcclUint16: return static_cast<const uint16_t*>(p)[i];
-    case qcclInt32: return static_cast<const int32_t*>(p)[i];
-    case qcclUint32: return static_cast<const uint32_t*>(p)[i];
-    case qcclInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case qcclUint64: return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
-    case qcclFloat16: return qccl::half_to_float(static_cast<const uint16_t*>(p)[i]);
-    case qcclBfloat16: return qccl::bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case qcclFloat32: return static_cast<const float*>(p)[i];
-    default: return static_cast<const double*>(p)[i];
-  }
-}
-void set(void* p, qcclDataType_t t, size_t i, double v) {
-  int64_t iv = static_cast<int64_t>(v);
-  switch (t) {
-    case qcclInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(iv); break;
-    case qcclUint8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(iv); break;
-    case qcclInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(iv); break;
-    case qcclUint16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(iv); break;
-    case qcclInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(iv); break;
-    case qcclUint32: static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(iv); break;
-    case qcclInt64: static_cast<int64_t*>(p)[i] = iv; break;
-    case qcclUint64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(iv); break;
-    case qcclFloat16: static_cast<uint16_t*>(p)[i] = qccl::float_to_half(float(v)); break;
-    case qcclBfloat16: static_cast<uint16_t*>(p)[i] = qccl::float_to_bf16(float(v)); break;
-    case qcclFloat32: static_cast<float*>(p)[i] = float(v); break;
-    default: static_cast<double*>(p)[i] = v; break;
-  }
-}
-bool is_unsigned(qcclDataType_t t) {
-  return t == qcclUint8 || t == qcclUint16 || t == qcclUint32 || t == qcclUint64;
-}
-// Small integers (products of +-1 and 2): exact in every type, any order.
-double value(int r, size_t i, qcclRedOp_t op, qcclDataType_t t) {
-  if (op == qcclProd) {
-    double v = ((r + i) % 3 == 0) ? 2 : 1;
-    return (!is_unsigned(t) && (r * 3 + i) % 4 == 0) ? -v : v;
-  }
-  long m = static_cast<long>((r * 7 + i * 3) % 9);
-  return is_unsigned(t) ? m : m - 4;
-}
-double reduced(int n, size_t i, qcclRedOp_t op, qcclDataType_t t) {
-  double acc = value(0, i, op, t);
-  for (int r = 1; r < n; ++r) {
-    double v = value(r, i, op, t);
-    if (op == qcclSum || op == qcclAvg) acc += v;
-    else if (op == qcclProd) acc *= v;
-    else if (op == qcclMax) acc = std::max(acc, v);
-    else acc = std::min(acc, v);
-  }
-  if (op == qcclAvg) {
-    if (t == qcclFloat64) acc /= n;
-    else if (t == qcclFloat16 || t == qcclBfloat16 || t == qcclFloat32) acc = float(acc) / float(n);
-    else acc = std::trunc(acc / n);
-  }
-  return acc;
-}
+// ---- exact inputs and references -----------------------------------------
+using qccl::check::get;
+using qccl::check::reduced;
+using qccl::check::set;
+using qccl::check::value;
 
 // ---- one rank ---------------------------------------------------------------
 struct Bench {
