@@ -1,5 +1,6 @@
 // Differentiable convolution and pooling; the backward kernels live beside
 // the forward ones in the tensor layer (qk/tensor/ops/conv.h).
+#include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
 #include "qk/tensor/ops/conv.h"
 #include "qk/tensor/ops/view.h"
@@ -18,7 +19,10 @@ Tensor shape_of(const Tensor& x) {
 }
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p) {
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const ops::Conv2dParams& p) {
+  const Tensor x = autocast::to_low(x_in);
+  const Tensor w = autocast::to_low(w_in);
+  const Tensor b = autocast::to_low(b_in);
   // x [N,C,H,W], w [O,C/groups,kh,kw], b [O] -> y [N,O,Ho,Wo]
   Tensor y = ops::conv2d(x, w, b, p);
   bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();

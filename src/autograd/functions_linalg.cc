@@ -1,5 +1,6 @@
 // Differentiable matrix products. For C = A . B: dA = dC . B^T, dB = A^T . dC.
 // Transposes are views; the GEMM kernels take them as BLAS flags, no copies.
+#include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
 #include "qk/tensor/ops/linalg.h"
 #include "qk/tensor/ops/reduce.h"
@@ -15,7 +16,9 @@ namespace {
 Tensor mT(const Tensor& t) { return ops::transpose(t, t.dim() - 2, t.dim() - 1); }
 }  // namespace
 
-Tensor mm(const Tensor& a, const Tensor& b) {
+Tensor mm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast::to_low(a_in);
+  const Tensor b = autocast::to_low(b_in);
   // a [M,K], b [K,N] -> out [M,N]
   Tensor out = ops::mm(a, b);
   bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -26,7 +29,9 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
+Tensor bmm(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast::to_low(a_in);
+  const Tensor b = autocast::to_low(b_in);
   // a [B,M,K], b [B,K,N] -> out [B,M,N]
   Tensor out = ops::bmm(a, b);
   bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -36,7 +41,9 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast::to_low(a_in);
+  const Tensor b = autocast::to_low(b_in);
   Tensor out = ops::matmul(a, b);
   bool ga = a.requires_grad(), gb = b.requires_grad();
   record("MatmulBackward", {a, b}, {out}, [a, b, ga, gb](const V& g) -> V {
@@ -68,7 +75,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+  const Tensor x = autocast::to_low(x_in);
+  const Tensor w = autocast::to_low(w_in);
+  const Tensor b = autocast::to_low(b_in);
   // x [..,in], w [out,in], b [out] -> y [..,out]
   Tensor y = ops::linear(x, w, b);
   bool gx = x.requires_grad(), gw = w.requires_grad(), gbias = b.defined() && b.requires_grad();

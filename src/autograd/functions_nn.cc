@@ -1,4 +1,5 @@
 // Differentiable softmax, losses, dropout and embedding.
+#include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/reduce.h"
@@ -10,7 +11,8 @@ using V = std::vector<Tensor>;
 
 // ---- softmax: the backward needs only the output y ----
 
-Tensor softmax(const Tensor& x, int64_t dim) {
+Tensor softmax(const Tensor& x_in, int64_t dim) {
+  const Tensor x = autocast::to_f32(x_in);
   Tensor out = ops::softmax(x, dim);
   if (autograd::needs_grad({x})) {
     Tensor y = out.detach();
@@ -20,7 +22,8 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   return out;
 }
 
-Tensor log_softmax(const Tensor& x, int64_t dim) {
+Tensor log_softmax(const Tensor& x_in, int64_t dim) {
+  const Tensor x = autocast::to_f32(x_in);
   Tensor out = ops::log_softmax(x, dim);
   if (autograd::needs_grad({x})) {
     Tensor y = out.detach();
@@ -33,8 +36,9 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
 // ---- losses ----
 
 // logits [N, C, ...] -> loss; the gradient flows to the logits only.
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index,
                      double label_smoothing, ops::Reduction reduction) {
+  const Tensor logits = autocast::to_f32(logits_in);
   auto r = ops::cross_entropy(logits, target, ignore_index, label_smoothing, reduction);
   if (autograd::needs_grad({logits})) {
     Tensor lp = r.log_probs, t = target.detach();
@@ -48,7 +52,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
 }
 
 // (input - target)^2, reduced; input and target have one shape.
-Tensor mse_loss(const Tensor& input, const Tensor& target, ops::Reduction reduction) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, ops::Reduction reduction) {
+  const Tensor input = autocast::to_f32(input_in);
+  const Tensor target = autocast::to_f32(target_in);
   QK_CHECK(input.shape() == target.shape(), "mse_loss: input ", shape_str(input.shape()),
            " and target ", shape_str(target.shape()), " must have the same shape");
   Tensor diff = ops::sub(input, target);

@@ -1,5 +1,6 @@
 // Differentiable normalisation: batch_norm, layer_norm, rms_norm. Each saves
 // its input and the forward's statistics; the backward is one fused raw op.
+#include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
 #include "qk/tensor/ops/norm.h"
 
@@ -9,9 +10,10 @@ using autograd::record;
 using V = std::vector<Tensor>;
 
 // x [N, C, ...]; running stats are buffers: updated in place, never differentiated.
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
+  const Tensor x = autocast::to_f32(x_in);
   auto r = ops::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
   if (autograd::needs_grad({x, weight, bias})) {
     Tensor mean = r.save_mean, invstd = r.save_invstd;
@@ -27,8 +29,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 }
 
 // x [..., *normalized_shape]; mean/rstd [..., 1, ...] saved for the backward.
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  const Tensor x = autocast::to_f32(x_in);
   auto [out, mean, rstd] = ops::layer_norm(x, normalized_shape, weight, bias, eps);
   if (autograd::needs_grad({x, weight, bias})) {
     const bool has_bias = bias.defined();
@@ -42,7 +45,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   return out;
 }
 
-Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps) {
+Tensor rms_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight, double eps) {
+  const Tensor x = autocast::to_f32(x_in);
   auto [out, rstd] = ops::rms_norm(x, normalized_shape, weight, eps);
   if (autograd::needs_grad({x, weight})) {
     record("RmsNormBackward", {x, weight}, {out},

@@ -1,4 +1,5 @@
 // Differentiable reductions.
+#include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/reduce.h"
@@ -28,7 +29,8 @@ int64_t reduced_count(const Tensor& a, const Shape& dims) {
 }
 }  // namespace
 
-Tensor sum(const Tensor& a, const Shape& dims, bool keepdim) {
+Tensor sum(const Tensor& a_in, const Shape& dims, bool keepdim) {
+  const Tensor a = autocast::to_f32(a_in);
   Tensor out = ops::sum(a, dims, keepdim);
   Shape ks = keep_shape(a, dims), in = a.shape();
   record("SumBackward", {a}, {out}, [ks, in](const V& g) -> V {
@@ -37,7 +39,8 @@ Tensor sum(const Tensor& a, const Shape& dims, bool keepdim) {
   return out;
 }
 
-Tensor mean(const Tensor& a, const Shape& dims, bool keepdim) {
+Tensor mean(const Tensor& a_in, const Shape& dims, bool keepdim) {
+  const Tensor a = autocast::to_f32(a_in);
   Tensor out = ops::mean(a, dims, keepdim);
   Shape ks = keep_shape(a, dims), in = a.shape();
   double n = static_cast<double>(reduced_count(a, dims));

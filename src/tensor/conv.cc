@@ -71,16 +71,13 @@ Tensor contig(const Tensor& t) {
   return contiguous(t);
 }
 
-Tensor to_f32(const Tensor& t) { return t.defined() ? cast(t, DType::f32) : t; }
-Tensor from_f32(const Tensor& t, DType dt) { return t.defined() ? cast(t, dt) : t; }
-
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   check_conv("conv2d", x, w, b, p);
+  // Backends take f16/bf16 as they are: each decides whether it has native
+  // kernels or computes in f32 (the CPU one does both, see cpu/conv.cc).
   auto& kernel = *conv2d_fwd_kernel.get(x.device());
-  if (is_reduced_float(x.dtype()))  // computed in f32, rounded once
-    return cast(kernel(to_f32(x), to_f32(w), to_f32(b), p), x.dtype());
   return kernel(contig(x), contig(w), contig(b), p);
 }
 
@@ -93,11 +90,6 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const
            " (the conv2d output for x ", shape_str(x.shape()), ", weight ", shape_str(w.shape()),
            "), got ", shape_str(grad_out.shape()));
   auto& kernel = *conv2d_bwd_kernel.get(x.device());
-  if (is_reduced_float(x.dtype())) {
-    auto [dx, dw, db] = kernel(to_f32(grad_out), to_f32(x), to_f32(w), p, need_dx, need_dw,
-                               need_db);
-    return {from_f32(dx, x.dtype()), from_f32(dw, x.dtype()), from_f32(db, x.dtype())};
-  }
   return kernel(contig(grad_out), contig(x), contig(w), p, need_dx, need_dw, need_db);
 }
 

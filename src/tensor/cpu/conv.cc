@@ -35,14 +35,15 @@ const char* conv_algo_name(ConvAlgo a) {
 }
 
 ConvAlgo conv_algo_for(const ConvGeom& g, DType dt, ConvPhase phase) {
-  if (dt != DType::f32 || !onednn::available()) return ConvAlgo::im2col;
+  if (!onednn::supports(dt)) return ConvAlgo::im2col;
   const std::string& forced = env_conv_algo.get();
   if (forced == "onednn") return ConvAlgo::onednn;
   if (forced == "onednn_plain") return ConvAlgo::onednn_plain;
   if (forced == "im2col") return ConvAlgo::im2col;
   QK_CHECK(forced == "auto", "QK_CONV_ALGO must be auto, onednn, onednn_plain or im2col, got '",
            forced, "'");
-  // See Note [Conv algorithm choice].
+  // See Note [Conv algorithm choice]. im2col has no reduced-float kernels.
+  if (dt != DType::f32) return ConvAlgo::onednn;
   if (g.cg() < 8) return phase == ConvPhase::forward ? ConvAlgo::onednn_plain : ConvAlgo::im2col;
   return ConvAlgo::onednn;
 }
@@ -73,8 +74,19 @@ Tensor conv2d_bias_grad(const Tensor& grad_out) {
   return db;
 }
 
+namespace {
+Tensor to_f32(const Tensor& t) { return t.defined() ? ops::cast(t, DType::f32) : t; }
+Tensor from_f32(const Tensor& t, DType dt) { return t.defined() ? ops::cast(t, dt) : t; }
+// f16/bf16 without native oneDNN kernels here: computed in f32, rounded once.
+bool via_f32(DType dt) {
+  return is_reduced_float(dt) && (!onednn::supports(dt) || env_conv_algo.get() == "im2col");
+}
+}  // namespace
+
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
                       const ops::Conv2dParams& p) {
+  if (via_f32(x.dtype()))
+    return ops::cast(conv2d_forward(to_f32(x), to_f32(w), to_f32(b), p), x.dtype());
   ConvGeom g = conv_geom(x, w, p);
   switch (conv_algo_for(g, x.dtype(), ConvPhase::forward)) {
     case ConvAlgo::onednn: return onednn::conv2d_forward(x, w, b, g, onednn::Layout::blocked);
@@ -86,6 +98,11 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const Tensor& x,
                                                    const Tensor& w, const ops::Conv2dParams& p,
                                                    bool need_dx, bool need_dw, bool need_db) {
+  if (via_f32(x.dtype())) {
+    auto [dx, dw, db] = conv2d_backward(to_f32(grad_out), to_f32(x), to_f32(w), p, need_dx,
+                                        need_dw, need_db);
+    return {from_f32(dx, x.dtype()), from_f32(dw, x.dtype()), from_f32(db, x.dtype())};
+  }
   ConvGeom g = conv_geom(x, w, p);
   switch (conv_algo_for(g, x.dtype(), ConvPhase::backward)) {
     case ConvAlgo::onednn:

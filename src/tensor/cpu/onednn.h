@@ -1,4 +1,4 @@
-// oneDNN convolutions (f32), used by the CPU conv kernels when qianka is
+// oneDNN convolutions (f32, and bf16 where the CPU has the kernels), used by the CPU conv kernels when qianka is
 // built with oneDNN (QK_HAVE_DNNL). Without it available() is false and the
 // functions throw, so callers need no #ifdef.
 //
@@ -16,13 +16,17 @@ namespace qk::cpu::onednn {
 
 // True when built with oneDNN and a CPU engine could be created.
 bool available();
+// True when convolutions in `dt` run through oneDNN on this CPU (f32 always
+// when available(); bf16 when oneDNN has kernels for it here).
+bool supports(DType dt);
 
 // Layout of the tensors oneDNN computes on: `blocked` lets it choose (its
 // fastest kernels; inputs and outputs are reordered from and to NCHW),
 // `plain` forces NCHW/OIHW (no reorders, slower kernels).
 enum class Layout : uint8_t { blocked, plain };
 
-// x [N,C,H,W], w [O,C/G,kh,kw], b [O] or undefined; all contiguous f32.
+// x [N,C,H,W], w [O,C/G,kh,kw], b [O] or undefined; all contiguous, one
+// dtype for which supports() holds.
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g,
                       Layout layout = Layout::blocked);
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const Tensor& x,
