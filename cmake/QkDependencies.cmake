@@ -16,3 +16,20 @@ pkg_check_modules(XXHASH QUIET IMPORTED_TARGET libxxhash)
 find_package(CURL REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 pkg_check_modules(LIBARCHIVE REQUIRED IMPORTED_TARGET libarchive)
+# SentencePiece models (qk_data's SentencePieceTokenizer); optional: without it
+# that tokenizer type reports at run time that the build lacks it.
+pkg_check_modules(SENTENCEPIECE QUIET IMPORTED_TARGET sentencepiece)
+# CUDA toolkit + NCCL (optional, QK_WITH_CUDA): qccl's NCCL backend
+# (qianka::qccl_nccl). Found under CUDAToolkit's directories or NCCL_HOME.
+set(QK_HAVE_NCCL OFF)
+if(QK_WITH_CUDA)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ENV NCCL_HOME ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+    find_library(NCCL_LIBRARY nccl HINTS ENV NCCL_HOME ${CUDAToolkit_LIBRARY_DIR}
+                 ${CUDAToolkit_LIBRARY_ROOT} PATH_SUFFIXES lib lib64)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND TARGET CUDA::cudart)
+      set(QK_HAVE_NCCL ON)
+    endif()
+  endif()
+endif()

@@ -13,8 +13,10 @@ PACKAGES=(
   libopenblas-dev liblapacke-dev libdnnl-dev
   # collectives, topology, HPC
   libopenmpi-dev openmpi-bin libhwloc-dev iproute2
-  # data, downloads, plots
-  libcurl4-openssl-dev libssl-dev libarchive-dev libcairo2-dev
+  # data, downloads, plots; SentencePiece models (spm_train/spm_encode are the tests' reference)
+  libcurl4-openssl-dev libssl-dev libarchive-dev libcairo2-dev libsentencepiece-dev sentencepiece
+  # libFuzzer targets of the data parsers (fuzz/run.sh)
+  clang
   # tests and benchmarks (PyTorch is the reference and the peer)
   libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy
   # the PyTorch peer runs 2 threads well only on the OpenMP OpenBLAS (LD_LIBRARY_PATH)

@@ -3,6 +3,7 @@
 //   echo "Hello world" | qk tokenizer encode --tokenizer-type GPT2BPETokenizer
 //       --vocab-file vocab.json --merge-file merges.txt --json      # [15496, 995, 198]
 //   echo "[15496, 995]" | qk tokenizer decode --tokenizer-model tok.json   # Hello world
+//   qk tokenizer encode --tokenizer-type SentencePieceTokenizer --tokenizer-model m.model --per-line < text
 //   qk tokenizer train --vocab-size 8192 --input a.txt b.txt --output tok.json
 #include <fmt/format.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -31,8 +33,53 @@ std::string read_input(const std::string& path) {
 struct EncodeCli {
   qk::data::TokenizerOptions t;
   std::string input;
-  bool json = false, bench = false, vocab = false;
+  bool json = false, bench = false, vocab = false, per_line = false;
 };
+
+// Each line on its own, one output line of ids per input line (the format of
+// SentencePiece's spm_encode --output_format=id, which reads lines too).
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    lines.push_back(text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  return lines;
+}
+
+void encode_lines(const qk::data::Tokenizer& tok, const std::vector<std::string_view>& lines,
+                  std::vector<std::vector<int32_t>>& ids) {
+  ids.resize(lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    ids[i].clear();
+    tok.encode(lines[i], ids[i]);
+  }
+}
+
+void run_encode_lines(const EncodeCli& c, const qk::data::Tokenizer& tok, const std::string& text) {
+  const auto lines = split_lines(text);
+  std::vector<std::vector<int32_t>> ids;
+  encode_lines(tok, lines, ids);
+  if (c.bench) {
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) {
+      qk::Timer t;
+      encode_lines(tok, lines, ids);
+      best = std::min(best, t.seconds());
+    }
+    size_t n = 0;
+    for (const auto& l : ids) n += l.size();
+    fmt::print("qk {:.2f} {}\n", text.size() / 1e6 / best, n);
+    return;
+  }
+  std::string out;
+  for (const auto& l : ids) {
+    out += c.json ? fmt::format("[{}]\n", fmt::join(l, ", ")) : fmt::format("{}\n", fmt::join(l, " "));
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
 
 void run_encode(const EncodeCli& c) {
   auto tok = qk::data::load_tokenizer(c.t);
@@ -43,6 +90,7 @@ void run_encode(const EncodeCli& c) {
     return;
   }
   const std::string text = read_input(c.input);
+  if (c.per_line) return run_encode_lines(c, *tok, text);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3);
   if (c.bench) {
@@ -129,6 +177,8 @@ void setup_tokenizer(CLI::App& app) {
   enc->add_option("--input", e->input, "Read this file instead of stdin");
   enc->add_flag("--json", e->json, "Print the ids as a JSON list");
   enc->add_flag("--bench", e->bench, "Print 'qk <MB/s> <ids>' (best of 3 single-thread runs) instead");
+  enc->add_flag("--per-line", e->per_line,
+                "Encode each line on its own; one line of ids per input line (spm_encode's format)");
   enc->add_flag("--info", e->vocab, "Describe the tokenizer (vocab size, padding, special ids)");
   enc->callback([e] { run_encode(*e); });
 

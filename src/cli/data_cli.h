@@ -38,10 +38,11 @@ struct DataRegistrar {
 // --tokenizer-type, --tokenizer-model, --vocab-file, --merge-file.
 inline void add_tokenizer_flags(CLI::App& app, qk::data::TokenizerOptions& o, bool required = true) {
   app.add_option("--tokenizer-type", o.type,
-                 "HuggingFaceTokenizer (tokenizer.json) or GPT2BPETokenizer (vocab.json + merges.txt)")
-      ->check(CLI::IsMember({"HuggingFaceTokenizer", "GPT2BPETokenizer"}))
+                 "HuggingFaceTokenizer (tokenizer.json), GPT2BPETokenizer (vocab.json + merges.txt) "
+                 "or SentencePieceTokenizer (an spm .model)")
+      ->check(CLI::IsMember({"HuggingFaceTokenizer", "GPT2BPETokenizer", "SentencePieceTokenizer"}))
       ->capture_default_str();
-  auto* m = app.add_option("--tokenizer-model", o.model, "tokenizer.json, or the folder holding it");
+  auto* m = app.add_option("--tokenizer-model", o.model, "tokenizer.json or the folder holding it (HuggingFaceTokenizer); the .model file (SentencePieceTokenizer)");
   auto* v = app.add_option("--vocab-file", o.vocab_file, "GPT-2 vocab.json (GPT2BPETokenizer)");
   app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt (GPT2BPETokenizer)");
   if (required) {

@@ -322,6 +322,18 @@ std::span<const std::byte> IndexedDataset::raw(size_t i) const {
   return {bin_.data() + sequence_pointer(i), len * dtype_size(dtype_)};
 }
 
+namespace {
+// A float token widened like numpy's astype(int64) (toward zero); NaN, the
+// infinities and values outside int64 would be undefined behaviour to convert
+// (found by fuzz/idx_fuzz.cc), so they are a corrupt-file error instead.
+int64_t float_token(double v, const std::string& prefix, size_t i, size_t j) {
+  QK_CHECK_AS(IoError, v >= -9223372036854775808.0 && v < 9223372036854775808.0, "'", bin_path(prefix),
+              "': sequence ", i, " token ", j, " is ", v, ", not a token id (a float dataset must hold ",
+              "finite values within int64); the file is corrupt");
+  return static_cast<int64_t>(v);
+}
+}  // namespace
+
 std::vector<int64_t> IndexedDataset::get(size_t i, size_t offset,
                                          std::optional<size_t> length) const {
   const size_t len = static_cast<size_t>(sequence_length(i));
@@ -342,8 +354,8 @@ std::vector<int64_t> IndexedDataset::get(size_t i, size_t offset,
       case DType::kUint16: out[j] = widen<uint16_t>(q); break;
       case DType::kInt32: out[j] = widen<int32_t>(q); break;
       case DType::kInt64: out[j] = widen<int64_t>(q); break;
-      case DType::kFloat32: out[j] = static_cast<int64_t>(load<float>(q)); break;
-      case DType::kFloat64: out[j] = static_cast<int64_t>(load<double>(q)); break;
+      case DType::kFloat32: out[j] = float_token(load<float>(q), prefix_, i, offset + j); break;
+      case DType::kFloat64: out[j] = float_token(load<double>(q), prefix_, i, offset + j); break;
     }
   }
   return out;

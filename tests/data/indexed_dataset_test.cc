@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -207,6 +209,30 @@ TEST(IndexedDataset, MissingFilesAreNamed) {
   const std::string p = write_small(dir);
   std::remove((p + ".bin").c_str());
   EXPECT_THROW(IndexedDataset ds(p), qk::IoError);
+}
+
+// Found by fuzz/idx_fuzz.cc: converting a NaN or huge float token to int64
+// was undefined behaviour; it is now a clear error naming the .bin.
+TEST(IndexedDataset, NonFiniteFloatTokensAreAnError) {
+  TempDir dir("idx_float");
+  const std::string p = dir / "f";
+  IndexedDatasetBuilder b(p + ".bin", DType::kFloat64);
+  std::vector<int32_t> t = {3, 4, 5}, l = {3};
+  b.add_document(std::span<const int32_t>(t), l);
+  b.finalize(p + ".idx");
+  EXPECT_EQ(IndexedDataset(p).get(0), (std::vector<int64_t>{3, 4, 5}));
+  for (double bad : {std::nan(""), 1e300, -1e19}) {
+    std::string bin = qk::read_file(p + ".bin");
+    std::memcpy(bin.data() + 8, &bad, 8);
+    std::ofstream(p + ".bin", std::ios::binary | std::ios::trunc).write(bin.data(), 24);
+    IndexedDataset ds(p);
+    try {
+      ds.get(0);
+      FAIL() << "expected an error for " << bad;
+    } catch (const qk::IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("f.bin': sequence 0 token 1"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Tokenizers: byte-level BPE (GPT-2, Llama-3 and other Hugging Face
-// `tokenizer.json` files, or GPT-2's vocab.json + merges.txt), behind one
-// interface that preprocessing and training share.
+// `tokenizer.json` files, or GPT-2's vocab.json + merges.txt) and
+// SentencePiece models, behind one interface that preprocessing and training
+// share.
 //
 //   auto tok = qk::data::load_tokenizer({.type = "GPT2BPETokenizer",
 //                                        .vocab_file = "vocab.json",
@@ -52,7 +53,8 @@ class Tokenizer {
 // Megatron's --tokenizer-type and the files each type needs.
 struct TokenizerOptions {
   // "HuggingFaceTokenizer" (tokenizer.json, or a folder holding one),
-  // "GPT2BPETokenizer" (vocab_file + merge_file).
+  // "GPT2BPETokenizer" (vocab_file + merge_file), "SentencePieceTokenizer"
+  // (model = an spm .model file; needs a build with libsentencepiece).
   std::string type = "HuggingFaceTokenizer";
   std::string model = {};       // --tokenizer-model
   std::string vocab_file = {};  // --vocab-file

@@ -1,11 +1,13 @@
 // Loading tokenizers: Hugging Face tokenizer.json, GPT-2 vocab.json +
-// merges.txt, and Megatron's --tokenizer-type dispatch.
+// merges.txt, and Megatron's --tokenizer-type dispatch (SentencePiece models
+// load in sentencepiece_tokenizer.cc).
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer/bpe.h"
+#include "data/tokenizer/sentencepiece.h"
 #include "data/tokenizer/unicode.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
@@ -218,8 +220,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerOptions& o) {
     QK_CHECK(!o.model.empty(), "HuggingFaceTokenizer needs --tokenizer-model (tokenizer.json or its folder)");
     return load_hf_tokenizer(o.model);
   }
+  if (o.type == "SentencePieceTokenizer") return load_sentencepiece(o.model);
   QK_THROW(ValueError, "unknown tokenizer type '", o.type,
-           "'; expected HuggingFaceTokenizer or GPT2BPETokenizer");
+           "'; expected HuggingFaceTokenizer, GPT2BPETokenizer or SentencePieceTokenizer");
 }
 
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tp) {

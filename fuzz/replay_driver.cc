@@ -1,21 +1,33 @@
-// Stand-in for libFuzzer in GCC builds: seeds, then mutations (bit flips,
-// byte sets, truncations, insertions, duplicated spans) from a fixed seed.
+// Runs a fuzz target without libFuzzer, so every build (GCC included) checks
+// it: the seeds, then mutations of them (bit flips, byte sets, truncations,
+// insertions, duplicated spans) from a fixed random seed.
 //   idx_fuzz [--iterations N] [--seed S]
+//   idx_fuzz --write-seeds DIR      # writes the seeds as the committed corpus
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 
-#include "data/fuzz/fuzz_target.h"
+#include "fuzz_target.h"
+#include "qk/base/file_io.h"
 
 int main(int argc, char** argv) {
   long iterations = 2000;
   unsigned seed = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--iterations") == 0) iterations = std::atol(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--seed") == 0) seed = static_cast<unsigned>(std::atol(argv[i + 1]));
-  }
   const auto seeds = fuzz_seeds();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--iterations") == 0) {
+      iterations = std::atol(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--seed") == 0) {
+      seed = static_cast<unsigned>(std::atol(argv[i + 1]));
+    } else if (std::strcmp(argv[i], "--write-seeds") == 0) {
+      qk::make_dirs(argv[i + 1]);
+      for (size_t k = 0; k < seeds.size(); ++k)
+        qk::atomic_write_file(std::string(argv[i + 1]) + "/seed" + std::to_string(k), seeds[k]);
+      std::printf("wrote %zu seeds to %s\n", seeds.size(), argv[i + 1]);
+      return 0;
+    }
+  }
   for (const auto& s : seeds) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   std::mt19937 rng(seed);
   auto pick = [&](size_t n) { return n == 0 ? 0 : static_cast<size_t>(rng() % n); };
@@ -33,6 +45,6 @@ int main(int argc, char** argv) {
     }
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   }
-  std::printf("fuzz driver: %zu seeds and %ld mutated inputs, no crash\n", seeds.size(), iterations);
+  std::printf("replay driver: %zu seeds and %ld mutated inputs, no crash\n", seeds.size(), iterations);
   return 0;
 }
