@@ -10,7 +10,7 @@
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 
-namespace qk::log {
+namespace qk::logging {
 
 namespace {
 QK_ENV_STRING(env_log_level, "QK_LOG_LEVEL", "info",
@@ -117,4 +117,4 @@ void write(Level lvl, std::string_view subsys, std::string_view msg) {
   }
 }
 
-}  // namespace qk::log
+}  // namespace qk::logging

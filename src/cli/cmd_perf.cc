@@ -10,8 +10,12 @@
 // does not depend on the order of reduction.
 //
 // Ranks: --np N forks N ranks here. Without --np, the ranks come from the
-// launcher's environment (OMPI_COMM_WORLD_RANK/SIZE under mpirun, or
-// QK_RANK/QK_WORLD_SIZE) and meet at QCCL_COMM_ID=host:port.
+// launcher's environment: under `qk run` (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT) they meet through its store; under mpirun (OMPI_COMM_WORLD_RANK/SIZE,
+// or QK_RANK/QK_WORLD_SIZE) at QCCL_COMM_ID=host:port, or through a store
+// rank 0 hosts when MASTER_ADDR/MASTER_PORT are set; under mpirun with neither,
+// rank 0's unique id goes to the others by MPI_Bcast (QCCL_BACKEND=mpi then
+// runs the collectives on Open MPI).
 // `qk perf memcpy -b .. -e ..` measures single-thread memcpy for comparison.
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -33,6 +37,10 @@
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/base/log.h"
+#include "qk/dist/launch_env.h"
+#ifdef QK_HAVE_MPI
+#include "qccl/backend/mpi.h"
+#endif
 
 namespace qk::cli {
 namespace {
@@ -366,13 +374,31 @@ void run_perf(const PerfOptions& o) {
   parse_dtype(o.dtype_s);
   parse_op(o.op_s);
   int rank = 0, size = 0;
+  // Under `qk run` (or mpirun/srun with MASTER_ADDR/MASTER_PORT): meet through the store.
+  dist::LaunchEnv le = dist::launch_env();
+  if (o.np == 0 && le.world_size > 1 && !le.master_addr.empty() && le.master_port > 0) {
+    double timeout = o.timeout_s > 0 ? o.timeout_s : 300;
+    qcclUniqueId id = dist::rendezvous_unique_id(le, fmt::format("perf/{}", le.restart_count), timeout);
+    if (!le.under_qk_run) logging::set_prefix(fmt::format("[rank {}] ", le.rank));
+    int rc = run_rank(o, *ci, id, le.rank, le.world_size);
+    if (rc) exit_with(rc);
+    return;
+  }
   if (o.np == 0 && launcher_rank(&rank, &size)) {
-    QK_CHECK(env::get_raw("QCCL_COMM_ID").has_value(),
-             "running under a launcher (rank ", rank, " of ", size,
-             "): set QCCL_COMM_ID=host:port so the ranks can meet (rank 0 listens there)");
     qcclUniqueId id;
-    QK_CHECK_AS(IoError, qcclGetUniqueId(&id) == qcclSuccess, qcclGetLastError(nullptr));
-    log::set_prefix(fmt::format("[rank {}] ", rank));
+    bool via_mpi = false;
+#ifdef QK_HAVE_MPI
+    // Under mpirun/srun without QCCL_COMM_ID: rank 0's id reaches the others by MPI_Bcast.
+    via_mpi = !env::get_raw("QCCL_COMM_ID") && qccl::launched_by_mpi();
+    if (via_mpi) id = qccl::unique_id_from_mpi(MPI_COMM_WORLD);
+#endif
+    if (!via_mpi) {
+      QK_CHECK(env::get_raw("QCCL_COMM_ID").has_value(),
+               "running under a launcher (rank ", rank, " of ", size,
+               "): set QCCL_COMM_ID=host:port so the ranks can meet (rank 0 listens there)");
+      QK_CHECK_AS(IoError, qcclGetUniqueId(&id) == qcclSuccess, qcclGetLastError(nullptr));
+    }
+    logging::set_prefix(fmt::format("[rank {}] ", rank));
     int rc = run_rank(o, *ci, id, rank, size);
     if (rc) exit_with(rc);
     return;
@@ -387,7 +413,7 @@ void run_perf(const PerfOptions& o) {
     pid_t pid = ::fork();
     QK_CHECK_AS(IoError, pid >= 0, "fork failed: ", detail::errno_string(errno));
     if (pid == 0) {
-      log::set_prefix(fmt::format("[rank {}] ", r));
+      logging::set_prefix(fmt::format("[rank {}] ", r));
       int code = 1;
       try {
         code = run_rank(o, *ci, id, r, np);

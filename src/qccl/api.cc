@@ -8,6 +8,7 @@
 
 #include "qccl.h"
 #include "qccl/algo/collectives.h"
+#include "qccl/backend/backend.h"
 #include "qccl/comm_init.h"
 #include "qccl/core/debug.h"
 #include "qccl/core/errors.h"
@@ -24,6 +25,7 @@ struct GroupItem {
   bool p2p;
   P2POp op;
   std::function<void()> coll;
+  void* stream = nullptr;  // the p2p call's, for device backends
 };
 thread_local int t_group_depth = 0;
 thread_local std::vector<GroupItem> t_group;
@@ -92,7 +94,7 @@ qcclResult_t collective(qcclComm_t comm, F&& validate_and_bind) {
 }
 
 qcclResult_t p2p(bool is_send, void* buf, size_t count, qcclDataType_t dt, int peer,
-                 qcclComm_t comm) {
+                 qcclComm_t comm, void* stream) {
   qcclComm* c = nullptr;
   P2POp op{};
   qcclResult_t rc = guarded(nullptr, [&] {
@@ -106,11 +108,13 @@ qcclResult_t p2p(bool is_send, void* buf, size_t count, qcclDataType_t dt, int p
   });
   if (rc != qcclSuccess) return rc;
   if (t_group_depth > 0) {
-    t_group.push_back({c, true, op, {}});
+    t_group.push_back({c, true, op, {}, stream});
     return qcclSuccess;
   }
   ActiveCall active(c);
-  return guarded(c, [&] { point_to_point(*c, std::span<const P2POp>(&op, 1)); });
+  return guarded(c, [&] {
+    backend_for(*c, op.buf, nullptr).point_to_point(std::span<const P2POp>(&op, 1), stream);
+  });
 }
 
 }  // namespace
@@ -263,71 +267,83 @@ const char* qcclGetErrorString(qcclResult_t r) {
 const char* qcclGetLastError(qcclComm_t) { return t_last_error.c_str(); }
 
 qcclResult_t qcclAllReduce(const void* send, void* recv, size_t count, qcclDataType_t dt,
-                           qcclRedOp_t op, qcclComm_t comm, qcclStream_t) {
+                           qcclRedOp_t op, qcclComm_t comm, qcclStream_t stream) {
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, op, "qcclAllReduce");
     check_buffers(send, recv, count, "qcclAllReduce");
-    return std::function<void()>([=] { all_reduce(*c, send, recv, count, dt, op); });
+    return std::function<void()>([=] {
+      backend_for(*c, send, recv).all_reduce(send, recv, count, dt, op, stream);
+    });
   });
 }
 
 qcclResult_t qcclBroadcast(const void* send, void* recv, size_t count, qcclDataType_t dt, int root,
-                           qcclComm_t comm, qcclStream_t) {
+                           qcclComm_t comm, qcclStream_t stream) {
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, qcclSum, "qcclBroadcast");
     check_root(c, root, "qcclBroadcast");
     QK_CHECK(count == 0 || recv, "qcclBroadcast: recvbuff is NULL with count ", count);
     QK_CHECK(count == 0 || c->rank != root || send, "qcclBroadcast: sendbuff is NULL on the root");
-    return std::function<void()>([=] { broadcast(*c, send, recv, count, dt, root); });
+    return std::function<void()>([=] {
+      backend_for(*c, send, recv).broadcast(send, recv, count, dt, root, stream);
+    });
   });
 }
 
 qcclResult_t qcclReduce(const void* send, void* recv, size_t count, qcclDataType_t dt,
-                        qcclRedOp_t op, int root, qcclComm_t comm, qcclStream_t) {
+                        qcclRedOp_t op, int root, qcclComm_t comm, qcclStream_t stream) {
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, op, "qcclReduce");
     check_root(c, root, "qcclReduce");
     QK_CHECK(count == 0 || send, "qcclReduce: sendbuff is NULL with count ", count);
     QK_CHECK(count == 0 || c->rank != root || recv, "qcclReduce: recvbuff is NULL on the root");
-    return std::function<void()>([=] { reduce_to_root(*c, send, recv, count, dt, op, root); });
+    return std::function<void()>([=] {
+      backend_for(*c, send, recv).reduce(send, recv, count, dt, op, root, stream);
+    });
   });
 }
 
 qcclResult_t qcclAllGather(const void* send, void* recv, size_t sendcount, qcclDataType_t dt,
-                           qcclComm_t comm, qcclStream_t) {
+                           qcclComm_t comm, qcclStream_t stream) {
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, qcclSum, "qcclAllGather");
     check_buffers(send, recv, sendcount, "qcclAllGather");
-    return std::function<void()>([=] { all_gather(*c, send, recv, sendcount, dt); });
+    return std::function<void()>([=] {
+      backend_for(*c, send, recv).all_gather(send, recv, sendcount, dt, stream);
+    });
   });
 }
 
 qcclResult_t qcclReduceScatter(const void* send, void* recv, size_t recvcount, qcclDataType_t dt,
-                               qcclRedOp_t op, qcclComm_t comm, qcclStream_t) {
+                               qcclRedOp_t op, qcclComm_t comm, qcclStream_t stream) {
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, op, "qcclReduceScatter");
     check_buffers(send, recv, recvcount, "qcclReduceScatter");
-    return std::function<void()>([=] { reduce_scatter(*c, send, recv, recvcount, dt, op); });
+    return std::function<void()>([=] {
+      backend_for(*c, send, recv).reduce_scatter(send, recv, recvcount, dt, op, stream);
+    });
   });
 }
 
 qcclResult_t qcclAllToAll(const void* send, void* recv, size_t count, qcclDataType_t dt,
-                          qcclComm_t comm, qcclStream_t) {
+                          qcclComm_t comm, qcclStream_t stream) {
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, qcclSum, "qcclAllToAll");
     check_buffers(send, recv, count, "qcclAllToAll");
-    return std::function<void()>([=] { all_to_all(*c, send, recv, count, dt); });
+    return std::function<void()>([=] {
+      backend_for(*c, send, recv).all_to_all(send, recv, count, dt, stream);
+    });
   });
 }
 
 qcclResult_t qcclSend(const void* send, size_t count, qcclDataType_t dt, int peer,
-                      qcclComm_t comm, qcclStream_t) {
-  return p2p(true, const_cast<void*>(send), count, dt, peer, comm);
+                      qcclComm_t comm, qcclStream_t stream) {
+  return p2p(true, const_cast<void*>(send), count, dt, peer, comm, stream);
 }
 
 qcclResult_t qcclRecv(void* recv, size_t count, qcclDataType_t dt, int peer, qcclComm_t comm,
-                      qcclStream_t) {
-  return p2p(false, recv, count, dt, peer, comm);
+                      qcclStream_t stream) {
+  return p2p(false, recv, count, dt, peer, comm, stream);
 }
 
 qcclResult_t qcclGroupStart(void) {
@@ -349,12 +365,16 @@ qcclResult_t qcclGroupEnd(void) {
     if (it.p2p && std::find(comms.begin(), comms.end(), it.comm) == comms.end()) comms.push_back(it.comm);
   for (qcclComm* c : comms) {
     std::vector<P2POp> ops;
+    void* stream = nullptr;
     for (auto& it : items)
-      if (it.p2p && it.comm == c) ops.push_back(it.op);
+      if (it.p2p && it.comm == c) {
+        ops.push_back(it.op);
+        stream = stream ? stream : it.stream;
+      }
     ActiveCall active(c);
     qcclResult_t rc = guarded(c, [&] {
       c->check_usable();
-      point_to_point(*c, ops);
+      backend_for(*c, ops[0].buf, nullptr).point_to_point(ops, stream);
     });
     if (rc != qcclSuccess) return rc;
   }

@@ -4,14 +4,21 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "qccl/backend/backend.h"
 #include "qccl/comm_init.h"
+#include "qccl/algo/cost_probe.h"
 #include "qccl/core/debug.h"
 #include "qccl/core/settings.h"
+#include "qccl/topo/comm_topo.h"
 #include "qccl/transport/shm.h"
 #include "qccl/transport/tcp.h"
 #include "qk/base/timer.h"
+
+qcclComm::qcclComm(int fr_entries) : fr(fr_entries) {}
+qcclComm::~qcclComm() = default;  // here, where qccl::Backend is complete
 
 void qcclComm::fail(qcclResult_t code, const std::string& msg) {
   {
@@ -44,15 +51,18 @@ namespace qccl {
 namespace {
 
 constexpr uint32_t kPeerMagic = 0x51435048;  // "QCPH"
-constexpr uint16_t kPeerVersion = 1;
+constexpr uint16_t kPeerVersion = 2;
 enum : uint16_t { kViaTcp = 1, kViaShm = 2 };
 
+// Sent on every socket a rank opens to a lower rank; a TCP peer gets
+// QCCL_NSOCKS of them, numbered by `stream`.
 struct PeerHello {
   uint32_t magic;
   uint16_t version;
   uint16_t via;
   uint8_t token[16];
   int32_t from, to, nranks;
+  uint16_t stream, nsocks;
 };
 
 uint16_t choose_via(const qcclComm& c, int peer, const std::string& forced) {
@@ -68,51 +78,66 @@ uint16_t choose_via(const qcclComm& c, int peer, const std::string& forced) {
   return same_host ? kViaShm : kViaTcp;
 }
 
-std::string check_peer_hello(const PeerHello& h, const qcclComm& c, const std::vector<bool>& have,
-                             const std::vector<uint16_t>& via) {
+int sockets_for(uint16_t via, int nsocks) { return via == kViaTcp ? nsocks : 1; }
+
+std::string check_peer_hello(const PeerHello& h, const qcclComm& c,
+                             const std::vector<std::vector<Fd>>& socks,
+                             const std::vector<uint16_t>& via, int nsocks) {
   if (h.magic != kPeerMagic) return "not a qccl peer hello (bad magic)";
   if (h.version != kPeerVersion) return fmt::format("peer protocol version {} (mixed builds?)", h.version);
   if (std::memcmp(h.token, c.token.data(), 16) != 0) return "wrong job token";
   if (h.nranks != c.nranks || h.to != c.rank || h.from <= c.rank || h.from >= c.nranks)
     return fmt::format("claims to be rank {} of {} connecting to rank {}", h.from, h.nranks, h.to);
-  if (have[h.from]) return fmt::format("rank {} connected twice", h.from);
   if (h.via != via[h.from])
     return fmt::format("rank {} wants transport {} but this rank chose {}: set QCCL_TRANSPORT the "
                        "same on every rank",
                        h.from, h.via == kViaShm ? "shm" : "tcp", via[h.from] == kViaShm ? "shm" : "tcp");
+  int want = sockets_for(via[h.from], nsocks);
+  if (h.nsocks != want)
+    return fmt::format("rank {} opens {} sockets per peer, this rank {}: set QCCL_NSOCKS the same "
+                       "on every rank",
+                       h.from, h.nsocks, want);
+  if (h.stream >= want || socks[h.from][h.stream])
+    return fmt::format("rank {} sent socket {} of {} twice or out of range", h.from, h.stream, want);
   return "";
 }
 
-void connect_mesh(qcclComm& c, Fd& listen, const std::string& forced, const Deadline& dl) {
+void connect_mesh(qcclComm& c, Fd& listen, const std::string& forced, int nsocks, const Deadline& dl) {
   int n = c.nranks;
   std::vector<uint16_t> via(n, 0);
   for (int p = 0; p < n; ++p)
     if (p != c.rank) via[p] = choose_via(c, p, forced);
-  std::vector<Fd> socks(n);
+  std::vector<std::vector<Fd>> socks(n);
+  for (int p = 0; p < n; ++p)
+    if (p != c.rank) socks[p].resize(sockets_for(via[p], nsocks));
   // Connect to every lower rank, then accept every higher one: waits only
   // ever point to lower ranks, so the set-up cannot deadlock.
   for (int p = 0; p < c.rank; ++p) {
     SockAddr a;
     a.ip = c.peers[p].ip;
     a.port = c.peers[p].port;
-    Fd fd = connect_to(a, dl, c.peer_name(p));
-    PeerHello h{kPeerMagic, kPeerVersion, via[p], {}, c.rank, p, n};
-    std::memcpy(h.token, c.token.data(), 16);
-    send_all(fd.get(), &h, sizeof h, dl, c.peer_name(p));
-    char ack = 0;
-    recv_all(fd.get(), &ack, 1, dl, c.peer_name(p));
-    QK_CHECK_AS(RemoteError, ack == 'k', c.peer_name(p),
-                " refused our connection (see its log: token, rank or transport mismatch)");
-    socks[p] = std::move(fd);
+    for (size_t s = 0; s < socks[p].size(); ++s) {
+      Fd fd = connect_to(a, dl, c.peer_name(p));
+      PeerHello h{kPeerMagic, kPeerVersion, via[p], {}, c.rank, p, n, static_cast<uint16_t>(s),
+                  static_cast<uint16_t>(socks[p].size())};
+      std::memcpy(h.token, c.token.data(), 16);
+      send_all(fd.get(), &h, sizeof h, dl, c.peer_name(p));
+      char ack = 0;
+      recv_all(fd.get(), &ack, 1, dl, c.peer_name(p));
+      QK_CHECK_AS(RemoteError, ack == 'k', c.peer_name(p),
+                  " refused our connection (see its log: token, rank, transport or QCCL_NSOCKS mismatch)");
+      socks[p][s] = std::move(fd);
+    }
   }
-  std::vector<bool> have(n, false);
-  int want = n - 1 - c.rank;
+  int want = 0;
+  for (int p = c.rank + 1; p < n; ++p) want += static_cast<int>(socks[p].size());
   while (want > 0) {
     Fd fd = accept_until(listen.get(), dl);
     if (!fd) {
       std::string missing;
       for (int p = c.rank + 1; p < n; ++p)
-        if (!have[p]) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", c.peer_name(p));
+        if (std::any_of(socks[p].begin(), socks[p].end(), [](const Fd& f) { return !f; }))
+          missing += fmt::format("{}{}", missing.empty() ? "" : ", ", c.peer_name(p));
       QK_THROW(qk::TimeoutError, "rank ", c.rank, " timed out after ", dl.total_seconds(),
                " s waiting for ", missing, " to connect");
     }
@@ -124,7 +149,7 @@ void connect_mesh(qcclComm& c, Fd& listen, const std::string& forced, const Dead
       QCCL_WARN("INIT", "rank {}: refused a connection: {}", c.rank, e.what());
       continue;
     }
-    std::string why = check_peer_hello(h, c, have, via);
+    std::string why = check_peer_hello(h, c, socks, via, nsocks);
     if (!why.empty()) {
       QCCL_WARN("INIT", "rank {}: refused a connection: {}", c.rank, why);
       char nack = 'x';
@@ -133,20 +158,22 @@ void connect_mesh(qcclComm& c, Fd& listen, const std::string& forced, const Dead
     }
     char ack = 'k';
     send_all(fd.get(), &ack, 1, dl, c.peer_name(h.from));
-    have[h.from] = true;
-    socks[h.from] = std::move(fd);
+    socks[h.from][h.stream] = std::move(fd);
     --want;
   }
   c.conns.resize(n);
   for (int p = 0; p < n; ++p) {
     if (p == c.rank) continue;
     if (via[p] == kViaShm)
-      c.conns[p] = make_shm_conn(c.rank, p, c.peer_name(p), std::move(socks[p]), c.peers[p].pid,
+      c.conns[p] = make_shm_conn(c.rank, p, c.peer_name(p), std::move(socks[p][0]), c.peers[p].pid,
                                  cma_enabled(), dl);
     else
       c.conns[p] = make_tcp_conn(p, c.peer_name(p), std::move(socks[p]));
     QCCL_INFO("NET", "comm '{}' rank {} -> {} via {}{}", c.name, c.rank, c.peer_name(p),
-              c.conns[p]->kind(), c.conns[p]->cma() ? " (single-copy CMA for large messages)" : "");
+              c.conns[p]->kind(),
+              c.conns[p]->cma() ? std::string(" (single-copy CMA for large messages)")
+              : c.conns[p]->nsocks() > 1 ? fmt::format(" ({} sockets)", c.conns[p]->nsocks())
+                                         : std::string());
   }
 }
 
@@ -191,7 +218,7 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
   me.ip = bound.ip;
   me.port = bound.port;
   c->peers = join(uid, rank, nranks, me, dl);
-  connect_mesh(*c, listen, transport, dl);
+  connect_mesh(*c, listen, transport, tcp_nsocks(), dl);
   std::string slowest = "shm";
   int n_shm = 0, n_tcp = 0;
   for (auto& conn : c->conns) {
@@ -203,11 +230,18 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
       ++n_shm;
     }
   }
+  c->spin_us = spin_us();
   c->cost = CostModel::for_transport(slowest);
+  c->cost.use_slowest(n_shm > 0, n_tcp > 0);
+  if (cost_model_measured()) measure_cost_model(*c);
+  topo::attach(*c);  // hosts, topology-aware rings, hierarchical plan
+  const CostModel& m = c->cost;
   QCCL_INFO("INIT", "comm '{}' rank {} of {} ready in {:.1f} ms: {} peers via shm, {} via tcp; "
-            "timeout {} s; cost model {} us + {} GB/s",
-            c->name, rank, nranks, timer.millis(), n_shm, n_tcp, c->timeout_s, c->cost.alpha_us,
-            c->cost.gbps);
+            "timeout {} s; cost model ({}) shm {:.2f} us + {:.2f} GB/s, tcp {:.2f} us + {:.2f} GB/s; "
+            "collectives pay {:.2f} us + {:.2f} GB/s per step, reduce {:.2f} GB/s",
+            c->name, rank, nranks, timer.millis(), n_shm, n_tcp, c->timeout_s, m.source, m.shm.lat_us,
+            m.shm.gbps, m.tcp.lat_us, m.tcp.gbps, m.alpha_us, m.gbps, m.reduce_gbps);
+  attach_backend(*c);  // QCCL_BACKEND: the engine of its calls
   return c;
 }
 

@@ -15,6 +15,13 @@
 #include "qccl/flight_recorder.h"
 #include "qccl/transport/conn.h"
 
+namespace qccl {
+class Backend;  // qccl/backend/backend.h
+namespace topo {
+struct CommTopo;  // qccl/topo/comm_topo.h
+}
+}
+
 struct qcclComm {
   static constexpr uint64_t kMagic = 0x514343434f4d4d31ull;  // "QCCCOMM1"
   uint64_t magic = kMagic;
@@ -28,7 +35,9 @@ struct qcclComm {
   std::vector<std::unique_ptr<qccl::Conn>> conns;  // [rank]; null for self
   qccl::CostModel cost;
   std::string algo = "auto";
-  size_t cma_min_bytes = 256 << 10;  // messages this large go single-copy where possible  // forced algorithm (QCCL_ALGO / config.algo)
+  std::shared_ptr<const qccl::topo::CommTopo> topo;  // hosts, rings, hierarchical plan
+  size_t cma_min_bytes = 256 << 10;  // messages this large go single-copy where possible
+  double spin_us = 0;  // waits spin this long before yielding the core (QCCL_SPIN_US)
 
   uint64_t coll_seq = 0;                 // collectives started, same on every rank
   std::vector<uint32_t> p2p_send_seq;    // messages sent to / received from each peer
@@ -42,7 +51,16 @@ struct qcclComm {
   qcclResult_t async_error = qcclSuccess;
   std::string async_msg;
 
-  explicit qcclComm(int fr_entries) : fr(fr_entries) {}
+  // The engine of this communicator's calls (qccl/backend/backend.h); declared
+  // last so it goes before the connections it may use.
+  std::unique_ptr<qccl::Backend> backend;
+  std::unique_ptr<qccl::Backend> device_backend;  // made on the first device-memory call
+  const char* device_kind = nullptr;              // its name, under QCCL_BACKEND=auto
+  bool (*device_owns)(const void*) = nullptr;
+  std::unique_ptr<qccl::Backend> (*device_make)(qcclComm&) = nullptr;
+
+  explicit qcclComm(int fr_entries);
+  ~qcclComm();
   // Marks the communicator broken and closes every connection so that peers
   // blocked on us fail now instead of at their deadline.
   void fail(qcclResult_t code, const std::string& msg);

@@ -32,7 +32,7 @@ uint32_t magic_for(MsgKind k) { return kMsgMagic | (uint32_t(k) << 8) | kMsgVers
 
 const char* kind_word(uint32_t magic) {
   uint32_t k = (magic >> 8) & 0xff;
-  if (k < uint32_t(MsgKind::kP2P) || k > uint32_t(MsgKind::kAllToAll)) return "an unknown operation";
+  if (k < uint32_t(MsgKind::kP2P) || k > uint32_t(MsgKind::kProbe)) return "an unknown operation";
   return msg_kind_name(static_cast<MsgKind>(k));
 }
 
@@ -241,6 +241,7 @@ const char* msg_kind_name(MsgKind k) {
     case MsgKind::kAllGather: return "allgather";
     case MsgKind::kReduceScatter: return "reducescatter";
     case MsgKind::kAllToAll: return "alltoall";
+    case MsgKind::kProbe: return "cost-probe";
   }
   return "?";
 }
@@ -249,7 +250,7 @@ Call::Call(qcclComm& c, const char* w, MsgKind k, size_t bytes, const char* algo
     : comm(c),
       what(w),
       kind(k),
-      seq(k != MsgKind::kP2P ? c.coll_seq++ : 0),
+      seq(per_peer_seq(k) ? 0 : c.coll_seq++),
       deadline(c.timeout_s),
       fr_slot(c.fr.begin(seq, w, bytes, peer, algo)) {}
 
@@ -294,7 +295,7 @@ void run(Call& call, std::span<Xfer> xs) {
   for (Xfer& x : xs) {
     QK_INTERNAL_ASSERT(x.peer >= 0 && x.peer < comm.nranks && x.peer != comm.rank && comm.conns[x.peer],
                        "bad peer ", x.peer);
-    if (call.kind != MsgKind::kP2P) x.seq = static_cast<uint32_t>(call.seq);
+    if (!per_peer_seq(call.kind)) x.seq = static_cast<uint32_t>(call.seq);
     QK_INTERNAL_ASSERT(x.kind != Xfer::kRecvReduce || x.bytes % dtype_size(call.dtype) == 0);
   }
   size_t pending = xs.size();
@@ -313,6 +314,9 @@ void run(Call& call, std::span<Xfer> xs) {
         break;
       }
   uint64_t idle = 0;
+  const auto spin = std::chrono::duration_cast<Deadline::Clock::duration>(
+      std::chrono::duration<double, std::micro>(comm.spin_us));
+  bool spin_left = comm.spin_us > 0;
   auto idle_start = Deadline::Clock::now();
   auto last_alive = idle_start;
   while (pending > 0) {
@@ -334,12 +338,26 @@ void run(Call& call, std::span<Xfer> xs) {
     if (pending == 0) break;
     if (moved) {
       idle = 0;
+      spin_left = comm.spin_us > 0;
       continue;
     }
     if (idle++ == 0) idle_start = Deadline::Clock::now();
     if (idle < 128) {
       cpu_relax();
       continue;
+    }
+    // Optional bounded spin (QCCL_SPIN_US, off by default; see spin_us() in
+    // core/settings.cc for why yielding is the better default).
+    if (spin_left) {
+      if ((idle & 63) != 0) {
+        cpu_relax();
+        continue;
+      }
+      if (Deadline::Clock::now() - idle_start < spin) {
+        cpu_relax();
+        continue;
+      }
+      spin_left = false;
     }
     if (comm.aborted.load(std::memory_order_relaxed))
       QK_THROW(UsageError, call.what, " #", call.seq, " on rank ", comm.rank,
@@ -366,7 +384,7 @@ void run(Call& call, std::span<Xfer> xs) {
     bool all_sockets = true;
     for (size_t i = 0; i < xs.size() && all_sockets; ++i) {
       if (complete[i]) continue;
-      int fd = comm.conns[xs[i].peer]->poll_fd();
+      int fd = comm.conns[xs[i].peer]->poll_fd(xs[i].kind == Xfer::kSend);
       if (fd < 0) all_sockets = false;
       else pfds.push_back({fd, static_cast<short>(xs[i].kind == Xfer::kSend ? POLLOUT : POLLIN), 0});
     }

@@ -27,9 +27,12 @@ namespace qccl {
 
 // Which operation a message belongs to; carried in every header so ranks that
 // call different operations are told so.
+// kP2P and kProbe (the cost model's ping-pong at set-up) carry per-peer
+// sequence numbers set by the caller; the collectives use the comm's count.
 enum class MsgKind : uint8_t {
-  kP2P = 1, kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll
+  kP2P = 1, kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kProbe
 };
+inline bool per_peer_seq(MsgKind k) { return k == MsgKind::kP2P || k == MsgKind::kProbe; }
 const char* msg_kind_name(MsgKind k);
 
 struct MsgHeader {

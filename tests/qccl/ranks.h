@@ -101,7 +101,7 @@ inline Result run_ranks(int n, const std::function<void(const Rank&)>& fn, Optio
   for (int r = 0; r < n; ++r) {
     pid_t pid = ::fork();
     if (pid == 0) {
-      qk::log::set_prefix(cat("[rank ", r, "] "));
+      qk::logging::set_prefix(cat("[rank ", r, "] "));
       if (opt.transport && std::string(opt.transport) == "shm_nocma") {
         ::setenv("QCCL_CMA", "0", 1);
         opt.transport = "shm";

@@ -16,7 +16,8 @@
 #include <string>
 #include <string_view>
 
-namespace qk::log {
+// "logging", not "log": qk::log is the elementwise logarithm (qk/autograd/functions.h).
+namespace qk::logging {
 
 enum class Level : int { trace = 0, debug = 1, info = 2, warn = 3, error = 4, off = 5 };
 
@@ -43,19 +44,19 @@ const std::string& prefix();
 // Writes one line to stderr (one write call, so lines from threads never interleave).
 void write(Level lvl, std::string_view subsys, std::string_view msg);
 
-}  // namespace qk::log
+}  // namespace qk::logging
 
 #define QK_LOG_SUB(lvl, subsys, ...)                                                  \
   do {                                                                                \
-    if (::qk::log::enabled(lvl, subsys))                                              \
-      ::qk::log::write(lvl, subsys, ::fmt::format(__VA_ARGS__));                      \
+    if (::qk::logging::enabled(lvl, subsys))                                              \
+      ::qk::logging::write(lvl, subsys, ::fmt::format(__VA_ARGS__));                      \
   } while (0)
 #define QK_LOG(lvl, ...) QK_LOG_SUB(lvl, "", __VA_ARGS__)
 
-#define QK_TRACE(...) QK_LOG(::qk::log::Level::trace, __VA_ARGS__)
-#define QK_DEBUG(...) QK_LOG(::qk::log::Level::debug, __VA_ARGS__)
-#define QK_INFO(...) QK_LOG(::qk::log::Level::info, __VA_ARGS__)
-#define QK_WARN(...) QK_LOG(::qk::log::Level::warn, __VA_ARGS__)
-#define QK_ERROR(...) QK_LOG(::qk::log::Level::error, __VA_ARGS__)
-#define QK_DEBUG_SUB(subsys, ...) QK_LOG_SUB(::qk::log::Level::debug, subsys, __VA_ARGS__)
-#define QK_TRACE_SUB(subsys, ...) QK_LOG_SUB(::qk::log::Level::trace, subsys, __VA_ARGS__)
+#define QK_TRACE(...) QK_LOG(::qk::logging::Level::trace, __VA_ARGS__)
+#define QK_DEBUG(...) QK_LOG(::qk::logging::Level::debug, __VA_ARGS__)
+#define QK_INFO(...) QK_LOG(::qk::logging::Level::info, __VA_ARGS__)
+#define QK_WARN(...) QK_LOG(::qk::logging::Level::warn, __VA_ARGS__)
+#define QK_ERROR(...) QK_LOG(::qk::logging::Level::error, __VA_ARGS__)
+#define QK_DEBUG_SUB(subsys, ...) QK_LOG_SUB(::qk::logging::Level::debug, subsys, __VA_ARGS__)
+#define QK_TRACE_SUB(subsys, ...) QK_LOG_SUB(::qk::logging::Level::trace, subsys, __VA_ARGS__)

@@ -5,6 +5,7 @@
 
 #include "qccl/algo/collectives.h"
 #include "qccl/algo/cost_model.h"
+#include "qccl/algo/hierarchical.h"
 #include "qccl/core/debug.h"
 #include "qccl/engine.h"
 
@@ -87,6 +88,10 @@ void all_reduce(qcclComm& c, const void* send, void* recv, size_t count, qcclDat
                 qcclRedOp_t op) {
   size_t es = dtype_size(dt), bytes = count * es;
   Algo a = choose(c.cost, c.algo, Coll::kAllReduce, c.nranks, bytes);
+  if (a == Algo::kHierarchical) {
+    if (hierarchical_usable(c)) return hierarchical_all_reduce(c, send, recv, count, dt, op);
+    a = choose(c.cost, "auto", Coll::kAllReduce, c.nranks, bytes);  // one host: flat
+  }
   Call call(c, "allreduce", MsgKind::kAllReduce, bytes, algo_name(a));
   call.dtype = dt;
   call.op = op;

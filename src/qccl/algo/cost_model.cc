@@ -1,18 +1,48 @@
 #include "qccl/algo/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <cstdlib>
 
-#include "qccl/core/settings.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 
 namespace qccl {
 
 namespace {
-QK_ENV_DOUBLE(env_lat_us, "QCCL_LAT_US", 0.0,
-              "Cost model: per-message latency in microseconds (0: transport default).");
-QK_ENV_DOUBLE(env_bw_gbps, "QCCL_BW_GBPS", 0.0,
-              "Cost model: per-link bandwidth in GB/s (0: transport default).");
+QK_ENV_STRING(env_cost_model, "QCCL_COST_MODEL", "measured",
+              "Cost model figures: measured (ping-pong at init) or static (built-in defaults).");
+QK_ENV_STRING(env_lat_us, "QCCL_LAT_US", "",
+              "Cost model latency per message in us: one value, or per transport (shm=2,tcp=40).");
+QK_ENV_DOUBLE(env_reduce_gbps, "QCCL_REDUCE_GBPS", 0.0,
+              "Cost model: local reduction speed in GB/s per operand (0: measured or 4).");
+QK_ENV_STRING(env_bw_gbps, "QCCL_BW_GBPS", "",
+              "Cost model bandwidth per link in GB/s: one value, or per transport (shm=8,tcp=2).");
+
+// The value `spec` gives `kind`: "5" gives every transport 5, "shm=2,tcp=40"
+// gives each its own; 0 when it gives none.
+double figure_for(const std::string& spec, const std::string& kind, const char* var) {
+  if (spec.empty()) return 0;
+  double all = 0, mine = 0;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = spec.substr(pos, end - pos);
+    size_t eq = item.find('=');
+    std::string key = eq == std::string::npos ? "" : item.substr(0, eq);
+    std::string val = eq == std::string::npos ? item : item.substr(eq + 1);
+    char* stop = nullptr;
+    double v = std::strtod(val.c_str(), &stop);
+    QK_CHECK(!val.empty() && *stop == '\0' && v > 0 && (key.empty() || key == "shm" || key == "tcp"),
+             var, ": expected a positive number or shm=N,tcp=N, got '", spec, "'");
+    if (key.empty()) all = v;
+    else if (key == kind) mine = v;
+    pos = end + 1;
+  }
+  return mine > 0 ? mine : all;
+}
 
 int ceil_log2(int n) {
   int l = 0;
@@ -25,88 +55,143 @@ int floor_log2(int n) {
   return l;
 }
 
-bool supports(Coll c, Algo a) {
-  switch (c) {
-    case Coll::kAllReduce: return a == Algo::kRing || a == Algo::kRecursiveDoubling;
-    case Coll::kBroadcast:
-    case Coll::kReduce: return a == Algo::kTree || a == Algo::kChain;
-    case Coll::kAllGather:
-    case Coll::kReduceScatter: return a == Algo::kRing;
-    case Coll::kAllToAll: return a == Algo::kRing;  // pairwise exchange, reported as ring
-  }
-  return false;
+bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter; }
+
+// Ring all-reduce: reduce-scatter then all-gather, 2(n-1) steps of bytes/n,
+// n-1 of them reducing. Ring all-gather / reduce-scatter and pairwise
+// all-to-all: n-1 steps of bytes/n.
+double ring_us(const CostModel& m, Coll c, int n, double s) {
+  double red = reduces(c) ? (n - 1) * m.reduce_us(s / n) : 0;
+  if (c == Coll::kAllReduce) return 2.0 * (n - 1) * m.step_us(s / n) + red;
+  return (n - 1) * m.step_us(s / n) + red;
+}
+// Recursive doubling: log2 rounds of the whole buffer, each reducing all of
+// it, plus a fold in and out when n is not a power of two.
+double rd_us(const CostModel& m, Coll, int n, double s) {
+  int rounds = floor_log2(n);
+  bool fold = (1 << rounds) != n;
+  return (rounds + (fold ? 2 : 0)) * m.step_us(s) + (rounds + (fold ? 1 : 0)) * m.reduce_us(s);
+}
+double tree_us(const CostModel& m, Coll c, int n, double s) {
+  return ceil_log2(n) * (m.step_us(s) + (reduces(c) ? m.reduce_us(s) : 0));
+}
+// Pipelined chain: n-2 steps to fill, then one step per chunk.
+double chain_us(const CostModel& m, Coll c, int n, double s) {
+  double chunks = std::max(1.0, std::ceil(s / kChainChunk));
+  double step = m.step_us(s / chunks) + (reduces(c) ? m.reduce_us(s / chunks) : 0);
+  return (n - 2 + chunks) * step;
+}
+
+// Hierarchical all-reduce (L ranks on each of H hosts): ring reduce-scatter
+// and all-gather inside the hosts over shm, a ring all-reduce of 1/L of the
+// data across hosts over tcp. Unavailable (infinite) on one host.
+double hierarchical_us(const CostModel& m, Coll, int, double s) {
+  if (m.hosts <= 1) return std::numeric_limits<double>::infinity();
+  double L = m.ranks_per_host, H = m.hosts;
+  return 2.0 * (L - 1) * m.shm.us(s / L) + 2.0 * (H - 1) * m.tcp.us(s / (L * H));
+}
+
+const AlgoDesc kAlgos[] = {
+    {Algo::kRing, "ring",
+     // all-to-all is a pairwise exchange, reported as ring
+     [](Coll c) { return c != Coll::kBroadcast && c != Coll::kReduce; }, ring_us},
+    {Algo::kRecursiveDoubling, "rd", [](Coll c) { return c == Coll::kAllReduce; }, rd_us},
+    {Algo::kTree, "tree", [](Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }, tree_us},
+    {Algo::kChain, "chain", [](Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }, chain_us},
+    {Algo::kHierarchical, "hierarchical", [](Coll c) { return c == Coll::kAllReduce; }, hierarchical_us},
+};
+
+const AlgoDesc& desc(Algo a) {
+  for (const AlgoDesc& d : kAlgos)
+    if (d.algo == a) return d;
+  QK_INTERNAL_ASSERT(false, "algorithm ", static_cast<int>(a), " is not in kAlgos");
+  return kAlgos[0];
 }
 }  // namespace
 
-const char* algo_name(Algo a) {
-  switch (a) {
-    case Algo::kRing: return "ring";
-    case Algo::kRecursiveDoubling: return "rd";
-    case Algo::kTree: return "tree";
-    case Algo::kChain: return "chain";
-  }
-  return "?";
-}
+std::span<const AlgoDesc> algorithms() { return kAlgos; }
+
+const char* algo_name(Algo a) { return desc(a).name; }
 
 bool parse_algo(const std::string& s, Algo* out) {
   if (s.empty() || s == "auto") return false;
-  if (s == "ring") *out = Algo::kRing;
-  else if (s == "rd") *out = Algo::kRecursiveDoubling;
-  else if (s == "tree") *out = Algo::kTree;
-  else if (s == "chain") *out = Algo::kChain;
-  else QK_THROW(qk::ValueError, "QCCL_ALGO: expected auto, ring, rd, tree or chain, got '", s, "'");
-  return true;
+  std::string names;
+  for (const AlgoDesc& d : kAlgos) {
+    if (s == d.name) {
+      *out = d.algo;
+      return true;
+    }
+    names += std::string(", ") + d.name;
+  }
+  QK_THROW(qk::ValueError, "QCCL_ALGO: expected auto", names, ", got '", s, "'");
+}
+
+LinkCost static_link_cost(const std::string& kind) {
+  // One host: a few us per message through the engine, memcpy-class
+  // bandwidth; tcp: loopback or 10 GbE class.
+  LinkCost l = kind == "tcp" ? LinkCost{30.0, 2.0} : LinkCost{3.0, 6.0};
+  double lat = figure_for(env_lat_us.reload(), kind, "QCCL_LAT_US");
+  double bw = figure_for(env_bw_gbps.reload(), kind, "QCCL_BW_GBPS");
+  if (lat > 0) l.lat_us = lat;
+  if (bw > 0) l.gbps = bw;
+  return l;
+}
+
+double configured_reduce_gbps() {
+  double v = env_reduce_gbps.reload();
+  QK_CHECK(v >= 0, "QCCL_REDUCE_GBPS: expected GB/s >= 0, got ", v);
+  return v;
+}
+
+bool lat_configured(const std::string& kind) {
+  return figure_for(env_lat_us.reload(), kind, "QCCL_LAT_US") > 0;
+}
+bool bw_configured(const std::string& kind) {
+  return figure_for(env_bw_gbps.reload(), kind, "QCCL_BW_GBPS") > 0;
+}
+
+bool cost_model_measured() {
+  std::string v = env_cost_model.reload();
+  QK_CHECK(v == "measured" || v == "static", "QCCL_COST_MODEL: expected measured or static, got '", v, "'");
+  return v == "measured";
 }
 
 CostModel CostModel::for_transport(const std::string& kind) {
   CostModel m;
-  if (kind == "tcp") {
-    m.alpha_us = 30.0;
-    m.gbps = 2.0;
-  }
-  if (env_lat_us.get() > 0) m.alpha_us = env_lat_us.get();
-  if (env_bw_gbps.get() > 0) m.gbps = env_bw_gbps.get();
+  m.shm = static_link_cost("shm");
+  m.tcp = static_link_cost("tcp");
+  m.use_slowest(kind != "tcp", kind == "tcp");
+  if (configured_reduce_gbps() > 0) m.reduce_gbps = configured_reduce_gbps();
+  m.source = lat_configured(kind) || bw_configured(kind) ? "configured" : "static";
   return m;
+}
+
+void CostModel::use_slowest(bool shm_in_use, bool tcp_in_use) {
+  if (!shm_in_use && !tcp_in_use) shm_in_use = true;  // one rank: any figure will do
+  alpha_us = std::max(shm_in_use ? shm.lat_us : 0.0, tcp_in_use ? tcp.lat_us : 0.0);
+  gbps = std::min(shm_in_use ? shm.gbps : 1e300, tcp_in_use ? tcp.gbps : 1e300);
 }
 
 double predict_us(const CostModel& m, Coll coll, Algo a, int n, size_t bytes) {
   if (n <= 1) return 0;
-  double s = static_cast<double>(bytes);
-  switch (coll) {
-    case Coll::kAllReduce:
-      if (a == Algo::kRing) return 2.0 * (n - 1) * m.step_us(s / n);
-      {
-        int p2 = 1 << floor_log2(n);
-        int extra = p2 == n ? 0 : 2;
-        return (floor_log2(n) + extra) * m.step_us(s);
-      }
-    case Coll::kBroadcast:
-    case Coll::kReduce: {
-      if (a == Algo::kTree) return ceil_log2(n) * m.step_us(s);
-      double chunks = std::max(1.0, std::ceil(s / kChainChunk));
-      return (n - 2 + chunks) * m.step_us(s / chunks);
-    }
-    case Coll::kAllGather:
-    case Coll::kReduceScatter: return (n - 1) * m.step_us(s / n);
-    case Coll::kAllToAll: return (n - 1) * m.step_us(s / n);
-  }
-  return 0;
+  return desc(a).predict(m, coll, n, static_cast<double>(bytes));
 }
 
 Algo choose(const CostModel& m, const std::string& forced_name, Coll coll, int n, size_t bytes) {
   Algo forced;
-  if (parse_algo(forced_name, &forced) && supports(coll, forced)) return forced;
-  Algo best = Algo::kRing;
-  double best_t = -1;
-  for (Algo a : {Algo::kRing, Algo::kRecursiveDoubling, Algo::kTree, Algo::kChain}) {
-    if (!supports(coll, a)) continue;
-    double t = predict_us(m, coll, a, n, bytes);
-    if (best_t < 0 || t < best_t) {
-      best = a;
+  if (parse_algo(forced_name, &forced) && desc(forced).supports(coll)) return forced;
+  const AlgoDesc* best = nullptr;
+  double best_t = 0;
+  for (const AlgoDesc& d : kAlgos) {
+    if (!d.supports(coll)) continue;
+    double t = d.predict(m, coll, std::max(n, 2), static_cast<double>(bytes));
+    if (!best || t < best_t) {
+      best = &d;
       best_t = t;
     }
   }
-  return best;
+  QK_INTERNAL_ASSERT(best, "no algorithm implements collective ", static_cast<int>(coll));
+  return best->algo;
 }
 
 }  // namespace qccl

@@ -1,31 +1,80 @@
 // A latency-bandwidth (alpha-beta) model of the links a communicator uses,
 // and the per-call algorithm choice it drives. QCCL_ALGO overrides it.
 //
-//   Algo a = choose(comm.cost, Coll::kAllReduce, nranks, bytes);
+//   Algo a = choose(comm.cost, comm.algo, Coll::kAllReduce, nranks, bytes);
 //
-// Defaults per transport are conservative figures for one host (shm) and a
-// loopback or 10 GbE link (tcp); QCCL_LAT_US / QCCL_BW_GBPS replace them.
+// Figures per transport come from a short ping-pong at communicator set-up
+// (cost_probe.h; QCCL_COST_MODEL=measured, the default) or from static
+// defaults (QCCL_COST_MODEL=static); QCCL_LAT_US / QCCL_BW_GBPS replace
+// either, for every transport ("5") or per transport ("shm=2,tcp=40").
+//
+// Adding an algorithm: a value in Algo, one row in kAlgos (cost_model.cc)
+// with its name, the collectives it implements and its predicted time.
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 
 namespace qccl {
 
-enum class Algo { kRing, kRecursiveDoubling, kTree, kChain };
+enum class Algo { kRing, kRecursiveDoubling, kTree, kChain, kHierarchical };
 enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll };
 
 const char* algo_name(Algo a);
 // Parses QCCL_ALGO's value; returns false for "auto".
 bool parse_algo(const std::string& s, Algo* out);
 
+// Latency and bandwidth of one kind of link.
+struct LinkCost {
+  double lat_us = 0;  // per message
+  double gbps = 0;    // GB/s (1e9 B/s)
+  double us(double bytes) const { return lat_us + bytes / (gbps * 1e3); }
+};
+
 struct CostModel {
+  // Per transport, as measured or configured; each algorithm step pays the
+  // slowest link in use (alpha_us, gbps), since a ring or a doubling round
+  // waits for its slowest pair.
+  LinkCost shm, tcp;
   double alpha_us = 3.0;  // per message
   double gbps = 6.0;      // per link, GB/s
-  // Settings for the slowest transport in use ("shm" or "tcp"), then the overrides.
+  // Local reduction speed (bytes of each operand per second, GB/s): what
+  // separates ring from recursive doubling on two ranks, where both move the
+  // same bytes but doubling reduces all of them. QCCL_REDUCE_GBPS or measured.
+  double reduce_gbps = 4.0;
+  const char* source = "static";  // "static", "measured", "configured" or a mix, for logs
+  // Hierarchical all-reduce (algo/hierarchical.h): set by topo::attach when the
+  // ranks span several hosts with equal counts; hosts 1: not available.
+  int hosts = 1, ranks_per_host = 1;
+
+  // Static figures (then QCCL_LAT_US / QCCL_BW_GBPS) with `kind` ("shm" or "tcp") the one in use.
   static CostModel for_transport(const std::string& kind);
+  // Sets alpha_us / gbps to the slowest of the transports in use.
+  void use_slowest(bool shm_in_use, bool tcp_in_use);
   double step_us(double bytes) const { return alpha_us + bytes / (gbps * 1e3); }
+  double reduce_us(double bytes) const { return bytes / (reduce_gbps * 1e3); }
 };
+
+// The static figure of a transport, then QCCL_LAT_US / QCCL_BW_GBPS.
+LinkCost static_link_cost(const std::string& kind);
+// QCCL_REDUCE_GBPS (0: not configured).
+double configured_reduce_gbps();
+// Whether QCCL_LAT_US / QCCL_BW_GBPS configure `kind` (then a measurement does not replace them).
+bool lat_configured(const std::string& kind);
+bool bw_configured(const std::string& kind);
+// QCCL_COST_MODEL: true for "measured" (the default), false for "static".
+bool cost_model_measured();
+
+// What choose() knows about an algorithm.
+struct AlgoDesc {
+  Algo algo;
+  const char* name;
+  bool (*supports)(Coll);
+  // Predicted microseconds for `bytes` per rank over nranks >= 2.
+  double (*predict)(const CostModel&, Coll, int nranks, double bytes);
+};
+std::span<const AlgoDesc> algorithms();
 
 // Predicted time of `a` for `coll`, in microseconds (for choosing and for logs).
 double predict_us(const CostModel& m, Coll coll, Algo a, int nranks, size_t bytes);

@@ -244,11 +244,11 @@ SockAddr start_root(SockAddr addr, const Token& token, double timeout_s) {
 }
 
 qcclUniqueId make_unique_id() {
-  std::string comm_id = env_comm_id.get();
+  std::string comm_id = env_comm_id.reload();  // per call: tests and launchers set it late
   if (!comm_id.empty()) {
     UniqueIdData d;
     d.root = SockAddr::parse(comm_id, "QCCL_COMM_ID");
-    std::string tok = env_comm_token.get();
+    std::string tok = env_comm_token.reload();
     if (!tok.empty()) d.token = token_from_hex(tok);
     qcclUniqueId id = encode_unique_id(d);
     IdWire w;

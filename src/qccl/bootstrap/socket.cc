@@ -21,7 +21,8 @@ namespace qccl {
 
 namespace {
 QK_ENV_STRING(env_ifname, "QCCL_SOCKET_IFNAME", "",
-              "Network interface (name or prefix) qccl listens on; empty: first non-loopback.");
+              "Network interface (name or prefix, or an IPv4 address) qccl listens on; empty: first "
+              "non-loopback.");
 }  // namespace
 
 Fd& Fd::operator=(Fd&& o) noexcept {
@@ -78,7 +79,16 @@ SockAddr SockAddr::parse(const std::string& s, const char* what) {
 }
 
 SockAddr local_address(std::string* ifname_out) {
-  std::string want = env_ifname.get();
+  // Read when used, so a process can move to another network namespace first.
+  std::string want = env_ifname.reload();
+  in_addr literal{};
+  if (!want.empty() && ::inet_pton(AF_INET, want.c_str(), &literal) == 1) {
+    // An address rather than an interface: 127.0.0.2 and friends need no set-up.
+    if (ifname_out) *ifname_out = want;
+    SockAddr a;
+    a.ip = literal.s_addr;
+    return a;
+  }
   ifaddrs* ifs = nullptr;
   QK_SYSCALL(::getifaddrs(&ifs));
   SockAddr found;

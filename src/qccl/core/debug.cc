@@ -22,7 +22,7 @@ std::string upper(std::string s) {
 }
 
 struct State {
-  std::atomic<int> level{static_cast<int>(qk::log::Level::warn)};
+  std::atomic<int> level{static_cast<int>(qk::logging::Level::warn)};
   std::mutex mu;
   std::vector<std::string> subsys;
   bool all = true;
@@ -37,13 +37,13 @@ State& state() {
 
 void load(State& s, const std::string& lvl_raw, const std::string& sub_raw) {
   std::string lvl = upper(lvl_raw);
-  qk::log::Level l = qk::log::Level::warn;
-  if (lvl == "INFO") l = qk::log::Level::info;
-  else if (lvl == "TRACE") l = qk::log::Level::trace;
-  else if (lvl == "NONE" || lvl == "OFF") l = qk::log::Level::off;
-  else if (lvl == "WARN" || lvl == "VERSION" || lvl.empty()) l = qk::log::Level::warn;
+  qk::logging::Level l = qk::logging::Level::warn;
+  if (lvl == "INFO") l = qk::logging::Level::info;
+  else if (lvl == "TRACE") l = qk::logging::Level::trace;
+  else if (lvl == "NONE" || lvl == "OFF") l = qk::logging::Level::off;
+  else if (lvl == "WARN" || lvl == "VERSION" || lvl.empty()) l = qk::logging::Level::warn;
   else
-    qk::log::write(qk::log::Level::warn, "INIT",
+    qk::logging::write(qk::logging::Level::warn, "INIT",
                    fmt::format("QCCL_DEBUG={} is not NONE, WARN, INFO or TRACE; using WARN", lvl_raw));
   std::lock_guard<std::mutex> g(s.mu);
   s.subsys.clear();
@@ -69,11 +69,11 @@ void log_reload() {
   load(state(), env_debug.reload(), env_subsys.reload());
 }
 
-bool log_on(qk::log::Level lvl, const char* subsys) {
+bool log_on(qk::logging::Level lvl, const char* subsys) {
   State& s = state();
   std::call_once(g_once, [&] { load(s, env_debug.get(), env_subsys.get()); });
   if (static_cast<int>(lvl) < s.level.load(std::memory_order_relaxed)) return false;
-  if (lvl >= qk::log::Level::warn || s.all) return true;
+  if (lvl >= qk::logging::Level::warn || s.all) return true;
   std::lock_guard<std::mutex> g(s.mu);
   for (const auto& w : s.subsys)
     if (w == subsys) return true;

@@ -14,7 +14,7 @@
 
 namespace qccl {
 
-bool log_on(qk::log::Level lvl, const char* subsys);
+bool log_on(qk::logging::Level lvl, const char* subsys);
 // Re-reads QCCL_DEBUG / QCCL_DEBUG_SUBSYS (tests).
 void log_reload();
 
@@ -22,8 +22,8 @@ void log_reload();
 
 #define QCCL_LOG(LVL, SUBSYS, ...)                                                     \
   do {                                                                                 \
-    if (::qccl::log_on(::qk::log::Level::LVL, SUBSYS))                                 \
-      ::qk::log::write(::qk::log::Level::LVL, SUBSYS, ::fmt::format(__VA_ARGS__));     \
+    if (::qccl::log_on(::qk::logging::Level::LVL, SUBSYS))                                 \
+      ::qk::logging::write(::qk::logging::Level::LVL, SUBSYS, ::fmt::format(__VA_ARGS__));     \
   } while (0)
 #define QCCL_WARN(SUBSYS, ...) QCCL_LOG(warn, SUBSYS, __VA_ARGS__)
 #define QCCL_INFO(SUBSYS, ...) QCCL_LOG(info, SUBSYS, __VA_ARGS__)

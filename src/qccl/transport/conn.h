@@ -42,8 +42,11 @@ class Conn {
     }
     return got;
   }
-  // A socket to poll() while waiting (TCP), or -1 when the transport is polled by spinning.
-  virtual int poll_fd() const { return -1; }
+  // The socket to poll() while waiting to send (sending) or receive the next
+  // bytes (TCP), or -1 when the transport is polled by spinning.
+  virtual int poll_fd(bool /*sending*/) const { return -1; }
+  // Sockets the stream is striped over (QCCL_NSOCKS for TCP).
+  virtual int nsocks() const { return 1; }
   // Throws RemoteError if the peer has died or closed (cheap; called while idle).
   virtual void check_alive() = 0;
   // Tells the peer we are leaving and why (shown in its error where the

@@ -1,0 +1,190 @@
+#include "qccl/algo/cost_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "qccl/algo/collectives.h"
+#include "qccl/core/debug.h"
+#include "qccl/engine.h"
+
+namespace qccl {
+
+namespace {
+
+constexpr size_t kBulkBytes = 1 << 20;  // large enough to see bandwidth, on shm through CMA too
+constexpr int kMinPings = 3, kMaxPings = 32, kMinBulks = 1, kMaxBulks = 4;
+constexpr double kPingBudgetUs = 500, kBulkBudgetUs = 1000;  // per pair: at most 3 pairs per rank
+enum : uint64_t { kDone = 0, kPing = 1, kBulk = 2 };
+
+using Clock = std::chrono::steady_clock;
+double us_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+}
+
+void send_to(Call& call, int peer, const void* p, size_t n) {
+  Xfer x[1] = {Xfer::send(peer, p, n)};
+  x[0].seq = call.comm.p2p_send_seq[peer]++;
+  run(call, x);
+}
+void recv_from(Call& call, int peer, void* p, size_t n) {
+  Xfer x[1] = {Xfer::recv(peer, p, n)};
+  x[0].seq = call.comm.p2p_recv_seq[peer]++;
+  run(call, x);
+}
+
+// The initiator of a pair times round trips; returns the link's figures.
+LinkCost probe_link(Call& call, int peer, char* bulk) {
+  uint64_t cmd = kPing, reply = 0;
+  std::vector<double> rtts;
+  auto start = Clock::now();
+  while (rtts.size() < kMaxPings && (rtts.size() < kMinPings || us_since(start) < kPingBudgetUs)) {
+    auto t = Clock::now();
+    send_to(call, peer, &cmd, sizeof cmd);
+    recv_from(call, peer, &reply, sizeof reply);
+    rtts.push_back(us_since(t));
+  }
+  std::sort(rtts.begin(), rtts.end());
+  double rtt = rtts[rtts.size() / 2];
+  cmd = kBulk;
+  double best = std::numeric_limits<double>::infinity();
+  int bulks = 0;
+  start = Clock::now();
+  while (bulks < kMaxBulks && (bulks < kMinBulks || us_since(start) < kBulkBudgetUs)) {
+    auto t = Clock::now();
+    Xfer xs[2] = {Xfer::send(peer, &cmd, sizeof cmd), Xfer::send(peer, bulk, kBulkBytes)};
+    for (Xfer& x : xs) x.seq = call.comm.p2p_send_seq[peer]++;
+    run(call, xs);
+    recv_from(call, peer, &reply, sizeof reply);
+    best = std::min(best, us_since(t));
+    ++bulks;
+  }
+  cmd = kDone;
+  send_to(call, peer, &cmd, sizeof cmd);
+  // The bulk round trip is one latency each way plus the transfer.
+  double transfer_us = std::max(best - rtt, 0.5 * best);
+  return LinkCost{rtt / 2, kBulkBytes / transfer_us / 1e3};
+}
+
+// The other side answers until the initiator says it is done.
+void answer_link(Call& call, int peer, char* bulk) {
+  uint64_t reply = 1;
+  while (true) {
+    uint64_t cmd = ~0ull;
+    recv_from(call, peer, &cmd, sizeof cmd);
+    if (cmd == kDone) return;
+    if (cmd == kBulk) recv_from(call, peer, bulk, kBulkBytes);
+    else if (cmd != kPing)
+      QCCL_REMOTE_ERROR(call.comm.peer_name(peer), " sent cost-probe command ", cmd,
+                        " (expected 0, 1 or 2); mixed qccl builds?");
+    send_to(call, peer, &reply, sizeof reply);
+  }
+}
+
+// Figures every rank contributes; the maximum over ranks is the slowest link.
+struct Figures {
+  double lat[2];     // shm, tcp; 0: not measured
+  double neg_bw[2];  // minus GB/s, so the max is the slowest; -inf: not measured
+  double in_use[2];  // 1 where some rank has a link of that transport
+  double neg_reduce;  // minus the local reduction speed, GB/s
+};
+
+// Local reduction speed: float sums over the bulk buffer, best of three.
+double reduce_gbps(char* buf) {
+  size_t n = kBulkBytes / 2 / sizeof(float);
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 3; ++i) {
+    auto t = Clock::now();
+    reduce(buf, buf, buf + kBulkBytes / 2, n, qcclFloat32, qcclSum);
+    best = std::min(best, us_since(t));
+  }
+  return n * sizeof(float) / std::max(best, 1e-3) / 1e3;
+}
+
+void agree(Call& call, Figures* f) {
+  qcclComm& c = call.comm;
+  constexpr size_t kN = sizeof(Figures) / sizeof(double);
+  auto* mine = reinterpret_cast<double*>(f);
+  if (c.rank != 0) {
+    send_to(call, 0, f, sizeof *f);
+    recv_from(call, 0, f, sizeof *f);
+    return;
+  }
+  std::vector<Figures> all(c.nranks);
+  std::vector<Xfer> xs;
+  for (int p = 1; p < c.nranks; ++p) {
+    xs.push_back(Xfer::recv(p, &all[p], sizeof(Figures)));
+    xs.back().seq = c.p2p_recv_seq[p]++;
+  }
+  run(call, xs);
+  for (int p = 1; p < c.nranks; ++p)
+    for (size_t i = 0; i < kN; ++i) mine[i] = std::max(mine[i], reinterpret_cast<double*>(&all[p])[i]);
+  xs.clear();
+  for (int p = 1; p < c.nranks; ++p) {
+    xs.push_back(Xfer::send(p, f, sizeof *f));
+    xs.back().seq = c.p2p_send_seq[p]++;
+  }
+  run(call, xs);
+}
+
+}  // namespace
+
+void measure_cost_model(qcclComm& c) {
+  int n = c.nranks, r = c.rank;
+  if (n < 2) return;
+  Call call(c, "cost-probe", MsgKind::kProbe, kBulkBytes, "probe");
+  char* bulk = scratch(c, kBulkBytes);
+  std::memset(bulk, 0, kBulkBytes);  // fault the pages in before timing
+  Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk)};
+  for (auto& conn : c.conns)
+    if (conn) f.in_use[std::string(conn->kind()) == "tcp" ? 1 : 0] = 1;
+  // Ring edges (i, i+1) in at most three rounds, so each rank is in at most
+  // one pair at a time: even i, odd i, then the wrap-around (n-1, 0).
+  for (int round = 0; round < 3; ++round) {
+    int init = -1, resp = -1;  // this rank's pair in this round, if any
+    for (int i = 0; i < n; ++i) {
+      int j = (i + 1) % n;
+      bool in_round = round == 2 ? (i == n - 1 && n > 2) : (j != 0 && i % 2 == round);
+      if (!in_round) continue;
+      if (i == r) init = j;
+      if (j == r) resp = i;
+    }
+    if (init >= 0) {
+      LinkCost l = probe_link(call, init, bulk);
+      int t = std::string(c.conns[init]->kind()) == "tcp" ? 1 : 0;
+      f.lat[t] = std::max(f.lat[t], l.lat_us);
+      f.neg_bw[t] = std::max(f.neg_bw[t], -l.gbps);
+      QCCL_TRACE("INIT", "cost probe rank {} -> {} via {}: {:.2f} us, {:.2f} GB/s", r, init,
+                 c.conns[init]->kind(), l.lat_us, l.gbps);
+    } else if (resp >= 0) {
+      answer_link(call, resp, bulk);
+    }
+  }
+  agree(call, &f);
+  finish(call);
+  // In place: other fields (the topology's host counts) stay.
+  CostModel& m = c.cost;
+  m.shm = static_link_cost("shm");
+  m.tcp = static_link_cost("tcp");
+  bool measured = false, configured = false;
+  const char* kinds[2] = {"shm", "tcp"};
+  LinkCost* links[2] = {&m.shm, &m.tcp};
+  for (int t = 0; t < 2; ++t) {
+    configured |= lat_configured(kinds[t]) || bw_configured(kinds[t]);
+    if (f.lat[t] > 0 && !lat_configured(kinds[t])) {
+      links[t]->lat_us = f.lat[t];
+      measured = true;
+    }
+    if (f.neg_bw[t] > -1e300 && !bw_configured(kinds[t])) {
+      links[t]->gbps = -f.neg_bw[t];
+      measured = true;
+    }
+  }
+  m.use_slowest(f.in_use[0] > 0, f.in_use[1] > 0);
+  m.reduce_gbps = configured_reduce_gbps() > 0 ? configured_reduce_gbps() : -f.neg_reduce;
+  m.source = measured ? (configured ? "measured+configured" : "measured") : configured ? "configured" : "static";
+}
+
+}  // namespace qccl

@@ -1,0 +1,137 @@
+// The cost model: configured figures move the ring / recursive-doubling
+// switch to the size the alpha-beta formulas give; a new communicator
+// measures its links (or takes the static figures) and picks per call.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "qccl/algo/cost_model.h"
+#include "qccl/comm.h"
+#include "ranks.h"
+
+namespace qccl {
+namespace {
+
+struct ScopedEnv {
+  ScopedEnv(const char* lat, const char* bw, const char* reduce = "1e6") {
+    ::setenv("QCCL_LAT_US", lat, 1);
+    ::setenv("QCCL_BW_GBPS", bw, 1);
+    ::setenv("QCCL_REDUCE_GBPS", reduce, 1);
+  }
+  ~ScopedEnv() {
+    ::unsetenv("QCCL_LAT_US");
+    ::unsetenv("QCCL_BW_GBPS");
+    ::unsetenv("QCCL_REDUCE_GBPS");
+  }
+};
+
+// All-reduce over n ranks, alpha us per message, beta bytes per us:
+//   rd   = log2(n) (alpha + s / beta)        ring = 2 (n-1) (alpha + s / (n beta))
+// For n = 4 they cross at s = 8 alpha beta, for n = 8 at s = 8.8 alpha beta
+// (reductions made free here with QCCL_REDUCE_GBPS=1e6).
+TEST(CostModel, ConfiguredFiguresSwitchAlgorithmAtTheExpectedSize) {
+  ScopedEnv env("shm=10,tcp=50", "shm=1,tcp=0.5");
+  CostModel shm = CostModel::for_transport("shm");  // 10 us, 1000 B/us: n=4 switch at 80000 B
+  EXPECT_EQ(shm.alpha_us, 10);
+  EXPECT_EQ(shm.gbps, 1);
+  EXPECT_STREQ(shm.source, "configured");
+  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 4, 79000), Algo::kRecursiveDoubling);
+  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 4, 81000), Algo::kRing);
+  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 8, 87000), Algo::kRecursiveDoubling);
+  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 8, 89000), Algo::kRing);
+  CostModel tcp = CostModel::for_transport("tcp");  // 50 us, 500 B/us: n=4 switch at 200000 B
+  EXPECT_EQ(choose(tcp, "auto", Coll::kAllReduce, 4, 199000), Algo::kRecursiveDoubling);
+  EXPECT_EQ(choose(tcp, "auto", Coll::kAllReduce, 4, 201000), Algo::kRing);
+  // QCCL_ALGO still wins.
+  EXPECT_EQ(choose(tcp, "ring", Coll::kAllReduce, 4, 8), Algo::kRing);
+  EXPECT_EQ(choose(tcp, "rd", Coll::kAllReduce, 4, 64 << 20), Algo::kRecursiveDoubling);
+}
+
+// Two ranks move the same bytes either way, but recursive doubling reduces
+// all s bytes and the ring s/2: ring wins from s = 2 alpha R (R: reduce speed).
+TEST(CostModel, OnTwoRanksTheReductionCostDecides) {
+  ScopedEnv env("10", "1", "1");  // 10 us, 1000 B/us, reduce 1000 B/us: switch at 20000 B
+  CostModel m = CostModel::for_transport("shm");
+  EXPECT_EQ(m.reduce_gbps, 1);
+  EXPECT_EQ(choose(m, "auto", Coll::kAllReduce, 2, 19000), Algo::kRecursiveDoubling);
+  EXPECT_EQ(choose(m, "auto", Coll::kAllReduce, 2, 21000), Algo::kRing);
+}
+
+TEST(CostModel, OneFigureForEveryTransportAndBadSpecsRejected) {
+  {
+    ScopedEnv env("7", "3");
+    EXPECT_EQ(static_link_cost("shm").lat_us, 7);
+    EXPECT_EQ(static_link_cost("tcp").lat_us, 7);
+    EXPECT_EQ(static_link_cost("tcp").gbps, 3);
+    EXPECT_TRUE(lat_configured("tcp"));
+  }
+  {
+    ScopedEnv env("tcp=40", "");
+    EXPECT_EQ(static_link_cost("tcp").lat_us, 40);
+    EXPECT_EQ(static_link_cost("shm").lat_us, CostModel::for_transport("shm").alpha_us);
+    EXPECT_FALSE(lat_configured("shm"));
+  }
+  {
+    ScopedEnv env("shm=fast", "");
+    EXPECT_THROW(static_link_cost("shm"), qk::ValueError);
+  }
+  {
+    ScopedEnv env("ib=3", "");
+    EXPECT_THROW(static_link_cost("shm"), qk::ValueError);
+  }
+}
+
+TEST(CostModel, EveryAlgorithmIsInTheTableAndParses) {
+  for (const AlgoDesc& d : algorithms()) {
+    Algo a;
+    ASSERT_TRUE(parse_algo(d.name, &a));
+    EXPECT_EQ(a, d.algo);
+    EXPECT_STREQ(algo_name(a), d.name);
+  }
+}
+
+}  // namespace
+}  // namespace qccl
+
+namespace qccl_test {
+namespace {
+
+Options two_ids() {
+  Options o;
+  o.num_ids = 2;
+  return o;
+}
+
+// Ranks measure their links at init and agree on them; with figures
+// configured instead (static), the flight recorder shows the switch at 80000 bytes.
+TEST(CostModelInit, MeasuredFiguresAgreeAcrossRanksAndConfiguredOnesDecide) {
+  auto r = run_ranks(4, [](const Rank& me) {
+    qcclComm_t comm = me.init();
+    REQUIRE(std::string(comm->cost.source) == "measured", "source ", comm->cost.source);
+    REQUIRE(comm->cost.shm.lat_us > 0 && comm->cost.shm.gbps > 0, "shm ", comm->cost.shm.lat_us,
+            " us ", comm->cost.shm.gbps, " GB/s");
+    double mine[2] = {comm->cost.alpha_us, comm->cost.gbps}, all[8];
+    REQUIRE_OK(qcclAllGather(mine, all, 2, qcclFloat64, comm, nullptr));
+    for (int q = 0; q < me.nranks; ++q)
+      REQUIRE(all[2 * q] == mine[0] && all[2 * q + 1] == mine[1], "rank ", q, " uses other figures");
+    REQUIRE_OK(qcclCommDestroy(comm));
+
+    ::setenv("QCCL_COST_MODEL", "static", 1);
+    ::setenv("QCCL_LAT_US", "shm=10", 1);
+    ::setenv("QCCL_BW_GBPS", "shm=1", 1);
+    ::setenv("QCCL_REDUCE_GBPS", "1e6", 1);  // reductions free: the switch is at 8 alpha beta
+    comm = me.init(1);
+    REQUIRE(comm->cost.alpha_us == 10 && comm->cost.gbps == 1, "configured figures not used");
+    std::vector<float> buf(81000 / 4);
+    REQUIRE_OK(qcclAllReduce(buf.data(), buf.data(), 79000 / 4, qcclFloat32, qcclSum, comm, nullptr));
+    REQUIRE_OK(qcclAllReduce(buf.data(), buf.data(), 81000 / 4, qcclFloat32, qcclSum, comm, nullptr));
+    std::string fr = comm->fr.dump();
+    REQUIRE(fr.find("79000     - rd") != std::string::npos && fr.find("81000     - ring") != std::string::npos,
+            "flight recorder:\n", fr);
+    REQUIRE_OK(qcclCommDestroy(comm));
+  }, two_ids());
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+}  // namespace
+}  // namespace qccl_test
