@@ -221,6 +221,39 @@ std::unordered_map<const Node*, std::vector<Tensor>> run_backward(
 
 }  // namespace
 
+namespace {
+// Callbacks of the backward running on this thread (null when none runs).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+
+// Runs run_backward, then the callbacks queued during it (also those a
+// callback queues), in order.
+template <typename F>
+auto with_callbacks(F&& run) {
+  QK_CHECK(t_callbacks == nullptr,
+           "backward: called from inside another backward (a hook or callback); reentrant "
+           "backward is not supported");
+  std::vector<std::function<void()>> callbacks;
+  t_callbacks = &callbacks;
+  struct Reset {
+    ~Reset() { t_callbacks = nullptr; }
+  } reset;
+  auto result = run();
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    auto fn = std::move(callbacks[i]);
+    fn();
+  }
+  return result;
+}
+}  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  QK_CHECK(t_callbacks != nullptr,
+           "queue_callback: no backward is running on this thread; call it from a gradient hook");
+  t_callbacks->push_back(std::move(fn));
+}
+
+bool in_backward() { return t_callbacks != nullptr; }
+
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   QK_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " outputs but ", grads.size(),
            " gradients");
@@ -243,7 +276,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     edges.push_back(gradient_edge(r));
     seeds.push_back(g);
   }
-  run_backward(edges, seeds, retain_graph, nullptr);
+  with_callbacks([&] { return run_backward(edges, seeds, retain_graph, nullptr); });
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -269,7 +302,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     in_edges.push_back(gradient_edge(t));
     capture.insert(in_edges.back().fn.get());
   }
-  auto captured = run_backward(edges, seeds, retain_graph, &capture);
+  auto captured = with_callbacks([&] { return run_backward(edges, seeds, retain_graph, &capture); });
   std::vector<Tensor> out;
   for (const auto& e : in_edges) {
     auto it = captured.find(e.fn.get());

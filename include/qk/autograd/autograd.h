@@ -114,6 +114,13 @@ AutogradMeta& ensure_meta(const Tensor& t);
 // entries mean ones for scalars).
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
               bool retain_graph = false);
+// Queues `fn` to run once the backward now running (on this thread) has
+// finished, after every gradient was accumulated, as PyTorch's
+// Variable._execution_engine.queue_callback. DDP waits for its last buckets
+// here. Throws outside a backward.
+void queue_callback(std::function<void()> fn);
+bool in_backward();
+
 // Gradients of `outputs` w.r.t. `inputs` without touching .grad.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);

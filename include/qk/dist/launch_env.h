@@ -1,0 +1,41 @@
+// Where this process sits in a distributed job, read from the environment
+// that started it: `qk run` (RANK, WORLD_SIZE, LOCAL_RANK, ...), Open MPI's
+// mpirun (OMPI_COMM_WORLD_*), a PMI launcher such as MPICH's or srun --mpi
+// (PMI_RANK, PMI_SIZE), or Slurm's srun (SLURM_PROCID, SLURM_NTASKS,
+// SLURM_LOCALID). The first of these that is set wins; none: one process.
+//
+//   auto e = qk::dist::launch_env();
+//   if (e.rank == 0) ...;   // e.source says which variables were read
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "qccl.h"
+
+namespace qk::dist {
+
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr;   // MASTER_ADDR (empty: not set)
+  int master_port = 0;       // MASTER_PORT (0: not set)
+  std::string store_token;   // QK_STORE_TOKEN
+  bool under_qk_run = false; // QK_RUN=1: the launcher hosts the store
+  int restart_count = 0;     // QK_RESTART_COUNT
+  std::string source;        // "qk run", "RANK", "OMPI", "PMI", "SLURM" or "none"
+};
+
+// Reads (and checks) the variables now; throws ValueError naming a bad one.
+LaunchEnv launch_env();
+
+// For programs that make their own qccl communicator (`qk perf`): a
+// qcclUniqueId shared by the ranks of `e` through the store at
+// MASTER_ADDR:MASTER_PORT (rank 0 hosts one there, for the rest of the
+// process, unless under `qk run`). Every rank calls it with the same prefix;
+// a rank that never arrives gives a TimeoutError naming it.
+qcclUniqueId rendezvous_unique_id(const LaunchEnv& e, const std::string& prefix, double timeout_s);
+
+}  // namespace qk::dist
