@@ -1,29 +1,38 @@
-// Training-step throughput of the seed's SimpleCNN (batch 64, 3x32x32, SGD
-// momentum 0.9, cross-entropy), the figure compared with PyTorch by
-// bench/simple_cnn_vs_torch.sh.
+// Training-step and inference throughput of the seed's SimpleCNN and ResNet
+// (3x32x32 inputs, cross-entropy), the figures compared with PyTorch by
+// bench/simple_cnn_vs_torch.sh (training step, SGD) and bench/cifar_vs_torch.sh
+// (training with the trainer's Adam, inference, batch-1 latency).
 //
-//   simple_cnn_step --threads 2 --batch 64 --steps 30 --warmup 5
+//   simple_cnn_step --model simple_cnn --threads 2 --batch 64 --steps 30 --warmup 5
+//                   [--mode train|infer] [--optimizer sgd|adam]
 //
+// train: forward + loss + backward + optimizer step in train mode (dropout on).
+// infer: forward only, eval mode, no autograd graph (as `qk infer cifar10`);
+//        --batch 1 gives the single-image latency.
 // Prints one JSON line: images_per_s, ms_per_step, peak_rss_mb, peak_tensor_mb.
+// One configuration per process, so peak_rss_mb is that configuration's own.
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
+#include "qk/autograd/autograd.h"
 #include "qk/autograd/functions.h"
 #include "qk/base/openmp_env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/base/timer.h"
 #include "qk/models/resnet.h"
 #include "qk/models/simple_cnn.h"
+#include "qk/optim/adam.h"
 #include "qk/optim/sgd.h"
 #include "qk/tensor/backend.h"
 
 int main(int argc, char** argv) {
   qk::reexec_with_passive_openmp(argv);  // as `qk` does
   int threads = 1, batch = 64, steps = 30, warmup = 5;
-  std::string model = "simple_cnn";
+  std::string model = "simple_cnn", mode = "train", optimizer = "sgd";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--threads") threads = std::atoi(argv[i + 1]);
@@ -31,10 +40,17 @@ int main(int argc, char** argv) {
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
     else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
     else if (k == "--model") model = argv[i + 1];
+    else if (k == "--mode") mode = argv[i + 1];
+    else if (k == "--optimizer") optimizer = argv[i + 1];
     else {
       fmt::print(stderr, "unknown flag {}\n", k);
       return 2;
     }
+  }
+  if ((mode != "train" && mode != "infer") || (optimizer != "sgd" && optimizer != "adam") ||
+      (model != "simple_cnn" && model != "simple_resnet")) {
+    fmt::print(stderr, "expected --model simple_cnn|simple_resnet --mode train|infer --optimizer sgd|adam\n");
+    return 2;
   }
   qk::set_num_threads(threads);
   qk::manual_seed(0);
@@ -49,25 +65,40 @@ int main(int argc, char** argv) {
     net = m.ptr();
     fwd = [m](const qk::Tensor& x) { return m->forward(x); };
   }
-  qk::optim::SGD opt(net->parameters(), qk::optim::SGDOptions(0.01).momentum(0.9));
+  std::unique_ptr<qk::optim::Optimizer> opt;
+  if (mode == "train" && optimizer == "sgd") {
+    opt = std::make_unique<qk::optim::SGD>(net->parameters(), qk::optim::SGDOptions(0.01).momentum(0.9));
+  } else if (mode == "train") {
+    opt = std::make_unique<qk::optim::Adam>(net->parameters(), qk::optim::AdamOptions(1e-3));
+  }
   qk::Tensor x = qk::randn({batch, 3, 32, 32});
   qk::Tensor y = qk::randint(0, 10, {batch});
   double loss_val = 0;
-  auto step = [&] {
-    opt.zero_grad();
-    qk::Tensor loss = qk::cross_entropy(fwd(x), y);
-    loss.backward();
-    opt.step();
-    loss_val = loss.item<double>();
-  };
+  std::function<void()> step;
+  if (mode == "train") {
+    step = [&] {
+      opt->zero_grad();
+      qk::Tensor loss = qk::cross_entropy(fwd(x), y);
+      loss.backward();
+      opt->step();
+      loss_val = loss.item<double>();
+    };
+  } else {
+    net->eval();
+    step = [&] {
+      qk::NoGradGuard no_grad;
+      loss_val = fwd(x).sum().item<double>();  // item() waits for the result, as torch's peer does
+    };
+  }
   for (int i = 0; i < warmup; ++i) step();
   qk::reset_peak_memory(qk::kCPU);
   qk::Timer t;
   for (int i = 0; i < steps; ++i) step();
   double s = t.seconds();
-  fmt::print("{{\"impl\": \"qianka\", \"model\": \"{}\", \"threads\": {}, \"batch\": {}, \"images_per_s\": {:.1f}, "
-             "\"ms_per_step\": {:.2f}, \"peak_rss_mb\": {:.1f}, \"peak_tensor_mb\": {:.1f}, \"loss\": {:.4f}}}\n",
-             model, threads, batch, steps * batch / s, 1e3 * s / steps, qk::peak_rss_bytes() / 1048576.0,
-             qk::memory_stats(qk::kCPU).peak_allocated / 1048576.0, loss_val);
+  fmt::print("{{\"impl\": \"qianka\", \"model\": \"{}\", \"mode\": \"{}\", \"optimizer\": \"{}\", \"threads\": {}, "
+             "\"batch\": {}, \"images_per_s\": {:.1f}, \"ms_per_step\": {:.3f}, \"peak_rss_mb\": {:.1f}, "
+             "\"peak_tensor_mb\": {:.1f}, \"loss\": {:.4f}}}\n",
+             model, mode, mode == "train" ? optimizer : "none", threads, batch, steps * batch / s, 1e3 * s / steps,
+             qk::peak_rss_bytes() / 1048576.0, qk::memory_stats(qk::kCPU).peak_allocated / 1048576.0, loss_val);
   return 0;
 }
