@@ -4,6 +4,8 @@
 //   qk train cifar10                                   # SimpleCNN, 5 epochs, synthetic data if ./data is empty
 //   qk train cifar10 --model simple_resnet --epochs 10 --augment --out runs/resnet
 //   qk train cifar10 --epochs 10 --resume              # continue runs/cifar10 at its next epoch
+//   qk train cifar10 --amp bf16                        # autocast
+//   qk run --nproc-per-node 2 -- qk train cifar10      # data-parallel (DDP)
 #include <memory>
 
 #include "cli/command.h"
@@ -46,6 +48,15 @@ void setup_train(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--synth-test", o->synth_test, "Test images of the synthetic set written when needed")
       ->check(CLI::Range(int64_t{1}, int64_t{10000}))
+      ->capture_default_str();
+  c->add_option("--amp", o->amp, "Mixed precision: off, bf16 (autocast) or fp16 (autocast + loss scaling)")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}))
+      ->capture_default_str();
+  c->add_option("--bucket-cap-mb", o->bucket_cap_mb, "DDP gradient bucket size in MB (under qk run)")
+      ->check(CLI::Range(0.001, 4096.0))
+      ->capture_default_str();
+  c->add_option("--grad-compress", o->grad_compress, "DDP gradients on the wire: none, bf16 or fp16 (half the bytes)")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}))
       ->capture_default_str();
   c->add_flag("!--no-progress", o->progress, "No live progress bar (it is shown only on a terminal anyway)");
   c->callback([o] { train_cifar10(*o); });

@@ -19,6 +19,12 @@
 // at the next epoch with the same numbering. The batches of epoch e depend
 // only on (data seed, e) (see qk/data/loader.h), so the data order of a
 // resumed run is the one an uninterrupted run would have seen.
+//
+// Under `qk run` (or mpirun/srun: WORLD_SIZE > 1) it trains data-parallel:
+// each rank reads its shard (DistributedSampler), batch_size is per rank,
+// DDP averages the gradients (buckets overlapping backward), rank 0
+// evaluates, logs and writes the checkpoints. amp = "bf16" or "fp16" runs
+// the forward under autocast (fp16 with a GradScaler).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +50,9 @@ struct TrainCifarOptions {
   int64_t synth_train = 10000;     // size of the synthetic set written when data_dir is empty
   int64_t synth_test = 2000;
   bool progress = true;            // live bar (only when stdout is a terminal)
+  std::string amp = "off";         // off | bf16 | fp16
+  double bucket_cap_mb = 25;       // DDP bucket size (distributed runs)
+  std::string grad_compress = "none";  // none | bf16 | fp16: DDP gradients on the wire
 };
 
 void train_cifar10(const TrainCifarOptions& o);
