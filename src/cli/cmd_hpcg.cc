@@ -43,7 +43,8 @@ void setup_hpcg(CLI::App& app) {
   app.add_option("--rt", o->seconds, "Seconds of timed CG sets (at least one set runs)")
       ->check(CLI::Range(0.0, 1e6))->capture_default_str();
   app.add_flag("--reference", o->reference, "Time the reference kernels instead of the optimized");
-  app.add_option("--threads", o->threads, "Threads per rank for the optimized kernels (0: auto)")
+  app.add_option("--threads", o->threads,
+                 "Threads per rank for the optimized kernels (0: one; use ranks for cores)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   app.add_option("--progress", o->progress, "Seconds between progress lines (0: none)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -66,16 +66,18 @@ int run_hpcg_case(const qk::hpc::Comm& world, const std::map<std::string, std::s
   p.nz = static_cast<int>(get(kv, "nz", p.nx));
   p.reference = get(kv, "ref", 0) != 0;
   p.threads = static_cast<int>(get(kv, "threads", 1));
-  p.seconds = 0;
+  p.seconds = static_cast<double>(get(kv, "rt", 0));  // 0: one timed set
   qk::hpc::HpcgOptions opt;
-  opt.quick = true;
+  opt.quick = p.seconds == 0;
   opt.progress_seconds = 0;
   opt.inject_asymmetry = get(kv, "asym", 0) != 0;
   auto r = qk::hpc::run_hpcg(world, p, opt);
   if (world.rank() == 0) {
-    std::printf("RESULT valid=%d sym_spmv=%.3e sym_mg=%.3e unprec=%d prec=%d iters=%d grid=%dx%dx%d\n",
+    std::printf("RESULT valid=%d sym_spmv=%.3e sym_mg=%.3e unprec=%d prec=%d iters=%d grid=%dx%dx%d "
+                "rating=%.4f sets=%d seconds=%.2f\n",
                 r.valid ? 1 : 0, r.symmetry_spmv, r.symmetry_mg, r.cg_unprec_iters,
-                r.cg_prec_iters, r.opt_iters, r.npx, r.npy, r.npz);
+                r.cg_prec_iters, r.opt_iters, r.npx, r.npy, r.npz, r.rating_gflops, r.cg_sets,
+                r.seconds);
     std::printf("HISTORY");
     for (double h : r.residual_history) std::printf(" %.17g", h);
     std::printf("\n");

@@ -56,6 +56,7 @@ CgTest test_cg(Level& a, Kernels& k, const std::vector<double>& b_orig) {
     a.vals[i * kSlots + a.diag_slot[i]] = a.diag[i];
     b[i] *= scale;
   }
+  optimize_problem(a, /*recursive=*/false);
   CgTest t;
   std::vector<double> x(a.ncol);
   for (int prec = 0; prec < 2; ++prec)
@@ -67,6 +68,7 @@ CgTest test_cg(Level& a, Kernels& k, const std::vector<double>& b_orig) {
     }
   a.diag = orig_diag;
   for (int64_t i = 0; i < a.nrow; ++i) a.vals[i * kSlots + a.diag_slot[i]] = a.diag[i];
+  optimize_problem(a, /*recursive=*/false);
   t.passed = t.unprec_iters <= 12 && t.prec_iters <= 2;
   return t;
 }

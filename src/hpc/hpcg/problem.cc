@@ -199,27 +199,58 @@ void exchange_halo(Level& a, const Comm& world, double* x) {
   QK_MPI_CHECK(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
 }
 
-// Note [line wavefront]: in lexicographic Gauss-Seidel a point reads the new
-// values of its lower neighbours (all of plane z-1, row y-1 of its plane, and
-// x-1) and the old values of the upper ones. Give the x-line (y, z) the
-// wavefront number y + 2z: every lower neighbour outside the line has a
-// smaller number and every upper one a larger number, so lines of one
-// wavefront are independent, and sweeping wavefronts in order (each line in
-// x order) performs exactly the lexicographic sweep's arithmetic.
-void build_wavefronts(Level& a) {
+// Note [line stencil]: a point whose neighbours are all local reads column
+// i + offsets[slot] for stencil slot (dz, dy, dx) (z, then y, then x, each
+// -1..1; a neighbour outside the global grid has value 0 there). So with the
+// values of an x-line stored slot-major, the optimized kernels need no column
+// indices (8 instead of 12 bytes per nonzero) and, slot by slot, the points of
+// a line are consecutive: the loops over x vectorize. A line qualifies whole
+// (kLineFull) when none of its points has a halo neighbour and all its offset
+// reads stay in [0, nrow) (reads of a missing neighbour are multiplied by 0);
+// otherwise its inner points qualify when its four neighbour lines are local
+// (kLineInner); otherwise (faces next to another rank) the general rows serve.
+void optimize_problem(Level& a, bool recursive) {
   const Geometry& g = a.geo;
-  const int nw = (g.ny - 1) + 2 * (g.nz - 1) + 1;
-  a.wf_ptr.assign(nw + 1, 0);
-  a.wf_lines.clear();
-  for (int w = 0; w < nw; ++w) {
-    for (int z = 0; z < g.nz; ++z) {
-      const int y = w - 2 * z;
-      if (y < 0 || y >= g.ny) continue;
-      a.wf_lines.push_back(static_cast<int32_t>(int64_t(g.nx) * (y + int64_t(g.ny) * z)));
+  const int64_t nx = g.nx, ny = g.ny, nxy = nx * ny;
+  int64_t min_off = 0, max_off = 0;
+  for (int dz = -1, s = 0; dz <= 1; ++dz)
+    for (int dy = -1; dy <= 1; ++dy)
+      for (int dx = -1; dx <= 1; ++dx, ++s) {
+        a.offsets[s] = dx + nx * dy + nxy * dz;
+        min_off = std::min(min_off, a.offsets[s]);
+        max_off = std::max(max_off, a.offsets[s]);
+      }
+  const int64_t nlines = ny * g.nz;
+  a.line_vals.assign(static_cast<size_t>(nlines * kSlots * nx), 0.0);
+  a.line_mode.assign(static_cast<size_t>(nlines), kLineGeneral);
+  a.inv_diag.assign(a.nrow, 0.0);
+  a.left_over_diag.assign(a.nrow, 0.0);
+  a.right_over_diag.assign(a.nrow, 0.0);
+  for (int64_t l = 0; l < nlines; ++l) {
+    const int64_t y = l % ny, z = l / ny;
+    bool full = nx >= 3 && ny >= 3 && l * nx + min_off >= 0 && (l + 1) * nx - 1 + max_off < a.nrow;
+    double* lv = &a.line_vals[l * kSlots * nx];
+    for (int64_t x = 0; x < nx; ++x) {
+      const int64_t i = l * nx + x;
+      for (int j = 0; j < a.nnz[i]; ++j) {
+        const int64_t c = a.cols[i * kSlots + j];
+        if (c >= a.nrow) {
+          full = false;
+          continue;
+        }
+        const int64_t cx = c % nx, cy = (c / nx) % ny, cz = c / nxy;
+        const int s = int((cz - z + 1) * 9 + (cy - y + 1) * 3 + (cx - x + 1));
+        QK_INTERNAL_ASSERT(s >= 0 && s < kSlots && c == i + a.offsets[s]);
+        lv[s * nx + x] = a.vals[i * kSlots + j];
+      }
+      a.inv_diag[i] = 1.0 / a.diag[i];
+      a.left_over_diag[i] = lv[12 * nx + x] / a.diag[i];
+      a.right_over_diag[i] = lv[14 * nx + x] / a.diag[i];
     }
-    a.wf_ptr[w + 1] = static_cast<int32_t>(a.wf_lines.size());
+    const bool inner = nx >= 3 && y >= 1 && y < ny - 1 && z >= 1 && z < g.nz - 1;
+    a.line_mode[l] = full ? kLineFull : inner ? kLineInner : kLineGeneral;
   }
-  if (a.coarse) build_wavefronts(*a.coarse);
+  if (recursive && a.coarse) optimize_problem(*a.coarse, true);
 }
 
 }  // namespace qk::hpc::hpcg

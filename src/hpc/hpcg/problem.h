@@ -42,6 +42,12 @@ struct Halo {
   std::vector<double> send_buf;
 };
 
+// How the optimized kernels treat an x-line: every point through its general
+// row; the inner points (0 < x < nx - 1) by fixed offsets and the two ends
+// through their rows; or every point by fixed offsets (no halo neighbour, and
+// every offset read stays inside the local vector).
+enum LineMode : uint8_t { kLineGeneral = 0, kLineInner = 1, kLineFull = 2 };
+
 struct Level {
   Geometry geo;
   int64_t nrow = 0, ncol = 0;
@@ -57,10 +63,16 @@ struct Level {
   std::unique_ptr<Level> coarse;
   std::vector<int32_t> f2c;
   std::vector<double> axf, rc, xc;
-  // Wavefront over x-lines for the optimized SymGS (Note [line wavefront]):
-  // lines of wavefront w are wf_lines[wf_ptr[w] .. wf_ptr[w + 1]), each the
-  // local row index of the line's first point.
-  std::vector<int32_t> wf_ptr, wf_lines;
+  // The optimized path's copy of the matrix (Note [line stencil] in
+  // problem.cc), filled by optimize_problem: the values of x-line
+  // l = y + ny z by stencil slot, line_vals[(l * 27 + slot) * nx + x] (zero
+  // where a neighbour does not exist); how each line can be computed
+  // (line_mode); each slot's column offset; and per row 1/diagonal and the
+  // x-1 and x+1 coefficients over the diagonal, for the SymGS recurrences.
+  std::vector<double> line_vals;
+  std::vector<uint8_t> line_mode;  // LineMode
+  std::vector<double> inv_diag, left_over_diag, right_over_diag;
+  int64_t offsets[kSlots] = {};
 };
 
 // The fine level plus `levels - 1` coarser ones; fills b (exact solution all
@@ -72,7 +84,10 @@ std::unique_ptr<Level> generate_problem(const Comm& world, const Geometry& geo, 
 // the neighbours.
 void exchange_halo(Level& a, const Comm& world, double* x);
 
-// Builds wf_ptr / wf_lines on every level.
-void build_wavefronts(Level& a);
+// Fills the optimized copy (line_vals, line_mode, offsets, inv_diag, ...)
+// from vals and diag on this level and, when `recursive`, on every coarser
+// one (HPCG's OptimizeProblem). Call again after changing them (TestCG
+// scales the diagonal).
+void optimize_problem(Level& a, bool recursive = true);
 
 }  // namespace qk::hpc::hpcg

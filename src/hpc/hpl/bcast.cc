@@ -9,8 +9,11 @@
 //                                       and does not forward
 //   2ring  [1 .. h] [h+1 .. Q-1]        two rings of half the row each
 //   2rM    [1] [2 .. m] [m+1 .. Q-1]    modified two rings
-// Sends are nonblocking so the root goes on with its update (look-ahead);
-// receivers block only when they need the panel.
+// Sends are nonblocking so the root goes on with its update (look-ahead).
+// Open MPI moves a large message only while both ends are inside MPI calls,
+// so receivers post their receive early and both sides call progress()
+// between slices of the trailing update: the panel travels during the DGEMM
+// instead of after it. Receivers block only when they need the panel.
 #include <vector>
 
 #include "hpc/hpl/panel.h"
@@ -85,22 +88,56 @@ void panel_bcast_start(Panel& pan, const Grid& g, HplBcast algo) {
     pan.sends.push_back(g.row.isend(pan.buf.data(), pan.bytes(), (pan.pcol + rel) % q, kPanelTag));
 }
 
-void panel_bcast_finish(Panel& pan, const Grid& g, HplBcast algo) {
+void panel_bcast_post(Panel& pan, const Grid& g, HplBcast algo) {
   const int q = g.npcol;
-  if (q == 1 || g.mycol == pan.pcol) return;
+  if (q == 1 || g.mycol == pan.pcol || pan.recv != MPI_REQUEST_NULL || pan.have) return;
   const int rel = (g.mycol - pan.pcol + q) % q;
   int from;
   std::vector<int> to;
   links(algo, q, rel, &from, &to);
   QK_INTERNAL_ASSERT(from >= 0);
-  g.row.recv(pan.buf.data(), pan.bytes(), (pan.pcol + from) % q, kPanelTag);
+  pan.recv = g.row.irecv(pan.buf.data(), pan.bytes(), (pan.pcol + from) % q, kPanelTag);
+}
+
+namespace {
+// The panel is here: mark it and pass it on along my chain.
+void forward(Panel& pan, const Grid& g, HplBcast algo) {
+  const int q = g.npcol;
+  const int rel = (g.mycol - pan.pcol + q) % q;
+  int from;
+  std::vector<int> to;
+  links(algo, q, rel, &from, &to);
   pan.have = true;
   for (int r : to)
     pan.sends.push_back(g.row.isend(pan.buf.data(), pan.bytes(), (pan.pcol + r) % q, kPanelTag));
 }
+}  // namespace
+
+void panel_bcast_progress(Panel& pan, const Grid& g, HplBcast algo) {
+  if (pan.recv != MPI_REQUEST_NULL) {
+    int done = 0;
+    QK_MPI_CHECK(MPI_Test(&pan.recv, &done, MPI_STATUS_IGNORE));
+    if (done) forward(pan, g, algo);
+  }
+  for (auto& r : pan.sends) {
+    if (r == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    QK_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+  }
+}
+
+void panel_bcast_finish(Panel& pan, const Grid& g, HplBcast algo) {
+  const int q = g.npcol;
+  if (q == 1 || g.mycol == pan.pcol || pan.have) return;
+  if (pan.recv == MPI_REQUEST_NULL) panel_bcast_post(pan, g, algo);
+  Comm::wait(&pan.recv);
+  pan.recv = MPI_REQUEST_NULL;
+  forward(pan, g, algo);
+}
 
 void panel_bcast_wait_sends(Panel& pan) {
-  for (auto& r : pan.sends) Comm::wait(&r);
+  for (auto& r : pan.sends)
+    if (r != MPI_REQUEST_NULL) Comm::wait(&r);
   pan.sends.clear();
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -118,6 +119,16 @@ HplResult run_hpl(const Comm& world, const HplParams& p, const HplOptions& opt) 
     panel_bcast_start(pan[0], g, p.bcast);
   }
   int cur = 0;
+  // The trailing update runs in slices of columns; between slices both ends of
+  // the panel broadcasts make progress (Note [panel broadcast]).
+  const int64_t slice = std::max<int64_t>(256, 2 * int64_t(p.nb));
+  auto update = [&](Panel& pc, Panel* pn, int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; c += slice) {
+      panel_update(pc, g, a, c, std::min(hi, c + slice), work, &inject);
+      if (pn) panel_bcast_progress(*pn, g, p.bcast);
+      panel_bcast_progress(pc, g, p.bcast);
+    }
+  };
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     Panel& pc = pan[cur];
     Panel& pn = pan[1 - cur];
@@ -128,7 +139,9 @@ HplResult run_hpl(const Comm& world, const HplParams& p, const HplOptions& opt) 
     if (has_next) {
       panel_bcast_wait_sends(pn);
       panel_init(pn, g, a, k + pc.jb);
+      panel_bcast_post(pn, g, p.bcast);
     }
+    Panel* next = has_next ? &pn : nullptr;
     const bool owns_next = has_next && g.mycol == pn.pcol;
     if (p.depth >= 1 && owns_next) {
       // Look-ahead: bring the next panel up to date, factor and send it, and
@@ -136,9 +149,9 @@ HplResult run_hpl(const Comm& world, const HplParams& p, const HplOptions& opt) 
       panel_update(pc, g, a, pn.jj, pn.jj + pn.jb, work, &inject);
       panel_factor(pn, g, a, p);
       panel_bcast_start(pn, g, p.bcast);
-      panel_update(pc, g, a, pn.jj + pn.jb, a.nq, work, &inject);
+      update(pc, next, pn.jj + pn.jb, a.nq);
     } else {
-      panel_update(pc, g, a, jt, a.nq, work, &inject);
+      update(pc, next, jt, a.nq);
       if (owns_next) {
         panel_factor(pn, g, a, p);
         panel_bcast_start(pn, g, p.bcast);

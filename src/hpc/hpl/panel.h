@@ -28,6 +28,7 @@ struct Panel {
   // Broadcast buffer: top (jb x jb, ld jb) | ipiv (jb doubles) | below (mbelow x jb).
   std::vector<double> buf;
   std::vector<MPI_Request> sends;  // outstanding forwards of this panel
+  MPI_Request recv = MPI_REQUEST_NULL;  // posted early by panel_bcast_post
   bool have = false;               // buf holds the factored panel
 
   double* top() { return buf.data(); }
@@ -48,9 +49,14 @@ void panel_init(Panel& pan, const Grid& g, const LocalMatrix& a, int64_t k);
 void panel_factor(Panel& pan, const Grid& g, LocalMatrix& a, const HplParams& p);
 
 // Broadcast along the process row (Note [panel broadcast] in bcast.cc):
-// start() on the owner posts its sends; finish() on the others receives and
-// forwards; wait_sends() completes the forwards before `pan` is reused.
+// start() on the owner posts its sends; post() on the others posts the receive
+// as soon as `pan` is sized; progress() (called between slices of the
+// trailing update) tests the receive, forwards once it arrived and lets the
+// sends move; finish() waits for the receive and forwards; wait_sends()
+// completes the forwards before `pan` is reused.
 void panel_bcast_start(Panel& pan, const Grid& g, HplBcast algo);
+void panel_bcast_post(Panel& pan, const Grid& g, HplBcast algo);
+void panel_bcast_progress(Panel& pan, const Grid& g, HplBcast algo);
 void panel_bcast_finish(Panel& pan, const Grid& g, HplBcast algo);
 void panel_bcast_wait_sends(Panel& pan);
 
