@@ -35,7 +35,10 @@ run_one() {  # model mode batch threads
   local common=(--model "$1" --mode "$2" --batch "$3" --threads "$4" --steps "$s" --warmup "$w")
   "$BIN" "${common[@]}" --optimizer adam >>"$OUT"
   $PY bench/cifar_torch_peer.py "${common[@]}" --optimizer adam >>"$OUT"
-  if [ "$2" = train ]; then $PY bench/cifar_torch_peer.py "${common[@]}" --optimizer adam --bf16 >>"$OUT"; fi
+  if [ "$2" = train ]; then
+    "$BIN" "${common[@]}" --optimizer adam --amp bf16 >>"$OUT"
+    $PY bench/cifar_torch_peer.py "${common[@]}" --optimizer adam --bf16 >>"$OUT"
+  fi
 }
 
 echo "load before: $(uptime)" >&2
@@ -55,8 +58,8 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 res = {}
 for r in rows:
     res[(r["model"], r["threads"], r["mode"], r["batch"], r["impl"])] = r
-print("| model | threads | measure | qianka | PyTorch f32 | ratio | PyTorch bf16 | ratio vs bf16 | peak RSS MB qianka / PyTorch f32 |")
-print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+print("| model | threads | measure | qianka | PyTorch f32 | ratio | qianka bf16 | PyTorch bf16 | ratio bf16 | peak RSS MB qianka / PyTorch f32 |")
+print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 name = {"simple_cnn": "SimpleCNN", "simple_resnet": "ResNet"}
 seen = []
 for r in rows:
@@ -64,7 +67,7 @@ for r in rows:
     if k in seen:
         continue
     seen.append(k)
-    q, t, b = (res.get(k + (i,)) for i in ("qianka", "pytorch", "pytorch-bf16"))
+    q, t, b, qb = (res.get(k + (i,)) for i in ("qianka", "pytorch", "pytorch-bf16", "qianka-bf16"))
     if not q or not t:
         continue
     if k[2] == "infer" and k[3] == 1:  # latency: ms per image, ratio = torch ms / ours
@@ -77,9 +80,10 @@ for r in rows:
         ratio = fq / ft
         fmtv = "%.1f"
     bf = (fmtv % b["images_per_s"]) if b else ""
-    rbf = ("%.2fx" % (fq / b["images_per_s"])) if b else ""
-    print("| %s | %d | %s | %s | %s | %.2fx | %s | %s | %.0f / %.0f |" % (
-        name[k[0]], k[1], what, fmtv % fq, fmtv % ft, ratio, bf, rbf, q["peak_rss_mb"], t["peak_rss_mb"]))
+    qbf = (fmtv % qb["images_per_s"]) if qb else ""
+    rbf = ("%.2fx" % (qb["images_per_s"] / b["images_per_s"])) if b and qb else ""
+    print("| %s | %d | %s | %s | %s | %.2fx | %s | %s | %s | %.0f / %.0f |" % (
+        name[k[0]], k[1], what, fmtv % fq, fmtv % ft, ratio, qbf, bf, rbf, q["peak_rss_mb"], t["peak_rss_mb"]))
 print()
-print("ratio: qianka speed / PyTorch speed (images/s ratio; for latency PyTorch ms / qianka ms); above 1 means qianka is faster.")
+print("ratio: qianka speed / PyTorch speed (images/s ratio; for latency PyTorch ms / qianka ms); above 1 means qianka is faster. ratio bf16: qianka bf16 autocast / PyTorch bf16 autocast.")
 PYEOF

@@ -4,7 +4,7 @@
 // (training with the trainer's Adam, inference, batch-1 latency).
 //
 //   simple_cnn_step --model simple_cnn --threads 2 --batch 64 --steps 30 --warmup 5
-//                   [--mode train|infer] [--optimizer sgd|adam]
+//                   [--mode train|infer] [--optimizer sgd|adam] [--amp off|bf16]
 //
 // train: forward + loss + backward + optimizer step in train mode (dropout on).
 // infer: forward only, eval mode, no autograd graph (as `qk infer cifar10`);
@@ -23,6 +23,7 @@
 #include "qk/base/openmp_env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/base/timer.h"
+#include "qk/autograd/autocast.h"
 #include "qk/models/resnet.h"
 #include "qk/models/simple_cnn.h"
 #include "qk/optim/adam.h"
@@ -32,7 +33,7 @@
 int main(int argc, char** argv) {
   qk::reexec_with_passive_openmp(argv);  // as `qk` does
   int threads = 1, batch = 64, steps = 30, warmup = 5;
-  std::string model = "simple_cnn", mode = "train", optimizer = "sgd";
+  std::string model = "simple_cnn", mode = "train", optimizer = "sgd", amp = "off";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--threads") threads = std::atoi(argv[i + 1]);
@@ -42,14 +43,16 @@ int main(int argc, char** argv) {
     else if (k == "--model") model = argv[i + 1];
     else if (k == "--mode") mode = argv[i + 1];
     else if (k == "--optimizer") optimizer = argv[i + 1];
+    else if (k == "--amp") amp = argv[i + 1];
     else {
       fmt::print(stderr, "unknown flag {}\n", k);
       return 2;
     }
   }
   if ((mode != "train" && mode != "infer") || (optimizer != "sgd" && optimizer != "adam") ||
-      (model != "simple_cnn" && model != "simple_resnet")) {
-    fmt::print(stderr, "expected --model simple_cnn|simple_resnet --mode train|infer --optimizer sgd|adam\n");
+      (model != "simple_cnn" && model != "simple_resnet") || (amp != "off" && amp != "bf16")) {
+    fmt::print(stderr,
+               "expected --model simple_cnn|simple_resnet --mode train|infer --optimizer sgd|adam --amp off|bf16\n");
     return 2;
   }
   qk::set_num_threads(threads);
@@ -78,7 +81,11 @@ int main(int argc, char** argv) {
   if (mode == "train") {
     step = [&] {
       opt->zero_grad();
-      qk::Tensor loss = qk::cross_entropy(fwd(x), y);
+      qk::Tensor loss;
+      {
+        qk::autocast::Guard guard(qk::DType::bf16, amp == "bf16");  // as qk train cifar10 --amp bf16
+        loss = qk::cross_entropy(fwd(x), y);
+      }
       loss.backward();
       opt->step();
       loss_val = loss.item<double>();
@@ -87,6 +94,7 @@ int main(int argc, char** argv) {
     net->eval();
     step = [&] {
       qk::NoGradGuard no_grad;
+      qk::autocast::Guard guard(qk::DType::bf16, amp == "bf16");
       loss_val = fwd(x).sum().item<double>();  // item() waits for the result, as torch's peer does
     };
   }
@@ -95,10 +103,10 @@ int main(int argc, char** argv) {
   qk::Timer t;
   for (int i = 0; i < steps; ++i) step();
   double s = t.seconds();
-  fmt::print("{{\"impl\": \"qianka\", \"model\": \"{}\", \"mode\": \"{}\", \"optimizer\": \"{}\", \"threads\": {}, "
+  fmt::print("{{\"impl\": \"{}\", \"model\": \"{}\", \"mode\": \"{}\", \"optimizer\": \"{}\", \"threads\": {}, "
              "\"batch\": {}, \"images_per_s\": {:.1f}, \"ms_per_step\": {:.3f}, \"peak_rss_mb\": {:.1f}, "
              "\"peak_tensor_mb\": {:.1f}, \"loss\": {:.4f}}}\n",
-             model, mode, mode == "train" ? optimizer : "none", threads, batch, steps * batch / s, 1e3 * s / steps,
+             amp == "bf16" ? "qianka-bf16" : "qianka", model, mode, mode == "train" ? optimizer : "none", threads, batch, steps * batch / s, 1e3 * s / steps,
              qk::peak_rss_bytes() / 1048576.0, qk::memory_stats(qk::kCPU).peak_allocated / 1048576.0, loss_val);
   return 0;
 }

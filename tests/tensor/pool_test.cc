@@ -2,6 +2,7 @@
 // forward and backward, hand-computed values and indices, bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "common/fixtures.h"
@@ -80,6 +81,42 @@ TEST(Pool2d, MaxPoolValuesAndIndices) {
   auto d = dx.to_vector<float>();
   EXPECT_EQ(d[5] + d[7] + d[13] + d[15], 4.0f);
   EXPECT_EQ(d[0], 0.0f);
+}
+
+// The 2x2/stride-2 fast path picks what a sequential scan of the window
+// picks: the first maximum on ties, the last NaN when there are NaNs (the
+// general path, PyTorch's rule); for f32 and bf16.
+TEST(Pool2d, TwoByTwoFastPathTiesAndNaNs) {
+  const float nan = std::nanf("");
+  // One 2x2 window per case, laid out as a 2 x (2*cases) plane.
+  const std::vector<std::array<float, 4>> cases = {
+      {1, 3, 3, 0}, {2, 2, 2, 2}, {0, 0, 5, 5}, {nan, 1, 2, 3}, {1, nan, nan, 0},
+      {-1, -2, -3, -4}, {4, 1, nan, 9}, {-0.0f, 0.0f, 0.0f, -0.0f}};
+  const int64_t n = static_cast<int64_t>(cases.size());
+  std::vector<float> xs(4 * n);
+  for (int64_t k = 0; k < n; ++k) {
+    xs[2 * k] = cases[k][0], xs[2 * k + 1] = cases[k][1];
+    xs[2 * n + 2 * k] = cases[k][2], xs[2 * n + 2 * k + 1] = cases[k][3];
+  }
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor x = from_vector<float>(xs, {1, 1, 2, 2 * n}).to(dt);
+    auto [y, idx] = ops::max_pool2d(x, pool({2, 2}, {2, 2}, {0, 0}));
+    auto yv = y.to(DType::f32).to_vector<float>();
+    auto iv = idx.to_vector<int64_t>();
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t taps[4] = {2 * k, 2 * k + 1, 2 * n + 2 * k, 2 * n + 2 * k + 1};
+      float best = cases[k][0];
+      int64_t best_i = taps[0];
+      for (int t = 1; t < 4; ++t)
+        if (cases[k][t] > best || std::isnan(cases[k][t])) best = cases[k][t], best_i = taps[t];
+      EXPECT_EQ(iv[k], best_i) << "case " << k << " " << dtype_name(dt);
+      if (std::isnan(best)) {
+        EXPECT_TRUE(std::isnan(yv[k])) << "case " << k;
+      } else {
+        EXPECT_EQ(yv[k], best) << "case " << k;
+      }
+    }
+  }
 }
 
 TEST(Pool2d, OverlappingWindowsAccumulate) {

@@ -45,12 +45,11 @@ struct BFloat16 {
   explicit BFloat16(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN stays a (quiet) NaN
-      bits = static_cast<uint16_t>((u >> 16) | 0x40);
-    } else {
-      u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-      bits = static_cast<uint16_t>(u >> 16);
-    }
+    // Round to nearest even; NaN stays a (quiet) NaN. A select, not a
+    // branch, so loops of conversions vectorise.
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (u >> 16) | 0x40u;
+    bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
   }
   explicit operator float() const {
     uint32_t u = static_cast<uint32_t>(bits) << 16;

@@ -65,21 +65,25 @@ std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const ops::Pool2dParams& p
       T* yp = dst + plane * ho * wo;
       int64_t* ip = ind + plane * ho * wo;
       if (k2s2) {
+        // A branch-free pairwise tree, so the loop vectorises: (a, b) and
+        // (c, d), then the two winners. It picks exactly what the sequential
+        // scan below picks: the first maximum, or the last NaN.
         for (int64_t oh = 0; oh < ho; ++oh) {
           const int64_t r0 = 2 * oh * w, r1 = r0 + w;
+          const T* x0 = xp + r0;
+          const T* x1 = xp + r1;
+          T* yrow = yp + oh * wo;
+          int64_t* irow = ip + oh * wo;
           for (int64_t ow = 0; ow < wo; ++ow) {
-            const int64_t taps[4] = {r0 + 2 * ow, r0 + 2 * ow + 1, r1 + 2 * ow, r1 + 2 * ow + 1};
-            C best = static_cast<C>(xp[taps[0]]);
-            int64_t best_i = taps[0];
-            for (int t = 1; t < 4; ++t) {
-              C v = static_cast<C>(xp[taps[t]]);
-              if (v > best || v != v) {  // NaN propagates, as below
-                best = v;
-                best_i = taps[t];
-              }
-            }
-            yp[oh * wo + ow] = cast_value<T>(best);
-            ip[oh * wo + ow] = best_i;
+            const C a = static_cast<C>(x0[2 * ow]), b = static_cast<C>(x0[2 * ow + 1]);
+            const C c = static_cast<C>(x1[2 * ow]), d = static_cast<C>(x1[2 * ow + 1]);
+            const bool take_b = b > a || b != b;
+            const bool take_d = d > c || d != d;
+            const C top = take_b ? b : a, bottom = take_d ? d : c;
+            const int64_t top_i = r0 + 2 * ow + take_b, bottom_i = r1 + 2 * ow + take_d;
+            const bool take_bottom = bottom > top || bottom != bottom;
+            yrow[ow] = cast_value<T>(take_bottom ? bottom : top);
+            irow[ow] = take_bottom ? bottom_i : top_i;
           }
         }
         return;
