@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli/run_qk.h"
+#include "common/free_port.h"
 
 namespace {
 using qk::test::run_qk;
@@ -169,17 +170,7 @@ void signal_leaves_nothing_behind(int sig) {
 TEST(Run, SigintStopsEveryWorkerAndItsChildren) { signal_leaves_nothing_behind(SIGINT); }
 TEST(Run, SigtermStopsEveryWorkerAndItsChildren) { signal_leaves_nothing_behind(SIGTERM); }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t len = sizeof sa;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
+using qk::test::free_port;
 
 TEST(Run, TwoNodesOnOneMachineFormOneJob) {
   std::string port = std::to_string(free_port());

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "common/free_port.h"
 #include "qccl/ranks.h"
 #include "qk/base/error.h"
 #include "qk/dist/launch_env.h"
@@ -19,18 +20,7 @@ using qccl_test::Rank;
 using qccl_test::run_ranks;
 using qk::dist::ProcessGroup;
 
-// A port nobody listens on right now (rank 0 of an mpirun-style job binds it).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t len = sizeof sa;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
+using qk::test::free_port;
 
 void clear_launcher_env() {
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
