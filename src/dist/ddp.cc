@@ -120,9 +120,9 @@ struct DistributedDataParallel::Reducer {
       if (b.wire.dtype() != b.buffer.dtype()) b.buffer.copy_(b.wire);
     for (size_t p = 0; p < params.size(); ++p) {
       Tensor avg = slot(p);
-      const Tensor& g = params[p].grad();
+      Tensor g = params[p].grad();  // a handle: copy_ writes the parameter's .grad
       if (g.defined() && g.shape() == avg.shape() && g.dtype() == avg.dtype()) {
-        const_cast<Tensor&>(g).copy_(avg);
+        g.copy_(avg);
       } else {
         params[p].set_grad(ops::clone(avg));
       }

@@ -1,6 +1,7 @@
 // Gradient checks of max/avg/adaptive-avg pooling in f64 and f32.
 #include <gtest/gtest.h>
 
+#include "common/pool_params.h"
 #include "qk/autograd/functions.h"
 #include "qk/autograd/gradcheck.h"
 #include "qk/tensor/generator.h"
@@ -10,15 +11,7 @@ namespace {
 
 using autograd::gradcheck;
 
-ops::Pool2dParams pool(std::array<int64_t, 2> k, std::array<int64_t, 2> s,
-                       std::array<int64_t, 2> pad, bool ceil = false) {
-  ops::Pool2dParams p;
-  p.kernel = k;
-  p.stride = s;
-  p.padding = pad;
-  p.ceil_mode = ceil;
-  return p;
-}
+using test::pool;
 
 void check(const std::function<Tensor(const Tensor&)>& f, const Shape& shape, DType dt) {
   Generator g(7);

@@ -8,6 +8,8 @@
 #include <regex>
 #include <string>
 
+#include "common/run_command.h"
+
 namespace {
 
 const std::string kQk = std::string(QK_BINARY_DIR) + "/src/cli/qk";
@@ -18,16 +20,8 @@ struct QkRun {
 };
 
 QkRun qk(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + " timeout 120 '" + kQk + "' " + args + " 2>&1";
-  QkRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  auto r = qk::test::run_command(env + " timeout 120 '" + kQk + "' " + args);
+  return {r.exit_code, r.output};
 }
 
 class PerfCli : public ::testing::Test {

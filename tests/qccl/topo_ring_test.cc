@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/run_command.h"
 #include "qccl/algo/cost_model.h"
 #include "qccl/topo/comm_topo.h"
 #include "qccl/topo/matrix.h"
@@ -183,16 +184,8 @@ struct QkRun {
   std::string out;
 };
 QkRun qk(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + " timeout 60 '" + kQk + "' " + args + " 2>&1";
-  QkRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  auto r = qk::test::run_command(env + " timeout 60 '" + kQk + "' " + args);
+  return {r.exit_code, r.output};
 }
 
 class TopoCli : public ::testing::Test {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/fixtures.h"
+#include "common/pool_params.h"
 #include "qk/tensor/ops/conv.h"
 
 namespace qk {
@@ -13,15 +14,7 @@ namespace {
 
 using test::all_close;
 
-ops::Pool2dParams pool(std::array<int64_t, 2> k, std::array<int64_t, 2> s,
-                       std::array<int64_t, 2> pad, bool ceil = false) {
-  ops::Pool2dParams p;
-  p.kernel = k;
-  p.stride = s;
-  p.padding = pad;
-  p.ceil_mode = ceil;
-  return p;
-}
+using test::pool;
 
 // Each fixture entry: the op applied to x, its output, a grad and dx.
 void check_pool_parity(DType dt, double rtol, double atol) {
