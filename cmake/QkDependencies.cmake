@@ -11,7 +11,8 @@ find_package(dnnl QUIET)
 find_package(OpenMP QUIET)  # sizes oneDNN's (OpenMP) thread pool
 find_package(MPI QUIET COMPONENTS C)
 pkg_check_modules(HWLOC QUIET IMPORTED_TARGET hwloc)
-pkg_check_modules(XXHASH QUIET IMPORTED_TARGET libxxhash)
+# Checkpoint manifests (qk_base: CheckpointDir checksums).
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 # CIFAR-10 download (qk_data): HTTP(S), MD5, tar.gz.
 find_package(CURL REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)

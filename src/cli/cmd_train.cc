@@ -3,7 +3,8 @@
 //
 //   qk train cifar10                                   # SimpleCNN, 5 epochs, synthetic data if ./data is empty
 //   qk train cifar10 --model simple_resnet --epochs 10 --augment --out runs/resnet
-//   qk train cifar10 --epochs 10 --resume              # continue runs/cifar10 at its next epoch
+//   qk train cifar10 --epochs 10 --resume              # continue runs/cifar10 where it stopped
+//   qk run --max-restarts 10 -- qk train cifar10 --resume --checkpoint-every 100   # survives killed ranks
 //   qk train cifar10 --amp bf16                        # autocast
 //   qk run --nproc-per-node 2 -- qk train cifar10      # data-parallel (DDP)
 #include <memory>
@@ -24,7 +25,12 @@ void setup_train(CLI::App& app) {
   c->add_option("--epochs", o->epochs, "Epochs to train (a resumed run stops at this total)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  c->add_option("--batch-size", o->batch_size, "Images per step")->check(CLI::Range(1, 65536))->capture_default_str();
+  c->add_option("--batch-size", o->batch_size, "Images per step (per rank under qk run)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  c->add_option("--global-batch-size", o->global_batch_size,
+                "Images per step over all ranks; must divide by the number of ranks (overrides --batch-size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   c->add_option("--lr", o->lr, "Learning rate")->capture_default_str();
   c->add_option("--optimizer", o->optimizer, "adam | sgd")
       ->check(CLI::IsMember({"adam", "sgd"}))
@@ -42,7 +48,16 @@ void setup_train(CLI::App& app) {
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   c->add_flag("--resume{auto}", o->resume,
-              "Continue from OUT/checkpoints/latest.json (--resume) or a given checkpoint (--resume=PATH)");
+              "--resume (or --resume=auto): continue from the newest valid OUT/checkpoints/step-* folder, "
+              "skipping corrupt ones (a fresh start when there is none); --resume=PATH: that checkpoint folder "
+              "or .json sidecar");
+  c->add_option("--checkpoint-every", o->checkpoint_every,
+                "Also checkpoint every N optimizer steps (0: only at each epoch's end)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  c->add_option("--keep-checkpoints", o->keep_checkpoints, "Resumable checkpoint folders to keep (newest)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   c->add_option("--synth-train", o->synth_train, "Training images of the synthetic set written when needed")
       ->check(CLI::Range(int64_t{5}, int64_t{50000}))
       ->capture_default_str();

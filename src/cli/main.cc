@@ -17,6 +17,9 @@ std::vector<Command>& commands() {
 
 int main(int argc, char** argv) {
   qk::reexec_with_passive_openmp(argv);
+  // Whole lines as they are printed, also into a pipe (qk run, tee, CI
+  // logs): a worker killed with SIGKILL loses no buffered output.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   using namespace qk::cli;
   CLI::App app{"qk: qianka, a C++ stack for training models on GPU clusters"};
   app.name("qk");

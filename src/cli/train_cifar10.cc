@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <optional>
 
 #include "cli/cifar_common.h"
@@ -13,8 +14,11 @@
 #include "qk/amp/grad_scaler.h"
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
+#include "qk/base/checkpoint_dir.h"
 #include "qk/base/error.h"
+#include "qk/base/fault.h"
 #include "qk/base/file_io.h"
+#include "qk/base/log.h"
 #include "qk/base/thread_pool.h"
 #include "qk/base/timer.h"
 #include "qk/data/dataset.h"
@@ -44,12 +48,23 @@ struct StepRuntime {
   bool lead() const { return rank == 0; }
 };
 
-// What a checkpoint sidecar records besides the weights and optimizer files.
+// What a checkpoint records besides the weights and optimizer files.
 struct History {
   TrainingCurves curves;
   std::vector<double> epoch_seconds;
   double best_val_acc = -1;
   int best_epoch = 0;
+};
+
+// Where training stands: a checkpoint taken inside an epoch resumes there.
+struct Progress {
+  int epoch = 0;             // epochs finished
+  int64_t batch = 0;         // batches of the next epoch done
+  int64_t global_step = 0;   // optimizer steps since the start of training
+  // The unfinished epoch's sums (over every rank) and its time so far.
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0;
+  double elapsed_s = 0;
 };
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainCifarOptions& o, const nn::Module& m) {
@@ -68,28 +83,25 @@ void rename_or_throw(const std::string& from, const std::string& to) {
               "'; is the folder writable?");
 }
 
-// Writes DIR/TAG.optim.safetensors, DIR/TAG.safetensors, then DIR/TAG.json.
-void save_checkpoint(const std::string& dir, const std::string& tag, const CifarModel& m,
-                     const optim::Optimizer& opt, const amp::GradScaler& scaler, const TrainCifarOptions& o,
-                     uint64_t data_seed, int epoch, const History& h) {
-  const std::string weights = dir + "/" + tag + ".safetensors";
-  const std::string optim_file = tag + ".optim.safetensors";
-  optim::save(opt, dir + "/" + optim_file + ".tmp");
-  rename_or_throw(dir + "/" + optim_file + ".tmp", dir + "/" + optim_file);
-  nn::save(*m.module, weights + ".tmp", {{"model", m.name}, {"epoch", std::to_string(epoch)}});
-  rename_or_throw(weights + ".tmp", weights);
+// Everything but the tensors, for a sidecar or a checkpoint folder's manifest.
+json state_json(const CifarModel& m, const amp::GradScaler& scaler, const TrainCifarOptions& o, uint64_t data_seed,
+                const History& h, const Progress& p, const std::string& weights, const std::string& optim_file) {
   const Generator& g = default_generator();
   json j;
   j["format"] = "qk-cifar10-checkpoint-v1";
   j["model"] = m.name;
-  j["epoch"] = epoch;  // epochs finished; a resumed run starts at epoch + 1 (1-based)
+  j["epoch"] = p.epoch;  // epochs finished; a resumed run starts at epoch + 1 (1-based)
   j["epochs"] = o.epochs;
-  j["weights"] = tag + ".safetensors";
+  j["batch_in_epoch"] = p.batch;
+  j["global_step"] = p.global_step;
+  j["partial_epoch"] = {{"loss_sum", p.loss_sum}, {"correct", p.correct}, {"seen", p.seen},
+                        {"seconds", p.elapsed_s}};
+  j["weights"] = weights;
   j["optimizer"] = o.optimizer;
   j["optimizer_state"] = optim_file;
   j["rng"] = {{"seed", g.seed()}, {"offset", g.offset()}};
   j["data_seed"] = data_seed;
-  j["hparams"] = {{"batch_size", o.batch_size}, {"lr", o.lr}, {"weight_decay", o.weight_decay},
+  j["hparams"] = {{"batch_size", o.batch_size}, {"global_batch_size", o.global_batch_size}, {"lr", o.lr}, {"weight_decay", o.weight_decay},
                   {"augment", o.augment}, {"momentum", o.momentum}};
   j["metrics"] = {{"train_loss", h.curves.train_loss}, {"train_acc", h.curves.train_acc},
                   {"val_loss", h.curves.val_loss},     {"val_acc", h.curves.val_acc},
@@ -98,40 +110,66 @@ void save_checkpoint(const std::string& dir, const std::string& tag, const Cifar
   j["best_epoch"] = h.best_epoch;
   j["amp"] = o.amp;
   if (scaler.is_enabled()) j["grad_scaler"] = scaler.state_dict();
-  atomic_write_file(dir + "/" + tag + ".json", j.dump(2) + "\n");
+  return j;
 }
 
-// The sidecar for --resume: "auto" -> OUT/checkpoints/latest.json; a
-// .safetensors path -> the .json next to it.
-std::string sidecar_path(const TrainCifarOptions& o) {
-  if (o.resume == "auto") return o.out + "/checkpoints/latest.json";
-  const std::string ext = ".safetensors";
-  if (o.resume.size() > ext.size() && o.resume.ends_with(ext)) {
-    return o.resume.substr(0, o.resume.size() - ext.size()) + ".json";
-  }
-  return o.resume;
+// Writes DIR/TAG.optim.safetensors, DIR/TAG.safetensors, then DIR/TAG.json
+// (latest.* and best.*, for people and `qk infer`; an epoch's end only).
+void save_tagged(const std::string& dir, const std::string& tag, const CifarModel& m, const optim::Optimizer& opt,
+                 const amp::GradScaler& scaler, const TrainCifarOptions& o, uint64_t data_seed, const History& h,
+                 const Progress& p) {
+  const std::string weights = dir + "/" + tag + ".safetensors";
+  const std::string optim_file = tag + ".optim.safetensors";
+  optim::save(opt, dir + "/" + optim_file + ".tmp");
+  rename_or_throw(dir + "/" + optim_file + ".tmp", dir + "/" + optim_file);
+  nn::save(*m.module, weights + ".tmp", {{"model", m.name}, {"epoch", std::to_string(p.epoch)}});
+  rename_or_throw(weights + ".tmp", weights);
+  atomic_write_file(dir + "/" + tag + ".json",
+                    state_json(m, scaler, o, data_seed, h, p, tag + ".safetensors", optim_file).dump(2) + "\n");
 }
 
-// Restores model, optimizer, RNG and history; returns the epochs finished.
-int resume_from(const std::string& path, const CifarModel& m, optim::Optimizer& opt, amp::GradScaler& scaler,
-                const TrainCifarOptions& o, uint64_t& data_seed, History& h) {
-  json j;
+// The resumable checkpoint: CKPT/step-NNNNNNNNNN/ with a checksummed manifest
+// (qk/base/checkpoint_dir.h), written atomically; the newest keep_last stay.
+std::string save_step_checkpoint(const CheckpointDir& ckpts, const CifarModel& m, const optim::Optimizer& opt,
+                                 const amp::GradScaler& scaler, const TrainCifarOptions& o, uint64_t data_seed,
+                                 const History& h, const Progress& p) {
+  CheckpointWriter w = ckpts.begin(fmt::format("step-{:010d}", p.global_step));
+  optim::save(opt, w.file("optim.safetensors"));
+  nn::save(*m.module, w.file("model.safetensors"), {{"model", m.name}, {"epoch", std::to_string(p.epoch)}});
+  return w.commit(state_json(m, scaler, o, data_seed, h, p, "model.safetensors", "optim.safetensors").dump()).path;
+}
+
+// Restores model, optimizer, RNG, scaler and history from a checkpoint's
+// state (`where` names it in errors; file names in it are relative to `dir`);
+// returns where training stands.
+Progress restore(const json& j, const std::string& dir, const std::string& where, const CifarModel& m,
+                 optim::Optimizer& opt, amp::GradScaler& scaler, const TrainCifarOptions& o, uint64_t& data_seed,
+                 History& h) {
   try {
-    j = json::parse(read_file(path));
-    const std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
     const std::string model = j.at("model").get<std::string>();
-    QK_CHECK_AS(ValueError, model == m.name, "Checkpoint '", path, "' was trained with --model ", model,
+    QK_CHECK_AS(ValueError, model == m.name, "Checkpoint '", where, "' was trained with --model ", model,
                 ", not --model ", m.name, "; pass --model ", model);
     const std::string optimizer = j.at("optimizer").get<std::string>();
-    QK_CHECK_AS(ValueError, optimizer == o.optimizer, "Checkpoint '", path, "' was trained with --optimizer ",
+    QK_CHECK_AS(ValueError, optimizer == o.optimizer, "Checkpoint '", where, "' was trained with --optimizer ",
                 optimizer, ", not ", o.optimizer);
     const std::string weights = dir + j.at("weights").get<std::string>();
     load_cifar_weights(m, weights);
     const auto meta = nn::load_safetensors(weights).metadata;
-    const int epoch = j.at("epoch").get<int>();
-    QK_CHECK_AS(IoError, meta.count("epoch") && meta.at("epoch") == std::to_string(epoch), "Checkpoint '",
-                weights, "' does not hold epoch ", epoch, " that its sidecar '", path,
-                "' names (interrupted while saving?); resume from checkpoints/best.json or start again");
+    Progress p;
+    p.epoch = j.at("epoch").get<int>();
+    QK_CHECK_AS(IoError, meta.count("epoch") && meta.at("epoch") == std::to_string(p.epoch), "Checkpoint '",
+                weights, "' does not hold epoch ", p.epoch, " that '", where,
+                "' names (interrupted while saving?); resume from another checkpoint or start again");
+    // Checkpoints from before mid-epoch resume finished whole epochs.
+    p.batch = j.value("batch_in_epoch", int64_t{0});
+    p.global_step = j.value("global_step", int64_t{-1});
+    if (j.contains("partial_epoch")) {
+      const json& pe = j.at("partial_epoch");
+      p.loss_sum = pe.at("loss_sum").get<double>();
+      p.correct = pe.at("correct").get<int64_t>();
+      p.seen = pe.at("seen").get<int64_t>();
+      p.elapsed_s = pe.at("seconds").get<double>();
+    }
     optim::load(opt, dir + j.at("optimizer_state").get<std::string>());
     default_generator().set_state(j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>());
     data_seed = j.at("data_seed").get<uint64_t>();
@@ -145,25 +183,98 @@ int resume_from(const std::string& path, const CifarModel& m, optim::Optimizer& 
     h.best_epoch = j.at("best_epoch").get<int>();
     if (scaler.is_enabled() && j.contains("grad_scaler"))
       scaler.load_state_dict(j.at("grad_scaler").get<std::map<std::string, double>>());
-    QK_CHECK_AS(IoError, epoch >= 0 && h.curves.val_acc.size() == static_cast<size_t>(epoch), "Checkpoint sidecar '",
-                path, "' is inconsistent: epoch ", epoch, " but ", h.curves.val_acc.size(), " epochs of metrics");
-    return epoch;
+    QK_CHECK_AS(IoError, p.epoch >= 0 && h.curves.val_acc.size() == static_cast<size_t>(p.epoch),
+                "Checkpoint '", where, "' is inconsistent: epoch ", p.epoch, " but ", h.curves.val_acc.size(),
+                " epochs of metrics");
+    QK_CHECK_AS(IoError, p.batch >= 0 && p.seen >= 0, "Checkpoint '", where, "' is inconsistent: batch ", p.batch,
+                ", seen ", p.seen);
+    return p;
   } catch (const json::exception& e) {
-    QK_THROW(IoError, "Cannot read checkpoint sidecar '", path, "': ", e.what(),
-             "; it should be the JSON `qk train cifar10` writes next to the weights");
+    QK_THROW(IoError, "Cannot read checkpoint '", where, "': ", e.what(),
+             "; it should be written by `qk train cifar10` (a checkpoints/step-* folder or a .json sidecar)");
   }
 }
 
-// One pass over the training set; returns (mean loss, accuracy) over every
-// rank's samples.
-std::pair<double, double> train_epoch(const CifarModel& m, optim::Optimizer& opt, data::DataLoader& loader,
-                                      StepRuntime& rt, int epoch, int epochs, bool bar) {
-  m.module->train();
+// What --resume points at: the newest valid OUT/checkpoints/step-* folder
+// ("auto"; else the older latest.json sidecar), a checkpoint folder, a
+// sidecar .json or the .safetensors next to one. Empty `where`: nothing to
+// resume ("auto" on a fresh run).
+struct ResumeSource {
+  std::string where, dir;
+  json state;
+};
+
+ResumeSource find_resume(const TrainCifarOptions& o, const CheckpointDir& ckpts) {
+  ResumeSource r;
+  auto from_sidecar = [&r](const std::string& path) {
+    r.where = path;
+    const size_t slash = path.find_last_of('/');
+    r.dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+    try {
+      r.state = json::parse(read_file(path));
+    } catch (const json::exception& e) {
+      QK_THROW(IoError, "Cannot read checkpoint sidecar '", path, "': ", e.what(),
+               "; it should be the JSON `qk train cifar10` writes next to the weights");
+    }
+  };
+  auto from_folder = [&r](const CheckpointInfo& c) {
+    r.where = c.path;
+    r.dir = c.path + "/";
+    r.state = json::parse(c.meta);
+  };
+  if (o.resume == "auto") {
+    std::vector<std::string> skipped;
+    if (auto c = ckpts.latest_valid(&skipped)) {
+      from_folder(*c);
+    } else if (file_exists(ckpts.root() + "/latest.json")) {
+      from_sidecar(ckpts.root() + "/latest.json");
+    }
+    return r;
+  }
+  if (file_exists(o.resume + "/manifest.json")) {
+    std::string root = o.resume;
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+    const size_t slash = root.find_last_of('/');
+    const CheckpointDir parent(slash == std::string::npos ? "." : root.substr(0, slash));
+    from_folder(parent.verify(root.substr(slash == std::string::npos ? 0 : slash + 1)));
+    return r;
+  }
+  const std::string ext = ".safetensors";
+  if (o.resume.size() > ext.size() && o.resume.ends_with(ext)) {
+    from_sidecar(o.resume.substr(0, o.resume.size() - ext.size()) + ".json");
+  } else {
+    from_sidecar(o.resume);
+  }
+  return r;
+}
+
+// An epoch's running sums on this rank.
+struct EpochSums {
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
+};
+
+// The sums over every rank (a collective: every rank calls it at the same step).
+EpochSums all_ranks(const EpochSums& local, const StepRuntime& rt) {
+  if (rt.world == 1) return local;
+  Tensor v = from_vector<double>(
+      {local.loss_sum, static_cast<double>(local.correct), static_cast<double>(local.seen)}, {3});
+  dist::group().all_reduce(v);
+  const double* d = v.data_ptr<double>();
+  return {d[0], static_cast<int64_t>(d[1]), static_cast<int64_t>(d[2])};
+}
+
+// One pass over the training set from the loader's start batch on, adding to
+// `sums`; after every optimizer step, ++global_step and after_step(batches
+// done in this epoch, sums) (checkpoints). Returns the sums over every rank.
+EpochSums train_epoch(const CifarModel& m, optim::Optimizer& opt, data::DataLoader& loader, StepRuntime& rt,
+                      EpochSums sums, int64_t& global_step, int epoch, int epochs, bool bar,
+                      const std::function<void(int64_t, const EpochSums&)>& after_step) {
+  m.module->train();
   const int64_t nb = loader.num_batches();
   const Timer t;
   double last_bar = -1;
+  int64_t seen_here = 0;
   rt.comm_wait_ms = 0;
   rt.steps = 0;
   for (const data::Batch& b : loader) {
@@ -180,34 +291,33 @@ std::pair<double, double> train_epoch(const CifarModel& m, optim::Optimizer& opt
     if (!rt.scaler.step(opt)) ++rt.skipped;
     rt.scaler.update();
     ++rt.steps;
+    ++global_step;
     const int64_t n = b.labels.numel();
-    loss_sum += loss.item<float>() * static_cast<double>(n);
+    sums.loss_sum += loss.item<float>() * static_cast<double>(n);
     const Tensor l = logits.detach().to(DType::f32).contiguous();
     const float* p = l.data_ptr<float>();
     const int64_t* y = b.labels.data_ptr<int64_t>();
     const int64_t k = l.size(1);
     for (int64_t i = 0; i < n; ++i) {
-      correct += std::max_element(p + i * k, p + (i + 1) * k) - (p + i * k) == y[i];
+      sums.correct += std::max_element(p + i * k, p + (i + 1) * k) - (p + i * k) == y[i];
     }
-    seen += n;
+    sums.seen += n;
+    seen_here += n;
+    after_step(b.index + 1, sums);
     if (bar && (t.seconds() - last_bar > 0.25 || b.index + 1 == nb)) {
       last_bar = t.seconds();
       const int width = 30, done = static_cast<int>(width * (b.index + 1) / nb);
       fmt::print("\rEpoch {}/{} [{}{}] {}/{} loss {:.4f} acc {:.2f}% {:.0f} img/s ", epoch + 1, epochs,
                  std::string(done, '='), std::string(width - done, ' '), b.index + 1, nb,
-                 loss_sum / static_cast<double>(seen), 100.0 * correct / seen, rt.world * seen / t.seconds());
+                 sums.loss_sum / static_cast<double>(std::max<int64_t>(sums.seen, 1)),
+                 100.0 * sums.correct / std::max<int64_t>(sums.seen, 1), rt.world * seen_here / t.seconds());
       std::fflush(stdout);
     }
   }
   if (bar) fmt::print("\r{}\r", std::string(110, ' '));
-  if (rt.world > 1) {
-    Tensor sums = from_vector<double>({loss_sum, static_cast<double>(correct), static_cast<double>(seen)}, {3});
-    dist::group().all_reduce(sums);
-    const double* v = sums.data_ptr<double>();
-    loss_sum = v[0], correct = static_cast<int64_t>(v[1]), seen = static_cast<int64_t>(v[2]);
-  }
-  QK_CHECK(seen > 0, "The training set is empty");
-  return {loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen)};
+  const EpochSums all = all_ranks(sums, rt);
+  QK_CHECK(all.seen > 0, "The training set is empty");
+  return all;
 }
 
 }  // namespace
@@ -232,6 +342,13 @@ void train_cifar10(const TrainCifarOptions& o) {
     rt.world = dist::world_size();
   }
   const bool lead = rt.lead();
+  int64_t batch_size = o.batch_size;  // per rank
+  if (o.global_batch_size > 0) {
+    QK_CHECK_AS(ValueError, o.global_batch_size % rt.world == 0, "--global-batch-size ", o.global_batch_size,
+                " is not divisible by the ", rt.world, " ranks of this job: use a multiple of ", rt.world,
+                " (each rank takes global / ranks images per step)");
+    batch_size = o.global_batch_size / rt.world;
+  }
   rt.amp = o.amp != "off";
   rt.amp_dtype = o.amp == "fp16" ? DType::f16 : DType::bf16;
   rt.scaler = amp::GradScaler(amp::GradScalerOptions{.enabled = o.amp == "fp16"});
@@ -248,18 +365,25 @@ void train_cifar10(const TrainCifarOptions& o) {
   auto opt = make_optimizer(o, *m.module);
   uint64_t data_seed = o.seed;
   History h;
-  int start = 0;
+  Progress start;
+  const std::string ckpt_dir = o.out + "/checkpoints";
+  const CheckpointDir ckpts(ckpt_dir, o.keep_checkpoints);
   if (!o.resume.empty()) {
-    const std::string side = sidecar_path(o);
-    if (o.resume == "auto" && !file_exists(side)) {
-      if (lead) fmt::print("--resume auto: no checkpoint at {}; starting from epoch 1\n", side);
+    // Every rank reads the same checkpoint: nobody writes before the DDP
+    // broadcast below, which needs every rank.
+    const ResumeSource src = find_resume(o, ckpts);
+    if (src.where.empty()) {
+      if (lead) fmt::print("--resume auto: no checkpoint in {}; starting from the beginning\n", ckpt_dir);
     } else {
-      start = resume_from(side, m, *opt, rt.scaler, o, data_seed, h);
-      if (lead)
-        fmt::print("resumed from {}: {} epochs done (best val acc {:.2f}% at epoch {}), continuing at epoch {}/{}\n",
-                   side, start, 100 * h.best_val_acc, h.best_epoch, start + 1, o.epochs);
-      if (lead && data_seed != o.seed)
-        fmt::print("using the checkpoint's data seed {} (not --seed {})\n", data_seed, o.seed);
+      start = restore(src.state, src.dir, src.where, m, *opt, rt.scaler, o, data_seed, h);
+      if (!lead) start.loss_sum = 0, start.correct = 0, start.seen = 0;  // rank 0 carries the sums
+      if (lead) {
+        fmt::print("resumed from {}: {} epochs done", src.where, start.epoch);
+        if (start.batch > 0) fmt::print(" and {} batches of epoch {}", start.batch, start.epoch + 1);
+        if (h.best_epoch > 0) fmt::print(" (best val acc {:.2f}% at epoch {})", 100 * h.best_val_acc, h.best_epoch);
+        fmt::print(", continuing at epoch {}/{}\n", start.epoch + 1, o.epochs);
+        if (data_seed != o.seed) fmt::print("using the checkpoint's data seed {} (not --seed {})\n", data_seed, o.seed);
+      }
     }
   }
   if (rt.world > 1) {
@@ -269,10 +393,9 @@ void train_cifar10(const TrainCifarOptions& o) {
     rt.ddp = std::make_unique<dist::DistributedDataParallel>(m.module, dist::group(), ddp_opts);
   }
 
-  const std::string ckpt_dir = o.out + "/checkpoints";
   if (lead) make_dirs(ckpt_dir);
   data::DataLoaderOptions lo;
-  lo.batch_size = o.batch_size;
+  lo.batch_size = batch_size;
   lo.shuffle = true;
   lo.num_workers = o.num_workers;
   lo.seed = data_seed;
@@ -280,34 +403,61 @@ void train_cifar10(const TrainCifarOptions& o) {
   lo.rank = rt.rank;
   lo.transform.augment(o.augment);
   data::DataLoader loader(std::make_shared<data::ImageDataset>(d.train), lo);
+  const int64_t nb = loader.num_batches();
+  if (start.global_step < 0) start.global_step = static_cast<int64_t>(start.epoch) * nb + start.batch;
+  QK_CHECK_AS(ValueError, start.batch < nb || start.batch == 0, "The checkpoint stopped after batch ", start.batch,
+              " of an epoch, but this run has ", nb, " batches per epoch: resume with the same --batch-size, "
+              "--global-batch-size and number of ranks");
   const bool bar = lead && o.progress && ::isatty(STDOUT_FILENO);
   if (lead) {
     fmt::print("model {} ({} parameters), optimizer {} lr {} weight decay {}, batch {}, augment {}, seed {}, "
                "{} threads, {} loader workers{}\n",
-               m.name, count_parameters(*m.module), o.optimizer, o.lr, o.weight_decay, o.batch_size,
+               m.name, count_parameters(*m.module), o.optimizer, o.lr, o.weight_decay, batch_size,
                o.augment ? "on" : "off", o.seed, num_threads(), o.num_workers,
                rt.amp ? fmt::format(", amp {}", o.amp) : "");
     if (rt.world > 1)
       fmt::print("data-parallel: {} ranks, batch {} per rank (global {}), DDP {} buckets of <= {} MB, gradients on "
                  "the wire: {}\n",
-                 rt.world, o.batch_size, o.batch_size * rt.world, rt.ddp->num_buckets(), o.bucket_cap_mb,
+                 rt.world, batch_size, batch_size * rt.world, rt.ddp->num_buckets(), o.bucket_cap_mb,
                  o.grad_compress == "none" ? "f32" : o.grad_compress);
-    fmt::print("training {} epochs, {} batches each{}; output in {}\n", o.epochs, loader.num_batches(),
-               rt.world > 1 ? " per rank" : "", o.out);
+    fmt::print("training {} epochs, {} batches each{}; output in {}; checkpoints {} (keeping the last {})\n",
+               o.epochs, nb, rt.world > 1 ? " per rank" : "", o.out,
+               o.checkpoint_every > 0 ? fmt::format("every {} steps and at each epoch's end", o.checkpoint_every)
+                                      : std::string("at each epoch's end"),
+               o.keep_checkpoints);
   }
 
-  if (lead && start >= o.epochs) {
-    fmt::print("nothing to train: the checkpoint has finished {} of --epochs {}; raise --epochs to go on\n", start,
-               o.epochs);
+  if (lead && start.epoch >= o.epochs) {
+    fmt::print("nothing to train: the checkpoint has finished {} of --epochs {}; raise --epochs to go on\n",
+               start.epoch, o.epochs);
   }
-  for (int e = start; e < o.epochs; ++e) {
+  int64_t global_step = start.global_step;
+  for (int e = start.epoch; e < o.epochs; ++e) {
     const Timer et;
+    const bool resumed_epoch = e == start.epoch;
+    const double earlier_s = resumed_epoch ? start.elapsed_s : 0;
     loader.set_epoch(static_cast<uint64_t>(e));
-    const auto [train_loss, train_acc] = train_epoch(m, *opt, loader, rt, e, o.epochs, bar);
+    loader.set_start_batch(resumed_epoch ? start.batch : 0);
+    EpochSums initial;
+    if (resumed_epoch) initial = {start.loss_sum, start.correct, start.seen};
+    // After each step: a test's fault point, then a checkpoint when one is
+    // due inside the epoch (the epoch's end checkpoints after evaluation).
+    auto after_step = [&](int64_t batches_done, const EpochSums& sums) {
+      fault::point("step", global_step);
+      if (o.checkpoint_every <= 0 || global_step % o.checkpoint_every != 0 || batches_done == nb) return;
+      const EpochSums all = all_ranks(sums, rt);
+      if (!lead) return;
+      Progress p{e, batches_done, global_step, all.loss_sum, all.correct, all.seen, earlier_s + et.seconds()};
+      const std::string path = save_step_checkpoint(ckpts, m, *opt, rt.scaler, o, data_seed, h, p);
+      QK_DEBUG("checkpoint {} (epoch {}, batch {})", path, e + 1, batches_done);
+    };
+    const EpochSums all = train_epoch(m, *opt, loader, rt, initial, global_step, e, o.epochs, bar, after_step);
     const double train_s = et.seconds();
     if (!lead) continue;  // rank 0 evaluates, logs and checkpoints
+    const double train_loss = all.loss_sum / static_cast<double>(all.seen);
+    const double train_acc = static_cast<double>(all.correct) / static_cast<double>(all.seen);
     const EvalResult v = evaluate_cifar(m, d.test);
-    const double secs = et.seconds();
+    const double secs = earlier_s + et.seconds();
     h.curves.train_loss.push_back(train_loss);
     h.curves.train_acc.push_back(train_acc);
     h.curves.val_loss.push_back(v.loss);
@@ -321,16 +471,21 @@ void train_cifar10(const TrainCifarOptions& o) {
       extra += fmt::format("  comm wait {:.1f} ms/step", rt.comm_wait_ms / std::max<int64_t>(rt.steps, 1));
     if (rt.skipped > 0) extra += fmt::format("  {} steps skipped (inf/nan), loss scale {}", rt.skipped,
                                              rt.scaler.get_scale());
+    // Images per second over the images this process saw trained (a resumed
+    // epoch counts only its remaining batches).
+    const double trained = static_cast<double>(all.seen - (resumed_epoch ? start.seen : 0));
     fmt::print("Epoch {}/{}  train loss {:.4f} acc {:.2f}%  val loss {:.4f} acc {:.2f}%  time {}  ETA {}  "
                "{:.0f} img/s  peak mem {}{}\n",
                e + 1, o.epochs, train_loss, 100 * train_acc, v.loss, 100 * v.accuracy, format_duration(secs),
-               format_duration(mean * (o.epochs - e - 1)), static_cast<double>(d.train.size()) / train_s,
-               format_bytes(peak_rss_bytes()), extra);
+               format_duration(mean * (o.epochs - e - 1)), trained / train_s, format_bytes(peak_rss_bytes()),
+               extra);
     std::fflush(stdout);
     const bool best = v.accuracy > h.best_val_acc;
     if (best) h.best_val_acc = v.accuracy, h.best_epoch = e + 1;
-    save_checkpoint(ckpt_dir, "latest", m, *opt, rt.scaler, o, data_seed, e + 1, h);
-    if (best) save_checkpoint(ckpt_dir, "best", m, *opt, rt.scaler, o, data_seed, e + 1, h);
+    const Progress done{e + 1, 0, global_step, 0, 0, 0, 0};
+    save_step_checkpoint(ckpts, m, *opt, rt.scaler, o, data_seed, h, done);
+    save_tagged(ckpt_dir, "latest", m, *opt, rt.scaler, o, data_seed, h, done);
+    if (best) save_tagged(ckpt_dir, "best", m, *opt, rt.scaler, o, data_seed, h, done);
   }
   if (!lead) return;
 
@@ -340,7 +495,8 @@ void train_cifar10(const TrainCifarOptions& o) {
   fmt::print("total time: {}\n", format_duration(total.seconds()));
   fmt::print("best validation accuracy: {:.2f}% (epoch {})\n", 100 * h.best_val_acc, h.best_epoch);
   fmt::print("mean epoch time: {}\n", format_duration(h.epoch_seconds.empty() ? 0 : sum / h.epoch_seconds.size()));
-  fmt::print("checkpoints: {}/latest.safetensors, {}/best.safetensors\n", ckpt_dir, ckpt_dir);
+  fmt::print("checkpoints: {}/latest.safetensors, {}/best.safetensors (resumable: {}/step-*)\n", ckpt_dir, ckpt_dir,
+             ckpt_dir);
   const std::string png = o.out + "/training_curves.png";
   plot_training_curves(png, fmt::format("{} on {}CIFAR-10", m.name, d.synthetic ? "SYNTHETIC " : ""), h.curves);
   fmt::print("training curves saved to {}\n", png);

@@ -5,6 +5,10 @@
 //   train_cifar10(o);
 //
 // Writes, under o.out:
+//   checkpoints/step-NNNNNNNNNN/     resumable checkpoint (model, optimizer, state,
+//                                    checksummed manifest; see qk/base/checkpoint_dir.h)
+//                                    at each epoch's end and every checkpoint_every
+//                                    steps; the newest keep_checkpoints stay
 //   checkpoints/latest.safetensors   weights after the last finished epoch
 //   checkpoints/latest.optim.safetensors   the optimizer state (moments, steps)
 //   checkpoints/latest.json          sidecar: epoch, model, metrics history,
@@ -13,12 +17,17 @@
 //   training_curves.png              loss and accuracy, train vs validation
 // Every file is written to a temporary name and renamed; the sidecar is
 // written last, so it never points at a newer or half-written weights file.
+// A step folder is written under a temporary name, fsynced and renamed whole.
 //
-// Resuming (o.resume = "auto" or a sidecar / weights path) restores weights,
-// optimizer, the default generator (dropout) and the history, and continues
-// at the next epoch with the same numbering. The batches of epoch e depend
-// only on (data seed, e) (see qk/data/loader.h), so the data order of a
-// resumed run is the one an uninterrupted run would have seen.
+// Resuming (o.resume = "auto": the newest step folder that passes its
+// checksums, skipping corrupt ones with a warning; or a folder / sidecar /
+// weights path) restores weights, optimizer, grad scaler, the default
+// generator (dropout), the history and the position inside the epoch, and
+// continues with the same numbering. The batches of epoch e depend only on
+// (data seed, e) (see qk/data/loader.h) and a resumed epoch starts at the
+// checkpoint's batch, so with the same seed, ranks and threads a run killed
+// and resumed (any number of times) ends with the weights of an
+// uninterrupted run, bit for bit (tests/cli/train_resume_test.cc).
 //
 // Under `qk run` (or mpirun/srun: WORLD_SIZE > 1) it trains data-parallel:
 // each rank reads its shard (DistributedSampler), batch_size is per rank,
@@ -35,7 +44,8 @@ namespace qk::cli {
 struct TrainCifarOptions {
   std::string model = "simple_cnn";
   int epochs = 5;
-  int64_t batch_size = 64;
+  int64_t batch_size = 64;          // per rank
+  int64_t global_batch_size = 0;    // > 0: over all ranks (must divide by them); overrides batch_size
   double lr = 1e-3;
   std::string optimizer = "adam";  // adam | sgd
   double momentum = 0.9;           // sgd only
@@ -46,7 +56,9 @@ struct TrainCifarOptions {
   std::string out = "runs/cifar10";
   int threads = 0;                 // 0: leave the default
   int num_workers = 2;             // data loader threads
-  std::string resume;              // "", "auto", or a checkpoint path
+  std::string resume;              // "", "auto", or a checkpoint folder / sidecar path
+  int64_t checkpoint_every = 0;    // also checkpoint every N optimizer steps (0: epoch ends only)
+  int keep_checkpoints = 3;        // resumable checkpoint folders kept
   int64_t synth_train = 10000;     // size of the synthetic set written when data_dir is empty
   int64_t synth_test = 2000;
   bool progress = true;            // live bar (only when stdout is a terminal)
