@@ -230,6 +230,16 @@ std::string synth_cifar(const std::string& out_dir, const SynthCifarOptions& o) 
     }
   };
 
+  // The marker first: a writer killed half-way leaves a set that
+  // cifar10_present() rejects (files missing) and the next run rewrites,
+  // never one that passes for the real CIFAR-10.
+  atomic_write_file((fs::path(dir) / kCifarSyntheticMarker).string(),
+                    "Synthetic CIFAR-10 written by qianka (qk data synth-cifar), not the real data set.\n"
+                    "seed " + std::to_string(o.seed) + ", " + std::to_string(o.num_train) + " training and " +
+                        std::to_string(o.num_test) + " test images.\n"
+                        "Class = shape (disk, square, triangle, cross, ring) x surface (solid, striped);\n"
+                        "the CIFAR-10 names in batches.meta.txt are kept only for the format.\n");
+
   std::vector<std::pair<std::string, int64_t>> train_files;
   for (int k = 0; k < kCifarNumTrainBatches; ++k)
     train_files.emplace_back("data_batch_" + std::to_string(k + 1) + ".bin",
@@ -241,12 +251,6 @@ std::string synth_cifar(const std::string& out_dir, const SynthCifarOptions& o) 
   for (const auto& n : cifar10_class_names()) meta += n + "\n";
   meta += "\n";  // the official file ends with an empty line
   atomic_write_file((fs::path(dir) / "batches.meta.txt").string(), meta);
-  atomic_write_file((fs::path(dir) / kCifarSyntheticMarker).string(),
-                    "Synthetic CIFAR-10 written by qianka (qk data synth-cifar), not the real data set.\n"
-                    "seed " + std::to_string(o.seed) + ", " + std::to_string(o.num_train) + " training and " +
-                        std::to_string(o.num_test) + " test images.\n"
-                        "Class = shape (disk, square, triangle, cross, ring) x surface (solid, striped);\n"
-                        "the CIFAR-10 names in batches.meta.txt are kept only for the format.\n");
   return dir;
 }
 
