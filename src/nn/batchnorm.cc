@@ -44,6 +44,7 @@ Tensor BatchNorm2dImpl::forward(const Tensor& x) {
     // Without a momentum the running stats are the cumulative average.
     if (!options.momentum()) momentum = 1.0 / static_cast<double>(n);
   }
+  if (is_training() && training_forward) return training_forward(*this, x, momentum);
   // Batch statistics in training, or when there are no running ones to use.
   const bool use_batch_stats = is_training() || !options.track_running_stats();
   const bool pass_running = !is_training() || options.track_running_stats();

@@ -7,8 +7,13 @@
 // Buffers: running_mean [C], running_var [C] (unbiased batch variance is
 // blended in with `momentum`), num_batches_tracked (i64 scalar). With
 // momentum unset (std::nullopt) the running stats are a cumulative average.
+//
+// training_forward, when set, takes over the training-mode forward: how
+// qk::dist::convert_sync_batchnorm (qk/dist/sync_batchnorm.h) makes the batch
+// statistics span every rank without nn knowing of process groups.
 #pragma once
 
+#include <functional>
 #include <optional>
 
 #include "qk/nn/arg.h"
@@ -37,6 +42,13 @@ class BatchNorm2dImpl : public Module {
   BatchNormOptions options;
   Tensor weight, bias;                                    // [C], absent unless affine
   Tensor running_mean, running_var, num_batches_tracked;  // absent unless track_running_stats
+
+  // Called in training mode instead of the local batch_norm, after
+  // num_batches_tracked was bumped, with the momentum to blend the running
+  // stats with (1/n for a cumulative average); it must update them itself.
+  using TrainingForward =
+      std::function<Tensor(BatchNorm2dImpl& bn, const Tensor& x, double momentum)>;
+  TrainingForward training_forward;
 };
 QK_MODULE(BatchNorm2d);
 
