@@ -206,6 +206,8 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
   c->token = uid.token;
   c->p2p_send_seq.assign(nranks, 0);
   c->p2p_recv_seq.assign(nranks, 0);
+  c->msgs_sent.assign(nranks, 0);
+  c->msgs_received.assign(nranks, 0);
   Deadline dl(c->timeout_s);
   if (id_needs_root(id) && rank == 0) start_root(uid.root, uid.token, c->timeout_s);
 
@@ -231,16 +233,25 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
     }
   }
   c->spin_us = spin_us();
+  int local = static_cast<int>(std::count_if(c->peers.begin(), c->peers.end(), [&](const PeerInfo& p) {
+    return p.host_hash == c->peers[rank].host_hash;
+  }));
+  long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);  // the same for every rank of a host, unlike affinity
+  c->oversubscribed = cpus > 0 && local > cpus;
   c->cost = CostModel::for_transport(slowest);
   c->cost.use_slowest(n_shm > 0, n_tcp > 0);
-  if (cost_model_measured()) measure_cost_model(*c);
   topo::attach(*c);  // hosts, topology-aware rings, hierarchical plan
+  if (cost_model_measured()) measure_cost_model(*c);  // along that ring
   const CostModel& m = c->cost;
   QCCL_INFO("INIT", "comm '{}' rank {} of {} ready in {:.1f} ms: {} peers via shm, {} via tcp; "
             "timeout {} s; cost model ({}) shm {:.2f} us + {:.2f} GB/s, tcp {:.2f} us + {:.2f} GB/s; "
-            "collectives pay {:.2f} us + {:.2f} GB/s per step, reduce {:.2f} GB/s",
+            "collectives pay {:.2f} us + {:.2f} GB/s per step, reduce {:.2f} GB/s{}",
             c->name, rank, nranks, timer.millis(), n_shm, n_tcp, c->timeout_s, m.source, m.shm.lat_us,
-            m.shm.gbps, m.tcp.lat_us, m.tcp.gbps, m.alpha_us, m.gbps, m.reduce_gbps);
+            m.shm.gbps, m.tcp.lat_us, m.tcp.gbps, m.alpha_us, m.gbps, m.reduce_gbps,
+            c->oversubscribed
+                ? fmt::format("; {} ranks on this host's {} CPUs: waits yield at once, shm links not timed",
+                              local, cpus)
+                : "");
   attach_backend(*c);  // QCCL_BACKEND: the engine of its calls
   return c;
 }

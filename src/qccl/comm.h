@@ -38,10 +38,17 @@ struct qcclComm {
   std::shared_ptr<const qccl::topo::CommTopo> topo;  // hosts, rings, hierarchical plan
   size_t cma_min_bytes = 256 << 10;  // messages this large go single-copy where possible
   double spin_us = 0;  // waits spin this long before yielding the core (QCCL_SPIN_US)
+  // More ranks on this host than CPUs: the peer we wait for may need our core,
+  // so waits yield at once, and the cost probe's shared-memory timings (which
+  // measure the scheduler then, not the link) give way to the static figures.
+  bool oversubscribed = false;
 
   uint64_t coll_seq = 0;                 // collectives started, same on every rank
   std::vector<uint32_t> p2p_send_seq;    // messages sent to / received from each peer
   std::vector<uint32_t> p2p_recv_seq;
+  // Messages completed to / from each peer, every kind counted (debug
+  // counters: the tests read them to see which neighbours an algorithm used).
+  std::vector<uint64_t> msgs_sent, msgs_received;
   qccl::FlightRecorder fr;
   std::vector<char> scratch;  // temporaries of the algorithms, reused
 

@@ -1,11 +1,13 @@
-// All-reduce: the bandwidth-optimal ring (reduce-scatter, then all-gather)
-// for large messages, recursive doubling for small ones. See Note
-// [bit-identical results] in collectives.h.
+// All-reduce: the bandwidth-optimal ring (reduce-scatter, then all-gather,
+// along the topology-aware ring) for large messages, recursive doubling (in
+// rank order) for small ones. See Note [bit-identical results] in
+// collectives.h and Note [ring order] in ring_order.h.
 #include <cstring>
 
 #include "qccl/algo/collectives.h"
 #include "qccl/algo/cost_model.h"
 #include "qccl/algo/hierarchical.h"
+#include "qccl/algo/ring_order.h"
 #include "qccl/core/debug.h"
 #include "qccl/engine.h"
 
@@ -13,34 +15,26 @@ namespace qccl {
 
 namespace {
 
-// Segment i of n over count elements: sizes differ by at most one element.
-struct Seg {
-  size_t off, len;  // in elements
-};
-Seg segment(size_t count, int n, int i) {
-  size_t base = count / n, rem = count % n, ui = static_cast<size_t>(i);
-  return {ui * base + std::min(ui, rem), base + (ui < rem ? 1 : 0)};
-}
-
+// Along the communicator's ring, by position (Note [ring order]): segments
+// belong to no rank, so segment s is simply the s-th piece of the buffer.
 void ring(Call& call, const char* send, char* recv, size_t count, size_t es) {
-  qcclComm& c = call.comm;
-  int n = c.nranks, r = c.rank;
-  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  RingOrder ro = ring_order(call.comm);
+  int n = ro.n, p = ro.pos, next = ro.next(), prev = ro.prev();
   auto off = [&](int seg) { return segment(count, n, seg).off * es; };
   auto len = [&](int seg) { return segment(count, n, seg).len * es; };
   auto mod = [n](int v) { return ((v % n) + n) % n; };
-  // Reduce-scatter: after n-1 steps rank r holds the full reduction of segment r+1.
+  // Reduce-scatter: after n-1 steps position p holds the full reduction of segment p+1.
   for (int k = 0; k < n - 1; ++k) {
-    int s = mod(r - k), q = mod(r - k - 1);
+    int s = mod(p - k), q = mod(p - k - 1);
     Xfer xs[2] = {Xfer::send(next, (k == 0 ? send : recv) + off(s), len(s)),
                   Xfer::recv_reduce(prev, recv + off(q), send + off(q), len(q), true)};
     run(call, xs);
   }
-  int own = mod(r + 1);
+  int own = mod(p + 1);
   if (call.op == qcclAvg) finish_avg(recv + off(own), len(own) / es, call.dtype, n);
   // All-gather of the reduced segments.
   for (int k = 0; k < n - 1; ++k) {
-    int s = mod(r + 1 - k), q = mod(r - k);
+    int s = mod(p + 1 - k), q = mod(p - k);
     Xfer xs[2] = {Xfer::send(next, recv + off(s), len(s)), Xfer::recv(prev, recv + off(q), len(q))};
     run(call, xs);
   }

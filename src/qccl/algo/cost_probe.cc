@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "qccl/algo/collectives.h"
+#include "qccl/algo/ring_order.h"
 #include "qccl/core/debug.h"
 #include "qccl/engine.h"
 
@@ -89,6 +90,7 @@ struct Figures {
   double neg_bw[2];  // minus GB/s, so the max is the slowest; -inf: not measured
   double in_use[2];  // 1 where some rank has a link of that transport
   double neg_reduce;  // minus the local reduction speed, GB/s
+  double oversubscribed;  // 1 where some rank's host has more ranks than CPUs
 };
 
 // Local reduction speed: float sums over the bulk buffer, best of three.
@@ -137,20 +139,28 @@ void measure_cost_model(qcclComm& c) {
   Call call(c, "cost-probe", MsgKind::kProbe, kBulkBytes, "probe");
   char* bulk = scratch(c, kBulkBytes);
   std::memset(bulk, 0, kBulkBytes);  // fault the pages in before timing
-  Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk)};
+  Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk), c.oversubscribed ? 1.0 : 0.0};
   for (auto& conn : c.conns)
     if (conn) f.in_use[std::string(conn->kind()) == "tcp" ? 1 : 0] = 1;
-  // Ring edges (i, i+1) in at most three rounds, so each rank is in at most
-  // one pair at a time: even i, odd i, then the wrap-around (n-1, 0).
+  // Edges (i, i+1) of the ring the collectives run along (positions; Note
+  // [ring order]) in at most three rounds, so each rank is in at most one
+  // pair at a time: even i, odd i, then the wrap-around (n-1, 0).
+  RingOrder ro = ring_order(c);
   for (int round = 0; round < 3; ++round) {
     int init = -1, resp = -1;  // this rank's pair in this round, if any
     for (int i = 0; i < n; ++i) {
       int j = (i + 1) % n;
       bool in_round = round == 2 ? (i == n - 1 && n > 2) : (j != 0 && i % 2 == round);
       if (!in_round) continue;
-      if (i == r) init = j;
-      if (j == r) resp = i;
+      if (ro.rank_at(i) == r) init = ro.rank_at(j);
+      if (ro.rank_at(j) == r) resp = ro.rank_at(i);
     }
+    // With more ranks than CPUs a shared-memory ping-pong times the scheduler
+    // (4 ranks on 2 cores: 6 us to 1.7 ms from one run to the next), so such
+    // pairs (both sides know: one host) keep the static figures.
+    auto skip = [&](int peer) { return c.oversubscribed && std::string(c.conns[peer]->kind()) == "shm"; };
+    if (init >= 0 && skip(init)) init = -1;
+    if (resp >= 0 && skip(resp)) resp = -1;
     if (init >= 0) {
       LinkCost l = probe_link(call, init, bulk);
       int t = std::string(c.conns[init]->kind()) == "tcp" ? 1 : 0;
@@ -182,6 +192,9 @@ void measure_cost_model(qcclComm& c) {
       measured = true;
     }
   }
+  // Agreed like the figures, so every rank chooses alike.
+  if (f.oversubscribed > 0 && f.neg_bw[0] <= -1e300 && !bw_configured("shm"))
+    m.shm.gbps = kOversubscribedShmGbps;
   m.use_slowest(f.in_use[0] > 0, f.in_use[1] > 0);
   m.reduce_gbps = configured_reduce_gbps() > 0 ? configured_reduce_gbps() : -f.neg_reduce;
   m.source = measured ? (configured ? "measured+configured" : "measured") : configured ? "configured" : "static";

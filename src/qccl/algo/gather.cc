@@ -1,10 +1,11 @@
-// All-gather and reduce-scatter on the ring, all-to-all as a pairwise
+// All-gather and reduce-scatter on the topology-aware ring, all-to-all as a pairwise
 // exchange, and grouped point-to-point.
 #include <cstring>
 #include <vector>
 
 #include "qccl/algo/collectives.h"
 #include "qccl/algo/cost_model.h"
+#include "qccl/algo/ring_order.h"
 #include "qccl/core/debug.h"
 #include "qccl/engine.h"
 
@@ -20,10 +21,13 @@ void all_gather(qcclComm& c, const void* send, void* recv, size_t sendcount, qcc
   auto* out = static_cast<char*>(recv);
   if (static_cast<const char*>(send) != out + r * blk && blk)
     std::memmove(out + r * blk, send, blk);
-  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  // Along the ring (Note [ring order]): step k passes on the block of the rank
+  // k places before us and receives the one k+1 places before; blocks sit at
+  // their rank's place in the output.
+  RingOrder ro = ring_order(c);
   for (int k = 0; k < n - 1; ++k) {
-    int s = ((r - k) % n + n) % n, q = ((r - k - 1) % n + n) % n;
-    Xfer xs[2] = {Xfer::send(next, out + s * blk, blk), Xfer::recv(prev, out + q * blk, blk)};
+    int s = ro.rank_at(ro.pos - k), q = ro.rank_at(ro.pos - k - 1);
+    Xfer xs[2] = {Xfer::send(ro.next(), out + s * blk, blk), Xfer::recv(ro.prev(), out + q * blk, blk)};
     run(call, xs);
   }
   finish(call);
@@ -32,7 +36,7 @@ void all_gather(qcclComm& c, const void* send, void* recv, size_t sendcount, qcc
 void reduce_scatter(qcclComm& c, const void* send, void* recv, size_t recvcount, qcclDataType_t dt,
                     qcclRedOp_t op) {
   size_t blk = recvcount * dtype_size(dt);
-  int n = c.nranks, r = c.rank;
+  int n = c.nranks;
   Call call(c, "reducescatter", MsgKind::kReduceScatter, blk * n, "ring");
   call.dtype = dt;
   call.op = op;
@@ -43,16 +47,19 @@ void reduce_scatter(qcclComm& c, const void* send, void* recv, size_t recvcount,
   if (n == 1) {
     if (in != out && blk) std::memmove(out, in, blk);
   } else {
-    // Step k sends the partial of block r-1-k and folds block r-2-k into the
-    // partial arriving from prev; the last step lands block r in recv.
-    int next = (r + 1) % n, prev = (r + n - 1) % n;
+    // Along the ring (Note [ring order]): step k sends the partial of the block
+    // of the rank k+1 places before us and folds our input of the block of
+    // the rank k+2 places before into the partial arriving from prev; the
+    // last step lands our own block (the rank n places before) in recv.
+    // Blocks are indexed by their rank.
+    RingOrder ro = ring_order(c);
     char* tmp = scratch(c, 2 * blk);
-    auto mod = [n](int v) { return ((v % n) + n) % n; };
     for (int k = 0; k < n - 1; ++k) {
-      int s = mod(r - 1 - k), q = mod(r - 2 - k);
+      int s = ro.rank_at(ro.pos - 1 - k), q = ro.rank_at(ro.pos - 2 - k);
       const char* src = k == 0 ? in + s * blk : tmp + ((k - 1) % 2) * blk;
       char* dst = k == n - 2 ? out : tmp + (k % 2) * blk;
-      Xfer xs[2] = {Xfer::send(next, src, blk), Xfer::recv_reduce(prev, dst, in + q * blk, blk, true)};
+      Xfer xs[2] = {Xfer::send(ro.next(), src, blk),
+                    Xfer::recv_reduce(ro.prev(), dst, in + q * blk, blk, true)};
       run(call, xs);
     }
   }

@@ -1,15 +1,24 @@
-// Broadcast and reduce: a binomial tree for small messages (log2(n) steps), a
-// pipelined chain for large ones (every link busy, chunk by chunk).
+// Broadcast and reduce: a binomial tree for small messages (log2(n) steps, in
+// rank order relative to the root), a pipelined chain for large ones (every
+// link busy, chunk by chunk, along the topology-aware ring from the root).
 #include <cstring>
 
 #include "qccl/algo/collectives.h"
 #include "qccl/algo/cost_model.h"
+#include "qccl/algo/ring_order.h"
 #include "qccl/core/debug.h"
 #include "qccl/engine.h"
 
 namespace qccl {
 
 namespace {
+
+int position_of(const RingOrder& ro, int rank) {
+  for (int p = 0; p < ro.n; ++p)
+    if (ro.rank_at(p) == rank) return p;
+  QK_INTERNAL_ASSERT(false, "rank ", rank, " is not on the ring");
+  return 0;
+}
 
 int pow2_at_least(int n) {
   int p = 1;
@@ -40,8 +49,10 @@ void bcast_tree(Call& call, const char* send, char* recv, size_t bytes, int root
 
 void bcast_chain(Call& call, const char* send, char* recv, size_t bytes, int root) {
   qcclComm& c = call.comm;
-  int n = c.nranks, rel = (c.rank - root + n) % n;
-  int prev = (c.rank + n - 1) % n, next = (c.rank + 1) % n;
+  // Along the ring from the root (Note [ring order]).
+  RingOrder ro = ring_order(c);
+  int n = c.nranks, rel = (ro.pos - position_of(ro, root) + n) % n;
+  int prev = ro.prev(), next = ro.next();
   const char* src = rel == 0 ? send : recv;
   size_t chunks = (bytes + kChainChunk - 1) / kChainChunk;
   if (chunks == 0) chunks = 1;  // zero bytes still travel as one (empty) message
@@ -81,9 +92,11 @@ void reduce_tree(Call& call, const char* send, char* recv, size_t bytes, int roo
 
 void reduce_chain(Call& call, const char* send, char* recv, size_t bytes, int root) {
   qcclComm& c = call.comm;
-  int n = c.nranks, rel = (c.rank - root + n) % n;
-  // Data flows from rel n-1 down to rel 0 (the root).
-  int up = (c.rank + 1) % n, down = (c.rank + n - 1) % n;
+  // Along the ring from the root (Note [ring order]): data flows from rel n-1
+  // down to rel 0 (the root), so each element is reduced along one fixed order.
+  RingOrder ro = ring_order(c);
+  int n = c.nranks, rel = (ro.pos - position_of(ro, root) + n) % n;
+  int up = ro.next(), down = ro.prev();
   bool has_up = rel < n - 1, has_down = rel > 0;
   size_t chunks = (bytes + kChainChunk - 1) / kChainChunk;
   if (chunks == 0) chunks = 1;

@@ -7,6 +7,8 @@
 
 #include "qccl/comm.h"
 #include "qccl/core/debug.h"
+#include "qccl/core/errors.h"
+#include "qccl/engine.h"
 #include "qccl/topo/detect.h"
 
 namespace qccl::topo {
@@ -79,6 +81,52 @@ std::shared_ptr<const CommTopo> make_comm_topo(const std::vector<uint64_t>& host
   return t;
 }
 
+namespace {
+
+// The ring algorithms only work if every rank walks the same ring, but each
+// rank computes it from its own settings and detection (QCCL_TOPO_FILE set on
+// some ranks only, hosts that detect differently). Rank 0's ring is the
+// communicator's: the others adopt it, with a warning where theirs differed.
+void agree_on_ring(qcclComm& c, CommTopo& t) {
+  int n = c.nranks;
+  if (n < 2) return;
+  std::vector<int32_t> ring(t.ring.begin(), t.ring.end());
+  Call call(c, "ring-agree", MsgKind::kProbe, ring.size() * sizeof(int32_t), "p2p");
+  std::vector<Xfer> xs;
+  for (int p = c.rank == 0 ? 1 : 0; p < (c.rank == 0 ? n : 1); ++p) {
+    xs.push_back(c.rank == 0 ? Xfer::send(p, ring.data(), ring.size() * sizeof(int32_t))
+                             : Xfer::recv(p, ring.data(), ring.size() * sizeof(int32_t)));
+    xs.back().seq = c.rank == 0 ? c.p2p_send_seq[p]++ : c.p2p_recv_seq[p]++;
+  }
+  run(call, xs);
+  finish(call);
+  if (std::equal(ring.begin(), ring.end(), t.ring.begin())) return;
+  // Rank 0's ring must be a permutation that keeps each host's ranks together.
+  std::vector<std::vector<int>> rings(t.nhosts);
+  std::vector<bool> seen(n, false);
+  int last_host = -1;
+  for (int32_t r : ring) {
+    if (r < 0 || r >= n || seen[r] || (t.host_of[r] != last_host && !rings[t.host_of[r]].empty()))
+      QCCL_REMOTE_ERROR(c.peer_name(0), " sent a ring that is not a permutation of the ranks host by "
+                        "host; ranks disagree about the hosts (mixed qccl builds?)");
+    seen[r] = true;
+    last_host = t.host_of[r];
+    rings[last_host].push_back(r);
+  }
+  QCCL_WARN("INIT", "comm '{}' rank {}: this rank's ring {} differs from rank 0's; using rank 0's "
+            "(QCCL_TOPO_FILE, QCCL_P2P_LEVEL or the detected devices differ between ranks)",
+            c.name, c.rank, t.format_ring());
+  t.ring.assign(ring.begin(), ring.end());
+  for (int i = 0; i < n; ++i)
+    t.hop[i] = t.host_of[t.ring[i]] == t.host_of[t.ring[(i + 1) % n]] ? "SHM" : "NET";
+  std::vector<std::vector<int>> by_host;  // in host order, as plan_hierarchical expects
+  for (int h = 0; h < t.nhosts; ++h) by_host.push_back(rings[h]);
+  t.plan = plan_hierarchical(t.host_of, by_host);
+  t.devices += " (ring: rank 0's)";
+}
+
+}  // namespace
+
 void attach(qcclComm& c) {
   bool want_topo = !topo_file_setting().empty() || !topo_dump_file_setting().empty() ||
                    log_on(qk::logging::Level::info, "INIT");
@@ -98,7 +146,13 @@ void attach(qcclComm& c) {
       }
     }
   }
-  auto t = make_comm_topo(hashes, topo, p2p_level_setting());
+  // Devices order the ring only where a setting or several hosts asked for
+  // them, never because INFO logs loaded the topology: a log level must not
+  // change the reduction order.
+  bool use_devices = !topo_file_setting().empty() || !topo_dump_file_setting().empty() || several;
+  auto t = std::make_shared<CommTopo>(*make_comm_topo(hashes, use_devices ? topo : nullptr,
+                                                      p2p_level_setting()));
+  agree_on_ring(c, *t);
   c.topo = t;
   c.cost.hosts = t->plan.usable ? t->nhosts : 1;
   c.cost.ranks_per_host = t->plan.usable ? static_cast<int>(t->host_ranks[0].size()) : c.nranks;
