@@ -73,6 +73,8 @@ void setup_train(CLI::App& app) {
   c->add_option("--grad-compress", o->grad_compress, "DDP gradients on the wire: none, bf16 or fp16 (half the bytes)")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))
       ->capture_default_str();
+  c->add_flag("--sync-bn", o->sync_bn,
+              "Under qk run: BatchNorm statistics over every rank's batch (SyncBatchNorm), not each rank's own");
   c->add_flag("!--no-progress", o->progress, "No live progress bar (it is shown only on a terminal anyway)");
   c->callback([o] { train_cifar10(*o); });
 }

@@ -26,6 +26,7 @@
 #include "qk/dist/ddp.h"
 #include "qk/dist/launch_env.h"
 #include "qk/dist/process_group.h"
+#include "qk/dist/sync_batchnorm.h"
 #include "qk/nn/serialize.h"
 #include "qk/optim/adam.h"
 #include "qk/optim/sgd.h"
@@ -386,6 +387,8 @@ void train_cifar10(const TrainCifarOptions& o) {
       }
     }
   }
+  int sync_bn_layers = 0;
+  if (rt.world > 1 && o.sync_bn) sync_bn_layers = dist::convert_sync_batchnorm(*m.module, dist::group());
   if (rt.world > 1) {
     dist::DDPOptions ddp_opts;
     ddp_opts.bucket_cap_mb = o.bucket_cap_mb;
@@ -420,6 +423,9 @@ void train_cifar10(const TrainCifarOptions& o) {
                  "the wire: {}\n",
                  rt.world, batch_size, batch_size * rt.world, rt.ddp->num_buckets(), o.bucket_cap_mb,
                  o.grad_compress == "none" ? "f32" : o.grad_compress);
+    if (o.sync_bn)
+      fmt::print("SyncBatchNorm: {} BatchNorm layers normalise over all {} ranks' batches{}\n", sync_bn_layers,
+                 rt.world, sync_bn_layers == 0 ? " (this model has none)" : "");
     fmt::print("training {} epochs, {} batches each{}; output in {}; checkpoints {} (keeping the last {})\n",
                o.epochs, nb, rt.world > 1 ? " per rank" : "", o.out,
                o.checkpoint_every > 0 ? fmt::format("every {} steps and at each epoch's end", o.checkpoint_every)

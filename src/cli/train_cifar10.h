@@ -65,6 +65,7 @@ struct TrainCifarOptions {
   std::string amp = "off";         // off | bf16 | fp16
   double bucket_cap_mb = 25;       // DDP bucket size (distributed runs)
   std::string grad_compress = "none";  // none | bf16 | fp16: DDP gradients on the wire
+  bool sync_bn = false;            // BatchNorm statistics over every rank (distributed runs)
 };
 
 void train_cifar10(const TrainCifarOptions& o);

@@ -216,3 +216,17 @@ TEST(TrainCifar10, DataParallelUnderQkRun) {
   EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/latest.safetensors")) << r.output;
   EXPECT_EQ(r.output.find("[rank1]: Epoch"), std::string::npos) << r.output;
 }
+
+// --sync-bn under qk run: every BatchNorm of the ResNet is converted and the
+// synced layers train (their collectives run in forward and backward).
+TEST(TrainCifar10, SyncBatchNormUnderQkRun) {
+  const std::string dir = fresh_dir("syncbn");
+  std::string args = train_args(dir, 1, "--model simple_resnet --sync-bn");
+  args.replace(args.find("--threads 2"), 11, "--threads 1");
+  const auto r = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + " " + args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("SyncBatchNorm: 20 BatchNorm layers normalise over all 2 ranks' batches"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(epoch_lines(r.output).size(), 1u) << r.output;
+}
