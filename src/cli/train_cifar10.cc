@@ -387,6 +387,17 @@ void train_cifar10(const TrainCifarOptions& o) {
       }
     }
   }
+  if (rt.world > 1) {
+    // Every rank must stand at rank 0's step: ranks that see different
+    // checkpoint folders (no shared filesystem) would otherwise train on
+    // with different optimizer states and data positions.
+    Tensor range = from_vector<int64_t>({start.global_step, -start.global_step}, {2});
+    dist::group().all_reduce(range, dist::ReduceOp::max);
+    const int64_t hi = range.data_ptr<int64_t>()[0], lo = -range.data_ptr<int64_t>()[1];
+    QK_CHECK_AS(ValueError, hi == lo, "The ranks resumed at different steps (", lo, " to ", hi, "; this is rank ",
+                rt.rank, " at ", start.global_step, "): every rank must read the same checkpoints; is ", ckpt_dir,
+                " on a filesystem all nodes share?");
+  }
   int sync_bn_layers = 0;
   if (rt.world > 1 && o.sync_bn) sync_bn_layers = dist::convert_sync_batchnorm(*m.module, dist::group());
   if (rt.world > 1) {

@@ -205,6 +205,20 @@ TEST(TrainResume, ExternalKillMinus9OfARank) {
   expect_reference_weights(out, text);
 }
 
+// Ranks that find different checkpoints (as on nodes without a shared
+// filesystem) are stopped with the reason, not left to train apart.
+TEST(TrainResume, RanksAtDifferentStepsAreRefused) {
+  ASSERT_FALSE(reference_weights().empty());
+  const std::string out = fresh_dir("split");
+  fs::create_directories(out + "/r0");
+  fs::copy(kRoot / "reference" / "checkpoints", out + "/r0/checkpoints", fs::copy_options::recursive);
+  // $RANK is left to each worker's shell: rank 0 reads r0/, rank 1 r1/.
+  const std::string train = std::string("\"") + QK_BIN + "\" " + train_args(out + "/r$RANK");
+  const auto r = run_qk("run --nproc-per-node 2 -- sh -c 'exec " + train + "'");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("The ranks resumed at different steps (0 to 32"), std::string::npos) << r.output;
+}
+
 TEST(TrainResume, GlobalBatchMustDivideByRanks) {
   const std::string out = fresh_dir("global_batch");
   const auto r = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + " train cifar10 --data-dir " +
