@@ -137,7 +137,11 @@ Tensor sqrt(const Tensor& a) { return unary_fn(UnaryOp::sqrt, "SqrtBackward", a,
 Tensor rsqrt(const Tensor& a) { return unary_fn(UnaryOp::rsqrt, "RsqrtBackward", a, false, true); }
 Tensor square(const Tensor& a) { return unary_fn(UnaryOp::square, "SquareBackward", a, true, false); }
 Tensor abs(const Tensor& a) { return unary_fn(UnaryOp::abs, "AbsBackward", a, true, false); }
-Tensor relu(const Tensor& a) { return unary_fn(UnaryOp::relu, "ReluBackward", a, true, false); }
+// Keeps the output, not the input (as PyTorch): the output is usually kept
+// anyway by the next layer, so the input (a batch-norm or sum output) can be
+// freed after the forward. The kernel's derivative test x > 0 then reads y,
+// which is > 0 exactly where x is.
+Tensor relu(const Tensor& a) { return unary_fn(UnaryOp::relu, "ReluBackward", a, false, true); }
 Tensor silu(const Tensor& a) { return unary_fn(UnaryOp::silu, "SiluBackward", a, true, false); }
 Tensor tanh(const Tensor& a) { return unary_fn(UnaryOp::tanh, "TanhBackward", a, false, true); }
 Tensor sigmoid(const Tensor& a) { return unary_fn(UnaryOp::sigmoid, "SigmoidBackward", a, false, true); }

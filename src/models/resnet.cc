@@ -1,6 +1,7 @@
 #include "qk/models/resnet.h"
 
 #include "qk/autograd/functions.h"
+#include "qk/nn/fused.h"
 
 namespace qk::models {
 
@@ -19,11 +20,16 @@ ResNetBlockImpl::ResNetBlockImpl(int64_t in_channels, int64_t out_channels, int6
   }
 }
 
+// relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); conv_bn fuses each
+// conv with its batch norm (and the sum and ReLUs) in inference.
 Tensor ResNetBlockImpl::forward(const Tensor& x) {
-  Tensor out = relu(bn1(conv1(x)));
-  out = bn2(conv2(out));
-  out = out + (shortcut->size() == 0 ? x : shortcut->forward(x));
-  return relu(out);
+  Tensor out = nn::conv_bn(*conv1, *bn1, x, /*relu=*/true);
+  Tensor skip = x;
+  if (shortcut->size() != 0) {
+    skip = nn::conv_bn(shortcut->at<nn::Conv2dImpl>(0), shortcut->at<nn::BatchNorm2dImpl>(1), x,
+                       /*relu=*/false);
+  }
+  return nn::conv_bn(*conv2, *bn2, out, /*relu=*/true, skip);
 }
 
 namespace {
@@ -48,7 +54,7 @@ SimpleResNetImpl::SimpleResNetImpl(int64_t num_classes) : nn::Module("SimpleResN
 Tensor SimpleResNetImpl::forward(const Tensor& x) {
   QK_CHECK(x.dim() == 4 && x.size(1) == 3, "SimpleResNet: expected images of shape [N, 3, H, W], got ",
            shape_str(x.shape()));
-  Tensor h = relu(bn1(conv1(x)));        // [N, 64, 32, 32]
+  Tensor h = nn::conv_bn(*conv1, *bn1, x, /*relu=*/true);  // [N, 64, 32, 32]
   h = layer1->forward(h);                // [N, 64, 32, 32]
   h = layer2->forward(h);                // [N, 128, 16, 16]
   h = layer3->forward(h);                // [N, 256, 8, 8]

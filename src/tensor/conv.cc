@@ -2,6 +2,7 @@
 #include "qk/tensor/ops/conv.h"
 
 #include "qk/tensor/kernel_tables.h"
+#include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
 #include "tensor/cpu/conv.h"
 
@@ -79,6 +80,36 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dPar
   // kernels or computes in f32 (the CPU one does both, see cpu/conv.cc).
   auto& kernel = *conv2d_fwd_kernel.get(x.device());
   return kernel(contig(x), contig(w), contig(b), p);
+}
+
+Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
+                    const Tensor& scale, const Tensor& shift, const Tensor& residual, bool relu) {
+  Shape out = check_conv("conv2d_fused", x, w, b, p);
+  QK_CHECK(scale.defined() == shift.defined(),
+           "conv2d_fused: give both scale and shift, or neither");
+  for (const Tensor* t : {&scale, &shift}) {
+    if (!t->defined()) continue;
+    check_operand("conv2d_fused", t == &scale ? "scale" : "shift", *t, x);
+    QK_CHECK(t->dim() == 1 && t->size(0) == out[1], "conv2d_fused: ",
+             t == &scale ? "scale" : "shift", " must be [", out[1], "] (one per output channel), got ",
+             shape_str(t->shape()));
+  }
+  if (residual.defined()) {
+    check_operand("conv2d_fused", "residual", residual, x);
+    QK_CHECK(residual.shape() == out, "conv2d_fused: residual must be ", shape_str(out),
+             " (the conv2d output), got ", shape_str(residual.shape()));
+  }
+  if (x.device().type == DeviceType::cpu)
+    return cpu::conv2d_fused(contig(x), contig(w), contig(b), p, contig(scale), contig(shift),
+                             contig(residual), relu);
+  // Other devices: the same, op by op.
+  Tensor y = conv2d(x, w, b, p);
+  if (scale.defined()) {
+    y = mul(y, reshape(scale, {1, out[1], 1, 1}));
+    y = add(y, reshape(shift, {1, out[1], 1, 1}));
+  }
+  if (residual.defined()) y = add(y, residual);
+  return relu ? unary(UnaryOp::relu, y) : y;
 }
 
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const Tensor& x,

@@ -7,6 +7,7 @@
 #include "qk/nn/container.h"
 #include "qk/nn/conv.h"
 #include "qk/nn/embedding.h"
+#include "qk/nn/fused.h"
 #include "qk/nn/init.h"
 #include "qk/nn/linear.h"
 #include "qk/nn/module.h"

@@ -95,6 +95,74 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
   }
 }
 
+namespace {
+// One plane of the epilogue, the flags known at compile time so that the loop
+// vectorises.
+template <typename T, bool kAffine, bool kResidual, bool kRelu>
+void epilogue_row(T* row, const T* r, compute_t<T> s, compute_t<T> t, int64_t n) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) {
+    C v = static_cast<C>(row[i]);
+    if constexpr (kAffine) v = v * s + t;
+    if constexpr (kResidual) v += static_cast<C>(r[i]);
+    if constexpr (kRelu) v = v > C(0) ? v : C(0);
+    row[i] = cast_value<T>(v);
+  }
+}
+
+// y = relu?(y * scale + shift + residual) in place, one pass: the part of
+// conv2d_fused's epilogue oneDNN did not take.
+void apply_epilogue(const Tensor& y, const Tensor& scale, const Tensor& shift,
+                    const Tensor& residual, bool relu) {
+  const int64_t n = y.size(0), o = y.size(1), hw = y.size(2) * y.size(3);
+  dispatch_floating(y.dtype(), "conv2d_fused", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    T* yp = y.data_ptr<T>();
+    const T* sp = scale.defined() ? scale.data_ptr<T>() : nullptr;
+    const T* tp = shift.defined() ? shift.data_ptr<T>() : nullptr;
+    const T* rp = residual.defined() ? residual.data_ptr<T>() : nullptr;
+    using RowFn = void (*)(T*, const T*, C, C, int64_t);
+    static constexpr RowFn rows[8] = {
+        epilogue_row<T, false, false, false>, epilogue_row<T, true, false, false>,
+        epilogue_row<T, false, true, false>,  epilogue_row<T, true, true, false>,
+        epilogue_row<T, false, false, true>,  epilogue_row<T, true, false, true>,
+        epilogue_row<T, false, true, true>,   epilogue_row<T, true, true, true>};
+    const RowFn fn = rows[(sp ? 1 : 0) | (rp ? 2 : 0) | (relu ? 4 : 0)];
+    parallel_for(0, n * o, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t plane = lo; plane < hi; ++plane) {
+        const int64_t c = plane % o;
+        fn(yp + plane * hw, rp ? rp + plane * hw : nullptr, sp ? static_cast<C>(sp[c]) : C(1),
+           tp ? static_cast<C>(tp[c]) : C(0), hw);
+      }
+    });
+  });
+}
+}  // namespace
+
+Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
+                    const Tensor& scale, const Tensor& shift, const Tensor& residual, bool relu) {
+  if (!via_f32(x.dtype())) {
+    ConvGeom g = conv_geom(x, w, p);
+    const ConvAlgo algo = conv_algo_for(g, x.dtype(), ConvPhase::forward);
+    if (algo != ConvAlgo::im2col) {
+      // Blocked layout even where the plain conv2d uses NCHW (few input
+      // channels): oneDNN's NCHW kernel applies post-ops element by element,
+      // ~50x slower. The ReLU goes inside only when there is no residual to
+      // add first.
+      onednn::Epilogue epi{scale, shift, relu && !residual.defined()};
+      Tensor y = onednn::conv2d_forward_fused(x, w, b, g, onednn::Layout::blocked, epi);
+      if (y.defined()) {
+        if (residual.defined()) apply_epilogue(y, Tensor(), Tensor(), residual, relu);
+        return y;
+      }
+    }
+  }
+  Tensor y = conv2d_forward(x, w, b, p);
+  apply_epilogue(y, scale, shift, residual, relu);
+  return y;
+}
+
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const Tensor& x,
                                                    const Tensor& w, const ops::Conv2dParams& p,
                                                    bool need_dx, bool need_dw, bool need_db) {

@@ -41,6 +41,10 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const
                                                    const Tensor& w, const ops::Conv2dParams& p,
                                                    bool need_dx, bool need_dw, bool need_db);
 
+// ops::conv2d_fused on the CPU: operands validated and contiguous.
+Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
+                    const Tensor& scale, const Tensor& shift, const Tensor& residual, bool relu);
+
 // The im2col + GEMM implementation (f32, f64).
 Tensor conv2d_forward_im2col(const Tensor& x, const Tensor& w, const Tensor& b,
                              const ops::Conv2dParams& p);

@@ -1,4 +1,5 @@
-// The CPU backend: 64-byte aligned host memory with live/peak accounting.
+// The CPU backend: 64-byte aligned host memory with live/peak accounting;
+// large blocks are reused through a BlockCache (block_cache.h).
 #include "tensor/cpu/cpu_backend.h"
 
 #include <sys/sysinfo.h>
@@ -8,12 +9,28 @@
 #include <cstring>
 #include <fstream>
 
+#include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/base/timer.h"
+#include "tensor/cpu/block_cache.h"
 
 namespace qk::cpu {
 
 namespace {
+
+bool cache_enabled() {
+  // Function-local: the backend may be created during another file's static
+  // initialisation.
+  QK_ENV_BOOL(env_cpu_cache, "QK_CPU_CACHE", true,
+              "Keep freed CPU tensor blocks of 1 MiB and more for reuse by the next "
+              "allocation of the same size (0: return them to the system at once).");
+  return env_cpu_cache.get();
+}
+
+// Below this, malloc's own heap reuses memory without faults (ResNet-18 at
+// batch 1, all activations under 1 MiB: no page faults per image through
+// malloc, ~2000 through exact-size blocks evicted and mapped again).
+constexpr size_t kCacheMinBytes = size_t(1) << 20;
 
 class CpuBackend final : public Backend {
  public:
@@ -37,9 +54,14 @@ class CpuBackend final : public Backend {
   void* allocate(size_t nbytes, int) override {
     // 64-byte alignment suits AVX-512 loads and oneDNN; round the size up as
     // aligned_alloc requires.
-    size_t n = (nbytes + 63) & ~size_t(63);
-    if (n == 0) n = 64;
-    void* p = std::aligned_alloc(64, n);
+    void* p;
+    if (cache_.handles(nbytes)) {
+      p = cache_.allocate(nbytes);  // 256-byte aligned
+    } else {
+      size_t n = (nbytes + 63) & ~size_t(63);
+      if (n == 0) n = 64;
+      p = std::aligned_alloc(64, n);
+    }
     QK_CHECK_AS(Error, p != nullptr, "out of CPU memory allocating ", format_bytes(nbytes),
                 " (", format_bytes(allocated_.load()), " already held by tensors)");
     uint64_t now = allocated_.fetch_add(nbytes) + nbytes;
@@ -51,7 +73,11 @@ class CpuBackend final : public Backend {
   }
 
   void deallocate(void* p, size_t nbytes, int) override {
-    std::free(p);
+    if (cache_.handles(nbytes)) {
+      cache_.deallocate(p, nbytes);
+    } else {
+      std::free(p);
+    }
     allocated_.fetch_sub(nbytes);
   }
 
@@ -66,15 +92,24 @@ class CpuBackend final : public Backend {
   }
   void reset_peak_memory(int) override { peak_.store(allocated_.load()); }
 
+  BlockCache& cache() { return cache_; }
+
  private:
+  BlockCache cache_{kCacheMinBytes, cache_enabled()};
   std::atomic<uint64_t> allocated_{0}, peak_{0}, num_allocs_{0};
 };
 
+CpuBackend& the_backend() {
+  // Never destroyed: tensors in static objects may be freed after it would be.
+  static auto* b = new CpuBackend();
+  return *b;
+}
+
 }  // namespace
 
-Backend& cpu_backend() {
-  static CpuBackend b;
-  return b;
-}
+Backend& cpu_backend() { return the_backend(); }
+size_t cached_bytes() { return the_backend().cache().cached_bytes(); }
+size_t cache_hits() { return the_backend().cache().hits(); }
+void empty_cache() { the_backend().cache().release_all(); }
 
 }  // namespace qk::cpu

@@ -5,6 +5,8 @@
 // Primitives are created once per (problem shape, phase, layout) and cached,
 // together with their reorders and the buffers in oneDNN's blocked layout;
 // a cached entry is locked while it runs, so threads may share the cache.
+// Scratchpads are the caller's (scratchpad_mode::user), taken from the tensor
+// allocator per call, so its block cache keeps their pages mapped.
 // oneDNN (OpenMP runtime) gets qk::num_threads() threads on every call.
 #pragma once
 
@@ -33,6 +35,21 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const
                                                    const Tensor& w, const ConvGeom& g,
                                                    bool need_dx, bool need_dw, bool need_db,
                                                    Layout layout = Layout::blocked);
+
+// Work on a forward's output done inside the convolution (oneDNN post-ops,
+// applied in oneDNN's blocked layout before the reorder to NCHW), for
+// inference: y = relu?(conv * scale[o] + shift[o]). scale and shift
+// contiguous, in x's dtype. (A residual sum is not among them: oneDNN 2.6's
+// fast kernels take a sum post-op only first, and a full-tensor binary
+// operand not at all, falling back to kernels 10-100x slower.)
+struct Epilogue {
+  Tensor scale, shift;  // [O]: both or neither
+  bool relu = false;
+};
+// conv2d_forward with the epilogue fused in; an undefined tensor when oneDNN
+// has no kernel for that combination (the caller then applies it itself).
+Tensor conv2d_forward_fused(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g,
+                            Layout layout, const Epilogue& epi);
 
 // Drops every cached primitive and buffer (tests, memory pressure).
 void clear_cache();

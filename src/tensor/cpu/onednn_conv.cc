@@ -49,6 +49,28 @@ Runtime* runtime() {
 // qk parallel region, where the cores are taken).
 void set_threads() { omp_set_num_threads(in_parallel_region() ? 1 : num_threads()); }
 
+// Every primitive here is made with a user scratchpad (as PyTorch's ideep
+// does): oneDNN's own is malloc'ed and freed around each call, and a large
+// one is a fresh mapping whose pages fault in again. Ours comes from the
+// tensor allocator, whose cache keeps large blocks mapped.
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+// Runs `p` (made with user_scratchpad()) to completion, with a scratchpad of
+// `pad`'s size when it needs one.
+void run(const dnnl::primitive& p, const memory::desc& pad, std::unordered_map<int, memory> args) {
+  Tensor buf;
+  if (pad.get_size() > 0) {
+    buf = empty({static_cast<int64_t>(pad.get_size())}, TensorOptions(DType::u8));
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(pad, runtime()->engine, buf.raw_data()));
+  }
+  p.execute(runtime()->stream, args);
+  runtime()->stream.wait();  // before buf goes
+}
+
 // A tensor in the user's layout, and where the primitive wants it. When the
 // two differ the tensor is reordered through a buffer that lives for one call
 // only (released by Entry::Use): kept per cached primitive, these buffers held
@@ -62,6 +84,7 @@ struct Port {
   memory buf;               // a view of `held`
   dnnl::reorder to_prim;    // user -> buf (inputs)
   dnnl::reorder from_prim;  // buf -> user (outputs)
+  memory::desc pad;         // the reorder's scratchpad
 
   void init(const memory::desc& user, const memory::desc& prim, bool is_output) {
     const dnnl::engine& eng = runtime()->engine;
@@ -72,9 +95,13 @@ struct Port {
     memory b(prim, eng, DNNL_MEMORY_NONE);
     memory u(user, eng, DNNL_MEMORY_NONE);
     if (is_output) {
-      from_prim = dnnl::reorder(b, u);
+      dnnl::reorder::primitive_desc pd(b, u, user_scratchpad());
+      from_prim = dnnl::reorder(pd);
+      pad = pd.scratchpad_desc();
     } else {
-      to_prim = dnnl::reorder(u, b);
+      dnnl::reorder::primitive_desc pd(u, b, user_scratchpad());
+      to_prim = dnnl::reorder(pd);
+      pad = pd.scratchpad_desc();
     }
   }
   memory& acquire() {
@@ -90,7 +117,7 @@ struct Port {
   memory in(void* p) {
     memory u(user_md, runtime()->engine, p);
     if (!reorder) return u;
-    to_prim.execute(runtime()->stream, u, acquire());
+    run(to_prim, pad, {{DNNL_ARG_FROM, u}, {DNNL_ARG_TO, acquire()}});
     return buf;
   }
   // The memory the primitive writes (an output); finish() copies it to `p`.
@@ -98,7 +125,7 @@ struct Port {
   void finish(void* p) {
     if (!reorder) return;
     memory u(user_md, runtime()->engine, p);
-    from_prim.execute(runtime()->stream, buf, u);
+    run(from_prim, pad, {{DNNL_ARG_FROM, buf}, {DNNL_ARG_TO, u}});
   }
 };
 
@@ -143,20 +170,44 @@ Descs descs(const Problem& p, Layout layout) {
           md(p.dst, blocked ? Tag::any : Tag::nchw, p.dt)};
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const Problem& p, Layout layout,
-                                                     bool bias) {
+// Bits of a forward's fused epilogue (Epilogue), part of the cache key.
+constexpr int64_t kAffine = 1, kRelu = 2;
+
+int64_t epi_bits(const Epilogue& e) {
+  return (e.scale.defined() ? kAffine : 0) | (e.relu ? kRelu : 0);
+}
+
+// Per-channel operand of a binary post-op: [1, O, 1, 1].
+memory::desc channel_md(const Problem& p) { return md({1, p.dst[1], 1, 1}, Tag::nchw, p.dt); }
+
+// The post-ops of an epilogue, in Epilogue's order: *scale, +shift, relu.
+dnnl::primitive_attr epilogue_attr(const Problem& p, int64_t bits) {
+  dnnl::post_ops po;
+  if (bits & kAffine) {
+    po.append_binary(dnnl::algorithm::binary_mul, channel_md(p));
+    po.append_binary(dnnl::algorithm::binary_add, channel_md(p));
+  }
+  if (bits & kRelu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  dnnl::primitive_attr attr = user_scratchpad();
+  attr.set_post_ops(po);
+  return attr;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const Problem& p, Layout layout, bool bias,
+                                                     int64_t epi = 0) {
   auto [src, wei, dst] = descs(p, layout);
   auto kind = dnnl::prop_kind::forward_training;
   auto algo = dnnl::algorithm::convolution_direct;
   auto& eng = runtime()->engine;
+  const dnnl::primitive_attr attr = epilogue_attr(p, epi);
   if (bias) {
     dnnl::convolution_forward::desc d(kind, algo, src, wei, md({p.dst[1]}, Tag::x, p.dt), dst,
                                       p.strides, p.dilates, p.pad, p.pad);
-    return {d, eng};
+    return {d, attr, eng};
   }
   dnnl::convolution_forward::desc d(kind, algo, src, wei, dst, p.strides, p.dilates, p.pad,
                                     p.pad);
-  return {d, eng};
+  return {d, attr, eng};
 }
 
 // One cached primitive with its ports (src/weights/dst in the forward
@@ -164,6 +215,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Problem& p, Layout la
 struct Entry {
   std::mutex mu;
   dnnl::primitive prim;
+  memory::desc pad;  // its scratchpad
   Port src, wei, dst;
   // Held for one call: locks the entry and frees the ports' buffers at the
   // end (the callers wait for the stream before leaving the scope).
@@ -181,10 +233,10 @@ struct Entry {
 
 using Key = std::array<int64_t, 20>;
 
-Key make_key(const ConvGeom& g, DType dt, Kind kind, Layout layout, bool bias) {
+Key make_key(const ConvGeom& g, DType dt, Kind kind, Layout layout, bool bias, int64_t epi) {
   return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.g, g.sh, g.sw,
           g.ph, g.pw, g.dh, g.dw, static_cast<int64_t>(kind), static_cast<int64_t>(layout),
-          bias, static_cast<int64_t>(dt), 0, 0};
+          bias, static_cast<int64_t>(dt), epi, 0};
 }
 
 std::mutex cache_mu;
@@ -193,25 +245,37 @@ std::map<Key, std::unique_ptr<Entry>>& cache() {
   return *c;
 }
 
-std::unique_ptr<Entry> build(const ConvGeom& g, DType dt, Kind kind, Layout layout, bool bias) {
+std::unique_ptr<Entry> build(const ConvGeom& g, DType dt, Kind kind, Layout layout, bool bias,
+                             int64_t epi = 0) {
   Problem p = problem(g, dt);
   auto e = std::make_unique<Entry>();
   auto user_src = md(p.src, Tag::nchw, p.dt);
   auto user_wei = md(p.wei, p.groups ? Tag::goihw : Tag::oihw, p.dt);
   auto user_dst = md(p.dst, Tag::nchw, p.dt);
-  auto fwd = forward_pd(p, layout, bias);
   auto& eng = runtime()->engine;
   auto algo = dnnl::algorithm::convolution_direct;
   if (kind == Kind::forward) {
+    dnnl::convolution_forward::primitive_desc fwd;
+    try {
+      fwd = forward_pd(p, layout, bias, epi);
+    } catch (const dnnl::error&) {
+      if (!epi) throw;
+      return e;  // no kernel for this fusion: an entry without a primitive
+    }
     e->prim = dnnl::convolution_forward(fwd);
+    e->pad = fwd.scratchpad_desc();
     e->src.init(user_src, fwd.src_desc(), false);
     e->wei.init(user_wei, fwd.weights_desc(), false);
     e->dst.init(user_dst, fwd.dst_desc(), true);
-  } else if (kind == Kind::backward_data) {
+    return e;
+  }
+  auto fwd = forward_pd(p, layout, bias);
+  if (kind == Kind::backward_data) {
     auto [src, wei, dst] = descs(p, layout);
     dnnl::convolution_backward_data::desc d(algo, src, wei, dst, p.strides, p.dilates, p.pad,
                                             p.pad);
-    dnnl::convolution_backward_data::primitive_desc pd(d, eng, fwd);
+    dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), eng, fwd);
+    e->pad = pd.scratchpad_desc();
     e->prim = dnnl::convolution_backward_data(pd);
     e->src.init(user_src, pd.diff_src_desc(), true);
     e->wei.init(user_wei, pd.weights_desc(), false);
@@ -220,7 +284,8 @@ std::unique_ptr<Entry> build(const ConvGeom& g, DType dt, Kind kind, Layout layo
     auto [src, wei, dst] = descs(p, layout);
     dnnl::convolution_backward_weights::desc d(algo, src, wei, dst, p.strides, p.dilates, p.pad,
                                                p.pad);
-    dnnl::convolution_backward_weights::primitive_desc pd(d, eng, fwd);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), eng, fwd);
+    e->pad = pd.scratchpad_desc();
     e->prim = dnnl::convolution_backward_weights(pd);
     e->src.init(user_src, pd.src_desc(), false);
     e->wei.init(user_wei, pd.diff_weights_desc(), true);
@@ -229,11 +294,11 @@ std::unique_ptr<Entry> build(const ConvGeom& g, DType dt, Kind kind, Layout layo
   return e;
 }
 
-Entry& entry(const ConvGeom& g, DType dt, Kind kind, Layout layout, bool bias) {
-  Key key = make_key(g, dt, kind, layout, bias);
+Entry& entry(const ConvGeom& g, DType dt, Kind kind, Layout layout, bool bias, int64_t epi = 0) {
+  Key key = make_key(g, dt, kind, layout, bias, epi);
   std::lock_guard<std::mutex> lk(cache_mu);
   auto& slot = cache()[key];
-  if (!slot) slot = build(g, dt, kind, layout, bias);
+  if (!slot) slot = build(g, dt, kind, layout, bias, epi);
   return *slot;
 }
 
@@ -289,11 +354,46 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const C
     if (b.defined())
       args.emplace(DNNL_ARG_BIAS,
                    memory(md({g.o}, Tag::x, dnnl_type(dt)), runtime()->engine, b.raw_data()));
-    e.prim.execute(runtime()->stream, args);
+    run(e.prim, e.pad, args);
     e.dst.finish(y.raw_data());
     runtime()->stream.wait();
   } catch (const dnnl::error& err) {
     rethrow(err, "conv2d", g);
+  }
+  return y;
+}
+
+Tensor conv2d_forward_fused(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g,
+                            Layout layout, const Epilogue& epi) {
+  const DType dt = x.dtype();
+  QK_INTERNAL_ASSERT(supports(dt) && w.dtype() == dt && (!b.defined() || b.dtype() == dt));
+  const int64_t bits = epi_bits(epi);
+  if (bits == 0) return conv2d_forward(x, w, b, g, layout);
+  Tensor y = empty({g.n, g.o, g.ho, g.wo}, TensorOptions(dt).device(x.device()));
+  if (y.numel() == 0) return y;
+  try {
+    Entry& e = entry(g, dt, Kind::forward, layout, b.defined(), bits);
+    if (!e.prim) return Tensor();
+    Entry::Use use(e);
+    set_threads();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src.in(x.raw_data())},
+                                         {DNNL_ARG_WEIGHTS, e.wei.in(w.raw_data())},
+                                         {DNNL_ARG_DST, e.dst.out(y.raw_data())}};
+    auto& eng = runtime()->engine;
+    if (b.defined())
+      args.emplace(DNNL_ARG_BIAS, memory(md({g.o}, Tag::x, dnnl_type(dt)), eng, b.raw_data()));
+    if (bits & kAffine) {
+      const memory::desc cmd = channel_md(problem(g, dt));
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                   memory(cmd, eng, epi.scale.raw_data()));
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1,
+                   memory(cmd, eng, epi.shift.raw_data()));
+    }
+    run(e.prim, e.pad, args);
+    e.dst.finish(y.raw_data());
+    runtime()->stream.wait();
+  } catch (const dnnl::error& err) {
+    rethrow(err, "conv2d (fused)", g);
   }
   return y;
 }
@@ -314,13 +414,13 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const
     try {
       auto& strm = runtime()->stream;
       auto run_data = [&](Entry& e, const memory& ddst) {
-        e.prim.execute(strm, {{DNNL_ARG_DIFF_DST, ddst},
+        run(e.prim, e.pad, {{DNNL_ARG_DIFF_DST, ddst},
                               {DNNL_ARG_WEIGHTS, e.wei.in(w.raw_data())},
                               {DNNL_ARG_DIFF_SRC, e.src.out(dx.raw_data())}});
         e.src.finish(dx.raw_data());
       };
       auto run_weights = [&](Entry& e, const memory& ddst) {
-        e.prim.execute(strm, {{DNNL_ARG_DIFF_DST, ddst},
+        run(e.prim, e.pad, {{DNNL_ARG_DIFF_DST, ddst},
                               {DNNL_ARG_SRC, e.src.in(x.raw_data())},
                               {DNNL_ARG_DIFF_WEIGHTS, e.wei.out(dw.raw_data())}});
         e.wei.finish(dw.raw_data());
@@ -369,6 +469,11 @@ bool supports(DType) { return false; }
 void clear_cache() {}
 
 Tensor conv2d_forward(const Tensor&, const Tensor&, const Tensor&, const ConvGeom&, Layout) {
+  QK_THROW(Error, "conv2d: this build of qianka has no oneDNN; use QK_CONV_ALGO=im2col");
+}
+
+Tensor conv2d_forward_fused(const Tensor&, const Tensor&, const Tensor&, const ConvGeom&, Layout,
+                            const Epilogue&) {
   QK_THROW(Error, "conv2d: this build of qianka has no oneDNN; use QK_CONV_ALGO=im2col");
 }
 

@@ -39,6 +39,15 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const
                                                    const Tensor& w, const Conv2dParams& p,
                                                    bool need_dx, bool need_dw, bool need_db);
 
+// Inference fusion of a convolution with what commonly follows it:
+//   y = relu?(conv2d(x, w, b) * scale[o] + shift[o] + residual)
+// scale, shift [O] (both or neither; an eval-mode batch norm folded into a
+// per-channel affine map), residual [N,O,Ho,Wo] or undefined, all in x's
+// dtype. The CPU runs it as one oneDNN convolution with post-ops where it can
+// (no separate passes over the output); there is no backward.
+Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
+                    const Tensor& scale, const Tensor& shift, const Tensor& residual, bool relu);
+
 // Returns (out, indices) with indices i64 flat positions in each input plane.
 std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& indices);
