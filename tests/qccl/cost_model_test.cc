@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "qccl/algo/cost_model.h"
 #include "qccl/algo/cost_probe.h"
@@ -82,6 +83,65 @@ TEST(CostModel, OneFigureForEveryTransportAndBadSpecsRejected) {
     ScopedEnv env("ib=3", "");
     EXPECT_THROW(static_link_cost("shm"), qk::ValueError);
   }
+}
+
+// 2 hosts x 2 ranks (ring 0 1 | 2 3) behind one link of 125 B/us each way,
+// shared memory and reductions free. Flat ring: 6 steps of s/4, each host link
+// carrying one ring hop, 1.5 s per direction. Hierarchical: the 2 cross-host
+// rings of s/4 each share the link, 2 steps of s/2 through it, s per
+// direction. So ring / hierarchical = 1.5, not 3 (the cross-host rings timed
+// as if each had the link to itself).
+CostModel two_hosts_of_two(double tcp_lat_us) {
+  CostModel m;
+  m.shm = LinkCost{0, 1e9};
+  m.tcp = LinkCost{tcp_lat_us, 0.125};
+  m.use_slowest(true, true);
+  m.reduce_gbps = 1e9;
+  m.hosts = 2;
+  m.ranks_per_host = 2;
+  return m;
+}
+
+TEST(CostModel, HierarchicalCrossHostRingsShareTheHostLink) {
+  CostModel m = two_hosts_of_two(0);
+  double s = 16 << 20;
+  EXPECT_NEAR(predict_us(m, Coll::kAllReduce, Algo::kRing, 4, s), 1.5 * s / 125, 1e-6 * s);
+  EXPECT_NEAR(predict_us(m, Coll::kAllReduce, Algo::kHierarchical, 4, s), s / 125, 1e-6 * s);
+  EXPECT_EQ(choose(m, "auto", Coll::kAllReduce, 4, s), Algo::kHierarchical);
+  // Latency: the ring pays 6 tcp hops, the hierarchical 2 (and 2 shm ones).
+  m = two_hosts_of_two(100);
+  EXPECT_NEAR(predict_us(m, Coll::kAllReduce, Algo::kRing, 4, 0), 600, 1e-6);
+  EXPECT_NEAR(predict_us(m, Coll::kAllReduce, Algo::kHierarchical, 4, 0), 200, 1e-6);
+  // 4 hosts x 2: cross-host steps 2 (H-1) = 6 of s/4 through each host link.
+  m.tcp.lat_us = 0;
+  m.hosts = 4;
+  EXPECT_NEAR(predict_us(m, Coll::kAllReduce, Algo::kHierarchical, 8, s), 6 * s / 4 / 125, 1e-6 * s);
+}
+
+// The hierarchical algorithm reduces too: (L-1) blocks of s/L inside the
+// host, (H-1) of s/(LH) across, as the flat ring's n-1 blocks of s/n.
+TEST(CostModel, HierarchicalCountsItsReductions) {
+  CostModel m = two_hosts_of_two(0);
+  m.tcp.gbps = 1e9;
+  m.use_slowest(true, true);
+  m.reduce_gbps = 1;  // 1000 B/us
+  double s = 1 << 20;
+  EXPECT_NEAR(predict_us(m, Coll::kAllReduce, Algo::kHierarchical, 4, s), (s / 2 + s / 4) / 1000, 1e-3);
+  EXPECT_NEAR(predict_us(m, Coll::kAllReduce, Algo::kRing, 4, s), 3 * (s / 4) / 1000, 1e-3);
+}
+
+// Probe figures: the lower quartile of the pings (delays from other
+// processes only add) and the best train after the warm-up one (a token
+// bucket's burst lets the first through fast).
+TEST(CostProbe, LinkFiguresSkipTheWarmUpTrainAndNoisyPings) {
+  std::vector<double> rtts = {400, 2400, 380, 5000, 410, 390, 3000, 2500};
+  // 4 MiB at 125 B/us: the warm-up through a 256 KiB burst (31457 us + rtt),
+  // then the steady rate (33554 us + rtt).
+  double bytes = 4 << 20, rtt = 400;
+  std::vector<double> trains = {31457 + rtt, 33554 + rtt + 50, 33554 + rtt};
+  LinkCost l = link_figures(rtts, trains, 4 << 20);
+  EXPECT_EQ(l.lat_us, 200);
+  EXPECT_NEAR(l.gbps, bytes / 33554 / 1e3, 1e-4);
 }
 
 TEST(CostModel, EveryAlgorithmIsInTheTableAndParses) {

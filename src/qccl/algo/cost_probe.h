@@ -1,11 +1,15 @@
 // Measures the links of a new communicator for the cost model: a short
 // ping-pong over each pair of neighbours on the communicator's ring (latency from small messages,
-// bandwidth from 1 MiB ones, a few ms in all), then every rank agrees on the
+// bandwidth from trains of 1 MiB bulks after a warm-up train, a few ms in all,
+// ~70 ms a pair on 1 gbit), then every rank agrees on the
 // slowest figure per transport so all ranks choose the same algorithms.
 // Figures set with QCCL_LAT_US / QCCL_BW_GBPS are kept; QCCL_COST_MODEL=static
 // skips the measurement.
 #pragma once
 
+#include <vector>
+
+#include "qccl/algo/cost_model.h"
 #include "qccl/comm.h"
 
 namespace qccl {
@@ -17,6 +21,11 @@ namespace qccl {
 // recursive-doubling steps at ~0.6 GB/s; 6 GB/s is the static figure with a
 // core each). It puts the ring / recursive-doubling switch near 20 KiB there.
 constexpr double kOversubscribedShmGbps = 1.0;
+
+// A link's figures from ping round trips and bulk-train round trips
+// (train_bytes out, replies back; train_us[0] is a warm-up, not counted), in
+// microseconds.
+LinkCost link_figures(std::vector<double> rtts_us, const std::vector<double>& train_us, size_t train_bytes);
 
 // Collective over the communicator (every rank calls it once, at set-up).
 // Sets c.cost from the measurement and the configured figures.

@@ -25,6 +25,15 @@ class Conn {
   virtual const char* kind() const = 0;  // "shm", "tcp"
   // Takes up to n bytes; returns how many it took (0 when full).
   virtual size_t try_send(const void* p, size_t n) = 0;
+  // Takes up to na + nb bytes of a then b (a message's header and its data);
+  // returns how many. Transports override it to hand both over at once (one
+  // published head on shared memory, one segment on TCP): a small message
+  // then costs the receiver one wake-up, not two.
+  virtual size_t try_send2(const void* a, size_t na, const void* b, size_t nb) {
+    size_t k = try_send(a, na);
+    if (k < na || nb == 0) return k;
+    return k + try_send(b, nb);
+  }
   // Readable bytes in one contiguous run at *p (0 when none yet).
   virtual size_t peek(const void** p) = 0;
   virtual void consume(size_t n) = 0;

@@ -86,18 +86,36 @@ class ShmConn final : public Conn {
     tx_data_ = data + send_ring * cap_;
     rx_data_ = data + (1 - send_ring) * cap_;
     tx_head_ = tx_->head.load(std::memory_order_relaxed);
+    tx_tail_ = tx_->tail.load(std::memory_order_relaxed);
     rx_tail_ = rx_->tail.load(std::memory_order_relaxed);
   }
   ~ShmConn() override { ::munmap(base_, map_bytes_); }
 
   const char* kind() const override { return "shm"; }
 
+  // Free bytes in the send ring, reading the consumer's tail only when the
+  // last value read leaves fewer than `want`: that read misses the cache
+  // whenever the consumer has moved since.
+  size_t space_for(size_t want) {
+    size_t space = cap_ - static_cast<size_t>(tx_head_ - tx_tail_);
+    if (space >= want) return space;
+    tx_tail_ = tx_->tail.load(std::memory_order_acquire);
+    return cap_ - static_cast<size_t>(tx_head_ - tx_tail_);
+  }
+  // Copies n bytes (space checked) at the head, across the wrap point; does not publish.
+  void copy_in(const void* p, size_t n) {
+    size_t off = static_cast<size_t>(tx_head_ % cap_);
+    size_t k = std::min(n, cap_ - off);
+    std::memcpy(tx_data_ + off, p, k);
+    std::memcpy(tx_data_, static_cast<const char*>(p) + k, n - k);
+    tx_head_ += n;
+  }
+
   size_t try_send(const void* p, size_t n) override {
     const char* src = static_cast<const char*>(p);
     size_t sent = 0;
     while (sent < n) {
-      uint64_t tail = tx_->tail.load(std::memory_order_acquire);
-      size_t space = cap_ - static_cast<size_t>(tx_head_ - tail);
+      size_t space = space_for(1);
       if (space == 0) break;
       size_t off = static_cast<size_t>(tx_head_ % cap_);
       size_t k = std::min<size_t>({n - sent, space, cap_ - off, kSlice});
@@ -107,6 +125,16 @@ class ShmConn final : public Conn {
       sent += k;
     }
     return sent;
+  }
+
+  // Header and data in one publication when both fit: the consumer sees the
+  // whole message at its first look.
+  size_t try_send2(const void* a, size_t na, const void* b, size_t nb) override {
+    if (na + nb > kSlice || space_for(na + nb) < na + nb) return Conn::try_send2(a, na, b, nb);
+    copy_in(a, na);
+    if (nb > 0) copy_in(b, nb);
+    tx_->head.store(tx_head_, std::memory_order_release);
+    return na + nb;
   }
 
   size_t peek(const void** p) override {
@@ -162,6 +190,7 @@ class ShmConn final : public Conn {
   char* tx_data_;
   char* rx_data_;
   uint64_t tx_head_ = 0;  // our copy of tx_->head (we are its only writer)
+  uint64_t tx_tail_ = 0;  // tx_->tail as last read (it only grows)
   uint64_t rx_tail_ = 0;  // our copy of rx_->tail
   int peer_pid_;
   bool cma_;

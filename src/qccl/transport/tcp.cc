@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -45,6 +46,25 @@ class TcpConn final : public Conn {
       if (static_cast<size_t>(k) < want) break;  // that socket is full
     }
     return sent;
+  }
+
+  // Header and data in one sendmsg (one system call, one segment with
+  // TCP_NODELAY) when both fall in the current stripe.
+  size_t try_send2(const void* a, size_t na, const void* b, size_t nb) override {
+    size_t room = kTcpStripeBytes - tx_pos_ % kTcpStripeBytes;
+    if (nb == 0 || na + nb > room) return Conn::try_send2(a, na, b, nb);
+    iovec iov[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = 2;
+    ssize_t k = ::sendmsg(fd_at(tx_pos_), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+      QCCL_REMOTE_ERROR("sending to ", peer_name(), " over tcp failed: ", qk::detail::errno_string(errno),
+                        " (the peer died or left)");
+    }
+    tx_pos_ += static_cast<uint64_t>(k);
+    return static_cast<size_t>(k);
   }
 
   size_t peek(const void** p) override {
