@@ -10,10 +10,12 @@ using autograd::record;
 using V = std::vector<Tensor>;
 
 // x [N, C, ...]; running stats are buffers: updated in place, never differentiated.
-Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+// Under autocast a bf16/f16 x stays in its dtype, as in PyTorch's CPU autocast:
+// the kernel accumulates in f32 and keeps the parameters and statistics in
+// theirs, so a conv -> BN -> ReLU chain stays bf16 with no cast passes.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
-  const Tensor x = autocast::to_f32(x_in);
   auto r = ops::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
   if (autograd::needs_grad({x, weight, bias})) {
     Tensor mean = r.save_mean, invstd = r.save_invstd;

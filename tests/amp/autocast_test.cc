@@ -48,11 +48,55 @@ TEST(Autocast, OpPolicy) {
     EXPECT_EQ(sum(z).dtype(), DType::f32);
     EXPECT_EQ(cross_entropy(z, from_vector<int64_t>({1, 3}, {2})).dtype(), DType::f32);
     Tensor rm = zeros({4}), rv = ones({4});
-    EXPECT_EQ(batch_norm(y, ones({4}), zeros({4}), rm, rv, true, 0.1, 1e-5).dtype(), DType::f32);
+    // batch_norm keeps a reduced input in its dtype (PyTorch's CPU rule);
+    // its running statistics stay f32.
+    EXPECT_EQ(batch_norm(y, ones({4}), zeros({4}), rm, rv, true, 0.1, 1e-5).dtype(), DType::bf16);
+    EXPECT_EQ(rm.dtype(), DType::f32);
+    EXPECT_EQ(layer_norm(y, {8}, Tensor(), Tensor()).dtype(), DType::f32);
     EXPECT_EQ(matmul(randn({3, 4}), randn({4, 2})).dtype(), DType::bf16);
   }
   EXPECT_FALSE(autocast::is_enabled());
   EXPECT_EQ(conv2d(x, w, Tensor(), {.padding = {1, 1}}).dtype(), DType::f32);
+}
+
+// bf16 batch_norm (training) against the f32 computation on the same
+// bf16-rounded input: output, input/weight/bias gradients and the f32
+// running statistics, within bf16's precision.
+TEST(Autocast, BatchNormRunsInBf16WithF32Statistics) {
+  manual_seed(3);
+  const Tensor x32 = (randn({8, 4, 6, 6}) * 3.0 + 1.5).to(DType::bf16).to(DType::f32);
+  const Tensor probe = randn({8, 4, 6, 6}).to(DType::bf16).to(DType::f32);
+  const Tensor w0 = randn({4}), b0 = randn({4});
+  struct Run {
+    Tensor out, dx, dw, db, rm, rv;
+  };
+  auto run = [&](DType dt) {
+    Tensor x = x32.to(dt).requires_grad_();
+    Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+    Tensor rm = zeros({4}), rv = ones({4});
+    Tensor out;
+    {
+      autocast::Guard amp(DType::bf16);
+      out = batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5);
+    }
+    sum(mul(out, probe.to(out.dtype()))).backward();
+    return Run{out, x.grad(), w.grad(), b.grad(), rm, rv};
+  };
+  const Run lo = run(DType::bf16), ref = run(DType::f32);
+  EXPECT_EQ(lo.out.dtype(), DType::bf16);
+  EXPECT_EQ(lo.dx.dtype(), DType::bf16);
+  EXPECT_EQ(lo.dw.dtype(), DType::f32);
+  EXPECT_EQ(lo.db.dtype(), DType::f32);
+  EXPECT_EQ(lo.rm.dtype(), DType::f32);
+  EXPECT_EQ(lo.rv.dtype(), DType::f32);
+  EXPECT_LT(rel_err(lo.out, ref.out), 1e-2);
+  EXPECT_LT(rel_err(lo.dx, ref.dx), 2e-2);
+  EXPECT_LT(rel_err(lo.dw, ref.dw), 2e-2);
+  EXPECT_LT(rel_err(lo.db, ref.db), 2e-2);
+  // The statistics come from the same bf16 values accumulated in f32, so they
+  // agree to f32 rounding, not just bf16's.
+  EXPECT_LT(rel_err(lo.rm, ref.rm), 1e-5);
+  EXPECT_LT(rel_err(lo.rv, ref.rv), 1e-5);
 }
 
 TEST(Autocast, NestingAndDisabledScope) {

@@ -11,10 +11,12 @@
 //   - low precision: conv2d, linear, mm, bmm, matmul run in the guard's
 //     dtype (f32 inputs are cast down, through differentiable casts, so the
 //     f32 master weights get f32 gradients);
-//   - f32: softmax, log_softmax, the losses, batch/layer/rms norm and the
+//   - f32: softmax, log_softmax, the losses, layer/rms norm and the
 //     sum/mean reductions take f16/bf16 inputs up to f32 (their sums and
 //     exponentials lose too much in 8 mantissa bits);
-//   - everything else runs in the dtype it is given.
+//   - everything else runs in the dtype it is given, batch_norm included
+//     (as in PyTorch's CPU autocast): its kernel accumulates in f32 and keeps
+//     weight, bias and statistics in f32, so conv -> BN -> ReLU stays bf16.
 // Casts of leaf tensors that require grad (the weights) are cached for the
 // life of the outermost Guard, so a weight used twice is cast once.
 // The state is per thread, like grad mode.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -126,12 +127,20 @@ struct LaneSums2 {
   template <typename T>
   void add_moments(const T* p, int64_t n, A shift) {
     int64_t i = 0;
-    for (; i + L <= n; i += L)
+    A la[L], lb[L];  // locals: the compiler keeps them in vector registers
+    std::memcpy(la, a, sizeof(la));
+    std::memcpy(lb, b, sizeof(lb));
+    for (; i + L <= n; i += L) {
+      A w[L];
+      widen(w, p + i);
       for (int j = 0; j < L; ++j) {
-        const A v = ld<A>(p, i + j) - shift;
-        a[j] += v;
-        b[j] += v * v;
+        const A v = w[j] - shift;
+        la[j] += v;
+        lb[j] += v * v;
       }
+    }
+    std::memcpy(a, la, sizeof(la));
+    std::memcpy(b, lb, sizeof(lb));
     for (; i < n; ++i) {
       const A v = ld<A>(p, i) - shift;
       a[0] += v;
@@ -143,18 +152,39 @@ struct LaneSums2 {
   template <typename T>
   void add_dot(const T* dy, const T* x, int64_t n, A shift) {
     int64_t i = 0;
-    for (; i + L <= n; i += L)
+    A la[L], lb[L];
+    std::memcpy(la, a, sizeof(la));
+    std::memcpy(lb, b, sizeof(lb));
+    for (; i + L <= n; i += L) {
+      A g[L], v[L];
+      widen(g, dy + i);
+      widen(v, x + i);
       for (int j = 0; j < L; ++j) {
-        const A g = ld<A>(dy, i + j);
-        a[j] += g;
-        b[j] += g * (ld<A>(x, i + j) - shift);
+        la[j] += g[j];
+        lb[j] += g[j] * (v[j] - shift);
       }
+    }
+    std::memcpy(a, la, sizeof(la));
+    std::memcpy(b, lb, sizeof(lb));
     for (; i < n; ++i) {
       const A g = ld<A>(dy, i);
       a[0] += g;
       b[0] += g * (ld<A>(x, i) - shift);
     }
     count(n);
+  }
+  // One block of L values widened to A first: GCC vectorises this copy
+  // (bf16: zero-extend and shift) but not a widening load fused into the lane
+  // sums, which it leaves as L scalar loads.
+  template <typename T>
+  static void widen(A (&w)[L], const T* p) {
+    if constexpr (std::is_same_v<T, BFloat16> && std::is_same_v<A, float>) {
+      uint32_t u[L];
+      for (int j = 0; j < L; ++j) u[j] = static_cast<uint32_t>(p[j].bits) << 16;
+      std::memcpy(w, u, sizeof(u));
+    } else {
+      for (int j = 0; j < L; ++j) w[j] = ld<A>(p, j);
+    }
   }
   void count(int64_t n) {
     pending += n;
