@@ -158,10 +158,15 @@ size_t cma_read(Conn& c, Xfer& x, void* dst, size_t n) {
     iovec remote{reinterpret_cast<void*>(x.desc.addr + x.done + got), n - got};
     ssize_t k = ::process_vm_readv(c.cma_pid(), &local, 1, &remote, 1, 0);
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0)
+    if (k <= 0) {
+      const int err = errno;
+      // A peer that gave up (and may have exited since) left its reason in
+      // the connection: report that, naming the first failure, not our read.
+      c.check_alive();
       QCCL_REMOTE_ERROR("single-copy read of ", n - got, " bytes from ", c.peer_name(), " failed: ",
-                        k < 0 ? qk::detail::errno_string(errno) : std::string("no progress"),
-                        errno == ESRCH ? " (the process is gone)" : " (QCCL_CMA=0 disables single copy)");
+                        k < 0 ? qk::detail::errno_string(err) : std::string("no progress"),
+                        err == ESRCH ? " (the process is gone)" : " (QCCL_CMA=0 disables single copy)");
+    }
     got += static_cast<size_t>(k);
   }
   return got;

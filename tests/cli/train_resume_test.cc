@@ -26,7 +26,19 @@ namespace {
 namespace fs = std::filesystem;
 using qk::test::run_qk;
 
-const fs::path kRoot = fs::path(QK_BINARY_DIR) / "test_tmp" / "train_resume";
+// Per process: ctest runs each test in its own process, several at once, and
+// each computes the shared data and reference run for itself.
+const fs::path kRoot =
+    fs::path(QK_BINARY_DIR) / "test_tmp" / "train_resume" / std::to_string(::getpid());
+
+// Checkpoints are large (15 MB each): remove this process's folders at exit.
+class RemoveRoot : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Failed()) fs::remove_all(kRoot);
+  }
+};
+const auto* const kRemoveRoot = ::testing::AddGlobalTestEnvironment(new RemoveRoot);
 
 std::string fresh_dir(const std::string& name) {
   const fs::path p = kRoot / name;
