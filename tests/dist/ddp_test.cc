@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "dist_ranks.h"
 #include "qccl/ranks.h"
 #include "qk/autograd/functions.h"
 #include "qk/dist/ddp.h"
@@ -21,25 +22,10 @@ using namespace qk;
 using qccl_test::Rank;
 using qccl_test::run_ranks;
 
-// Every rank joins the group through `server`, as under `qk run`. The parent
-// must not compute with tensors itself: GNU OpenMP (oneDNN's runtime) does
-// not survive fork() once its threads exist, so references are computed in
-// the ranks.
+// Ranks in a process group joined through a store (dist_ranks.h).
 template <typename F>
 qccl_test::Result on_ranks(int n, F body) {
-  qk::qccl::StoreServer server(0, "ddp-test");
-  int port = server.port();
-  return run_ranks(n, [port, n, &body](const Rank& me) {
-    ::setenv("RANK", std::to_string(me.rank).c_str(), 1);
-    ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
-    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-    ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-    ::setenv("QK_STORE_TOKEN", "ddp-test", 1);
-    ::setenv("QK_RUN", "1", 1);
-    dist::init(dist::InitOptions().timeout(30));
-    body(me, dist::group());
-    dist::destroy();
-  });
+  return qk_dist_test::on_ranks(n, "ddp-test", body);
 }
 
 // Buckets of ~2 KB so the small test net has several.

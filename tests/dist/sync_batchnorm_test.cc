@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_ranks.h"
 #include "qccl/ranks.h"
 #include "qk/autograd/functions.h"
 #include "qk/autograd/gradcheck.h"
@@ -25,23 +26,10 @@ using namespace qk;
 using qccl_test::Rank;
 using qccl_test::run_ranks;
 
-// As in ddp_test.cc: ranks join through `server`; the parent computes
-// nothing (GNU OpenMP does not survive fork() once its threads exist).
+// Ranks in a process group joined through a store (dist_ranks.h).
 template <typename F>
 qccl_test::Result on_ranks(int n, F body) {
-  qk::qccl::StoreServer server(0, "syncbn-test");
-  int port = server.port();
-  return run_ranks(n, [port, n, &body](const Rank& me) {
-    ::setenv("RANK", std::to_string(me.rank).c_str(), 1);
-    ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
-    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-    ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-    ::setenv("QK_STORE_TOKEN", "syncbn-test", 1);
-    ::setenv("QK_RUN", "1", 1);
-    dist::init(dist::InitOptions().timeout(30));
-    body(me, dist::group());
-    dist::destroy();
-  });
+  return qk_dist_test::on_ranks(n, "syncbn-test", body);
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
