@@ -24,20 +24,6 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kFormat = "qk-checkpoint-v1";
 
-// fsync a file or folder by path (folders: so a rename inside is durable).
-void fsync_path(const std::string& path, bool dir) {
-  const int fd = ::open(path.c_str(), (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) {
-    QK_CHECK_AS(IoError, dir, "cannot open '", path, "' to sync it: ", detail::errno_string(errno));
-    return;  // some filesystems refuse directory fds; best effort there
-  }
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  QK_CHECK_AS(IoError, rc == 0 || dir, "fsync '", path, "' failed: ", detail::errno_string(err),
-              "; check free disk space");
-}
-
 void check_name(const std::string& name) {
   const bool ok = !name.empty() && name[0] != '.' && name != kManifest &&
                   std::all_of(name.begin(), name.end(), [](char ch) {

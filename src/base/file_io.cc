@@ -18,13 +18,6 @@ std::string dir_of(const std::string& path) {
   return p.empty() ? std::string(".") : p.string();
 }
 
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;  // best effort: some filesystems refuse directory fds
-  ::fsync(fd);
-  ::close(fd);
-}
-
 void write_all(int fd, const void* data, size_t n, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -63,6 +56,19 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+void fsync_path(const std::string& path, bool is_dir) {
+  const int fd = ::open(path.c_str(), (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) {
+    QK_CHECK_AS(IoError, is_dir, "cannot open '", path, "' to sync it: ", detail::errno_string(errno));
+    return;
+  }
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  QK_CHECK_AS(IoError, rc == 0 || is_dir, "fsync '", path, "' failed: ", detail::errno_string(err),
+              "; check free disk space");
+}
+
 void make_dirs(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
@@ -98,7 +104,7 @@ void AtomicFileWriter::commit() {
     ::unlink(tmp_.c_str());
     QK_THROW(IoError, "cannot rename '", tmp_, "' to '", path_, "': ", detail::errno_string(e));
   }
-  fsync_dir(dir_of(path_));
+  fsync_path(dir_of(path_), true);
 }
 
 void atomic_write_file(const std::string& path, std::span<const std::byte> data) {

@@ -23,6 +23,9 @@ void atomic_write_file(const std::string& path, std::string_view data);
 bool file_exists(const std::string& path);
 // mkdir -p; throws IoError naming the path on failure.
 void make_dirs(const std::string& path);
+// fsync a file (throws IoError on failure) or a folder, so that renames inside
+// it are durable (best effort: some filesystems refuse folder fds).
+void fsync_path(const std::string& path, bool is_dir);
 
 // Streams into a temporary file and publishes it on commit(); destroying an
 // uncommitted writer removes the temporary file.
