@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <optional>
+#include <type_traits>
 #include <thread>
 #include <vector>
 
@@ -74,23 +76,25 @@ qcclResult_t guarded(qcclComm* comm, F&& f) {
   }
 }
 
-// A collective: validated now; run now, or at the outermost GroupEnd.
+// A collective: validated now; run now, or at the outermost GroupEnd. The
+// bound call is a plain lambda until it has to wait in a group (a
+// std::function of it would allocate on every call).
 template <typename F>
 qcclResult_t collective(qcclComm_t comm, F&& validate_and_bind) {
   qcclComm* c = nullptr;
-  std::function<void()> work;
+  std::optional<std::invoke_result_t<F, qcclComm*>> work;
   qcclResult_t rc = guarded(nullptr, [&] {
     c = checked(comm);
     c->check_usable();
-    work = validate_and_bind(c);
+    work.emplace(validate_and_bind(c));
   });
   if (rc != qcclSuccess) return rc;
   if (t_group_depth > 0) {
-    t_group.push_back({c, false, {}, std::move(work)});
+    t_group.push_back({c, false, {}, std::function<void()>(std::move(*work))});
     return qcclSuccess;
   }
   ActiveCall active(c);
-  return guarded(c, work);
+  return guarded(c, *work);
 }
 
 qcclResult_t p2p(bool is_send, void* buf, size_t count, qcclDataType_t dt, int peer,
@@ -271,7 +275,7 @@ qcclResult_t qcclAllReduce(const void* send, void* recv, size_t count, qcclDataT
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, op, "qcclAllReduce");
     check_buffers(send, recv, count, "qcclAllReduce");
-    return std::function<void()>([=] {
+    return ([=] {
       backend_for(*c, send, recv).all_reduce(send, recv, count, dt, op, stream);
     });
   });
@@ -284,7 +288,7 @@ qcclResult_t qcclBroadcast(const void* send, void* recv, size_t count, qcclDataT
     check_root(c, root, "qcclBroadcast");
     QK_CHECK(count == 0 || recv, "qcclBroadcast: recvbuff is NULL with count ", count);
     QK_CHECK(count == 0 || c->rank != root || send, "qcclBroadcast: sendbuff is NULL on the root");
-    return std::function<void()>([=] {
+    return ([=] {
       backend_for(*c, send, recv).broadcast(send, recv, count, dt, root, stream);
     });
   });
@@ -297,7 +301,7 @@ qcclResult_t qcclReduce(const void* send, void* recv, size_t count, qcclDataType
     check_root(c, root, "qcclReduce");
     QK_CHECK(count == 0 || send, "qcclReduce: sendbuff is NULL with count ", count);
     QK_CHECK(count == 0 || c->rank != root || recv, "qcclReduce: recvbuff is NULL on the root");
-    return std::function<void()>([=] {
+    return ([=] {
       backend_for(*c, send, recv).reduce(send, recv, count, dt, op, root, stream);
     });
   });
@@ -308,7 +312,7 @@ qcclResult_t qcclAllGather(const void* send, void* recv, size_t sendcount, qcclD
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, qcclSum, "qcclAllGather");
     check_buffers(send, recv, sendcount, "qcclAllGather");
-    return std::function<void()>([=] {
+    return ([=] {
       backend_for(*c, send, recv).all_gather(send, recv, sendcount, dt, stream);
     });
   });
@@ -319,7 +323,7 @@ qcclResult_t qcclReduceScatter(const void* send, void* recv, size_t recvcount, q
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, op, "qcclReduceScatter");
     check_buffers(send, recv, recvcount, "qcclReduceScatter");
-    return std::function<void()>([=] {
+    return ([=] {
       backend_for(*c, send, recv).reduce_scatter(send, recv, recvcount, dt, op, stream);
     });
   });
@@ -330,7 +334,7 @@ qcclResult_t qcclAllToAll(const void* send, void* recv, size_t count, qcclDataTy
   return collective(comm, [=](qcclComm* c) {
     check_type_op(dt, qcclSum, "qcclAllToAll");
     check_buffers(send, recv, count, "qcclAllToAll");
-    return std::function<void()>([=] {
+    return ([=] {
       backend_for(*c, send, recv).all_to_all(send, recv, count, dt, stream);
     });
   });

@@ -26,6 +26,7 @@ void qcclComm::fail(qcclResult_t code, const std::string& msg) {
     if (async_error != qcclSuccess) return;
     async_error = code;
     async_msg = msg;
+    broken.store(true, std::memory_order_release);
   }
   std::string reason = fmt::format("rank {} failed: {}", rank, msg);
   for (auto& c : conns)
@@ -34,6 +35,7 @@ void qcclComm::fail(qcclResult_t code, const std::string& msg) {
 
 void qcclComm::check_usable() const {
   if (aborted.load()) QK_THROW(qccl::UsageError, "communicator '", name, "' was aborted");
+  if (!broken.load(std::memory_order_acquire)) return;  // every call asks: no lock on the fast path
   std::lock_guard<std::mutex> g(const_cast<std::mutex&>(err_mu));
   if (async_error != qcclSuccess)
     QK_THROW(qccl::UsageError, "communicator '", name, "' rank ", rank,

@@ -55,7 +55,8 @@ struct qcclComm {
   std::atomic<bool> aborted{false};
   std::atomic<int> active_calls{0};
   std::mutex err_mu;
-  qcclResult_t async_error = qcclSuccess;
+  qcclResult_t async_error = qcclSuccess;  // written under err_mu
+  std::atomic<bool> broken{false};         // async_error is set (read without the lock)
   std::string async_msg;
 
   // The engine of this communicator's calls (qccl/backend/backend.h); declared

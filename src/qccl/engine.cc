@@ -267,8 +267,8 @@ Call::Call(qcclComm& c, const char* w, MsgKind k, size_t bytes, const char* algo
       what(w),
       kind(k),
       seq(per_peer_seq(k) ? 0 : c.coll_seq++),
-      deadline(c.timeout_s),
-      fr_slot(c.fr.begin(seq, w, bytes, peer, algo)) {}
+      fr_slot(c.fr.begin(seq, w, bytes, peer, algo)),
+      timeout_s(c.timeout_s) {}
 
 Xfer Xfer::send(int peer, const void* src, size_t bytes) {
   Xfer x;
@@ -333,8 +333,8 @@ void run(Call& call, std::span<Xfer> xs) {
   const auto spin = std::chrono::duration_cast<Deadline::Clock::duration>(
       std::chrono::duration<double, std::micro>(comm.spin_us));
   bool spin_left = comm.spin_us > 0;
-  auto idle_start = Deadline::Clock::now();
-  auto last_alive = idle_start;
+  // Read the clock only once a wait outlasts the spin (see Call::deadline()).
+  Deadline::Clock::time_point idle_start{}, last_alive{};
   while (pending > 0) {
     bool moved = false;
     for (size_t i = 0; i < xs.size(); ++i) {
@@ -356,10 +356,11 @@ void run(Call& call, std::span<Xfer> xs) {
     if (pending == 0) break;
     if (moved) {
       idle = 0;
+      idle_start = {};
       spin_left = comm.spin_us > 0;
       continue;
     }
-    if (idle++ == 0) idle_start = Deadline::Clock::now();
+    ++idle;
     // A short spin (16 polls, ~0.5 us here: pause is ~21 ns on this VM)
     // catches a peer running on another core. Longer only delays the yield
     // a peer on our core needs: with more ranks than cores (4 ranks on 2
@@ -370,6 +371,10 @@ void run(Call& call, std::span<Xfer> xs) {
     if (idle < 16 && !comm.oversubscribed) {
       cpu_relax();
       continue;
+    }
+    if (idle_start == Deadline::Clock::time_point{}) {
+      idle_start = Deadline::Clock::now();
+      if (last_alive == Deadline::Clock::time_point{}) last_alive = idle_start;
     }
     // Optional bounded spin (QCCL_SPIN_US, off by default; see spin_us() in
     // core/settings.cc for why yielding is the better default).
@@ -388,11 +393,11 @@ void run(Call& call, std::span<Xfer> xs) {
       QK_THROW(UsageError, call.what, " #", call.seq, " on rank ", comm.rank,
                " was interrupted: the communicator was aborted (qcclCommAbort)");
     auto now = Deadline::Clock::now();
-    if (call.deadline.expired()) {
+    if (call.deadline().expired()) {
       std::string msg = fmt::format(
           "{} #{} on rank {} of comm '{}' timed out after {} s {}; that peer is stalled or dead "
           "(QCCL_TIMEOUT_S / config.timeoutS sets the deadline)",
-          call.what, call.seq, comm.rank, comm.name, call.deadline.total_seconds(),
+          call.what, call.seq, comm.rank, comm.name, call.deadline().total_seconds(),
           pending_list(call, xs));
       comm.fr.note(call.fr_slot, "timed out " + pending_list(call, xs));
       comm.fr.dump_on_error(comm.name, comm.rank, msg);
@@ -414,7 +419,7 @@ void run(Call& call, std::span<Xfer> xs) {
       else pfds.push_back({fd, static_cast<short>(xs[i].kind == Xfer::kSend ? POLLOUT : POLLIN), 0});
     }
     if (all_sockets) {
-      ::poll(pfds.data(), pfds.size(), call.deadline.poll_ms(10));
+      ::poll(pfds.data(), pfds.size(), call.deadline().poll_ms(10));
     } else if (now - idle_start < std::chrono::milliseconds(20)) {
       sched_yield();
     } else {

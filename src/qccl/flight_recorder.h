@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -39,7 +40,20 @@ class FlightRecorder {
     double t_start = 0, t_end = 0;
     std::string note;
   };
-  mutable std::mutex mu_;
+  // A spin lock, not a mutex: the calling thread takes it twice per call and
+  // only a dump (on an error, from any thread) ever contends.
+  class SpinLock {
+   public:
+    void lock() {
+      while (flag_.test_and_set(std::memory_order_acquire))
+        while (flag_.test(std::memory_order_relaxed)) {}
+    }
+    void unlock() { flag_.clear(std::memory_order_release); }
+
+   private:
+    std::atomic_flag flag_;
+  };
+  mutable SpinLock mu_;
   std::vector<Entry> ring_;
   uint64_t next_id_ = 1;
 };

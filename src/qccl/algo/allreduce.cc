@@ -44,31 +44,39 @@ void recursive_doubling(Call& call, const char* send, char* recv, size_t count, 
   qcclComm& c = call.comm;
   int n = c.nranks, r = c.rank;
   size_t bytes = count * es;
-  if (send != recv) std::memcpy(recv, send, bytes);
-  int p2 = 1;
-  while (p2 * 2 <= n) p2 *= 2;
+  int p2 = 1, rounds = 0;
+  while (p2 * 2 <= n) p2 *= 2, ++rounds;
   int extra = n - p2;
   if (r >= p2) {  // fold into a partner, then get the result back
-    Xfer s[1] = {Xfer::send(r - p2, recv, bytes)};
+    Xfer s[1] = {Xfer::send(r - p2, send, bytes)};
     run(call, s);
     Xfer g[1] = {Xfer::recv(r - p2, recv, bytes)};
     run(call, g);
     return;
   }
-  if (r < extra) {
-    Xfer x[1] = {Xfer::recv_reduce(r + p2, recv, recv, bytes, false)};
-    run(call, x);
-  }
-  char* cur = recv;
+  // Each round reduces into the buffer the round does not send from, and the
+  // rounds alternate between recv and scratch so that the last one lands in
+  // recv: no copies in or out (two ranks: send from `send`, reduce into recv).
   char* other = scratch(c, bytes);
-  for (int mask = 1; mask < p2; mask <<= 1) {
-    int partner = r ^ mask;
-    Xfer xs[2] = {Xfer::send(partner, cur, bytes),
-                  Xfer::recv_reduce(partner, other, cur, bytes, partner < r)};
-    run(call, xs);
-    std::swap(cur, other);
+  auto dst_of = [&](int round) { return (rounds - 1 - round) % 2 == 0 ? recv : other; };
+  const char* cur = send;
+  if (r < extra) {
+    char* to = dst_of(0) == recv ? other : recv;
+    Xfer x[1] = {Xfer::recv_reduce(r + p2, to, send, bytes, false)};
+    run(call, x);
+    cur = to;
+  } else if (send == recv && dst_of(0) == recv) {  // in place: round 0 must not overwrite what it sends
+    std::memcpy(other, send, bytes);
+    cur = other;
   }
-  if (cur != recv) std::memcpy(recv, cur, bytes);
+  for (int round = 0, mask = 1; mask < p2; mask <<= 1, ++round) {
+    int partner = r ^ mask;
+    char* dst = dst_of(round);
+    Xfer xs[2] = {Xfer::send(partner, cur, bytes),
+                  Xfer::recv_reduce(partner, dst, cur, bytes, partner < r)};
+    run(call, xs);
+    cur = dst;
+  }
   if (call.op == qcclAvg) finish_avg(recv, count, call.dtype, n);
   if (r < extra) {
     Xfer x[1] = {Xfer::send(r + p2, recv, bytes)};
