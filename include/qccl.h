@@ -127,6 +127,13 @@ qcclResult_t qcclCommUserRank(const qcclComm_t comm, int* rank);
 /* The error that broke the communicator (qcclSuccess while it is healthy). */
 qcclResult_t qcclCommGetAsyncError(qcclComm_t comm, qcclResult_t* asyncError);
 
+/* Host memory that the other ranks on this host can map (like ncclMemAlloc):
+ * an all-reduce whose send and receive buffers lie in such allocations on
+ * every rank reduces straight between the ranks' buffers (QCCL_ALGO=direct;
+ * QCCL_DIRECT=0 turns it off). Page aligned; free with qcclMemFree. */
+qcclResult_t qcclMemAlloc(void** ptr, size_t size);
+qcclResult_t qcclMemFree(void* ptr);
+
 const char* qcclGetErrorString(qcclResult_t result);
 /* The message of the last failed call on this thread: what, where, which peer. */
 const char* qcclGetLastError(qcclComm_t comm);

@@ -78,6 +78,8 @@ typedef qcclConfig_t ncclConfig_t;
 #define ncclCommUserRank qcclCommUserRank
 #define ncclCommGetAsyncError qcclCommGetAsyncError
 #define ncclGetErrorString qcclGetErrorString
+#define ncclMemAlloc qcclMemAlloc
+#define ncclMemFree qcclMemFree
 #define ncclGetLastError qcclGetLastError
 #define ncclAllReduce qcclAllReduce
 #define ncclBroadcast qcclBroadcast

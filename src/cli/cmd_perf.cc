@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -49,7 +50,7 @@ struct PerfOptions {
   std::string coll = "all_reduce";
   std::string min_s = "8", max_s = "64M", dtype_s = "float", op_s = "sum";
   double factor = 2;
-  int iters = 20, warmup = 5, check = 1, root = 0, np = 0;
+  int iters = 20, warmup = 5, check = 1, root = 0, np = 0, registered = 0;
   std::string transport, algo;
   double timeout_s = 0;
 };
@@ -109,6 +110,43 @@ using qccl::check::set;
 using qccl::check::value;
 
 // ---- one rank ---------------------------------------------------------------
+// A benchmark buffer: plain memory, or (-R 1, like nccl-tests' buffer
+// registration) a qcclMemAlloc allocation the other ranks can map.
+class PerfBuffer {
+ public:
+  PerfBuffer() = default;
+  ~PerfBuffer() { release(); }
+  PerfBuffer(const PerfBuffer&) = delete;
+  PerfBuffer& operator=(const PerfBuffer&) = delete;
+  void allocate(size_t bytes, bool shared) {
+    release();
+    if (shared) {
+      void* p = nullptr;
+      qcclResult_t rc = qcclMemAlloc(&p, bytes);
+      QK_CHECK_AS(IoError, rc == qcclSuccess, "qcclMemAlloc of ", bytes, " bytes failed: ",
+                  qcclGetLastError(nullptr));
+      p_ = static_cast<char*>(p);
+      shared_ = true;
+    } else {
+      p_ = static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+      QK_CHECK_AS(IoError, p_ != nullptr, "out of memory allocating ", bytes, " bytes");
+    }
+    std::memset(p_, 0, bytes);
+  }
+  char* data() const { return p_; }
+
+ private:
+  void release() {
+    if (!p_) return;
+    if (shared_) qcclMemFree(p_);
+    else std::free(p_);
+    p_ = nullptr;
+    shared_ = false;
+  }
+  char* p_ = nullptr;
+  bool shared_ = false;
+};
+
 struct Bench {
   const CollInfo& ci;
   const PerfOptions& o;
@@ -117,7 +155,7 @@ struct Bench {
   qcclDataType_t t;
   qcclRedOp_t op;
   size_t es;
-  std::vector<char> sendbuf, recvbuf;
+  PerfBuffer sendbuf, recvbuf;
 
   // Counts per call for a "size" in bytes (nccl-tests: size is the largest buffer).
   size_t count_for(size_t size) const {
@@ -274,14 +312,15 @@ int run_rank(const PerfOptions& o, const CollInfo& ci, const qcclUniqueId& id, i
   QK_CHECK(lo <= hi, "-b ", o.min_s, " is larger than -e ", o.max_s);
   QK_CHECK(o.factor > 1.0, "-f: expected a factor > 1, got ", o.factor);
   QK_CHECK(o.root >= 0 && o.root < n, "-r: expected a root in [0, ", n, "), got ", o.root);
-  b.sendbuf.assign(hi + 64, 0);
-  b.recvbuf.assign(hi + 64, 0);
+  b.sendbuf.allocate(hi + 64, o.registered != 0);
+  b.recvbuf.allocate(hi + 64, o.registered != 0);
   bool show = rank == 0;
   if (show) {
     fmt::print("# qk perf {}: nranks {}, transport {}, algo {}, minBytes {} maxBytes {} step {}x "
-               "warmup {} iters {} validation {}\n#\n",
+               "warmup {} iters {} validation {} buffers {}\n#\n",
                ci.name, n, o.transport.empty() ? "auto" : o.transport, o.algo.empty() ? "auto" : o.algo,
-               lo, hi, o.factor, o.warmup, o.iters, o.check);
+               lo, hi, o.factor, o.warmup, o.iters, o.check,
+               o.registered ? "qcclMemAlloc" : "malloc");
     fmt::print("# {:>10} {:>12} {:>8} {:>6} {:>5}  {:>9} {:>7} {:>7} {:>6}  {:>9} {:>7} {:>7} {:>6}\n",
                "", "", "", "", "", "out-of-", "place", "", "", "in-", "place", "", "");
     fmt::print("# {:>10} {:>12} {:>8} {:>6} {:>5}  {:>9} {:>7} {:>7} {:>6}  {:>9} {:>7} {:>7} {:>6}\n",
@@ -451,6 +490,11 @@ void setup_perf(CLI::App& app) {
   app.add_option("-d,--datatype", o->dtype_s, "float, half, bfloat16, double, int8, ...")->capture_default_str();
   app.add_option("-o,--op", o->op_s, "sum, prod, max, min or avg")->capture_default_str();
   app.add_option("-r,--root", o->root, "Root of broadcast and reduce")->capture_default_str();
+  app.add_option("-R,--registered", o->registered,
+                 "1: buffers from qcclMemAlloc, which ranks on one host reduce between directly "
+                 "(nccl-tests' buffer registration); 0: malloc")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
   app.add_option("--np", o->np, "Fork this many ranks here (default: from the launcher, else 1)");
   app.add_option("--transport", o->transport, "auto, shm or tcp (default: QCCL_TRANSPORT)");
   app.add_option("--algo", o->algo, "auto, ring, rd, tree or chain (default: QCCL_ALGO)");

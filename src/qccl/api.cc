@@ -16,6 +16,7 @@
 #include "qccl/core/errors.h"
 #include "qccl/core/reduce.h"
 #include "qccl/core/settings.h"
+#include "qccl/transport/shared_mem.h"
 
 namespace qccl {
 namespace {
@@ -269,6 +270,20 @@ const char* qcclGetErrorString(qcclResult_t r) {
 }
 
 const char* qcclGetLastError(qcclComm_t) { return t_last_error.c_str(); }
+
+qcclResult_t qcclMemAlloc(void** ptr, size_t size) {
+  return guarded(nullptr, [&] {
+    QK_CHECK(ptr != nullptr, "qcclMemAlloc: ptr is NULL");
+    *ptr = nullptr;
+    *ptr = shared_alloc(size);
+  });
+}
+
+qcclResult_t qcclMemFree(void* ptr) {
+  return guarded(nullptr, [&] {
+    if (ptr) shared_free(ptr);
+  });
+}
 
 qcclResult_t qcclAllReduce(const void* send, void* recv, size_t count, qcclDataType_t dt,
                            qcclRedOp_t op, qcclComm_t comm, qcclStream_t stream) {

@@ -171,11 +171,12 @@ void connect_mesh(qcclComm& c, Fd& listen, const std::string& forced, int nsocks
                                  cma_enabled(), dl);
     else
       c.conns[p] = make_tcp_conn(p, c.peer_name(p), std::move(socks[p]));
-    QCCL_INFO("NET", "comm '{}' rank {} -> {} via {}{}", c.name, c.rank, c.peer_name(p),
+    QCCL_INFO("NET", "comm '{}' rank {} -> {} via {}{}{}", c.name, c.rank, c.peer_name(p),
               c.conns[p]->kind(),
               c.conns[p]->cma() ? std::string(" (single-copy CMA for large messages)")
               : c.conns[p]->nsocks() > 1 ? fmt::format(" ({} sockets)", c.conns[p]->nsocks())
-                                         : std::string());
+                                         : std::string(),
+              c.conns[p]->maps_peer_memory() ? " (qcclMemAlloc buffers mapped directly)" : "");
   }
 }
 

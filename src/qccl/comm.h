@@ -14,6 +14,7 @@
 #include "qccl/bootstrap/bootstrap.h"
 #include "qccl/flight_recorder.h"
 #include "qccl/transport/conn.h"
+#include "qccl/transport/shared_mem.h"
 
 namespace qccl {
 class Backend;  // qccl/backend/backend.h
@@ -51,6 +52,8 @@ struct qcclComm {
   std::vector<uint64_t> msgs_sent, msgs_received;
   qccl::FlightRecorder fr;
   std::vector<char> scratch;  // temporaries of the algorithms, reused
+  qccl::PeerMappings peer_maps;  // peers' qcclMemAlloc buffers mapped here (algo/direct.h)
+  uint64_t direct_calls = 0;     // all-reduces that went direct (tests read it)
 
   std::atomic<bool> aborted{false};
   std::atomic<int> active_calls{0};

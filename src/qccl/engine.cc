@@ -144,9 +144,9 @@ bool recv_desc(Conn& c, Xfer& x, bool* moved) {
   x.desc_done += k;
   *moved |= k > 0;
   if (x.desc_done < sizeof x.desc) return false;
-  if (x.desc.pid != static_cast<uint64_t>(c.cma_pid()))
+  if (x.desc.pid != static_cast<uint64_t>(c.peer_pid()))
     QCCL_REMOTE_ERROR(c.peer_name(), " sent a single-copy descriptor for pid ", x.desc.pid,
-                      " instead of its own pid ", c.cma_pid());
+                      " instead of its own pid ", c.peer_pid());
   return true;
 }
 
@@ -156,7 +156,7 @@ size_t cma_read(Conn& c, Xfer& x, void* dst, size_t n) {
   while (got < n) {
     iovec local{static_cast<char*>(dst) + got, n - got};
     iovec remote{reinterpret_cast<void*>(x.desc.addr + x.done + got), n - got};
-    ssize_t k = ::process_vm_readv(c.cma_pid(), &local, 1, &remote, 1, 0);
+    ssize_t k = ::process_vm_readv(c.peer_pid(), &local, 1, &remote, 1, 0);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
       const int err = errno;

@@ -53,6 +53,11 @@ void FlightRecorder::note(size_t slot, std::string text) {
   ring_[slot].note = std::move(text);
 }
 
+void FlightRecorder::set_algo(size_t slot, const char* algo) {
+  std::lock_guard<SpinLock> g(mu_);
+  ring_[slot].algo = algo;
+}
+
 void FlightRecorder::end(size_t slot, State s) {
   std::lock_guard<SpinLock> g(mu_);
   ring_[slot].state = s;

@@ -23,6 +23,7 @@ class FlightRecorder {
 
   size_t begin(uint64_t seq, const char* what, size_t bytes, int peer, const char* algo);
   void note(size_t slot, std::string text);  // what the op is waiting for
+  void set_algo(size_t slot, const char* algo);  // decided inside the call
   void end(size_t slot, State s);
   std::string dump() const;
   // Writes dump() to the log at WARN and, when QCCL_FR_DUMP_DIR is set, to a file there.

@@ -6,6 +6,7 @@
 
 #include "qccl/algo/collectives.h"
 #include "qccl/algo/cost_model.h"
+#include "qccl/algo/direct.h"
 #include "qccl/algo/hierarchical.h"
 #include "qccl/algo/ring_order.h"
 #include "qccl/core/debug.h"
@@ -102,11 +103,20 @@ void all_reduce(qcclComm& c, const void* send, void* recv, size_t count, qcclDat
             predict_us(c.cost, Coll::kAllReduce, a, c.nranks, bytes));
   auto* s = static_cast<const char*>(send);
   auto* r = static_cast<char*>(recv);
+  // Direct when forced, or in place of a ring the cost model chose (not one
+  // forced with QCCL_ALGO=ring, which stays a ring).
+  bool forced_direct = a == Algo::kDirect;
+  bool may_go_direct = forced_direct || (a == Algo::kRing && (c.algo.empty() || c.algo == "auto"));
   if (c.nranks == 1) {
     if (s != r) std::memcpy(r, s, bytes);
+  } else if (may_go_direct && direct_candidate(c, bytes, forced_direct) &&
+             direct_all_reduce(call, s, r, count, es)) {
+    c.fr.set_algo(call.fr_slot, "direct");
+    QCCL_INFO("COLL", "allreduce #{}: buffers shared on every rank, went direct", call.seq);
   } else if (a == Algo::kRecursiveDoubling) {
     recursive_doubling(call, s, r, count, es);
   } else {
+    if (forced_direct) c.fr.set_algo(call.fr_slot, "ring");  // some rank's buffers are not shared
     ring(call, s, r, count, es);
   }
   finish(call);

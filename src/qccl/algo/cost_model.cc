@@ -97,6 +97,14 @@ double hierarchical_us(const CostModel& m, Coll, int, double s) {
   double across = 2.0 * (H - 1) * m.tcp.us(s / H) + (H - 1) * m.reduce_us(s / (L * H));
   return local + across;
 }
+// Direct all-reduce on shared buffers (algo/direct.h): a descriptor exchange
+// and a completion exchange, and each rank reduces its 1/n of the buffer
+// straight from every rank's memory into every rank's (all S bytes read and
+// written once per rank). For logs and forced runs only: whether the buffers
+// are shared is known only inside the call, so choose() never picks it.
+double direct_us(const CostModel& m, Coll, int, double s) {
+  return 2.0 * m.step_us(64) + m.reduce_us(s);
+}
 
 const AlgoDesc kAlgos[] = {
     {Algo::kRing, "ring",
@@ -106,6 +114,7 @@ const AlgoDesc kAlgos[] = {
     {Algo::kTree, "tree", [](Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }, tree_us},
     {Algo::kChain, "chain", [](Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }, chain_us},
     {Algo::kHierarchical, "hierarchical", [](Coll c) { return c == Coll::kAllReduce; }, hierarchical_us},
+    {Algo::kDirect, "direct", [](Coll c) { return c == Coll::kAllReduce; }, direct_us, false},
 };
 
 const AlgoDesc& desc(Algo a) {
@@ -190,7 +199,7 @@ Algo choose(const CostModel& m, const std::string& forced_name, Coll coll, int n
   const AlgoDesc* best = nullptr;
   double best_t = 0;
   for (const AlgoDesc& d : kAlgos) {
-    if (!d.supports(coll)) continue;
+    if (!d.supports(coll) || !d.chosen_by_model) continue;
     double t = d.predict(m, coll, std::max(n, 2), static_cast<double>(bytes));
     if (!best || t < best_t) {
       best = &d;

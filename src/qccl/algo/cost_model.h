@@ -18,7 +18,7 @@
 
 namespace qccl {
 
-enum class Algo { kRing, kRecursiveDoubling, kTree, kChain, kHierarchical };
+enum class Algo { kRing, kRecursiveDoubling, kTree, kChain, kHierarchical, kDirect };
 enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll };
 
 const char* algo_name(Algo a);
@@ -73,6 +73,8 @@ struct AlgoDesc {
   bool (*supports)(Coll);
   // Predicted microseconds for `bytes` per rank over nranks >= 2.
   double (*predict)(const CostModel&, Coll, int nranks, double bytes);
+  // false: only when forced (QCCL_ALGO) or taken inside a call (direct).
+  bool chosen_by_model = true;
 };
 std::span<const AlgoDesc> algorithms();
 

@@ -66,10 +66,14 @@ class Conn {
   // process_vm_readv instead of the bytes going through the transport. Only
   // shared memory offers it, and only where both processes may read each other.
   virtual bool cma() const { return false; }
-  virtual int cma_pid() const { return -1; }
+  virtual int peer_pid() const { return -1; }  // same host only
   virtual void cma_ack() {}                         // receiver: done with one buffer
   virtual uint64_t cma_acks() const { return 0; }   // sender: buffers the peer is done with
   uint64_t cma_posted = 0;                          // sender: buffers offered so far
+
+  // Whether both sides can map each other's qcclMemAlloc buffers
+  // (transport/shared_mem.h), probed at set-up: only shared memory offers it.
+  virtual bool maps_peer_memory() const { return false; }
 
   int peer() const { return peer_; }
   const std::string& peer_name() const { return peer_name_; }

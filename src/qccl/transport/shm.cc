@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "qccl/core/debug.h"
+#include "qccl/transport/shared_mem.h"
 #include "qk/base/env.h"
 
 namespace qccl {
@@ -23,7 +24,7 @@ QK_ENV_INT(env_ring_bytes, "QCCL_SHM_RING_BYTES", 1 << 20,
            "Bytes in each shared-memory ring (one per direction per peer pair).");
 
 constexpr uint64_t kSegMagic = 0x51434353484d3031ull;  // "QCCSHM01"
-constexpr uint32_t kSegVersion = 1;
+constexpr uint32_t kSegVersion = 2;  // 2: the set-up also probes shared buffers
 // Producers publish at least every slice so the consumer can start early.
 constexpr size_t kSlice = 64 << 10;
 
@@ -69,13 +70,14 @@ bool cma_probe(int pid, uint64_t base) {
 class ShmConn final : public Conn {
  public:
   ShmConn(int peer, std::string name, Fd ctl, void* base, size_t map_bytes, int side, int peer_pid,
-          bool cma)
+          bool cma, bool maps)
       : Conn(peer, std::move(name)),
         ctl_(std::move(ctl)),
         base_(base),
         map_bytes_(map_bytes),
         peer_pid_(peer_pid),
-        cma_(cma) {
+        cma_(cma),
+        maps_(maps) {
     auto* h = static_cast<SegHeader*>(base);
     cap_ = h->ring_bytes;
     char* data = static_cast<char*>(base) + kDataOffset;
@@ -151,7 +153,8 @@ class ShmConn final : public Conn {
   }
 
   bool cma() const override { return cma_; }
-  int cma_pid() const override { return peer_pid_; }
+  bool maps_peer_memory() const override { return maps_; }
+  int peer_pid() const override { return peer_pid_; }
   void cma_ack() override { rx_->cma_acks.fetch_add(1, std::memory_order_release); }
   uint64_t cma_acks() const override { return tx_->cma_acks.load(std::memory_order_acquire); }
 
@@ -194,6 +197,7 @@ class ShmConn final : public Conn {
   uint64_t rx_tail_ = 0;  // our copy of rx_->tail
   int peer_pid_;
   bool cma_;
+  bool maps_;
   int side_ = 0;
 };
 
@@ -252,7 +256,7 @@ std::unique_ptr<Conn> make_shm_conn(int my_rank, int peer, std::string peer_name
              qk::detail::errno_string(map_err));
   }
   auto* h = static_cast<SegHeader*>(base);
-  bool cma = false;
+  bool cma = false, maps = false;
   try {
     uint64_t peer_base = 0;
     if (creator) {
@@ -284,13 +288,23 @@ std::unique_ptr<Conn> make_shm_conn(int my_rank, int peer, std::string peer_name
     send_all(ctl.get(), &mine, 1, dl, peer_name);
     recv_all(ctl.get(), &theirs, 1, dl, peer_name);
     cma = mine == 1 && theirs == 1;
+    // Shared buffers (qcclMemAlloc) only when both sides may map each other's.
+    // Our probe lives until the peer's answer says it is done with it.
+    SharedProbe probe;
+    SharedRef their_probe;
+    send_all(ctl.get(), &probe.ref, sizeof probe.ref, dl, peer_name);
+    recv_all(ctl.get(), &their_probe, sizeof their_probe, dl, peer_name);
+    char can = can_map_peer(peer_pid, their_probe) ? 1 : 0, they_can = 0;
+    send_all(ctl.get(), &can, 1, dl, peer_name);
+    recv_all(ctl.get(), &they_can, 1, dl, peer_name);
+    maps = can == 1 && they_can == 1;
   } catch (...) {
     if (creator) ::shm_unlink(msg.name);
     ::munmap(base, msg.bytes);
     throw;
   }
   return std::make_unique<ShmConn>(peer, std::move(peer_name), std::move(ctl), base, msg.bytes,
-                                   creator ? 0 : 1, peer_pid, cma);
+                                   creator ? 0 : 1, peer_pid, cma, maps);
 }
 
 }  // namespace qccl

@@ -1,0 +1,225 @@
+// qcclMemAlloc buffers and the direct all-reduce (src/qccl/algo/direct.h):
+// exact results for every op on the usual types, in and out of place, on 2 to
+// 4 ranks, with counts below, at and above the rank count; taken automatically
+// only when every rank's buffers are shared; a rank with plain buffers, tcp,
+// QCCL_DIRECT=0 or QCCL_ALGO=ring keep the ring; random floats are summed in
+// rank order on every rank; a rank killed mid-call gives the others an error.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "data.h"
+#include "qccl/comm.h"
+#include "qccl/transport/shared_mem.h"
+#include "ranks.h"
+
+namespace qccl_test {
+namespace {
+
+// A buffer from qcclMemAlloc (shared) or from new (plain), filled with `init`.
+class Buf {
+ public:
+  Buf(size_t bytes, bool shared, const std::vector<char>& init = {}) : shared_(shared) {
+    size_t n = std::max<size_t>(bytes, 1);
+    if (shared) {
+      REQUIRE_OK(qcclMemAlloc(reinterpret_cast<void**>(&p_), n));
+    } else {
+      plain_.resize(n);
+      p_ = plain_.data();
+    }
+    std::memset(p_, 0x5a, n);
+    if (!init.empty()) std::memcpy(p_, init.data(), std::min(bytes, init.size()));
+  }
+  ~Buf() {
+    if (shared_) qcclMemFree(p_);
+  }
+  char* data() { return p_; }
+
+ private:
+  bool shared_;
+  char* p_ = nullptr;
+  std::vector<char> plain_;
+};
+
+TEST(MemAlloc, AllocatesFreesAndRefusesBadArguments) {
+  void* p = nullptr;
+  ASSERT_EQ(qcclMemAlloc(&p, 10000), qcclSuccess) << qcclGetLastError(nullptr);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
+  std::memset(p, 7, 10000);
+  auto ref = qccl::find_shared(static_cast<char*>(p) + 100, 9900);
+  ASSERT_TRUE(ref.has_value());
+  EXPECT_EQ(ref->offset, 100u);
+  EXPECT_FALSE(qccl::find_shared(static_cast<char*>(p) + 100, 100000).has_value());
+  int local = 0;
+  EXPECT_FALSE(qccl::find_shared(&local, sizeof local).has_value());
+  EXPECT_EQ(qcclMemFree(p), qcclSuccess);
+  EXPECT_FALSE(qccl::find_shared(p, 1).has_value());
+
+  EXPECT_EQ(qcclMemAlloc(&p, 0), qcclInvalidArgument);
+  EXPECT_NE(std::string(qcclGetLastError(nullptr)).find("size"), std::string::npos);
+  EXPECT_EQ(qcclMemAlloc(nullptr, 64), qcclInvalidArgument);
+  EXPECT_EQ(qcclMemFree(&local), qcclInvalidArgument);
+  EXPECT_NE(std::string(qcclGetLastError(nullptr)).find("qcclMemAlloc"), std::string::npos);
+  EXPECT_EQ(qcclMemFree(nullptr), qcclSuccess);
+}
+
+// Every op on a spread of types and counts, forced direct: exact, and counted as direct.
+void check_exact(const Rank& me, qcclComm_t comm, bool expect_direct) {
+  for (auto t : {qcclFloat32, qcclInt32, qcclBfloat16, qcclFloat16, qcclInt8, qcclFloat64})
+    for (auto op : kAllOps)
+      for (size_t count : {size_t(1), size_t(2), size_t(3), size_t(5), size_t(1000), size_t(65537)})
+        for (bool in_place : {false, true}) {
+          size_t es = qccl::dtype_size(t);
+          auto in = make_input(me.rank, count, op, t);
+          auto want = reference(me.nranks, count, op, t);
+          Buf src(count * es, true, in), out(count * es, true);
+          char* dst = in_place ? src.data() : out.data();
+          uint64_t before = comm->direct_calls;
+          REQUIRE_OK(qcclAllReduce(src.data(), dst, count, t, op, comm, nullptr));
+          std::string what = cat(qccl::dtype_name(t), " ", qccl::op_name(op), " count ", count,
+                                 in_place ? " in place" : "");
+          std::string d = diff(dst, want.data(), count, t);
+          REQUIRE(d.empty(), what, ": ", d);
+          REQUIRE(comm->direct_calls == before + (expect_direct ? 1 : 0), what, ": direct_calls ",
+                  comm->direct_calls, " (was ", before, ")");
+        }
+}
+
+class Direct : public ::testing::TestWithParam<int> {};
+
+TEST_P(Direct, ForcedIsExactForEveryOp) {
+  auto r = run_ranks(GetParam(), [](const Rank& me) {
+    qcclComm_t comm = me.init(0, "direct");
+    check_exact(me, comm, true);
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Direct, ::testing::Values(2, 3, 4));
+
+// Auto: shared buffers of 64 KiB and more go direct; plain ones, smaller
+// ones, and a job where one rank's buffers are plain do not, and stay exact.
+TEST(DirectAuto, OnlyWhenEveryRankSharesItsBuffers) {
+  auto r = run_ranks(3, [](const Rank& me) {
+    qcclComm_t comm = me.init();
+    auto run = [&](size_t count, bool shared, bool expect) {
+      auto in = make_input(me.rank, count, qcclSum, qcclFloat32);
+      auto want = reference(me.nranks, count, qcclSum, qcclFloat32);
+      Buf src(count * 4, shared, in), dst(count * 4, shared);
+      uint64_t before = comm->direct_calls;
+      REQUIRE_OK(qcclAllReduce(src.data(), dst.data(), count, qcclFloat32, qcclSum, comm, nullptr));
+      std::string d = diff(dst.data(), want.data(), count, qcclFloat32);
+      REQUIRE(d.empty(), "count ", count, shared ? " shared" : " plain", ": ", d);
+      REQUIRE(comm->direct_calls == before + (expect ? 1 : 0), "count ", count,
+              shared ? " shared" : " plain", ": went direct ", comm->direct_calls - before, " times");
+    };
+    run(1 << 20, true, true);      // 4 MiB, shared everywhere
+    run(1 << 20, false, false);    // plain
+    run(100, true, false);         // shared but small: recursive doubling
+    run(1 << 20, me.rank != 1, false);  // rank 1's buffers are plain: nobody goes direct
+    run(1 << 20, true, true);      // and the next shared call goes direct again
+    REQUIRE_OK(qcclCommDestroy(comm));
+    // QCCL_ALGO=ring stays a ring on shared buffers.
+    qcclComm_t ring = me.init(1, "ring");
+    auto in = make_input(me.rank, 1 << 20, qcclMax, qcclFloat32);
+    Buf src(4 << 20, true, in);
+    REQUIRE_OK(qcclAllReduce(src.data(), src.data(), 1 << 20, qcclFloat32, qcclMax, ring, nullptr));
+    REQUIRE(ring->direct_calls == 0, "QCCL_ALGO=ring went direct");
+    REQUIRE_OK(qcclCommDestroy(ring));
+  }, [] { Options o; o.num_ids = 2; return o; }());
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+TEST(DirectAuto, OffOverTcpAndWithQcclDirectZero) {
+  Options tcp;
+  tcp.transport = "tcp";
+  auto r = run_ranks(2, [](const Rank& me) {
+    qcclComm_t comm = me.init(0, "direct");  // forced, but tcp peers cannot map our memory
+    check_exact(me, comm, false);
+    REQUIRE_OK(qcclCommDestroy(comm));
+  }, tcp);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  r = run_ranks(2, [](const Rank& me) {
+    ::setenv("QCCL_DIRECT", "0", 1);
+    qcclComm_t comm = me.init(0, "direct");
+    check_exact(me, comm, false);
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// Random floats (inexact sums): each element is reduced by one rank in rank
+// order, so every rank holds ((x0 + x1) + x2) + x3 bit for bit.
+TEST(DirectAuto, RandomFloatsAreSummedInRankOrder) {
+  constexpr size_t kCount = 300001;
+  auto input = [](int r) {
+    std::mt19937 g(1234 + r);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> v(kCount);
+    for (float& x : v) x = u(g) * std::exp2(static_cast<float>(g() % 20) - 10);
+    return v;
+  };
+  auto r = run_ranks(4, [&](const Rank& me) {
+    qcclComm_t comm = me.init();
+    std::vector<float> want = input(0);
+    for (int k = 1; k < me.nranks; ++k) {
+      std::vector<float> x = input(k);
+      for (size_t i = 0; i < kCount; ++i) want[i] = want[i] + x[i];
+    }
+    std::vector<float> mine = input(me.rank);
+    Buf buf(kCount * 4, true, std::vector<char>(reinterpret_cast<char*>(mine.data()),
+                                                 reinterpret_cast<char*>(mine.data() + kCount)));
+    REQUIRE_OK(qcclAllReduce(buf.data(), buf.data(), kCount, qcclFloat32, qcclSum, comm, nullptr));
+    REQUIRE(comm->direct_calls == 1, "did not go direct");
+    REQUIRE(std::memcmp(buf.data(), want.data(), kCount * 4) == 0,
+            "sums differ from the rank-order reference");
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+TEST(DirectFaults, KillNineMidCallGivesTheOthersAnError) {
+  Options o;
+  o.timeout_s = 20;
+  auto r = run_ranks(3, [](const Rank& me) {
+    qcclComm_t comm = me.init();
+    constexpr size_t kCount = 1 << 20;
+    Buf buf(kCount * 4, true);
+    std::fill_n(reinterpret_cast<float*>(buf.data()), kCount, 1.0f);
+    if (me.rank == 1) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::raise(SIGKILL);
+      }).detach();
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    auto secs = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    qcclResult_t rc = qcclSuccess;
+    uint64_t calls = 0;
+    while (rc == qcclSuccess && secs() < 15) {
+      rc = qcclAllReduce(buf.data(), buf.data(), kCount, qcclFloat32, qcclMax, comm, nullptr);
+      ++calls;
+    }
+    REQUIRE(rc == qcclRemoteError || rc == qcclTimeout, "expected an error after rank 1 died, got ",
+            qcclGetErrorString(rc));
+    REQUIRE(comm->direct_calls > 0 && comm->direct_calls + 1 >= calls - 1,
+            "the calls before the kill did not go direct (", comm->direct_calls, " of ", calls, ")");
+    std::string msg = qcclGetLastError(comm);
+    REQUIRE(msg.find("rank 1") != std::string::npos, "error does not name rank 1: ", msg);
+    REQUIRE(secs() < 15, "error took ", secs(), " s");
+    REQUIRE_OK(qcclCommAbort(comm));
+  }, o);
+  ASSERT_FALSE(r.timed_out) << r.summary();
+  EXPECT_EQ(r.status[1], 128 + SIGKILL);
+  EXPECT_EQ(r.status[0], 0) << r.summary();
+  EXPECT_EQ(r.status[2], 0) << r.summary();
+}
+
+}  // namespace
+}  // namespace qccl_test
