@@ -223,10 +223,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   for (auto& b : r.buckets) {
     int64_t n = b.offset.back() + r.params[b.params.back()].numel();
     DType dt = r.params[b.params.front()].dtype();
-    b.buffer = zeros({n}, TensorOptions(dt));
-    b.wire = opts.compress && *opts.compress != dt && is_floating(dt)
-                 ? zeros({n}, TensorOptions(*opts.compress))
-                 : b.buffer;
+    // What goes on the wire lives in qcclMemAlloc memory: ranks on one host
+    // then reduce it directly between their buffers (algo/direct.h).
+    bool compressed = opts.compress && *opts.compress != dt && is_floating(dt);
+    b.buffer = compressed ? zeros({n}, TensorOptions(dt)) : pg_.shared_zeros(n, dt);
+    b.wire = compressed ? pg_.shared_zeros(n, *opts.compress) : b.buffer;
   }
 
   std::weak_ptr<Reducer> weak = reducer_;

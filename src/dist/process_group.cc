@@ -112,6 +112,15 @@ ProcessGroup::~ProcessGroup() {
   server_.reset();
 }
 
+Tensor ProcessGroup::shared_zeros(int64_t numel, DType dtype) {
+  QK_CHECK(numel >= 0, "shared_zeros: expected numel >= 0, got ", numel);
+  size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
+  void* p = nullptr;
+  if (size_ > 1 && bytes > 0 && qcclMemAlloc(&p, bytes) == qcclSuccess)  // memfd pages start zeroed
+    return from_blob(p, {numel}, dtype, [](void* q) { qcclMemFree(q); });
+  return zeros({numel}, TensorOptions(dtype));
+}
+
 WorkPtr ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce");
   void* p = t.raw_data();

@@ -86,6 +86,11 @@ class ProcessGroup {
   }
   void barrier();
 
+  // A zeroed 1-D tensor in memory the other ranks on this host can map
+  // (qcclMemAlloc), so all-reduces on it go direct instead of through the
+  // shared-memory rings (DDP's buckets). Plain memory if that fails.
+  Tensor shared_zeros(int64_t numel, DType dtype);
+
  private:
   ProcessGroup() = default;
   int rank_ = 0, size_ = 1, local_rank_ = 0;

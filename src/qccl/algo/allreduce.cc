@@ -90,7 +90,7 @@ void recursive_doubling(Call& call, const char* send, char* recv, size_t count, 
 void all_reduce(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt,
                 qcclRedOp_t op) {
   size_t es = dtype_size(dt), bytes = count * es;
-  Algo a = choose(c.cost, c.algo, Coll::kAllReduce, c.nranks, bytes);
+  Algo a = choose_for(c, Coll::kAllReduce, bytes);
   if (a == Algo::kHierarchical) {
     if (hierarchical_usable(c)) return hierarchical_all_reduce(c, send, recv, count, dt, op);
     a = choose(c.cost, "auto", Coll::kAllReduce, c.nranks, bytes);  // one host: flat
@@ -120,6 +120,12 @@ void all_reduce(qcclComm& c, const void* send, void* recv, size_t count, qcclDat
     ring(call, s, r, count, es);
   }
   finish(call);
+}
+
+Algo choose_for(qcclComm& c, Coll coll, size_t bytes) {
+  qcclComm::AlgoChoice& last = c.last_choice[static_cast<int>(coll)];
+  if (last.bytes != bytes) last = {bytes, choose(c.cost, c.algo, coll, c.nranks, bytes)};
+  return last.algo;
 }
 
 char* scratch(qcclComm& c, size_t bytes) {

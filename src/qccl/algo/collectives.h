@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <span>
 
+#include "qccl/algo/cost_model.h"
 #include "qccl/comm.h"
 
 namespace qccl {
@@ -39,6 +40,10 @@ struct P2POp {
 };
 // Runs the point-to-point operations together (a group), in order per peer.
 void point_to_point(qcclComm& c, std::span<const P2POp> ops);
+
+// choose() for this communicator's cost model and QCCL_ALGO, remembered per
+// collective for the last size asked.
+Algo choose_for(qcclComm& c, Coll coll, size_t bytes);
 
 // A per-communicator scratch buffer of at least `bytes` (reused across calls).
 char* scratch(qcclComm& c, size_t bytes);

@@ -123,7 +123,7 @@ void reduce_chain(Call& call, const char* send, char* recv, size_t bytes, int ro
 
 void broadcast(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt, int root) {
   size_t bytes = count * dtype_size(dt);
-  Algo a = choose(c.cost, c.algo, Coll::kBroadcast, c.nranks, bytes);
+  Algo a = choose_for(c, Coll::kBroadcast, bytes);
   Call call(c, "broadcast", MsgKind::kBroadcast, bytes, algo_name(a), root);
   call.dtype = dt;
   QCCL_INFO("COLL", "broadcast #{} count {} {} root {} nranks {} algo {}", call.seq, count,
@@ -141,7 +141,7 @@ void broadcast(qcclComm& c, const void* send, void* recv, size_t count, qcclData
 void reduce_to_root(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt,
                     qcclRedOp_t op, int root) {
   size_t bytes = count * dtype_size(dt);
-  Algo a = choose(c.cost, c.algo, Coll::kReduce, c.nranks, bytes);
+  Algo a = choose_for(c, Coll::kReduce, bytes);
   Call call(c, "reduce", MsgKind::kReduce, bytes, algo_name(a), root);
   call.dtype = dt;
   call.op = op;

@@ -126,7 +126,8 @@ char* PeerMappings::map(int peer_pid, const SharedRef& ref, const std::string& w
     QCCL_REMOTE_ERROR("the shared buffer of ", who, " is smaller than the ", ref.region_bytes,
                       " bytes it described");
   }
-  void* p = ::mmap(nullptr, ref.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Populated at once: the first direct call would otherwise fault in every page.
+  void* p = ::mmap(nullptr, ref.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int err = errno;
   ::close(fd);
   if (p == MAP_FAILED)
