@@ -9,6 +9,7 @@
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/conv.h"
+#include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
 #include "tensor/cpu/conv.h"
 #include "tensor/cpu/onednn.h"
@@ -134,6 +135,33 @@ TEST(Conv2d, AlgorithmsAgreeOnSimpleCnnShapes) {
       EXPECT_TRUE(all_close(db2, db1, 1e-5, 1e-3));
     }
   }
+}
+
+// Note [Winograd]: a ResNet 3x3 stride-1 layer in f32 runs oneDNN's
+// Winograd kernels (where the CPU has them) forward and backward, and agrees
+// with the im2col reference as closely as the direct kernels do.
+TEST(Conv2d, WinogradAgreesWithIm2col) {
+  if (!cpu::onednn::available()) GTEST_SKIP() << "built without oneDNN";
+  manual_seed(13);
+  ops::Conv2dParams p;
+  p.padding = {1, 1};
+  Tensor x = randn({32, 64, 16, 16}), w = ops::mul(randn({64, 64, 3, 3}), scalar_tensor(0.05));
+  Tensor dy = randn({32, 64, 16, 16});
+  auto g = cpu::conv_geom(x, w, p);
+  auto names = cpu::onednn::kernel_names(g, DType::f32, cpu::onednn::Layout::blocked);
+  if (names[0].find("wino") == std::string::npos)
+    GTEST_SKIP() << "oneDNN chose " << names[0] << " here (no Winograd kernel for this CPU)";
+  EXPECT_TRUE(cpu::onednn::winograd_applies(g, DType::f32));
+  EXPECT_FALSE(cpu::onednn::winograd_applies(g, DType::bf16));
+  for (const std::string& n : names) EXPECT_NE(n.find("wino"), std::string::npos) << n;
+  Tensor y1 = cpu::conv2d_forward_im2col(x, w, Tensor(), p);
+  Tensor y2 = cpu::onednn::conv2d_forward(x, w, Tensor(), g, cpu::onednn::Layout::blocked);
+  EXPECT_TRUE(all_close(y2, y1, 1e-4, 1e-4));
+  auto [dx1, dw1, db1] = cpu::conv2d_backward_im2col(dy, x, w, p, true, true, false);
+  auto [dx2, dw2, db2] =
+      cpu::onednn::conv2d_backward(dy, x, w, g, true, true, false, cpu::onednn::Layout::blocked);
+  EXPECT_TRUE(all_close(dx2, dx1, 1e-4, 1e-4));
+  EXPECT_TRUE(all_close(dw2, dw1, 1e-4, 1e-2));
 }
 
 TEST(Conv2d, ThreadCountDoesNotChangeResults) {

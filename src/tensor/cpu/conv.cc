@@ -6,6 +6,7 @@
 
 #include "qk/base/env.h"
 #include "qk/base/thread_pool.h"
+#include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
 #include "tensor/cpu/onednn.h"
 
@@ -151,7 +152,16 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const ops
       // ~50x slower. The ReLU goes inside only when there is no residual to
       // add first.
       onednn::Epilogue epi{scale, shift, relu && !residual.defined()};
-      Tensor y = onednn::conv2d_forward_fused(x, w, b, g, onednn::Layout::blocked, epi);
+      Tensor wk = w, bk = b;
+      if (scale.defined() && onednn::winograd_applies(g, x.dtype())) {
+        // Winograd takes no per-channel post-ops: fold the affine map into
+        // the weights and bias instead (w * scale[o], b * scale[o] + shift[o]).
+        const int64_t o = w.size(0);
+        wk = ops::mul(w, ops::reshape(scale, {o, 1, 1, 1}));
+        bk = b.defined() ? ops::add(ops::mul(b, scale), shift) : ops::contiguous(shift);
+        epi.scale = epi.shift = Tensor();
+      }
+      Tensor y = onednn::conv2d_forward_fused(x, wk, bk, g, onednn::Layout::blocked, epi);
       if (y.defined()) {
         if (residual.defined()) apply_epilogue(y, Tensor(), Tensor(), residual, relu);
         return y;

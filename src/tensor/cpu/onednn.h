@@ -10,6 +10,9 @@
 // oneDNN (OpenMP runtime) gets qk::num_threads() threads on every call.
 #pragma once
 
+#include <array>
+#include <string>
+
 #include <tuple>
 
 #include "tensor/cpu/conv.h"
@@ -50,6 +53,14 @@ struct Epilogue {
 // has no kernel for that combination (the caller then applies it itself).
 Tensor conv2d_forward_fused(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g,
                             Layout layout, const Epilogue& epi);
+
+// Whether a forward of this shape and dtype may run oneDNN's Winograd kernels
+// (Note [Winograd] in onednn_conv.cc): they take no per-channel post-ops, so
+// conv2d_fused folds a batch norm into the weights for them instead.
+bool winograd_applies(const ConvGeom& g, DType dt);
+// oneDNN's names of the kernels of a shape without bias: forward, backward
+// data, backward weights ("jit_wino_4x3:avx512_core", ...; empty without oneDNN).
+std::array<std::string, 3> kernel_names(const ConvGeom& g, DType dt, Layout layout);
 
 // Drops every cached primitive and buffer (tests, memory pressure).
 void clear_cache();
