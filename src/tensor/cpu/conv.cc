@@ -153,9 +153,11 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const ops
       // add first.
       onednn::Epilogue epi{scale, shift, relu && !residual.defined()};
       Tensor wk = w, bk = b;
-      if (scale.defined() && onednn::winograd_applies(g, x.dtype())) {
+      if (scale.defined() && onednn::winograd_chosen(g, x.dtype(), epi.relu)) {
         // Winograd takes no per-channel post-ops: fold the affine map into
         // the weights and bias instead (w * scale[o], b * scale[o] + shift[o]).
+        // Only where oneDNN then picks Winograd: folding costs a pass over
+        // the weights, 2x the whole batch-1 latency of ResNet.
         const int64_t o = w.size(0);
         wk = ops::mul(w, ops::reshape(scale, {o, 1, 1, 1}));
         bk = b.defined() ? ops::add(ops::mul(b, scale), shift) : ops::contiguous(shift);

@@ -58,6 +58,9 @@ Tensor conv2d_forward_fused(const Tensor& x, const Tensor& w, const Tensor& b, c
 // (Note [Winograd] in onednn_conv.cc): they take no per-channel post-ops, so
 // conv2d_fused folds a batch norm into the weights for them instead.
 bool winograd_applies(const ConvGeom& g, DType dt);
+// Whether oneDNN actually picks Winograd for that forward with a bias and an
+// optional ReLU post-op (it keeps direct kernels for small batches).
+bool winograd_chosen(const ConvGeom& g, DType dt, bool relu);
 // oneDNN's names of the kernels of a shape without bias: forward, backward
 // data, backward weights ("jit_wino_4x3:avx512_core", ...; empty without oneDNN).
 std::array<std::string, 3> kernel_names(const ConvGeom& g, DType dt, Layout layout);

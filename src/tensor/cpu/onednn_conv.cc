@@ -371,6 +371,16 @@ std::array<std::string, 3> kernel_names(const ConvGeom& g, DType dt, Layout layo
   return out;
 }
 
+bool winograd_chosen(const ConvGeom& g, DType dt, bool relu) {
+  if (!winograd_applies(g, dt)) return false;
+  try {
+    const Entry& e = entry(g, dt, Kind::forward, Layout::blocked, true, relu ? kRelu : 0);
+    return e.impl.find("wino") != std::string::npos;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 bool winograd_applies(const ConvGeom& g, DType dt) {
   return dt == DType::f32 && conv_algorithm(problem(g, dt), Layout::blocked) ==
                                  dnnl::algorithm::convolution_auto;
@@ -505,6 +515,7 @@ namespace qk::cpu::onednn {
 bool available() { return false; }
 bool supports(DType) { return false; }
 bool winograd_applies(const ConvGeom&, DType) { return false; }
+bool winograd_chosen(const ConvGeom&, DType, bool) { return false; }
 std::array<std::string, 3> kernel_names(const ConvGeom&, DType, Layout) { return {}; }
 void clear_cache() {}
 
