@@ -30,21 +30,30 @@ Tensor reference(const Tensor& x, const Tensor& w, const Tensor& b, const ops::C
 }
 
 struct Case {
-  int64_t c, o, hw, k, stride;
+  int64_t c, o, hw, k, stride, n = 2;
 };
 
 void check_all_epilogues(DType dt, double tol) {
   manual_seed(21);
   // 3 input channels: oneDNN's plain layout (SimpleResNet's stem); 16: blocked;
-  // a strided 1x1 (a ResNet shortcut).
-  for (Case cs : {Case{3, 16, 8, 3, 1}, Case{16, 32, 8, 3, 1}, Case{16, 32, 8, 1, 2}}) {
+  // a strided 1x1 (a ResNet shortcut); a batch large enough that oneDNN picks
+  // Winograd in f32, where the affine map is folded into the weights.
+  for (Case cs : {Case{3, 16, 8, 3, 1}, Case{16, 32, 8, 3, 1}, Case{16, 32, 8, 1, 2},
+                  Case{64, 64, 16, 3, 1, 32}}) {
     ops::Conv2dParams p;
     p.padding = {cs.k / 2, cs.k / 2};
     p.stride = {cs.stride, cs.stride};
-    Tensor x = randn({2, cs.c, cs.hw, cs.hw}, dt), w = randn({cs.o, cs.c, cs.k, cs.k}, dt);
+    Tensor x = randn({cs.n, cs.c, cs.hw, cs.hw}, dt), w = randn({cs.o, cs.c, cs.k, cs.k}, dt);
     const int64_t ho = (cs.hw + 2 * (cs.k / 2) - cs.k) / cs.stride + 1;
     Tensor scale = randn({cs.o}, dt), shift = randn({cs.o}, dt);
-    Tensor res = randn({2, cs.o, ho, ho}, dt);
+    Tensor res = randn({cs.n, cs.o, ho, ho}, dt);
+    if (cs.n == 32 && dt == DType::f32 && cpu::onednn::available()) {
+      auto g = cpu::conv_geom(x, w, p);
+      std::string k = cpu::onednn::kernel_names(g, dt, cpu::onednn::Layout::blocked)[0];
+      if (k.find("wino") != std::string::npos) {
+        EXPECT_TRUE(cpu::onednn::winograd_chosen(g, dt, true));
+      }
+    }
     for (bool bias : {false, true}) {
       Tensor b = bias ? randn({cs.o}, dt) : Tensor();
       for (int bits = 0; bits < 8; ++bits) {
@@ -59,7 +68,11 @@ void check_all_epilogues(DType dt, double tol) {
         Tensor ref = reference(x, w, b, p, sc, sh, r, relu);
         ASSERT_EQ(y.shape(), ref.shape());
         EXPECT_EQ(y.dtype(), dt);
-        EXPECT_TRUE(all_close(y, ref, tol, tol));
+        // Winograd (the n=32 case in f32) rounds differently on each side of
+        // the fold: w * scale through the transform against scale * (conv):
+        // ~1e-4 on outputs of magnitude ~30 from 576-term sums.
+        const double atol = cs.n == 32 && dt == DType::f32 ? 1e-3 : tol;
+        EXPECT_TRUE(all_close(y, ref, tol, atol));
         // The residual operand is read, never written.
         if (residual) {
           EXPECT_TRUE(all_close(r, res, 0, 0));
