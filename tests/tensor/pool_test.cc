@@ -112,6 +112,45 @@ TEST(Pool2d, TwoByTwoFastPathTiesAndNaNs) {
   }
 }
 
+// The same cases at widths that exercise the vector paths (16 outputs at a
+// time, masked tails) over several rows and planes, bf16 and f32 alike.
+TEST(Pool2d, TwoByTwoFastPathAtEveryWidth) {
+  const float nan = std::nanf("");
+  const float pool_vals[] = {1, 3, 3, 0, 2, 2, 2, 2, 0, 0, 5, 5, nan, 1, 2, 3, 1, nan, nan, 0,
+                             -1, -2, -3, -4, 4, 1, nan, 9, -0.0f, 0.0f, 7, -7};
+  const int64_t nv = sizeof pool_vals / sizeof pool_vals[0];
+  for (int64_t wo : {1, 3, 8, 15, 16, 17, 33}) {
+    const int64_t c = 3, ho = 3, h = 2 * ho, w = 2 * wo;
+    std::vector<float> xs(c * h * w);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = pool_vals[(i * 7 + i / w) % nv];
+    for (DType dt : {DType::f32, DType::bf16}) {
+      Tensor x = from_vector<float>(xs, {1, c, h, w}).to(dt);
+      auto [y, idx] = ops::max_pool2d(x, pool({2, 2}, {2, 2}, {0, 0}));
+      auto yv = y.to(DType::f32).to_vector<float>();
+      auto iv = idx.to_vector<int64_t>();
+      for (int64_t p = 0; p < c; ++p)
+        for (int64_t oh = 0; oh < ho; ++oh)
+          for (int64_t ow = 0; ow < wo; ++ow) {
+            const int64_t taps[4] = {2 * oh * w + 2 * ow, 2 * oh * w + 2 * ow + 1,
+                                     (2 * oh + 1) * w + 2 * ow, (2 * oh + 1) * w + 2 * ow + 1};
+            float best = xs[p * h * w + taps[0]];
+            int64_t best_i = taps[0];
+            for (int t = 1; t < 4; ++t) {
+              float v = xs[p * h * w + taps[t]];
+              if (v > best || std::isnan(v)) best = v, best_i = taps[t];
+            }
+            const int64_t o = (p * ho + oh) * wo + ow;
+            EXPECT_EQ(iv[o], best_i) << "wo " << wo << " output " << o << " " << dtype_name(dt);
+            if (std::isnan(best)) {
+              EXPECT_TRUE(std::isnan(yv[o])) << "wo " << wo << " output " << o;
+            } else {
+              EXPECT_EQ(yv[o], best) << "wo " << wo << " output " << o << " " << dtype_name(dt);
+            }
+          }
+    }
+  }
+}
+
 TEST(Pool2d, OverlappingWindowsAccumulate) {
   // Stride 1, kernel 2 on a plane whose max (the centre) is in all 4 windows.
   Tensor x = from_vector<double>({0, 0, 0, 0, 9, 0, 0, 0, 0}, {1, 1, 3, 3});
