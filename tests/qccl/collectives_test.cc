@@ -13,13 +13,15 @@ namespace qccl_test {
 namespace {
 
 const size_t kSizes[] = {0, 1, 7, 1000, 65537};
+// The flat all-reduce algorithms, each forced on its own communicator.
+const char* const kAllReduceAlgos[] = {"ring", "rd", "pairs"};
 
 class Collectives : public ::testing::TestWithParam<const char*> {
  protected:
   Options opts() const {
     Options o;
     o.transport = GetParam();
-    o.num_ids = 2;
+    o.num_ids = 3;  // one communicator per forced all-reduce algorithm
     return o;
   }
 };
@@ -43,8 +45,9 @@ std::string check_allreduce(qcclComm_t comm, const Rank& me, qcclDataType_t t, q
 TEST_P(Collectives, AllReduceEveryTypeOpAndSizeOnOneToFourRanks) {
   for (int n = 1; n <= 4; ++n) {
     auto r = run_ranks(n, [](const Rank& me) {
-      for (const char* algo : {"ring", "rd"}) {
-        qcclComm_t comm = me.init(algo[0] == 'r' && algo[1] == 'i' ? 0 : 1, algo);
+      for (int ai = 0; ai < 3; ++ai) {
+        const char* algo = kAllReduceAlgos[ai];
+        qcclComm_t comm = me.init(ai, algo);
         for (auto t : kAllTypes)
           for (auto op : kAllOps)
             for (size_t count : kSizes)
@@ -61,8 +64,9 @@ TEST_P(Collectives, AllReduceEveryTypeOpAndSizeOnOneToFourRanks) {
 
 TEST_P(Collectives, AllReduceOnEightRanks) {
   auto r = run_ranks(8, [](const Rank& me) {
-    for (const char* algo : {"ring", "rd"}) {
-      qcclComm_t comm = me.init(algo[1] == 'i' ? 0 : 1, algo);
+    for (int ai = 0; ai < 3; ++ai) {
+      const char* algo = kAllReduceAlgos[ai];
+      qcclComm_t comm = me.init(ai, algo);
       for (auto t : {qcclFloat32, qcclBfloat16, qcclInt64})
         for (auto op : {qcclSum, qcclMax, qcclAvg})
           for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(65537)}) {
@@ -303,8 +307,9 @@ TEST_P(Collectives, SplitByColorOrderedByKey) {
 TEST_P(Collectives, FloatResultsAreBitIdenticalAcrossRanks) {
   for (int n : {3, 4}) {
     auto r = run_ranks(n, [](const Rank& me) {
-      for (const char* algo : {"ring", "rd"}) {
-        qcclComm_t comm = me.init(algo[1] == 'i' ? 0 : 1, algo);
+      for (int ai = 0; ai < 3; ++ai) {
+        const char* algo = kAllReduceAlgos[ai];
+        qcclComm_t comm = me.init(ai, algo);
         for (auto t : {qcclFloat32, qcclFloat16, qcclBfloat16, qcclFloat64}) {
           size_t count = 4099;
           std::vector<char> in(count * 8), out(count * 8);

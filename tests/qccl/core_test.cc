@@ -108,13 +108,18 @@ TEST(SockAddr, BadAddressesSayWhatIsWrong) {
 
 TEST(CostModel, SmallMessagesUseRecursiveDoublingLargeUseRing) {
   CostModel shm = CostModel::for_transport("shm");
-  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 4, 64), Algo::kRecursiveDoubling);
+  // Tiny messages: all pairs up to 8 ranks (one latency), doubling from 16.
+  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 4, 64), Algo::kAllPairs);
+  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 8, 8), Algo::kAllPairs);
+  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 16, 64), Algo::kRecursiveDoubling);
+  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 2, 64), Algo::kRecursiveDoubling);
+  EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 4, 16384), Algo::kRecursiveDoubling);
   EXPECT_EQ(choose(shm, "auto", Coll::kAllReduce, 4, 64 << 20), Algo::kRing);
   EXPECT_EQ(choose(shm, "auto", Coll::kBroadcast, 8, 8), Algo::kTree);
   EXPECT_EQ(choose(shm, "auto", Coll::kBroadcast, 8, 64 << 20), Algo::kChain);
   EXPECT_EQ(choose(shm, "ring", Coll::kAllReduce, 4, 8), Algo::kRing);
   // A forced algorithm that does not apply to the collective falls back to the model.
-  EXPECT_EQ(choose(shm, "tree", Coll::kAllReduce, 4, 8), Algo::kRecursiveDoubling);
+  EXPECT_EQ(choose(shm, "tree", Coll::kAllReduce, 4, 8), Algo::kAllPairs);
   EXPECT_THROW(choose(shm, "fastest", Coll::kAllReduce, 4, 8), qk::ValueError);
 }
 

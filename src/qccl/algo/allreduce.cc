@@ -3,6 +3,7 @@
 // rank order) for small ones. See Note [bit-identical results] in
 // collectives.h and Note [ring order] in ring_order.h.
 #include <cstring>
+#include <vector>
 
 #include "qccl/algo/collectives.h"
 #include "qccl/algo/cost_model.h"
@@ -85,6 +86,27 @@ void recursive_doubling(Call& call, const char* send, char* recv, size_t count, 
   }
 }
 
+// Every rank sends its buffer to every other and reduces all n in rank
+// order: one round of latency instead of log2(n), for tiny messages.
+void all_pairs(Call& call, const char* send, char* recv, size_t count, size_t es) {
+  qcclComm& c = call.comm;
+  const int n = c.nranks, r = c.rank;
+  const size_t bytes = count * es;
+  char* slots = scratch(c, bytes * n);
+  thread_local std::vector<Xfer> xs;
+  xs.clear();
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    xs.push_back(Xfer::send(p, send, bytes));
+    xs.push_back(Xfer::recv(p, slots + p * bytes, bytes));
+  }
+  run(call, xs);
+  std::memcpy(slots + r * bytes, send, bytes);
+  reduce(recv, slots, slots + bytes, count, call.dtype, call.op);
+  for (int p = 2; p < n; ++p) reduce(recv, recv, slots + p * bytes, count, call.dtype, call.op);
+  if (call.op == qcclAvg) finish_avg(recv, count, call.dtype, n);
+}
+
 }  // namespace
 
 void all_reduce(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt,
@@ -115,6 +137,8 @@ void all_reduce(qcclComm& c, const void* send, void* recv, size_t count, qcclDat
     QCCL_INFO("COLL", "allreduce #{}: buffers shared on every rank, went direct", call.seq);
   } else if (a == Algo::kRecursiveDoubling) {
     recursive_doubling(call, s, r, count, es);
+  } else if (a == Algo::kAllPairs) {
+    all_pairs(call, s, r, count, es);
   } else {
     if (forced_direct) c.fr.set_algo(call.fr_slot, "ring");  // some rank's buffers are not shared
     ring(call, s, r, count, es);

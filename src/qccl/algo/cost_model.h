@@ -18,7 +18,7 @@
 
 namespace qccl {
 
-enum class Algo { kRing, kRecursiveDoubling, kTree, kChain, kHierarchical, kDirect };
+enum class Algo { kRing, kRecursiveDoubling, kTree, kChain, kHierarchical, kDirect, kAllPairs };
 enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll };
 
 const char* algo_name(Algo a);
