@@ -76,7 +76,7 @@ void max_pool_k2s2_bf16_row(const uint16_t* x0, const uint16_t* x1, uint16_t* yr
 // known false positive about the intrinsics' undefined pass-through operand).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f,avx512bw")))
+__attribute__((target("avx512f,avx512bw,avx512vl")))
 void max_pool_k2s2_bf16_avx512(const uint16_t* xp, uint16_t* yp, int64_t* ip, int64_t ho, int64_t wo,
                                int64_t w) {
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -128,7 +128,8 @@ void max_pool_k2s2_bf16_avx512(const uint16_t* xp, uint16_t* yp, int64_t* ip, in
 void max_pool_k2s2_bf16(const uint16_t* xp, uint16_t* yp, int64_t* ip, int64_t ho, int64_t wo,
                         int64_t w) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl");
   if (avx512) return max_pool_k2s2_bf16_avx512(xp, yp, ip, ho, wo, w);
 #endif
   for (int64_t oh = 0; oh < ho; ++oh) {
