@@ -497,7 +497,7 @@ void setup_perf(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--np", o->np, "Fork this many ranks here (default: from the launcher, else 1)");
   app.add_option("--transport", o->transport, "auto, shm or tcp (default: QCCL_TRANSPORT)");
-  app.add_option("--algo", o->algo, "auto, ring, rd, tree or chain (default: QCCL_ALGO)");
+  app.add_option("--algo", o->algo, "auto, ring, rd, pairs, tree, chain, direct or hierarchical (default: QCCL_ALGO)");
   app.add_option("--timeout", o->timeout_s, "Deadline of every wait in seconds (default: QCCL_TIMEOUT_S)");
   app.callback([o] { run_perf(*o); });
 }
