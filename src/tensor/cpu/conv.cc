@@ -160,7 +160,7 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const ops
         // the weights, 2x the whole batch-1 latency of ResNet.
         const int64_t o = w.size(0);
         wk = ops::mul(w, ops::reshape(scale, {o, 1, 1, 1}));
-        bk = b.defined() ? ops::add(ops::mul(b, scale), shift) : ops::contiguous(shift);
+        bk = b.defined() ? ops::add(ops::mul(b, scale), shift) : shift;
         epi.scale = epi.shift = Tensor();
       }
       Tensor y = onednn::conv2d_forward_fused(x, wk, bk, g, onednn::Layout::blocked, epi);

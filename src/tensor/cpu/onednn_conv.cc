@@ -388,27 +388,7 @@ bool winograd_applies(const ConvGeom& g, DType dt) {
 
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g,
                       Layout layout) {
-  const DType dt = x.dtype();
-  QK_INTERNAL_ASSERT(supports(dt) && w.dtype() == dt && (!b.defined() || b.dtype() == dt));
-  Tensor y = empty({g.n, g.o, g.ho, g.wo}, TensorOptions(dt).device(x.device()));
-  if (y.numel() == 0) return y;
-  try {
-    Entry& e = entry(g, dt, Kind::forward, layout, b.defined());
-    Entry::Use use(e);
-    set_threads();
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src.in(x.raw_data())},
-                                         {DNNL_ARG_WEIGHTS, e.wei.in(w.raw_data())},
-                                         {DNNL_ARG_DST, e.dst.out(y.raw_data())}};
-    if (b.defined())
-      args.emplace(DNNL_ARG_BIAS,
-                   memory(md({g.o}, Tag::x, dnnl_type(dt)), runtime()->engine, b.raw_data()));
-    run(e.prim, e.pad, args);
-    e.dst.finish(y.raw_data());
-    runtime()->stream.wait();
-  } catch (const dnnl::error& err) {
-    rethrow(err, "conv2d", g);
-  }
-  return y;
+  return conv2d_forward_fused(x, w, b, g, layout, Epilogue{});
 }
 
 Tensor conv2d_forward_fused(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g,
@@ -416,12 +396,11 @@ Tensor conv2d_forward_fused(const Tensor& x, const Tensor& w, const Tensor& b, c
   const DType dt = x.dtype();
   QK_INTERNAL_ASSERT(supports(dt) && w.dtype() == dt && (!b.defined() || b.dtype() == dt));
   const int64_t bits = epi_bits(epi);
-  if (bits == 0) return conv2d_forward(x, w, b, g, layout);
   Tensor y = empty({g.n, g.o, g.ho, g.wo}, TensorOptions(dt).device(x.device()));
   if (y.numel() == 0) return y;
   try {
     Entry& e = entry(g, dt, Kind::forward, layout, b.defined(), bits);
-    if (!e.prim) return Tensor();
+    if (!e.prim) return Tensor();  // no kernel for this fusion (build() throws without one)
     Entry::Use use(e);
     set_threads();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, e.src.in(x.raw_data())},
@@ -441,7 +420,7 @@ Tensor conv2d_forward_fused(const Tensor& x, const Tensor& w, const Tensor& b, c
     e.dst.finish(y.raw_data());
     runtime()->stream.wait();
   } catch (const dnnl::error& err) {
-    rethrow(err, "conv2d (fused)", g);
+    rethrow(err, bits ? "conv2d (fused)" : "conv2d", g);
   }
   return y;
 }

@@ -2,11 +2,10 @@
 #include "tensor/cpu/pool.h"
 
 #include <algorithm>
-#include <bit>
-#include <cstdint>
-#include <type_traits>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -48,29 +47,11 @@ inline int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {
   return ((o + 1) * in + out - 1) / out;
 }
 
-}  // namespace
-
 // The 2x2/stride-2 window on bf16 bits: widening is a shift and the result
-// is one of the inputs, so it works on raw uint16 and floats. GCC keeps even
-// that branchy and scalar (SimpleCNN bf16 training: max_pool2d was 22% of
-// the step, ~14 ns per output), so AVX-512 does 16 outputs at a time where
-// the CPU has it. Same choice as the generic loop: the first maximum, or the
-// last NaN.
-void max_pool_k2s2_bf16_row(const uint16_t* x0, const uint16_t* x1, uint16_t* yrow, int64_t* irow,
-                            int64_t from, int64_t wo, int64_t r0, int64_t r1) {
-  auto widen = [](uint16_t u) { return std::bit_cast<float>(static_cast<uint32_t>(u) << 16); };
-  for (int64_t ow = from; ow < wo; ++ow) {
-    const uint16_t ua = x0[2 * ow], ub = x0[2 * ow + 1], uc = x1[2 * ow], ud = x1[2 * ow + 1];
-    const float a = widen(ua), b = widen(ub), c = widen(uc), d = widen(ud);
-    const bool take_b = b > a || b != b;
-    const bool take_d = d > c || d != d;
-    const float top = take_b ? b : a, bottom = take_d ? d : c;
-    const bool take_bottom = bottom > top || bottom != bottom;
-    yrow[ow] = take_bottom ? (take_d ? ud : uc) : (take_b ? ub : ua);
-    irow[ow] = take_bottom ? r1 + 2 * ow + take_d : r0 + 2 * ow + take_b;
-  }
-}
-
+// is one of the inputs. GCC keeps the generic loop branchy and scalar for
+// bf16 (SimpleCNN bf16 training: max_pool2d was 22% of the step, ~14 ns per
+// output), so AVX-512 does 16 outputs at a time where the CPU has it, with
+// the same choice as the generic loop: the first maximum, or the last NaN.
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12 warns inside its own AVX-512 headers under a target attribute (a
 // known false positive about the intrinsics' undefined pass-through operand).
@@ -125,18 +106,23 @@ void max_pool_k2s2_bf16_avx512(const uint16_t* xp, uint16_t* yp, int64_t* ip, in
 #pragma GCC diagnostic pop
 #endif
 
-void max_pool_k2s2_bf16(const uint16_t* xp, uint16_t* yp, int64_t* ip, int64_t ho, int64_t wo,
+// Runs the AVX-512 path and returns true where the CPU has it; false: the
+// caller's generic loop does the plane.
+bool max_pool_k2s2_bf16(const uint16_t* xp, uint16_t* yp, int64_t* ip, int64_t ho, int64_t wo,
                         int64_t w) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                             __builtin_cpu_supports("avx512vl");
-  if (avx512) return max_pool_k2s2_bf16_avx512(xp, yp, ip, ho, wo, w);
-#endif
-  for (int64_t oh = 0; oh < ho; ++oh) {
-    const int64_t r0 = 2 * oh * w;
-    max_pool_k2s2_bf16_row(xp + r0, xp + r0 + w, yp + oh * wo, ip + oh * wo, 0, wo, r0, r0 + w);
+  if (avx512) {
+    max_pool_k2s2_bf16_avx512(xp, yp, ip, ho, wo, w);
+    return true;
   }
+#endif
+  (void)xp, (void)yp, (void)ip, (void)ho, (void)wo, (void)w;
+  return false;
 }
+
+}  // namespace
 
 std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const ops::Pool2dParams& p, int64_t ho,
                                      int64_t wo) {
@@ -164,9 +150,9 @@ std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const ops::Pool2dParams& p
         // (c, d), then the two winners. It picks exactly what the sequential
         // scan below picks: the first maximum, or the last NaN.
         if constexpr (std::is_same_v<T, BFloat16>) {
-          max_pool_k2s2_bf16(reinterpret_cast<const uint16_t*>(xp), reinterpret_cast<uint16_t*>(yp), ip,
-                             ho, wo, w);
-          return;
+          if (max_pool_k2s2_bf16(reinterpret_cast<const uint16_t*>(xp), reinterpret_cast<uint16_t*>(yp),
+                                 ip, ho, wo, w))
+            return;
         }
         for (int64_t oh = 0; oh < ho; ++oh) {
           const int64_t r0 = 2 * oh * w, r1 = r0 + w;
