@@ -110,42 +110,23 @@ using qccl::check::set;
 using qccl::check::value;
 
 // ---- one rank ---------------------------------------------------------------
-// A benchmark buffer: plain memory, or (-R 1, like nccl-tests' buffer
-// registration) a qcclMemAlloc allocation the other ranks can map.
-class PerfBuffer {
- public:
-  PerfBuffer() = default;
-  ~PerfBuffer() { release(); }
-  PerfBuffer(const PerfBuffer&) = delete;
-  PerfBuffer& operator=(const PerfBuffer&) = delete;
-  void allocate(size_t bytes, bool shared) {
-    release();
-    if (shared) {
-      void* p = nullptr;
-      qcclResult_t rc = qcclMemAlloc(&p, bytes);
-      QK_CHECK_AS(IoError, rc == qcclSuccess, "qcclMemAlloc of ", bytes, " bytes failed: ",
-                  qcclGetLastError(nullptr));
-      p_ = static_cast<char*>(p);
-      shared_ = true;
-    } else {
-      p_ = static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-      QK_CHECK_AS(IoError, p_ != nullptr, "out of memory allocating ", bytes, " bytes");
-    }
-    std::memset(p_, 0, bytes);
+// A benchmark buffer, zeroed (pages faulted in): plain memory, or (-R 1, like
+// nccl-tests' buffer registration) a qcclMemAlloc allocation the other ranks
+// on the host can map.
+using PerfBuffer = std::unique_ptr<char, void (*)(char*)>;
+PerfBuffer perf_buffer(size_t bytes, bool shared) {
+  void* p = nullptr;
+  if (shared) {
+    QK_CHECK_AS(IoError, qcclMemAlloc(&p, bytes) == qcclSuccess, "qcclMemAlloc of ", bytes,
+                " bytes failed: ", qcclGetLastError(nullptr));
+  } else {
+    p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    QK_CHECK_AS(IoError, p != nullptr, "out of memory allocating ", bytes, " bytes");
   }
-  char* data() const { return p_; }
-
- private:
-  void release() {
-    if (!p_) return;
-    if (shared_) qcclMemFree(p_);
-    else std::free(p_);
-    p_ = nullptr;
-    shared_ = false;
-  }
-  char* p_ = nullptr;
-  bool shared_ = false;
-};
+  std::memset(p, 0, bytes);
+  return PerfBuffer(static_cast<char*>(p), shared ? [](char* q) { qcclMemFree(q); }
+                                                  : [](char* q) { std::free(q); });
+}
 
 struct Bench {
   const CollInfo& ci;
@@ -155,7 +136,7 @@ struct Bench {
   qcclDataType_t t;
   qcclRedOp_t op;
   size_t es;
-  PerfBuffer sendbuf, recvbuf;
+  PerfBuffer sendbuf{nullptr, nullptr}, recvbuf{nullptr, nullptr};
 
   // Counts per call for a "size" in bytes (nccl-tests: size is the largest buffer).
   size_t count_for(size_t size) const {
@@ -180,8 +161,8 @@ struct Bench {
   }
 
   void call(size_t count, bool in_place) {
-    char* s = sendbuf.data();
-    char* r = recvbuf.data();
+    char* s = sendbuf.get();
+    char* r = recvbuf.get();
     size_t blk = count * es;
     qcclResult_t rc = qcclSuccess;
     switch (ci.coll) {
@@ -210,8 +191,8 @@ struct Bench {
 
   // Fills inputs, runs once, returns the number of wrong elements on this rank.
   int64_t check_once(size_t count, bool in_place) {
-    char* s = sendbuf.data();
-    char* r = recvbuf.data();
+    char* s = sendbuf.get();
+    char* r = recvbuf.get();
     size_t blk = count * es;
     switch (ci.coll) {
       case Coll::kAllReduce:
@@ -307,13 +288,13 @@ int run_rank(const PerfOptions& o, const CollInfo& ci, const qcclUniqueId& id, i
   QK_CHECK_AS(IoError, rc == qcclSuccess, "rank ", rank, ": qccl init failed: ", qcclGetErrorString(rc),
               ": ", qcclGetLastError(nullptr));
   qcclDataType_t t = parse_dtype(o.dtype_s);
-  Bench b{ci, o, comm, rank, n, t, parse_op(o.op_s), qccl::dtype_size(t), {}, {}};
+  Bench b{ci, o, comm, rank, n, t, parse_op(o.op_s), qccl::dtype_size(t)};
   size_t lo = parse_size(o.min_s), hi = parse_size(o.max_s);
   QK_CHECK(lo <= hi, "-b ", o.min_s, " is larger than -e ", o.max_s);
   QK_CHECK(o.factor > 1.0, "-f: expected a factor > 1, got ", o.factor);
   QK_CHECK(o.root >= 0 && o.root < n, "-r: expected a root in [0, ", n, "), got ", o.root);
-  b.sendbuf.allocate(hi + 64, o.registered != 0);
-  b.recvbuf.allocate(hi + 64, o.registered != 0);
+  b.sendbuf = perf_buffer(hi + 64, o.registered != 0);
+  b.recvbuf = perf_buffer(hi + 64, o.registered != 0);
   bool show = rank == 0;
   if (show) {
     fmt::print("# qk perf {}: nranks {}, transport {}, algo {}, minBytes {} maxBytes {} step {}x "

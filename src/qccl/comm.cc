@@ -245,7 +245,6 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
   c->cost.use_slowest(n_shm > 0, n_tcp > 0);
   topo::attach(*c);  // hosts, topology-aware rings, hierarchical plan
   if (cost_model_measured()) measure_cost_model(*c);  // along that ring
-  for (auto& choice : c->last_choice) choice = {};  // from now on the model is fixed
   const CostModel& m = c->cost;
   QCCL_INFO("INIT", "comm '{}' rank {} of {} ready in {:.1f} ms: {} peers via shm, {} via tcp; "
             "timeout {} s; cost model ({}) shm {:.2f} us + {:.2f} GB/s, tcp {:.2f} us + {:.2f} GB/s; "

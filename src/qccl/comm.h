@@ -36,13 +36,14 @@ struct qcclComm {
   std::vector<std::unique_ptr<qccl::Conn>> conns;  // [rank]; null for self
   qccl::CostModel cost;
   std::string algo = "auto";
-  // The last choice per collective (cost and algo are fixed after init, and
-  // a training loop repeats its sizes): choose() costs ~5% of an 8-byte call.
+  // The last choice per collective (cost and algo are set during init, before
+  // any collective, and a training loop repeats its sizes): choose() costs ~5%
+  // of an 8-byte call.
   struct AlgoChoice {
     size_t bytes = SIZE_MAX;
     qccl::Algo algo = qccl::Algo::kRing;
   };
-  AlgoChoice last_choice[6];
+  AlgoChoice last_choice[qccl::kNumColls];
   std::shared_ptr<const qccl::topo::CommTopo> topo;  // hosts, rings, hierarchical plan
   size_t cma_min_bytes = 256 << 10;  // messages this large go single-copy where possible
   double spin_us = 0;  // waits spin this long before yielding the core (QCCL_SPIN_US)

@@ -16,9 +16,6 @@
 namespace qccl_test {
 namespace {
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 class Faults : public ::testing::TestWithParam<const char*> {};
 
@@ -31,22 +28,17 @@ TEST_P(Faults, KillNineMidAllReduceGivesEveryoneAnErrorNamingAPeer) {
   auto r = run_ranks(4, [dir](const Rank& me) {
     qcclComm_t comm = me.init();
     std::vector<float> buf(1 << 18, 1.0f);  // 1 MiB
-    if (me.rank == 2) {
-      std::thread([] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        ::raise(SIGKILL);
-      }).detach();
-    }
+    if (me.rank == 2) sigkill_self_after(300);
     auto t0 = std::chrono::steady_clock::now();
     qcclResult_t rc = qcclSuccess;
-    while (rc == qcclSuccess && since(t0) < 15)
+    while (rc == qcclSuccess && seconds_since(t0) < 15)
       rc = qcclAllReduce(buf.data(), buf.data(), buf.size(), qcclFloat32, qcclSum, comm, nullptr);
     REQUIRE(rc == qcclRemoteError || rc == qcclTimeout, "expected an error after rank 2 died, got ",
             qcclGetErrorString(rc));
     std::string msg = qcclGetLastError(comm);
     REQUIRE(std::regex_search(msg, std::regex("rank [0-9]")), "error names no peer: ", msg);
     std::ofstream(dir + "/" + std::to_string(me.rank)) << msg;
-    REQUIRE(since(t0) < 15, "error took ", since(t0), " s");
+    REQUIRE(seconds_since(t0) < 15, "error took ", seconds_since(t0), " s");
     qcclResult_t async = qcclSuccess;
     REQUIRE_OK(qcclCommGetAsyncError(comm, &async));
     REQUIRE(async == rc, "async error ", qcclGetErrorString(async));
@@ -94,7 +86,7 @@ TEST_P(Faults, TimeoutNamesTheStalledPeerAndDumpsTheFlightRecorder) {
     }
     auto t0 = std::chrono::steady_clock::now();
     qcclResult_t rc = qcclAllReduce(&v, &out, 1, qcclInt32, qcclSum, comm, nullptr);
-    double t = since(t0);
+    double t = seconds_since(t0);
     REQUIRE(rc == qcclTimeout, "expected qcclTimeout, got ", qcclGetErrorString(rc));
     REQUIRE(t >= 1.4 && t < 4.5, "timed out after ", t, " s; the deadline was 1.5 s");
     std::string msg = qcclGetLastError(comm);
@@ -130,7 +122,7 @@ TEST_P(Faults, AbortUnblocksAPendingCallAtOnce) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     auto t0 = std::chrono::steady_clock::now();
     REQUIRE_OK(qcclCommAbort(comm));
-    double abort_s = since(t0);
+    double abort_s = seconds_since(t0);
     t.join();
     REQUIRE(rc != qcclSuccess, "the pending all-reduce must fail");
     REQUIRE(abort_s < 2.0, "qcclCommAbort took ", abort_s, " s");  // the deadline is 30 s
@@ -224,7 +216,7 @@ TEST(Bootstrap, InitTimesOutWhenARankNeverJoins) {
   auto t0 = std::chrono::steady_clock::now();
   qcclResult_t rc = qcclCommInitRankConfig(&comm, 2, id, 0, &cfg);
   EXPECT_EQ(rc, qcclTimeout) << qcclGetLastError(nullptr);
-  EXPECT_LT(since(t0), 3.0);
+  EXPECT_LT(seconds_since(t0), 3.0);
   EXPECT_EQ(comm, nullptr);
   EXPECT_NE(std::string(qcclGetLastError(nullptr)).find("bootstrap root"), std::string::npos)
       << qcclGetLastError(nullptr);

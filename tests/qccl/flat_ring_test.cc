@@ -154,18 +154,24 @@ void check_ring_collectives(qcclComm_t ring, qcclComm_t chain, const Rank& me) {
     }
 }
 
+// Two communicators (ring and chain forced, ids 0 and 1) on the ring `want`;
+// every ring collective on them (check_ring_collectives).
+void check_ring_and_chain(const Rank& me, const std::vector<int>& want) {
+  qcclComm_t ring = me.init(0, "ring");
+  qcclComm_t chain = me.init(1, "chain");
+  REQUIRE(ring->topo->ring == want, "ring ", ring->topo->format_ring());
+  REQUIRE(chain->topo->ring == want, "chain ring ", chain->topo->format_ring());
+  check_ring_collectives(ring, chain, me);
+  REQUIRE_OK(qcclCommDestroy(ring));
+  REQUIRE_OK(qcclCommDestroy(chain));
+}
+
 TEST(FlatRing, FollowsTheTopologyFileRing) {
   auto r = run_ranks(4, [](const Rank& me) {
     ::setenv("QCCL_TOPO_FILE", kCrossed.c_str(), 1);
     ::unsetenv("QCCL_HOST_ID");
-    qcclComm_t ring = me.init(0, "ring");
-    qcclComm_t chain = me.init(1, "chain");
     // The fixture's ring (qk topo --ring --file crossed_pairs_4.json).
-    REQUIRE(ring->topo->ring == (std::vector<int>{0, 2, 1, 3}), "ring ", ring->topo->format_ring());
-    REQUIRE(chain->topo->ring == ring->topo->ring, "chain ring ", chain->topo->format_ring());
-    check_ring_collectives(ring, chain, me);
-    REQUIRE_OK(qcclCommDestroy(ring));
-    REQUIRE_OK(qcclCommDestroy(chain));
+    check_ring_and_chain(me, {0, 2, 1, 3});
   }, two_ids());
   EXPECT_TRUE(r.ok()) << r.summary();
 }
@@ -176,12 +182,7 @@ TEST(FlatRing, FollowsHostsOnThreeRanks) {
   auto r = run_ranks(3, [](const Rank& me) {
     ::unsetenv("QCCL_TOPO_FILE");
     ::setenv("QCCL_HOST_ID", me.rank == 1 ? "b" : "a", 1);
-    qcclComm_t ring = me.init(0, "ring");
-    qcclComm_t chain = me.init(1, "chain");
-    REQUIRE(ring->topo->ring == (std::vector<int>{0, 2, 1}), "ring ", ring->topo->format_ring());
-    check_ring_collectives(ring, chain, me);
-    REQUIRE_OK(qcclCommDestroy(ring));
-    REQUIRE_OK(qcclCommDestroy(chain));
+    check_ring_and_chain(me, {0, 2, 1});
   }, two_ids());
   EXPECT_TRUE(r.ok()) << r.summary();
 }

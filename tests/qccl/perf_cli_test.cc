@@ -42,6 +42,17 @@ TEST_F(PerfCli, AllReduceOnThreeRanksChecksAndPrintsBusBandwidth) {
       << r.out;
 }
 
+// -R 1: the buffers come from qcclMemAlloc, and the all-reduces from 64 KiB go
+// direct (the INFO line says so) and check out.
+TEST_F(PerfCli, RegisteredBuffersGoDirect) {
+  QkRun r = qk("perf all_reduce --np 2 -b 64K -e 1M -f 4 -n 2 -w 1 -R 1",
+               "QCCL_DEBUG=INFO QCCL_DEBUG_SUBSYS=COLL");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("buffers qcclMemAlloc"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("went direct"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << r.out;
+}
+
 TEST_F(PerfCli, EveryCollectiveRunsOverTcpWithHalf) {
   for (const char* c : {"broadcast", "reduce", "all_gather", "reduce_scatter", "alltoall"}) {
     QkRun r = qk(std::string("perf ") + c + " --np 2 -b 64 -e 4K -f 8 -n 1 -w 0 -d half -o max -r 1",

@@ -35,6 +35,19 @@ std::string cat(const A&... a) {
   return os.str();
 }
 
+// Seconds since t0 (the fault tests bound how long an error may take).
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// This rank dies by SIGKILL after `ms`, wherever it is then (mid-collective).
+inline void sigkill_self_after(int ms) {
+  std::thread([ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    ::raise(SIGKILL);
+  }).detach();
+}
+
 // Fails the rank (the parent reports the message).
 #define REQUIRE(cond, ...)                                                                   \
   do {                                                                                       \

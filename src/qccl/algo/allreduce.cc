@@ -101,6 +101,8 @@ void all_pairs(Call& call, const char* send, char* recv, size_t count, size_t es
     xs.push_back(Xfer::recv(p, slots + p * bytes, bytes));
   }
   run(call, xs);
+  // Our own input goes to its slot too: in place, recv is written before
+  // the reduction reaches our rank.
   std::memcpy(slots + r * bytes, send, bytes);
   reduce(recv, slots, slots + bytes, count, call.dtype, call.op);
   for (int p = 2; p < n; ++p) reduce(recv, recv, slots + p * bytes, count, call.dtype, call.op);

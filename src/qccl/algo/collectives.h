@@ -7,8 +7,8 @@
 // chain, hierarchical, direct), has both partners of an exchange compute
 // op(lower rank's value, higher rank's value) (recursive doubling), or has
 // every rank reduce all inputs in rank order (all pairs), so all ranks end
-// with the same bits, including for floating point, +0/-0 and NaN payloads. The ring and chain orders follow the communicator's
-// topology-aware ring (Note [ring order] in ring_order.h), rank 0's, which
+// with the same bits, including for floating point, +0/-0 and NaN payloads.
+// The ring and chain orders follow the communicator's topology-aware ring (Note [ring order] in ring_order.h), rank 0's, which
 // every rank takes at init; so a different ring (another QCCL_TOPO_FILE,
 // other hosts) may change the last bits of an inexact float sum from one job
 // to the next, never between the ranks of one.

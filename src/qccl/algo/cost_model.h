@@ -20,6 +20,7 @@ namespace qccl {
 
 enum class Algo { kRing, kRecursiveDoubling, kTree, kChain, kHierarchical, kDirect, kAllPairs };
 enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll };
+constexpr int kNumColls = static_cast<int>(Coll::kAllToAll) + 1;
 
 const char* algo_name(Algo a);
 // Parses QCCL_ALGO's value; returns false for "auto".

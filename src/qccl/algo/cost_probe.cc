@@ -110,54 +110,40 @@ double reduce_gbps(char* buf) {
   return n * sizeof(float) / std::max(best, 1e-3) / 1e3;
 }
 
-void agree(Call& call, Figures* f) {
+// Every rank ends with the element-wise max over all ranks of v[0..n): rank 0
+// hears from all, then answers all. With nothing to agree on, a barrier.
+void agree_max(Call& call, double* v, size_t n) {
   qcclComm& c = call.comm;
-  constexpr size_t kN = sizeof(Figures) / sizeof(double);
-  auto* mine = reinterpret_cast<double*>(f);
+  const size_t bytes = n * sizeof(double);
   if (c.rank != 0) {
-    send_to(call, 0, f, sizeof *f);
-    recv_from(call, 0, f, sizeof *f);
+    send_to(call, 0, v, bytes);
+    recv_from(call, 0, v, bytes);
     return;
   }
-  std::vector<Figures> all(c.nranks);
+  std::vector<double> all(c.nranks * n);
   std::vector<Xfer> xs;
   for (int p = 1; p < c.nranks; ++p) {
-    xs.push_back(Xfer::recv(p, &all[p], sizeof(Figures)));
+    xs.push_back(Xfer::recv(p, all.data() + p * n, bytes));
     xs.back().seq = c.p2p_recv_seq[p]++;
   }
   run(call, xs);
   for (int p = 1; p < c.nranks; ++p)
-    for (size_t i = 0; i < kN; ++i) mine[i] = std::max(mine[i], reinterpret_cast<double*>(&all[p])[i]);
+    for (size_t i = 0; i < n; ++i) v[i] = std::max(v[i], all[p * n + i]);
   xs.clear();
   for (int p = 1; p < c.nranks; ++p) {
-    xs.push_back(Xfer::send(p, f, sizeof *f));
+    xs.push_back(Xfer::send(p, v, bytes));
     xs.back().seq = c.p2p_send_seq[p]++;
   }
   run(call, xs);
 }
 
-// Every rank waits for every other: rank 0 hears from all, then answers all.
+void agree(Call& call, Figures* f) {
+  agree_max(call, reinterpret_cast<double*>(f), sizeof(Figures) / sizeof(double));
+}
+
 void barrier(Call& call) {
-  qcclComm& c = call.comm;
-  uint64_t word = 0;
-  if (c.rank != 0) {
-    send_to(call, 0, &word, sizeof word);
-    recv_from(call, 0, &word, sizeof word);
-    return;
-  }
-  std::vector<uint64_t> words(c.nranks);
-  std::vector<Xfer> xs;
-  for (int p = 1; p < c.nranks; ++p) {
-    xs.push_back(Xfer::recv(p, &words[p], sizeof word));
-    xs.back().seq = c.p2p_recv_seq[p]++;
-  }
-  run(call, xs);
-  xs.clear();
-  for (int p = 1; p < c.nranks; ++p) {
-    xs.push_back(Xfer::send(p, &word, sizeof word));
-    xs.back().seq = c.p2p_send_seq[p]++;
-  }
-  run(call, xs);
+  double none = 0;
+  agree_max(call, &none, 1);
 }
 
 }  // namespace

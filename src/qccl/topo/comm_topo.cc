@@ -119,9 +119,7 @@ void agree_on_ring(qcclComm& c, CommTopo& t) {
   t.ring.assign(ring.begin(), ring.end());
   for (int i = 0; i < n; ++i)
     t.hop[i] = t.host_of[t.ring[i]] == t.host_of[t.ring[(i + 1) % n]] ? "SHM" : "NET";
-  std::vector<std::vector<int>> by_host;  // in host order, as plan_hierarchical expects
-  for (int h = 0; h < t.nhosts; ++h) by_host.push_back(rings[h]);
-  t.plan = plan_hierarchical(t.host_of, by_host);
+  t.plan = plan_hierarchical(t.host_of, rings);  // per host, in host order
   t.devices += " (ring: rank 0's)";
 }
 

@@ -286,21 +286,22 @@ std::unique_ptr<Conn> make_shm_conn(int my_rank, int peer, std::string peer_name
                   " has a bad header (magic/version/size); mixed qccl versions?");
       peer_base = msg.base;
     }
-    // Single copy only when both sides may read each other.
-    char mine = want_cma && cma_probe(peer_pid, peer_base) ? 1 : 0, theirs = 0;
-    send_all(ctl.get(), &mine, 1, dl, peer_name);
-    recv_all(ctl.get(), &theirs, 1, dl, peer_name);
-    cma = mine == 1 && theirs == 1;
-    // Shared buffers (qcclMemAlloc) only when both sides may map each other's.
-    // Our probe lives until the peer's answer says it is done with it.
+    // Each side says what it could do; a feature is on only where both can.
+    auto both = [&](bool mine) {
+      char m = mine ? 1 : 0, theirs = 0;
+      send_all(ctl.get(), &m, 1, dl, peer_name);
+      recv_all(ctl.get(), &theirs, 1, dl, peer_name);
+      return mine && theirs == 1;
+    };
+    // Single copy: both sides may read each other.
+    cma = both(want_cma && cma_probe(peer_pid, peer_base));
+    // Shared buffers (qcclMemAlloc): both sides may map each other's. Our
+    // probe lives until the peer's answer says it is done with it.
     SharedProbe probe;
     SharedRef their_probe;
     send_all(ctl.get(), &probe.ref, sizeof probe.ref, dl, peer_name);
     recv_all(ctl.get(), &their_probe, sizeof their_probe, dl, peer_name);
-    char can = can_map_peer(peer_pid, their_probe) ? 1 : 0, they_can = 0;
-    send_all(ctl.get(), &can, 1, dl, peer_name);
-    recv_all(ctl.get(), &they_can, 1, dl, peer_name);
-    maps = can == 1 && they_can == 1;
+    maps = both(can_map_peer(peer_pid, their_probe));
   } catch (...) {
     if (creator) ::shm_unlink(msg.name);
     ::munmap(base, msg.bytes);
