@@ -3,7 +3,6 @@
 include(CMakeFindDependencyMacro)
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
-find_package(spdlog REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)

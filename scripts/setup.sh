@@ -8,15 +8,18 @@ PACKAGES=(
   # toolchain
   g++ cmake ninja-build pkg-config git
   # base layer
-  libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
   # tensor kernels
   libopenblas-dev liblapacke-dev libdnnl-dev
+  # oneDNN's CMake config requires OpenCL; Debian's libdnnl-dev only recommends it
+  ocl-icd-opencl-dev
   # collectives, topology, HPC
   libopenmpi-dev openmpi-bin libhwloc-dev iproute2
   # data, downloads, plots; SentencePiece models (spm_train/spm_encode are the tests' reference)
   libcurl4-openssl-dev libssl-dev libarchive-dev libcairo2-dev libsentencepiece-dev sentencepiece
   # libFuzzer targets of the data parsers (fuzz/run.sh)
-  clang
+  # (clang alone does not pull libFuzzer and the sanitizer runtimes without recommends)
+  clang libclang-rt-14-dev
   # tests and benchmarks (PyTorch is the reference and the peer)
   libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy
   # the PyTorch peer runs 2 threads well only on the OpenMP OpenBLAS (LD_LIBRARY_PATH)
