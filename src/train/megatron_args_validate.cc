@@ -271,6 +271,7 @@ void validate_model(MegatronArgs& a, const MegatronArgsOptions& o) {
   if (a.context_parallel_size > 1)
     QK_CHECK(*a.seq_length % (2 * a.context_parallel_size) == 0, "--seq-length (", *a.seq_length,
              ") must be a multiple of 2 x --context-parallel-size (", a.context_parallel_size, ")");
+  // Megatron checks this whatever the position embedding (RoPE tables are sized by it too).
   QK_CHECK(*a.max_position_embeddings >= *a.seq_length, "--max-position-embeddings (", *a.max_position_embeddings,
            ") must be >= --seq-length (", *a.seq_length, ")");
 
@@ -400,6 +401,7 @@ std::vector<int64_t> moe_layer_pattern(const MegatronArgs& a) {
              a.moe_layer_freq.pattern.size(), " entries but --num-layers is ", *a.num_layers);
     return a.moe_layer_freq.pattern;
   }
+  QK_CHECK(a.moe_layer_freq.every >= 1, "--moe-layer-freq must be >= 1, got ", a.moe_layer_freq.every);
   std::vector<int64_t> p(static_cast<size_t>(*a.num_layers));
   for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int64_t>(i) % a.moe_layer_freq.every == 0 ? 1 : 0;
   return p;
