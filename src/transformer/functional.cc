@@ -87,7 +87,7 @@ Tensor unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (o.training && o.dropout_p > 0)
     probs = dropout(probs, o.dropout_p, true, o.generator ? *o.generator : default_generator());
   Tensor ctx = matmul(probs, v.permute({0, 2, 1, 3}));  // [B, G, hpg * T, D]
-  return ctx.view({b, groups, hpg, t, d}).permute({0, 3, 1, 2, 4}).reshape({b, t, hq, d});
+  return ctx.view({b, groups, hpg, t, d}).permute({0, 3, 1, 2, 4}).contiguous().view({b, t, hq, d});
 }
 
 RotaryTables rotary_tables(int64_t rotary_dim, double rotary_base, int64_t offset, int64_t length,

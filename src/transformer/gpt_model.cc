@@ -3,7 +3,6 @@
 #include "qk/transformer/gpt_model.h"
 
 #include "qk/autograd/functions.h"
-#include "qk/nn/init.h"
 
 namespace qk::transformer {
 
@@ -131,6 +130,9 @@ Tensor GPTModelImpl::forward_step(const Tensor& tokens, KVCache& cache) {
            " layers, the model ", config_.num_layers, "; make it with make_kv_cache");
   QK_CHECK(tokens.dim() == 2 && tokens.size(0) == cache.batch_size(), "GPTModel::forward_step: tokens ",
            shape_str(tokens.shape()), " must be [", cache.batch_size(), ", T] for this cache");
+  QK_CHECK(!is_training() || (config_.hidden_dropout == 0 && config_.attention_dropout == 0),
+           "GPTModel::forward_step: the model is in training mode and would drop activations; call eval() "
+           "before generating");
   NoGradGuard no_grad;
   const Tensor h = run(tokens, Tensor(), &cache);
   cache.advance(tokens.size(1));

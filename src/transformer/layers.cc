@@ -110,7 +110,15 @@ Tensor SelfAttentionImpl::forward(const Tensor& hidden, const AttentionContext& 
     query = apply_rotary_embedding(query, ctx.rotary.cos, ctx.rotary.sin);
     key = apply_rotary_embedding(key, ctx.rotary.cos, ctx.rotary.sin);
   }
-  if (ctx.cache != nullptr) std::tie(key, value) = ctx.cache->append(ctx.layer, key, value);
+  // Under autocast the q/k norms return f32 while value is the GEMM's bf16:
+  // attention runs in the projection's dtype (no-op casts otherwise).
+  query = query.to(value.dtype());
+  key = key.to(value.dtype());
+  if (ctx.cache != nullptr) {
+    std::tie(key, value) = ctx.cache->append(ctx.layer, key, value);
+    key = key.to(query.dtype());
+    value = value.to(query.dtype());
+  }
 
   CoreAttentionOptions o;
   o.causal = true;

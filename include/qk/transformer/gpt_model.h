@@ -78,7 +78,7 @@ class GPTModelImpl : public nn::Module {
   // Generation: runs tokens [B, T_new] at positions cache.length() ..
   // cache.length()+T_new-1 against everything cached, appends their keys and
   // values, advances the cache and returns their logits [B, T_new, V_padded]
-  // f32. No autograd. Dropout follows train()/eval(): call eval() first.
+  // f32. No autograd. Needs eval() when the config has dropout.
   Tensor forward_step(const Tensor& tokens, KVCache& cache);
   // An empty cache sized for this model (dtype = params_dtype).
   KVCache make_kv_cache(int64_t batch_size, int64_t max_length) const;
