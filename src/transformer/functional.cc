@@ -12,6 +12,7 @@
 // The unfused bodies stay as the references the fused ops are tested against.
 #include "qk/transformer/functional.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -64,7 +65,8 @@ Tensor activation(const Tensor& x, Activation a) {
 }  // namespace
 
 Tensor core_attention(const Tensor& q, const Tensor& k, const Tensor& v, const CoreAttentionOptions& o) {
-  // Seam (Note [Fused-op seams]): flash_attention replaces this when it lands.
+  // Seam (Note [Fused-op seams]): when qk/autograd/llm_ops.h lands, replace the check with
+  //   if (o.use_flash) return flash_attention(q, k, v, {o.causal, o.scale, o.dropout_p, o.training, o.generator});
   QK_CHECK(!o.use_flash,
            "use_flash_attn: this build has no flash_attention kernel yet (qk/autograd/llm_ops.h); "
            "leave use_flash_attn off to run the unfused attention");
@@ -127,7 +129,7 @@ RotaryTables rotary_tables(const TransformerConfig& config, int64_t offset, int6
 }
 
 Tensor apply_rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  // Seam (Note [Fused-op seams]): rotary_embedding(x, cos, sin).
+  // Seam (Note [Fused-op seams]): return rotary_embedding(x, cos, sin);
   return unfused_rotary_embedding(x, cos, sin);
 }
 
@@ -152,7 +154,7 @@ Tensor mlp_activation(const Tensor& x, Activation a, bool gated_linear_unit) {
   if (!gated_linear_unit) return activation(x, a);
   QK_CHECK(x.size(-1) % 2 == 0, "mlp_activation: a gated linear unit needs an even width, got ",
            shape_str(x.shape()));
-  // Seam (Note [Fused-op seams]): for silu, swiglu(x).
+  // Seam (Note [Fused-op seams]): if (a == Activation::silu) return swiglu(x);
   const std::vector<Tensor> parts = chunk(x, 2, -1);
   return activation(parts[0], a) * parts[1];
 }
@@ -166,13 +168,13 @@ Tensor output_loss(const Tensor& hidden, const Tensor& weight, const Tensor& lab
   QK_CHECK(!loss_mask.defined() || loss_mask.shape() == labels.shape(), "output_loss: loss_mask ",
            loss_mask.defined() ? shape_str(loss_mask.shape()) : "", " must match labels ",
            shape_str(labels.shape()));
-  // Seam (Note [Fused-op seams]):
-  //   linear_cross_entropy(hidden, weight, labels, mask / sum(mask)).
+  // Megatron's sum(loss * mask) / sum(mask) as per-token weights mask / sum(mask).
+  const int64_t n = labels.size(0);
+  const Tensor token_weight = loss_mask.defined() ? loss_mask.to(DType::f32) / sum(loss_mask.to(DType::f32))
+                                                  : full({n}, 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
+  // Seam (Note [Fused-op seams]): return linear_cross_entropy(hidden, weight, labels, token_weight);
   const Tensor logits = linear(hidden, weight).to(DType::f32);
-  const Tensor losses = cross_entropy(logits, labels, -100, 0.0, ops::Reduction::none);  // [N]
-  if (!loss_mask.defined()) return mean(losses);
-  const Tensor mask = loss_mask.to(DType::f32);
-  return sum(losses * mask) / sum(mask);
+  return sum(cross_entropy(logits, labels, -100, 0.0, ops::Reduction::none) * token_weight);
 }
 
 }  // namespace qk::transformer
