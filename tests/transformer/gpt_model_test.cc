@@ -204,19 +204,52 @@ TEST(GPTModel, InputErrors) {
   }
 }
 
-// Megatron's --bf16 path end to end at model scale: bf16 parameters track f32.
-TEST(GPTModel, Bf16ParamsTrackF32) {
-  TransformerConfig c = tiny_llama();
-  manual_seed(9);
-  GPTModel f32(c);
-  c.params_dtype = DType::bf16;
-  manual_seed(9);
-  GPTModel bf16(c);
-  for (const auto& item : bf16->named_parameters()) EXPECT_EQ(item.value().dtype(), DType::bf16) << item.key();
-  const Tensor tokens = tokens_for(2, 16, 6);
-  const Tensor a = f32(tokens), b = bf16(tokens);
-  EXPECT_EQ(b.dtype(), DType::f32);
-  EXPECT_LT(max_abs_diff(a, b), 0.05 * amax(abs(a)).item<double>());
+// Megatron's --bf16 / --fp16 paths end to end: half-precision parameters track f32.
+TEST(GPTModel, HalfPrecisionParamsTrackF32) {
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    TransformerConfig c = tiny_llama();
+    manual_seed(9);
+    GPTModel f32(c);
+    c.params_dtype = dtype;
+    manual_seed(9);
+    GPTModel half(c);
+    for (const auto& item : half->named_parameters()) EXPECT_EQ(item.value().dtype(), dtype) << item.key();
+    const Tensor tokens = tokens_for(2, 16, 6), labels = tokens_for(2, 16, 7);
+    const Tensor a = f32(tokens), b = half(tokens);
+    EXPECT_EQ(b.dtype(), DType::f32);
+    EXPECT_LT(max_abs_diff(a, b), 0.05 * amax(abs(a)).item<double>()) << dtype_name(dtype);
+    Tensor loss = half(tokens, Tensor(), labels);
+    loss.backward();
+    for (const auto& item : half->named_parameters()) {
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      EXPECT_EQ(item.value().grad().dtype(), dtype) << item.key();
+    }
+  }
+}
+
+TEST(GPTModel, NoPositionEmbedding) {
+  TransformerConfig c = tiny_gpt2();
+  c.position_embedding_type = PositionEmbeddingType::none;
+  GPTModel model(c);
+  EXPECT_FALSE(model->named_parameters().contains("embedding.position_embeddings.weight"));
+  // Causal attention alone still tells positions apart (a prefix sees fewer tokens),
+  // and nothing limits the length to max_position_embeddings.
+  EXPECT_EQ(model(tokens_for(1, 24, 1)).shape(), (Shape{1, 24, 128}));
+}
+
+// Original BERT order: the residuals are the layer norms' outputs.
+TEST(TransformerLayer, ResidualPostLayernorm) {
+  TransformerConfig c = tiny_gpt2();
+  c.apply_residual_connection_post_layernorm = true;
+  c.validate();
+  manual_seed(12);
+  TransformerLayer layer(c, 1, gpt_layer_local_spec());
+  const Tensor x = randn({2, 5, 64});
+  const Tensor ln1 = layer->input_layernorm(x);
+  const Tensor h = ln1 + layer->self_attention->forward(ln1, {});
+  const Tensor ln2 = layer->pre_mlp_layernorm(h);
+  const Tensor expected = ln2 + layer->mlp->forward(ln2);
+  EXPECT_LT(max_abs_diff(layer->forward(x, {}), expected), 1e-6);
 }
 
 // f32 parameters under autocast: GEMMs in bf16, norms/softmax/loss in f32, and
