@@ -101,11 +101,12 @@ Tensor SelfAttentionImpl::forward(const Tensor& hidden, const AttentionContext& 
   const int64_t b = hidden.size(0), t = hidden.size(1);
   const int64_t groups = config_.num_query_groups, hpg = config_.heads_per_group(), d = config_.kv_channels;
   const std::vector<Tensor> qkv = split_qkv(linear_qkv(hidden), groups, hpg, d);
-  // [B, T, G, hpg, D] -> [B, T, Hq, D]: a view for plain MHA (hpg == 1), a copy otherwise.
-  Tensor query = qkv[0].reshape({b, t, groups * hpg, d});
-  Tensor key = qkv[1], value = qkv[2];
-  if (q_layernorm) query = q_layernorm(query);
+  Tensor query = qkv[0], key = qkv[1], value = qkv[2];  // [B, T, G, hpg, D], [B, T, G, D] x 2
+  if (q_layernorm) query = q_layernorm(query);  // over D; the output is contiguous
   if (k_layernorm) key = k_layernorm(key);
+  // [B, T, G, hpg, D] -> [B, T, Hq, D]: a view for plain MHA (hpg == 1) or after
+  // the q norm; otherwise the one copy grouped-query attention needs.
+  query = query.reshape({b, t, groups * hpg, d});
   if (ctx.rotary.cos.defined()) {
     query = apply_rotary_embedding(query, ctx.rotary.cos, ctx.rotary.sin);
     key = apply_rotary_embedding(key, ctx.rotary.cos, ctx.rotary.sin);
