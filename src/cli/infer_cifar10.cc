@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "cli/cifar_common.h"
-#include "cli/plot.h"
 #include "qk/autograd/autograd.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
@@ -15,6 +14,7 @@
 #include "qk/base/timer.h"
 #include "qk/data/dataset.h"
 #include "qk/data/loader.h"
+#include "qk/train/plot.h"
 
 namespace qk::cli {
 namespace {
@@ -142,7 +142,7 @@ void infer_cifar10(const InferCifarOptions& o) {
   print_accuracy(d, r);
 
   if (o.visualize) {
-    std::vector<ImageTile> tiles;
+    std::vector<train::ImageTile> tiles;
     const int64_t n = std::min<int64_t>(o.grid, r.total);
     const int64_t* y = d.test.labels.data_ptr<int64_t>();
     const uint8_t* px = d.test.images.contiguous().data_ptr<uint8_t>();
@@ -155,7 +155,7 @@ void infer_cifar10(const InferCifarOptions& o) {
     }
     make_dirs(o.out);
     const std::string png = o.out + "/inference_results.png";
-    plot_image_grid(png,
+    train::plot_image_grid(png,
                     fmt::format("{} predictions on {}CIFAR-10 test images (green: right, red: wrong)", m.name,
                                 d.synthetic ? "SYNTHETIC " : ""),
                     tiles, 4);

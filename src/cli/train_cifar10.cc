@@ -10,7 +10,6 @@
 #include <optional>
 
 #include "cli/cifar_common.h"
-#include "cli/plot.h"
 #include "qk/amp/grad_scaler.h"
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
@@ -31,6 +30,7 @@
 #include "qk/optim/adam.h"
 #include "qk/optim/sgd.h"
 #include "qk/tensor/generator.h"
+#include "qk/train/plot.h"
 
 namespace qk::cli {
 namespace {
@@ -51,7 +51,7 @@ struct StepRuntime {
 
 // What a checkpoint records besides the weights and optimizer files.
 struct History {
-  TrainingCurves curves;
+  train::TrainingCurves curves;
   std::vector<double> epoch_seconds;
   double best_val_acc = -1;
   int best_epoch = 0;
@@ -515,7 +515,7 @@ void train_cifar10(const TrainCifarOptions& o) {
   fmt::print("checkpoints: {}/latest.safetensors, {}/best.safetensors (resumable: {}/step-*)\n", ckpt_dir, ckpt_dir,
              ckpt_dir);
   const std::string png = o.out + "/training_curves.png";
-  plot_training_curves(png, fmt::format("{} on {}CIFAR-10", m.name, d.synthetic ? "SYNTHETIC " : ""), h.curves);
+  train::plot_training_curves(png, fmt::format("{} on {}CIFAR-10", m.name, d.synthetic ? "SYNTHETIC " : ""), h.curves);
   fmt::print("training curves saved to {}\n", png);
 }
 
