@@ -44,7 +44,7 @@ namespace {
 void add_output(std::map<std::string, Metric>& sums, const MicroBatchOutput& out) {
   QK_CHECK_AS(ValueError, out.loss.defined() && out.loss.numel() == 1,
               "forward_step must return a scalar loss tensor");
-  if (!out.metrics.count("loss")) {
+  if (out.metrics.empty()) {
     Metric& m = sums["loss"];
     m.sum += out.loss.item_double();
     m.count += 1;
@@ -112,7 +112,7 @@ StepStats StepRunner::step(const ForwardStep& forward_step) {
   s.metrics = reduce(sums);
   s.loss = s.metrics.count("loss") ? s.metrics.at("loss") : s.metrics.begin()->second;
   s.skipped = !r.updated;
-  s.nan = s.skipped && !std::isfinite(s.loss);
+  for (const auto& kv : s.metrics) s.nan |= s.skipped && !std::isfinite(kv.second);  // Megatron: any loss
   s.grad_norm = r.grad_norm;
   s.num_zeros_in_grad = r.num_zeros_in_grad;
   s.loss_scale = opt_.loss_scale();

@@ -20,6 +20,30 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The log interval's clock: evaluation and checkpoint writes are left out,
+// as Megatron stops its interval timer around them.
+class IntervalClock {
+ public:
+  double seconds() const { return done_ + (running_ ? t_.seconds() : 0.0); }
+  void pause() {
+    done_ += t_.seconds();
+    running_ = false;
+  }
+  void resume() {
+    t_.reset();
+    running_ = true;
+  }
+  void restart() {
+    done_ = 0;
+    resume();
+  }
+
+ private:
+  Timer t_;
+  double done_ = 0;
+  bool running_ = true;
+};
+
 // Fields of a "train" record that are not losses.
 const std::set<std::string>& train_fields() {
   static const std::set<std::string> f{"consumed_samples",   "elapsed_ms_per_iteration", "learning_rate",
@@ -187,12 +211,14 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
   model_.train();
 
   TrainResult result;
-  Timer interval;
+  IntervalClock interval;
   int64_t in_interval = 0, advanced = 0, skipped = 0, nans = 0;
   std::map<std::string, double> loss_sums;
   bool ran = false, saved = false;
   auto do_save = [&] {
+    interval.pause();
     if (auto info = save(cb)) result.last_checkpoint = info;
+    interval.resume();
     saved = true;
   };
   while (progress_.iteration < train_iters_ &&
@@ -238,11 +264,12 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
       s.comm_wait_ms = st.comm_wait_ms;
       if (metrics_) metrics_->write("train", s.iteration, record_of(s));
       if (cb.on_log) cb.on_log(s);
-      interval.reset();
+      interval.restart();
       in_interval = advanced = skipped = nans = 0;
       loss_sums.clear();
     }
     if (o_.eval_interval > 0 && o_.eval_iters > 0 && cb.valid_step && progress_.iteration % o_.eval_interval == 0) {
+      interval.pause();
       const EvalStats e = evaluate(cb.valid_step);
       if (metrics_) {
         std::map<std::string, double> r = e.metrics;
@@ -250,7 +277,7 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
         metrics_->write("valid", e.iteration, r);
       }
       if (cb.on_eval) cb.on_eval(e);
-      interval.reset();  // Megatron's interval timer leaves evaluation out too
+      interval.resume();
     }
 
     // Megatron's checkpoint_and_decide_exit, in its order.

@@ -71,13 +71,17 @@ TEST(StepRunner, MetricsAreSumOverCount) {
   auto net = make_mlp(5, 0.0);
   train::MixedPrecisionOptimizer opt(train::single_param_group(*net), train::sgd(optim::SGDOptions(0.0)));
   train::StepRunner runner(opt, {}, {.num_microbatches = 3});
+  auto loss_of = [&](int64_t micro) { return mse_step(net, 0, 2).loss * 0.0 + static_cast<double>(micro + 1); };
   const auto s = runner.step([&](int64_t micro) {
     // Tokens-weighted, as Megatron's lm loss: micro-batch i counts i + 1 tokens.
-    Tensor loss = mse_step(net, 0, 2).loss * 0.0 + static_cast<double>(micro + 1);
-    return train::MicroBatchOutput{loss, {{"lm loss", {double(micro + 1) * (micro + 1), double(micro + 1)}}}};
+    return train::MicroBatchOutput{loss_of(micro), {{"lm loss", {double(micro + 1) * (micro + 1), double(micro + 1)}}}};
   });
   EXPECT_DOUBLE_EQ(s.metrics.at("lm loss"), (1.0 + 4.0 + 9.0) / 6.0);
-  EXPECT_DOUBLE_EQ(s.metrics.at("loss"), 2.0);  // mean of the three losses
+  EXPECT_EQ(s.metrics.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.loss, s.metrics.at("lm loss"));
+  // Without metrics, "loss" is the mean of the micro-batch losses.
+  const auto plain = runner.step([&](int64_t micro) { return train::MicroBatchOutput{loss_of(micro), {}}; });
+  EXPECT_DOUBLE_EQ(plain.metrics.at("loss"), 2.0);
 }
 
 TEST(StepRunner, NanLossSkipsAndCountsAsNan) {

@@ -45,7 +45,7 @@ struct Metric {
 
 struct MicroBatchOutput {
   Tensor loss;                            // scalar to differentiate (this micro-batch's mean)
-  std::map<std::string, Metric> metrics;  // absent "loss": {loss, 1} is recorded
+  std::map<std::string, Metric> metrics;  // none: {"loss": {loss, 1}} is recorded
 };
 
 // Called with the micro-batch's index in the step (0..num_microbatches-1).
@@ -69,7 +69,7 @@ struct StepStats {
   std::map<std::string, double> metrics;  // sum / count over micro-batches (and ranks)
   double loss = 0;                        // metrics["loss"] when present, else the first metric
   bool skipped = false;                   // inf/NaN gradients: no update
-  bool nan = false;                       // skipped and the loss itself was inf/NaN
+  bool nan = false;                       // skipped and some metric was inf/NaN
   double grad_norm = 0;                   // NaN when skipped
   int64_t num_zeros_in_grad = -1;
   float loss_scale = 1;                   // after this step's update of the scaler
