@@ -110,6 +110,12 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroupSpec> gro
   accumulated_.assign(model_.size(), 0);
 }
 
+std::vector<GroupSchedule> MixedPrecisionOptimizer::group_schedules() const {
+  std::vector<GroupSchedule> out;
+  for (const ParamGroupSpec& g : groups_) out.push_back({.max_lr = g.max_lr, .min_lr = g.min_lr, .wd_mult = g.wd_mult});
+  return out;
+}
+
 void MixedPrecisionOptimizer::ensure_flat_grads() {
   if (!flat_grads_.defined()) flat_grads_ = zeros({offsets_.back()}, TensorOptions(DType::f32));
 }

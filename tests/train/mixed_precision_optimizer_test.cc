@@ -175,7 +175,7 @@ TEST(MixedPrecisionOptimizer, MegatronGroupsDecayMatricesOnly) {
   MixedPrecisionOptimizer opt(groups, train::adamw(optim::AdamWOptions(1e-3)));
   train::ParamSchedulerOptions so;
   so.max_lr = 1e-3, so.lr_decay_steps = 10, so.start_wd = so.end_wd = 0.1;
-  train::OptimizerParamScheduler sched(&opt.optimizer(), so, {{.wd_mult = 1.0}, {.wd_mult = 0.0}});
+  train::OptimizerParamScheduler sched(&opt.optimizer(), so, opt.group_schedules());
   EXPECT_EQ(opt.optimizer().weight_decay(0), 0.1);
   EXPECT_EQ(opt.optimizer().weight_decay(1), 0.0);
 }

@@ -61,7 +61,7 @@ int run(const Args& a) {
   train::ParamSchedulerOptions so;
   so.max_lr = 1e-2, so.min_lr = 1e-3, so.lr_decay_style = "cosine", so.start_wd = so.end_wd = 0.01;
   train::set_schedule_steps(so, {.train_iters = a.iters, .global_batch_size = 8, .lr_warmup_iters = 2});
-  train::OptimizerParamScheduler sched(&opt.optimizer(), so, {{.wd_mult = 1.0}, {.wd_mult = 0.0}});
+  train::OptimizerParamScheduler sched(&opt.optimizer(), so, opt.group_schedules());
   train::TrainerOptions o;
   o.train_iters = a.iters;
   o.global_batch_size = 8;

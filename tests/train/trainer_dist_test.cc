@@ -34,7 +34,7 @@ std::vector<float> train_toy(train::DataParallel dp, Mode mode) {
   train::ParamSchedulerOptions so;
   so.max_lr = 1e-2, so.lr_decay_style = "cosine", so.start_wd = so.end_wd = 0.01;
   train::set_schedule_steps(so, {.train_iters = 6, .global_batch_size = 8, .lr_warmup_iters = 1});
-  train::OptimizerParamScheduler sched(&opt.optimizer(), so, {{.wd_mult = 1}, {.wd_mult = 0}});
+  train::OptimizerParamScheduler sched(&opt.optimizer(), so, opt.group_schedules());
   train::TrainerOptions o;
   o.train_iters = 6;
   o.global_batch_size = 8;

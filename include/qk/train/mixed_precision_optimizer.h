@@ -7,6 +7,7 @@
 //   qk::train::MixedPrecisionOptimizer opt(groups, qk::train::adamw({.lr = 3e-4}),
 //       std::make_unique<qk::train::DynamicLossScaler>(),      // --fp16; null for bf16/fp32
 //       {.clip_grad = 1.0});
+//   qk::train::OptimizerParamScheduler sched(&opt.optimizer(), schedule, opt.group_schedules());
 //   opt.zero_grad();
 //   (loss * opt.loss_scale()).backward();
 //   auto r = opt.step();   // r.updated false: inf/NaN seen, nothing changed
@@ -34,6 +35,7 @@
 #include "qk/optim/optimizer.h"
 #include "qk/optim/sgd.h"
 #include "qk/train/loss_scaler.h"
+#include "qk/train/lr_schedule.h"
 
 namespace qk::train {
 
@@ -103,6 +105,9 @@ class MixedPrecisionOptimizer {
   optim::Optimizer& optimizer() { return *inner_; }
   const optim::Optimizer& optimizer() const { return *inner_; }
   const std::vector<ParamGroupSpec>& groups() const { return groups_; }
+  // The groups' schedule overrides (wd_mult, max_lr, min_lr), for
+  // OptimizerParamScheduler(&opt.optimizer(), options, opt.group_schedules()).
+  std::vector<GroupSchedule> group_schedules() const;
   // Parameter names, model and fp32 main parameters, group by group.
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<Tensor>& model_params() const { return model_; }
