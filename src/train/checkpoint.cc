@@ -102,9 +102,10 @@ std::string write_train_state(const std::string& dir, const TrainState& s, const
 CheckpointInfo save_checkpoint(const CheckpointDir& ckpts, const std::string& name, const TrainState& s,
                                const CheckpointMeta& m) {
   CheckpointWriter w = ckpts.begin(name);
-  const std::string dir = w.file(m.weights_file);
-  const std::string json_text = write_train_state(dir.substr(0, dir.size() - m.weights_file.size()), s, m);
-  return w.commit(json_text);
+  const std::string weights_path = w.file(m.weights_file);
+  // The writer's private folder, with its trailing '/'.
+  const std::string folder = weights_path.substr(0, weights_path.size() - m.weights_file.size());
+  return w.commit(write_train_state(folder, s, m));
 }
 
 LoadedCheckpoint load_train_state(const std::string& dir, const std::string& json_text, const std::string& where,
