@@ -1,0 +1,112 @@
+// Flash-attention forward on the CPU (FlashAttention-2's loop order).
+//
+// One work item is a block of up to kBlockQ query rows of one (batch, kv head):
+// Q^T is packed once (scaled by scale * log2 e), then for each key block that
+// the rows can see:
+//   S^T = K Q^T                      (keys x rows, the SIMD GEMM)
+//   online softmax over the keys     (running max m and sum l; O^T rescaled)
+//   O^T += V^T P^T                   (head dims x rows)
+// and finally O = O^T / l, transposed into the output, and lse = m + log l.
+// Only one item's tiles live at a time (about 50 KB per thread at D = 64),
+// never a T x S matrix; key blocks past a row block's causal limit are
+// skipped. Items are handed out dynamically, heaviest (latest rows) first.
+#include <cmath>
+#include <limits>
+
+#include "tensor/cpu/flash_attention.h"
+#include "tensor/cpu/flash_attention_layout.h"
+
+namespace qk::cpu {
+namespace {
+
+using namespace flash;
+
+// One thread's tiles.
+struct FwdTiles {
+  Scratch mem;
+  float *qt, *ot, *s, *kbuf, *vbuf, *m, *l, *lim;
+  uint64_t* counter;
+  explicit FwdTiles(const Layout& L)
+      : mem(Scratch::size_of(L.D * kBlockQ) * 2 + Scratch::size_of(kBlockK * kBlockQ) +
+            Scratch::size_of(kBlockK * L.D) * 2 + Scratch::size_of(kBlockQ) * 3 +
+            Scratch::size_of(2 * kBlockQ)) {
+    qt = mem.take(L.D * kBlockQ);
+    ot = mem.take(L.D * kBlockQ);
+    s = mem.take(kBlockK * kBlockQ);
+    kbuf = mem.take(kBlockK * L.D);
+    vbuf = mem.take(kBlockK * L.D);
+    m = mem.take(kBlockQ);
+    l = mem.take(kBlockQ);
+    lim = mem.take(kBlockQ);
+    counter = reinterpret_cast<uint64_t*>(mem.take(2 * kBlockQ));
+  }
+};
+
+template <typename T>
+void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                  const Tensor& lse, const ops::FlashAttentionParams& p) {
+  const Layout L = make_layout(q, k, v, p);
+  const Dropout dr = make_dropout(L, p);
+  const Leaves& lv = leaves();
+  const T* qp = q.data_ptr<T>();
+  const T* kp = k.data_ptr<T>();
+  const T* vp = v.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  float* lp = lse.data_ptr<float>();
+  const int64_t nqb = L.q_blocks();
+  const float qscale = L.scale * kLog2e;
+  const float ninf = -std::numeric_limits<float>::infinity();
+
+  auto item = [&](int64_t it, FwdTiles& w) {
+    const int64_t qb = nqb - 1 - it % nqb, hk = it / nqb % L.Hkv, b = it / nqb / L.Hkv;
+    const int64_t r0 = qb * kBlockQ, nr = std::min(kBlockQ, L.R - r0);
+    const int64_t nc = round_up(nr, kColPad);
+    block_columns(L, dr, b, hk, r0, nr, nc, w.lim, w.counter);
+    pack_transposed(L, qp, L.qs, b, hk, r0, nr, nc, qscale, w.qt);
+    std::fill(w.m, w.m + nc, ninf);
+    std::fill(w.l, w.l + nc, 0.0f);
+    std::fill(w.ot, w.ot + L.D * nc, 0.0f);
+    const int64_t kv_end = L.kv_end(r0, nr);
+    for (int64_t k0 = 0; k0 < kv_end; k0 += kBlockK) {
+      const int64_t nk = std::min(kBlockK, kv_end - k0);
+      int64_t ldk = 0, ldv = 0;
+      const float* kb = kv_rows(L, kp, L.ks, b, hk, k0, nk, w.kbuf, ldk);
+      const float* vb = kv_rows(L, vp, L.vs, b, hk, k0, nk, w.vbuf, ldv);
+      lv.gemm({nk, nc, L.D, kb, ldk, 1, w.qt, nc, w.s, nc, false});  // S^T = K Q^T
+      const TileMask mk = tile_mask(L, dr, r0, k0, nk, w.lim, w.counter);
+      lv.softmax_update(w.s, nk, nc, mk, w.m, w.l, w.ot, L.D);
+      lv.gemm({L.D, nc, nk, vb, 1, ldv, w.s, nc, w.ot, nc, true});  // O^T += V^T P^T
+    }
+    for (int64_t i = 0; i < nr; ++i) {
+      const int64_t t = L.t_of(r0 + i), hq = L.hq_of(hk, r0 + i);
+      const float li = w.l[i];
+      const float inv = li > 0 ? 1.0f / li : 0.0f;  // a row that sees no key: zeros
+      T* orow = op + ((b * L.T + t) * L.Hq + hq) * L.D;
+      for (int64_t d = 0; d < L.D; ++d) st(orow, d, w.ot[d * nc + i] * inv);
+      lp[(b * L.Hq + hq) * L.T + t] =
+          li > 0 ? (w.m[i] + std::log2(li)) * static_cast<float>(M_LN2) : ninf;
+    }
+  };
+  run_items(L.B * L.Hkv * nqb, [&] { return std::make_unique<FwdTiles>(L); }, item);
+}
+
+}  // namespace
+
+ops::FlashAttentionResult flash_attention_forward(const Tensor& q, const Tensor& k,
+                                                  const Tensor& v,
+                                                  const ops::FlashAttentionParams& p) {
+  const int64_t B = q.size(0), T = q.size(1), Hq = q.size(2), D = q.size(3);
+  Tensor out = empty({B, T, Hq, D}, TensorOptions(q.dtype()).device(q.device()));
+  Tensor lse = empty({B, Hq, T}, TensorOptions(DType::f32).device(q.device()));
+  dispatch_floating(q.dtype(), "flash_attention", [&](auto tag) {
+    using T_ = decltype(tag);
+    if constexpr (std::is_same_v<T_, double>) {
+      QK_THROW(TypeError, "flash_attention: f64 is not supported; use f32, bf16 or f16");
+    } else {
+      forward_impl<T_>(q, k, v, out, lse, p);
+    }
+  });
+  return {out, lse};
+}
+
+}  // namespace qk::cpu
