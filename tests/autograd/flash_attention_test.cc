@@ -206,19 +206,43 @@ TEST(FlashAttention, StridedSlicesOfFusedQkv) {
 }
 
 TEST(FlashAttention, Bf16AndF16) {
-  // bf16 inputs round to 8 bits of mantissa and the output rounds again:
-  // compared with the f64 reference of the same (rounded) inputs at 3e-2.
-  for (DType dt : {DType::bf16, DType::f16}) {
-    const Shape4 s{1, 70, 70, 4, 2, 32};
-    Inputs in = make_inputs(s, 5);
-    for (Tensor* t : {&in.q, &in.k, &in.v, &in.dout}) *t = t->to(dt).to(DType::f32);
-    const Grads want = reference(in, true, 1.0 / std::sqrt(32.0));
-    const Grads got = run(in, dt, [](const Tensor& q, const Tensor& k, const Tensor& v) {
-      return flash_attention(q, k, v);
+  // Reduced floats round the inputs to 8 (bf16) or 11 (f16) mantissa bits,
+  // the output once more, and with AVX512-BF16 also P and dS (as
+  // FlashAttention-2 does): compared with the f64 reference of the same
+  // rounded inputs at 3e-2. Every SIMD variant (the bf16 dot products, the
+  // f32 fallbacks) runs the bf16 case; odd D takes the f32 path everywhere.
+  for (DType dt : {DType::bf16, DType::f16})
+    for (const Shape4& s : {Shape4{1, 70, 70, 4, 2, 32}, Shape4{2, 33, 65, 2, 1, 7}}) {
+      Inputs in = make_inputs(s, 5);
+      for (Tensor* t : {&in.q, &in.k, &in.v, &in.dout}) *t = t->to(dt).to(DType::f32);
+      const Grads want = reference(in, true, 1.0 / std::sqrt(static_cast<double>(s.D)));
+      for (const cpu::flash::Leaves* lv : cpu::flash::available_leaves()) {
+        cpu::flash::set_leaves_for_testing(lv);
+        const Grads got = run(in, dt, [](const Tensor& q, const Tensor& k, const Tensor& v) {
+          return flash_attention(q, k, v);
+        });
+        EXPECT_EQ(got.dq.dtype(), dt);
+        expect_close(got, want, 3e-2, 3e-2, name(s, true) + " " + dtype_name(dt) + " " + lv->isa);
+      }
+      cpu::flash::set_leaves_for_testing(nullptr);
+    }
+}
+
+TEST(FlashAttention, Bf16DropoutMatchesUnfused) {
+  const Shape4 s{1, 67, 67, 4, 2, 16};
+  Inputs in = make_inputs(s, 13);
+  for (Tensor* t : {&in.q, &in.k, &in.v, &in.dout}) *t = t->to(DType::bf16).to(DType::f32);
+  const Grads want = reference(in, true, 0.25, dropout_factors(s, 0.2, 9, 5));
+  for (const cpu::flash::Leaves* lv : cpu::flash::available_leaves()) {
+    cpu::flash::set_leaves_for_testing(lv);
+    Generator gen(9);
+    gen.set_state(9, 5);
+    const Grads got = run(in, DType::bf16, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+      return flash_attention(q, k, v, {.dropout_p = 0.2, .training = true, .generator = &gen});
     });
-    EXPECT_EQ(got.dq.dtype(), dt);
-    expect_close(got, want, 3e-2, 3e-2, dtype_name(dt));
+    expect_close(got, want, 3e-2, 3e-2, std::string("bf16 dropout ") + lv->isa);
   }
+  cpu::flash::set_leaves_for_testing(nullptr);
 }
 
 TEST(FlashAttention, ScaleOption) {

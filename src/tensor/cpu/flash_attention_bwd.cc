@@ -30,11 +30,16 @@ struct BwdTiles {
   float *qt, *dot, *qr, *dor, *s, *dp, *pz, *z, *dqt, *kbuf, *vbuf, *lse2, *delta, *lim;
   uint64_t* counter;
   float *dk, *dv;  // [S][Dp] accumulators when the item owns its kv head
+  // The bf16-product operands: Q and dO paired along D (transposed) and along
+  // the rows, P (or P Z) and dS as bf16 rows, dS paired along the keys.
+  uint16_t *qpairs, *dopairs, *qrows, *dorows, *abf, *dspairs;
   BwdTiles(const Layout& L, bool own_dkv)
       : mem(Scratch::size_of(L.D * kBlockQ) * 3 + Scratch::size_of(kBlockQ * L.Dp) * 2 +
             Scratch::size_of(kBlockK * kBlockQ) * 4 + Scratch::size_of(kBlockK * L.D) * 2 +
             Scratch::size_of(kBlockQ) * 3 + Scratch::size_of(2 * kBlockQ) +
-            (own_dkv ? Scratch::size_of(L.S * L.Dp) * 2 : 0)) {
+            (own_dkv ? Scratch::size_of(L.S * L.Dp) * 2 : 0) +
+            Scratch::size_of_bf16(L.D * kBlockQ) * 2 + Scratch::size_of_bf16(kBlockQ * L.Dp) * 2 +
+            Scratch::size_of_bf16(kBlockK * kBlockQ) * 2) {
     qt = mem.take(L.D * kBlockQ);
     dot = mem.take(L.D * kBlockQ);
     dqt = mem.take(L.D * kBlockQ);
@@ -52,6 +57,12 @@ struct BwdTiles {
     counter = reinterpret_cast<uint64_t*>(mem.take(2 * kBlockQ));
     dk = own_dkv ? mem.take(L.S * L.Dp) : nullptr;
     dv = own_dkv ? mem.take(L.S * L.Dp) : nullptr;
+    qpairs = mem.take_bf16(L.D * kBlockQ);
+    dopairs = mem.take_bf16(L.D * kBlockQ);
+    qrows = mem.take_bf16(kBlockQ * L.Dp);
+    dorows = mem.take_bf16(kBlockQ * L.Dp);
+    abf = mem.take_bf16(kBlockK * kBlockQ);
+    dspairs = mem.take_bf16(kBlockK * kBlockQ);
   }
 };
 
@@ -74,7 +85,9 @@ std::vector<int64_t> split_blocks(const Layout& L, int64_t parts) {
   return bounds;
 }
 
-template <typename T>
+// kDot: bf16 inputs through the AVX512-BF16 products (operands as bf16
+// pairs, P and dS rounded to bf16 as FlashAttention-2 does, f32 accumulation).
+template <typename T, bool kDot>
 void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                    const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                    const Tensor& dv, const ops::FlashAttentionParams& p) {
@@ -101,6 +114,17 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
                             ? 1
                             : std::clamp<int64_t>((4 * nth + heads - 1) / heads, 1, nqb);
   const std::vector<int64_t> bounds = split_blocks(L, parts);
+
+  // K^T as the A operand of dQ^T += K^T dS^T: pairs along the keys, per head.
+  const int64_t kpair_stride = key_pairs(L) * 2 * L.D;
+  Tensor kpairs_mem = empty({kDot ? heads * key_pairs(L) * L.D : 0}, DType::i32);
+  uint16_t* kpairs = reinterpret_cast<uint16_t*>(kpairs_mem.raw_data());
+  if constexpr (kDot) {
+    parallel_for(0, heads, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t h = lo; h < hi; ++h)
+        pack_key_pairs(L, kp, L.ks, h / L.Hkv, h % L.Hkv, kpairs + h * kpair_stride);
+    });
+  }
   const bool own_dkv = parts == 1;
   // Partials [heads][parts][dk|dv][S][Dp] when heads are split.
   Tensor partial_mem = empty({own_dkv ? 0 : heads * parts * 2 * L.S * L.Dp}, DType::f32);
@@ -126,10 +150,17 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
       const int64_t r0 = qb * kBlockQ, nr = std::min(kBlockQ, L.R - r0);
       const int64_t nc = round_up(nr, kColPad);
       block_columns(L, dr, b, hk, r0, nr, nc, w.lim, w.counter);
-      pack_transposed(L, qp, L.qs, b, hk, r0, nr, nc, qscale, w.qt);
-      pack_transposed(L, gp, gs, b, hk, r0, nr, nc, 1.0f, w.dot);
-      pack_rows(L, qp, L.qs, b, hk, r0, nr, w.qr);
-      pack_rows(L, gp, gs, b, hk, r0, nr, w.dor);
+      if constexpr (kDot) {
+        pack_pairs_transposed(L, qp, L.qs, b, hk, r0, nr, nc, w.qpairs);
+        pack_pairs_transposed(L, gp, gs, b, hk, r0, nr, nc, w.dopairs);
+        pack_row_pairs(L, qp, L.qs, b, hk, r0, nr, w.qrows);
+        pack_row_pairs(L, gp, gs, b, hk, r0, nr, w.dorows);
+      } else {
+        pack_transposed(L, qp, L.qs, b, hk, r0, nr, nc, qscale, w.qt);
+        pack_transposed(L, gp, gs, b, hk, r0, nr, nc, 1.0f, w.dot);
+        pack_rows(L, qp, L.qs, b, hk, r0, nr, w.qr);
+        pack_rows(L, gp, gs, b, hk, r0, nr, w.dor);
+      }
       for (int64_t i = 0; i < nc; ++i) {
         if (i >= nr) {  // padding columns: P = 1, dS = 0, no NaN
           w.lse2[i] = 0;
@@ -141,26 +172,47 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
         // A row that saw no key: P = exp2(s - inf) = 0 everywhere.
         w.lse2[i] = std::isinf(l) && l < 0 ? std::numeric_limits<float>::infinity() : l * kLog2e;
         const T* orow = row_ptr(op, os, b, t, hq);
+        const T* grow = row_ptr(gp, gs, b, t, hq);
         float acc = 0;
-        for (int64_t d = 0; d < L.D; ++d) acc += w.dor[i * L.Dp + d] * ld<float>(orow, d);
+        for (int64_t d = 0; d < L.D; ++d) acc += ld<float>(grow, d) * ld<float>(orow, d);
         w.delta[i] = acc;
       }
       std::fill(w.dqt, w.dqt + L.D * nc, 0.0f);
       const int64_t kv_end = L.kv_end(r0, nr);
       for (int64_t k0 = 0; k0 < kv_end; k0 += kBlockK) {
         const int64_t nk = std::min(kBlockK, kv_end - k0);
-        int64_t ldk = 0, ldv = 0;
-        const float* kb = kv_rows(L, kp, L.ks, b, hk, k0, nk, w.kbuf, ldk);
-        const float* vb = kv_rows(L, vp, L.vs, b, hk, k0, nk, w.vbuf, ldv);
         const TileMask mk = tile_mask(L, dr, r0, k0, nk, w.lim, w.counter);
-        lv.gemm({nk, nc, L.D, kb, ldk, 1, w.qt, nc, w.s, nc, false});  // S^T = K Q^T
-        lv.probs(w.s, w.pz, w.z, nk, nc, mk, w.lse2);                   // s = P^T
-        const float* pz = dr.on ? w.pz : w.s;
-        lv.gemm({nk, L.Dp, nr, pz, nc, 1, w.dor, L.Dp, dv_acc + k0 * L.Dp, L.Dp, true});
-        lv.gemm({nk, nc, L.D, vb, ldv, 1, w.dot, nc, w.dp, nc, false});  // dP^T = V dO^T
-        lv.dscores(w.s, w.dp, dr.on ? w.z : nullptr, nk, nc, w.delta);  // dp = dS^T
-        lv.gemm({nk, L.Dp, nr, w.dp, nc, 1, w.qr, L.Dp, dk_acc + k0 * L.Dp, L.Dp, true});
-        lv.gemm({L.D, nc, nk, kb, 1, ldk, w.dp, nc, w.dqt, nc, true});  // dQ^T += K^T dS^T
+        float* dv_rows = dv_acc + k0 * L.Dp;
+        float* dk_rows = dk_acc + k0 * L.Dp;
+        if constexpr (kDot) {
+          const Bf16Leaves& bf = *lv.bf16;
+          const int64_t nr2 = (nr + 1) / 2, nk2 = (nk + 1) / 2;
+          const uint16_t* kb = &row_ptr(kp, L.ks, b, k0, hk)->bits;
+          const uint16_t* vb = &row_ptr(vp, L.vs, b, k0, hk)->bits;
+          bf.gemm({nk, nc, L.D / 2, kb, L.ks[1], 2, w.qpairs, nc, w.s, nc, false});  // S^T
+          lv.probs(w.s, qscale, w.pz, w.z, nk, nc, mk, w.lse2);                     // P^T
+          bf.to_bf16(dr.on ? w.pz : w.s, nk, nc, w.abf);
+          bf.gemm({nk, L.Dp, nr2, w.abf, nc, 2, w.dorows, L.Dp, dv_rows, L.Dp, true});  // dV
+          bf.gemm({nk, nc, L.D / 2, vb, L.vs[1], 2, w.dopairs, nc, w.dp, nc, false});  // dP^T
+          lv.dscores(w.s, w.dp, dr.on ? w.z : nullptr, nk, nc, w.delta);           // dS^T
+          bf.to_bf16(w.dp, nk, nc, w.abf);
+          bf.gemm({nk, L.Dp, nr2, w.abf, nc, 2, w.qrows, L.Dp, dk_rows, L.Dp, true});  // dK
+          bf.to_bf16_row_pairs(w.dp, nk, nc, w.dspairs);
+          const uint16_t* kt = kpairs + head * kpair_stride + k0 * L.D;
+          bf.gemm({L.D, nc, nk2, kt, 2, 2 * L.D, w.dspairs, nc, w.dqt, nc, true});  // dQ^T
+        } else {
+          int64_t ldk = 0, ldv = 0;
+          const float* kb = kv_rows(L, kp, L.ks, b, hk, k0, nk, w.kbuf, ldk);
+          const float* vb = kv_rows(L, vp, L.vs, b, hk, k0, nk, w.vbuf, ldv);
+          lv.gemm({nk, nc, L.D, kb, ldk, 1, w.qt, nc, w.s, nc, false});  // S^T = K Q^T
+          lv.probs(w.s, 1.0f, w.pz, w.z, nk, nc, mk, w.lse2);            // s = P^T
+          const float* pz = dr.on ? w.pz : w.s;
+          lv.gemm({nk, L.Dp, nr, pz, nc, 1, w.dor, L.Dp, dv_rows, L.Dp, true});  // dV += (PZ)^T dO
+          lv.gemm({nk, nc, L.D, vb, ldv, 1, w.dot, nc, w.dp, nc, false});  // dP^T = V dO^T
+          lv.dscores(w.s, w.dp, dr.on ? w.z : nullptr, nk, nc, w.delta);  // dp = dS^T
+          lv.gemm({nk, L.Dp, nr, w.dp, nc, 1, w.qr, L.Dp, dk_rows, L.Dp, true});  // dK += dS^T Q
+          lv.gemm({L.D, nc, nk, kb, 1, ldk, w.dp, nc, w.dqt, nc, true});  // dQ^T += K^T dS^T
+        }
       }
       for (int64_t i = 0; i < nr; ++i) {
         const int64_t t = L.t_of(r0 + i), hq = L.hq_of(hk, r0 + i);
@@ -218,7 +270,13 @@ std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& dout, 
     if constexpr (std::is_same_v<T_, double>) {
       QK_THROW(TypeError, "flash_attention_backward: f64 is not supported; use f32, bf16 or f16");
     } else {
-      backward_impl<T_>(dout, q, k, v, out, lse, dq, dk, dv, p);
+      if constexpr (std::is_same_v<T_, BFloat16>) {
+        if (flash::leaves().bf16 != nullptr && q.size(3) % 2 == 0) {
+          backward_impl<T_, true>(dout, q, k, v, out, lse, dq, dk, dv, p);
+          return;
+        }
+      }
+      backward_impl<T_, false>(dout, q, k, v, out, lse, dq, dk, dv, p);
     }
   });
   return {dq, dk, dv};

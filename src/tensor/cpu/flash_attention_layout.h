@@ -118,6 +118,19 @@ const float* kv_rows(const Layout& L, const T* base, const int64_t* st, int64_t 
   }
 }
 
+// bf16 pair packs for the AVX512-BF16 products (D even), as raw bf16 bits.
+// dst[d / 2][i][2] = row(r0 + i)[d] for i < nr; zero for nr <= i < nc.
+void pack_pairs_transposed(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,
+                           int64_t hk, int64_t r0, int64_t nr, int64_t nc, uint16_t* dst);
+// dst[i / 2][d][2] = row(r0 + i)[d], leading dim Dp (zero beyond D, and the
+// partner of the last row when nr is odd).
+void pack_row_pairs(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,
+                    int64_t hk, int64_t r0, int64_t nr, uint16_t* dst);
+// Every key of (b, hk), paired along the keys: dst[s / 2][d][2] (zero past S).
+void pack_key_pairs(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,
+                    int64_t hk, uint16_t* dst);
+inline int64_t key_pairs(const Layout& L) { return (L.S + 1) / 2; }
+
 // One thread's tiles, carved from one f32 tensor (64-byte aligned, and
 // counted in the device's memory statistics like any tensor).
 class Scratch {
@@ -129,7 +142,10 @@ class Scratch {
     used_ += size_of(n);
     return p;
   }
+  // n bf16 (as raw bits), 64-byte aligned.
+  uint16_t* take_bf16(int64_t n) { return reinterpret_cast<uint16_t*>(take((n + 1) / 2)); }
   static int64_t size_of(int64_t n) { return round_up(n, 16); }
+  static int64_t size_of_bf16(int64_t n) { return size_of((n + 1) / 2); }
 
  private:
   Tensor mem_;

@@ -32,8 +32,9 @@ QK_FA_INLINE const typename Vec<W>::F& vat(const float* p) {
 }
 
 // x <- 2^x: Cephes' exp2f (2^f = 1 + f P(f) on [-0.5, 0.5], max relative
-// error ~1.2e-7 there) times 2^n built in the exponent bits. x < -127 gives
-// 0 (also -inf); NaN stays NaN. Inputs here are <= ~0 (scores minus a max).
+// error ~1.2e-7 there) times 2^n built in the exponent bits. x <= -127 gives
+// 0 (the clamp makes 2^n's exponent field 0; also for -inf); NaN stays NaN
+// (it passes the clamps). Inputs here are <= ~0 (scores minus a max).
 template <int W>
 QK_FA_INLINE void exp2_inplace(typename Vec<W>::F& x) {
   using F = typename Vec<W>::F;
@@ -50,9 +51,7 @@ QK_FA_INLINE void exp2_inplace(typename Vec<W>::F& x) {
   p = p * f + 6.931472028550421e-1f;
   p = p * f + 1.0f;
   const I e = (__builtin_convertvector(n, I) + 127) << 23;
-  F y = p * reinterpret_cast<F>(e);
-  y = x < -127.0f ? F{} : y;
-  x = x != x ? x : y;
+  x = p * reinterpret_cast<F>(e);
 }
 
 // Philox-4x32-10 (qk::philox4x32) for W counters at once, one per lane:
@@ -155,26 +154,35 @@ QK_FA_INLINE void gemm_impl(const GemmArgs& g) {
 }
 
 template <int W>
-QK_FA_INLINE void softmax_update_impl(float* s, int64_t nk, int64_t ncols, const TileMask& mk,
-                                      float* m, float* l, float* o, int64_t d) {
+QK_FA_INLINE void softmax_update_impl(float* s, float scale, int64_t nk, int64_t ncols,
+                                      const TileMask& mk, float* m, float* l, float* o,
+                                      int64_t d) {
   using F = typename Vec<W>::F;
   using U = typename Vec<W>::U;
   const F neg_inf = F{} - INFINITY;
+  // The max is taken on the raw scores and scaled after, and exp2 takes
+  // s * scale - m in one FMA; a negative scale (which would turn the max into
+  // a min) is applied to the tile first.
+  const bool prescale = scale < 0;
+  const float es = prescale ? 1.0f : scale;
   for (int64_t c = 0; c < ncols; c += W) {
     // Pass 1: hide masked keys, row max (two chains for latency).
     const F lim = mk.causal ? vat<W>(mk.lim + c) : F{};
-    F mx0 = vat<W>(m + c), mx1 = mx0;
+    F mx0 = neg_inf, mx1 = neg_inf;
     for (int64_t j = 0; j < nk; ++j) {
       F& sv = vat<W>(s + j * ncols + c);
+      if (prescale) sv *= scale;
       if (mk.causal) sv = static_cast<float>(mk.k0 + j) <= lim ? sv : neg_inf;
       if (j & 1)
         mx1 = sv > mx1 ? sv : mx1;
       else
         mx0 = sv > mx0 ? sv : mx0;
     }
-    const F mx = mx0 > mx1 ? mx0 : mx1;
+    F mx = (mx0 > mx1 ? mx0 : mx1) * es;
+    const F mold = vat<W>(m + c);
+    mx = mold > mx ? mold : mx;
     const F msafe = mx == neg_inf ? F{} : mx;  // a column with no key yet: exp2(-inf - 0) = 0
-    F alpha = vat<W>(m + c) - msafe;
+    F alpha = mold - msafe;
     exp2_inplace<W>(alpha);
     // Pass 2: probabilities, their sum, the dropout factor.
     F sum0 = F{}, sum1 = F{};
@@ -184,7 +192,7 @@ QK_FA_INLINE void softmax_update_impl(float* s, int64_t nk, int64_t ncols, const
       const int64_t rows = nk - j < 4 ? nk - j : 4;
       for (int64_t r = 0; r < rows; ++r) {
         F& sv = vat<W>(s + (j + r) * ncols + c);
-        F p = sv - msafe;
+        F p = sv * es - msafe;
         exp2_inplace<W>(p);
         if (r & 1)
           sum1 += p;
@@ -204,8 +212,8 @@ QK_FA_INLINE void softmax_update_impl(float* s, int64_t nk, int64_t ncols, const
 }
 
 template <int W>
-QK_FA_INLINE void probs_impl(float* s, float* pz, float* z, int64_t nk, int64_t ncols,
-                             const TileMask& mk, const float* lse2) {
+QK_FA_INLINE void probs_impl(float* s, float scale, float* pz, float* z, int64_t nk,
+                             int64_t ncols, const TileMask& mk, const float* lse2) {
   using F = typename Vec<W>::F;
   using U = typename Vec<W>::U;
   const F neg_inf = F{} - INFINITY;
@@ -218,7 +226,7 @@ QK_FA_INLINE void probs_impl(float* s, float* pz, float* z, int64_t nk, int64_t 
       const int64_t rows = nk - j < 4 ? nk - j : 4;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t at = (j + r) * ncols + c;
-        F p = vat<W>(s + at) - lse;
+        F p = vat<W>(s + at) * scale - lse;
         if (mk.causal) p = static_cast<float>(mk.k0 + j + r) <= lim ? p : neg_inf;
         exp2_inplace<W>(p);
         vat<W>(s + at) = p;
@@ -250,22 +258,23 @@ QK_FA_INLINE void dscores_impl(const float* p, float* dp, const float* z, int64_
 
 // ---- per-ISA entry points ----
 
-#define QK_FA_ENTRY_POINTS(SUFFIX, W, ATTR)                                                   \
-  ATTR void gemm_##SUFFIX(const GemmArgs& g) { gemm_impl<W>(g); }                             \
-  ATTR void softmax_update_##SUFFIX(float* s, int64_t nk, int64_t ncols, const TileMask& mk, \
-                                    float* m, float* l, float* o, int64_t d) {               \
-    softmax_update_impl<W>(s, nk, ncols, mk, m, l, o, d);                                     \
-  }                                                                                           \
-  ATTR void probs_##SUFFIX(float* s, float* pz, float* z, int64_t nk, int64_t ncols,          \
-                           const TileMask& mk, const float* lse2) {                           \
-    probs_impl<W>(s, pz, z, nk, ncols, mk, lse2);                                             \
-  }                                                                                           \
-  ATTR void dscores_##SUFFIX(const float* p, float* dp, const float* z, int64_t nk,            \
-                             int64_t ncols, const float* delta) {                             \
-    dscores_impl<W>(p, dp, z, nk, ncols, delta);                                              \
-  }                                                                                           \
-  constexpr Leaves kLeaves_##SUFFIX = {#SUFFIX, gemm_##SUFFIX, softmax_update_##SUFFIX,       \
-                                       probs_##SUFFIX, dscores_##SUFFIX};
+#define QK_FA_ENTRY_POINTS(SUFFIX, W, ATTR)                                                     \
+  ATTR void gemm_##SUFFIX(const GemmArgs& g) { gemm_impl<W>(g); }                               \
+  ATTR void softmax_update_##SUFFIX(float* s, float scale, int64_t nk, int64_t ncols,          \
+                                    const TileMask& mk, float* m, float* l, float* o,          \
+                                    int64_t d) {                                               \
+    softmax_update_impl<W>(s, scale, nk, ncols, mk, m, l, o, d);                                \
+  }                                                                                             \
+  ATTR void probs_##SUFFIX(float* s, float scale, float* pz, float* z, int64_t nk,              \
+                           int64_t ncols, const TileMask& mk, const float* lse2) {             \
+    probs_impl<W>(s, scale, pz, z, nk, ncols, mk, lse2);                                        \
+  }                                                                                             \
+  ATTR void dscores_##SUFFIX(const float* p, float* dp, const float* z, int64_t nk,              \
+                             int64_t ncols, const float* delta) {                               \
+    dscores_impl<W>(p, dp, z, nk, ncols, delta);                                                \
+  }                                                                                             \
+  constexpr Leaves kLeaves_##SUFFIX = {#SUFFIX,           gemm_##SUFFIX,    softmax_update_##SUFFIX, \
+                                       probs_##SUFFIX,    dscores_##SUFFIX, nullptr};
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define QK_FA_AVX512 1
@@ -306,6 +315,14 @@ std::atomic<const Leaves*> g_override{nullptr};
 std::vector<const Leaves*> available_leaves() {
   std::vector<const Leaves*> out;
 #ifdef QK_FA_AVX512
+  // The bf16 products need AVX-512, so their set extends the AVX-512 one.
+  static const Leaves with_bf16 = [] {
+    Leaves l = kLeaves_avx512;
+    l.isa = "avx512bf16";
+    l.bf16 = bf16_leaves();
+    return l;
+  }();
+  if (with_bf16.bf16 != nullptr) out.push_back(&with_bf16);
   if (cpu_has_avx512()) out.push_back(&kLeaves_avx512);
 #endif
   out.push_back(baseline());

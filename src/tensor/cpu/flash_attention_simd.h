@@ -44,22 +44,48 @@ struct TileMask {
   const uint64_t* counter = nullptr;  // [ncols]: the Philox counter of key 0 for column i
 };
 
+// The bf16 form of GemmArgs: k counts pairs. B is [kp][ldb][2] (the two bf16
+// of a pair adjacent); pair p of A's row r starts at a + r * a_rs + p * a_cs.
+struct GemmBf16Args {
+  int64_t m, n, kp;
+  const uint16_t* a;
+  int64_t a_rs, a_cs;
+  const uint16_t* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  bool accumulate;
+};
+
+// AVX512-BF16 kernels (flash_attention_bf16.cc).
+struct Bf16Leaves {
+  void (*gemm)(const GemmBf16Args& g);
+  // f32 [rows][ncols] -> bf16 [rows][ncols] (pairs along a row).
+  void (*to_bf16)(const float* src, int64_t rows, int64_t ncols, uint16_t* dst);
+  // f32 [rows][ncols] -> bf16 [rows / 2][ncols][2] (pairs down a column; an
+  // odd last row pairs with zero).
+  void (*to_bf16_row_pairs)(const float* src, int64_t rows, int64_t ncols, uint16_t* dst);
+};
+// nullptr where the CPU lacks AVX512-BF16.
+const Bf16Leaves* bf16_leaves();
+
 struct Leaves {
-  const char* isa;  // "avx512", "avx2", "generic"
+  const char* isa;  // "avx512bf16", "avx512", "avx2", "generic"
   void (*gemm)(const GemmArgs& g);
-  // Forward online-softmax step on the score tile s [nk][ncols]: updates the
-  // running max m and sum l [ncols], rescales the output o [d][ncols] by
-  // exp2(m_old - m_new), and overwrites s with the probabilities (times the
-  // dropout factor) ready for O += V^T P.
-  void (*softmax_update)(float* s, int64_t nk, int64_t ncols, const TileMask& mk, float* m,
-                         float* l, float* o, int64_t d);
-  // Backward: s <- P = exp2(s - lse2) (hidden keys 0); with dropout also
-  // z <- the factor (0 or keep_scale) and pz <- P * z.
-  void (*probs)(float* s, float* pz, float* z, int64_t nk, int64_t ncols, const TileMask& mk,
-                const float* lse2);
+  // Forward online-softmax step on the score tile s [nk][ncols] (times
+  // `scale`): updates the running max m and sum l [ncols], rescales the
+  // output o [d][ncols] by exp2(m_old - m_new), and overwrites s with the
+  // probabilities (times the dropout factor) ready for O += V^T P.
+  void (*softmax_update)(float* s, float scale, int64_t nk, int64_t ncols, const TileMask& mk,
+                         float* m, float* l, float* o, int64_t d);
+  // Backward: s <- P = exp2(s * scale - lse2) (hidden keys 0); with dropout
+  // also z <- the factor (0 or keep_scale) and pz <- P * z.
+  void (*probs)(float* s, float scale, float* pz, float* z, int64_t nk, int64_t ncols,
+                const TileMask& mk, const float* lse2);
   // Backward: dp <- p * (dp * z - delta[col]) (z == nullptr: no dropout).
   void (*dscores)(const float* p, float* dp, const float* z, int64_t nk, int64_t ncols,
                   const float* delta);
+  const Bf16Leaves* bf16;  // the bf16 tile products, or nullptr
 };
 
 // The fastest set this CPU runs (or the one a test chose).
