@@ -3,8 +3,8 @@
 
 #include <cmath>
 
+#include "cpu/flash_attention.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/flash_attention.h"
 
 namespace qk::ops {
 
@@ -43,6 +43,8 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, FlashAttent
   const int64_t hq = q.size(2), hkv = k.size(2);
   QK_CHECK(hkv >= 1 && hq % hkv == 0, op, ": the query heads (", hq,
            ") must be a multiple of the key/value heads (", hkv, ") for grouped-query attention");
+  QK_CHECK(q.size(1) < (int64_t{1} << 31) && k.size(1) < (int64_t{1} << 31), op,
+           ": sequence lengths must be below 2^31, got T = ", q.size(1), ", S = ", k.size(1));
   if (p.scale == 0) p.scale = q.size(3) > 0 ? 1.0 / std::sqrt(static_cast<double>(q.size(3))) : 1.0;
   QK_CHECK(std::isfinite(p.scale), op, ": scale must be finite, got ", p.scale);
   QK_CHECK(p.dropout_p >= 0 && p.dropout_p <= 1, op, ": dropout_p must be in [0, 1], got ",

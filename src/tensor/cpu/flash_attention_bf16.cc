@@ -4,7 +4,7 @@
 // conversions feeding them. Used for bf16 inputs where the CPU has
 // AVX512-BF16 (checked at run time); elsewhere bf16 runs through the f32
 // kernels (flash_attention_simd.cc) with the same results up to rounding.
-#include "tensor/cpu/flash_attention_simd.h"
+#include "cpu/flash_attention_simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

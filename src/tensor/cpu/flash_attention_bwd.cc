@@ -17,8 +17,8 @@
 #include <cmath>
 #include <vector>
 
-#include "tensor/cpu/flash_attention.h"
-#include "tensor/cpu/flash_attention_layout.h"
+#include "cpu/flash_attention.h"
+#include "cpu/flash_attention_layout.h"
 
 namespace qk::cpu {
 namespace {
@@ -27,7 +27,8 @@ using namespace flash;
 
 struct BwdTiles {
   Scratch mem;
-  float *qt, *dot, *qr, *dor, *s, *dp, *pz, *z, *dqt, *kbuf, *vbuf, *lse2, *delta, *lim;
+  float *qt, *dot, *qr, *dor, *s, *dp, *pz, *z, *dqt, *kbuf, *vbuf, *lse2, *delta;
+  int32_t* lim;
   uint64_t* counter;
   float *dk, *dv;  // [S][Dp] accumulators when the item owns its kv head
   // The bf16-product operands: Q and dO paired along D (transposed) and along
@@ -53,7 +54,7 @@ struct BwdTiles {
     vbuf = mem.take(kBlockK * L.D);
     lse2 = mem.take(kBlockQ);
     delta = mem.take(kBlockQ);
-    lim = mem.take(kBlockQ);
+    lim = reinterpret_cast<int32_t*>(mem.take(kBlockQ));
     counter = reinterpret_cast<uint64_t*>(mem.take(2 * kBlockQ));
     dk = own_dkv ? mem.take(L.S * L.Dp) : nullptr;
     dv = own_dkv ? mem.take(L.S * L.Dp) : nullptr;
@@ -149,6 +150,7 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
     for (int64_t qb = qb_lo; qb < qb_hi; ++qb) {
       const int64_t r0 = qb * kBlockQ, nr = std::min(kBlockQ, L.R - r0);
       const int64_t nc = round_up(nr, kColPad);
+      const int64_t kv_end = L.kv_end(r0, nr);
       block_columns(L, dr, b, hk, r0, nr, nc, w.lim, w.counter);
       if constexpr (kDot) {
         pack_pairs_transposed(L, qp, L.qs, b, hk, r0, nr, nc, w.qpairs);
@@ -171,14 +173,9 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
         const float l = lp[(b * L.Hq + hq) * L.T + t];
         // A row that saw no key: P = exp2(s - inf) = 0 everywhere.
         w.lse2[i] = std::isinf(l) && l < 0 ? std::numeric_limits<float>::infinity() : l * kLog2e;
-        const T* orow = row_ptr(op, os, b, t, hq);
-        const T* grow = row_ptr(gp, gs, b, t, hq);
-        float acc = 0;
-        for (int64_t d = 0; d < L.D; ++d) acc += ld<float>(grow, d) * ld<float>(orow, d);
-        w.delta[i] = acc;
+        w.delta[i] = row_dot(row_ptr(gp, gs, b, t, hq), row_ptr(op, os, b, t, hq), L.D);
       }
       std::fill(w.dqt, w.dqt + L.D * nc, 0.0f);
-      const int64_t kv_end = L.kv_end(r0, nr);
       for (int64_t k0 = 0; k0 < kv_end; k0 += kBlockK) {
         const int64_t nk = std::min(kBlockK, kv_end - k0);
         const TileMask mk = tile_mask(L, dr, r0, k0, nk, w.lim, w.counter);

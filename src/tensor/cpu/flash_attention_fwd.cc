@@ -13,8 +13,8 @@
 #include <cmath>
 #include <limits>
 
-#include "tensor/cpu/flash_attention.h"
-#include "tensor/cpu/flash_attention_layout.h"
+#include "cpu/flash_attention.h"
+#include "cpu/flash_attention_layout.h"
 
 namespace qk::cpu {
 namespace {
@@ -24,7 +24,8 @@ using namespace flash;
 // One thread's tiles.
 struct FwdTiles {
   Scratch mem;
-  float *qt, *ot, *s, *kbuf, *vbuf, *m, *l, *lim;
+  float *qt, *ot, *s, *kbuf, *vbuf, *m, *l;
+  int32_t* lim;
   uint64_t* counter;
   uint16_t *qpairs, *ppairs;  // the bf16-product operands
   explicit FwdTiles(const Layout& L)
@@ -39,7 +40,7 @@ struct FwdTiles {
     vbuf = mem.take(kBlockK * L.D);
     m = mem.take(kBlockQ);
     l = mem.take(kBlockQ);
-    lim = mem.take(kBlockQ);
+    lim = reinterpret_cast<int32_t*>(mem.take(kBlockQ));
     counter = reinterpret_cast<uint64_t*>(mem.take(2 * kBlockQ));
     qpairs = mem.take_bf16(L.D * kBlockQ);
     ppairs = mem.take_bf16(kBlockK * kBlockQ);
@@ -78,6 +79,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
     const int64_t qb = nqb - 1 - it % nqb, hk = it / nqb % L.Hkv, b = it / nqb / L.Hkv;
     const int64_t r0 = qb * kBlockQ, nr = std::min(kBlockQ, L.R - r0);
     const int64_t nc = round_up(nr, kColPad);
+    const int64_t kv_end = L.kv_end(r0, nr);
     block_columns(L, dr, b, hk, r0, nr, nc, w.lim, w.counter);
     if constexpr (kDot)
       pack_pairs_transposed(L, qp, L.qs, b, hk, r0, nr, nc, w.qpairs);
@@ -86,7 +88,6 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
     std::fill(w.m, w.m + nc, ninf);
     std::fill(w.l, w.l + nc, 0.0f);
     std::fill(w.ot, w.ot + L.D * nc, 0.0f);
-    const int64_t kv_end = L.kv_end(r0, nr);
     for (int64_t k0 = 0; k0 < kv_end; k0 += kBlockK) {
       const int64_t nk = std::min(kBlockK, kv_end - k0);
       const TileMask mk = tile_mask(L, dr, r0, k0, nk, w.lim, w.counter);

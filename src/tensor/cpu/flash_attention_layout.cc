@@ -1,5 +1,5 @@
 // Geometry, masks and the dropout stream shared by the flash-attention drivers.
-#include "tensor/cpu/flash_attention_layout.h"
+#include "cpu/flash_attention_layout.h"
 
 namespace qk::cpu::flash {
 
@@ -39,11 +39,11 @@ Dropout make_dropout(const Layout& L, const ops::FlashAttentionParams& p) {
 }
 
 void block_columns(const Layout& L, const Dropout& dr, int64_t b, int64_t hk, int64_t r0,
-                   int64_t nr, int64_t nc, float* lim, uint64_t* counter) {
+                   int64_t nr, int64_t nc, int32_t* lim, uint64_t* counter) {
   for (int64_t i = 0; i < nc; ++i) {
     const int64_t r = r0 + std::min(i, nr - 1);
     const int64_t t = L.t_of(r);
-    lim[i] = static_cast<float>(L.last_key(t));
+    lim[i] = static_cast<int32_t>(std::max<int64_t>(L.last_key(t), -1));
     if (dr.on) {
       const int64_t row = (b * L.Hq + L.hq_of(hk, r)) * L.T + t;
       counter[i] = dr.offset + static_cast<uint64_t>(row) * static_cast<uint64_t>(dr.counters_per_row);
@@ -52,7 +52,7 @@ void block_columns(const Layout& L, const Dropout& dr, int64_t b, int64_t hk, in
 }
 
 TileMask tile_mask(const Layout& L, const Dropout& dr, int64_t r0, int64_t k0, int64_t nk,
-                   const float* lim, const uint64_t* counter) {
+                   const int32_t* lim, const uint64_t* counter) {
   TileMask mk;
   mk.k0 = k0;
   // Only a tile that crosses the diagonal of its first row needs the mask.

@@ -17,10 +17,10 @@
 #include <memory>
 #include <type_traits>
 
+#include "cpu/flash_attention_simd.h"
+#include "cpu/norm_lanes.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/attention.h"
-#include "tensor/cpu/flash_attention_simd.h"
-#include "tensor/cpu/norm_lanes.h"
 
 namespace qk::cpu::flash {
 
@@ -63,19 +63,33 @@ struct Dropout {
 };
 Dropout make_dropout(const Layout& L, const ops::FlashAttentionParams& p);
 
-// A row block's per-column data: lim[i] (as float) the last key column i
+// A row block's per-column data: lim[i] the last key column i
 // sees, counter[i] the Philox counter of its key 0. Padding columns
 // (nr <= i < nc) copy the last row.
 void block_columns(const Layout& L, const Dropout& dr, int64_t b, int64_t hk, int64_t r0,
-                   int64_t nr, int64_t nc, float* lim, uint64_t* counter);
+                   int64_t nr, int64_t nc, int32_t* lim, uint64_t* counter);
 
-// The tile mask of keys [k0, k0 + nk) against rows [r0, r0 + nr).
+// The tile mask of keys [k0, k0 + nk) against the row block starting at r0.
 TileMask tile_mask(const Layout& L, const Dropout& dr, int64_t r0, int64_t k0, int64_t nk,
-                   const float* lim, const uint64_t* counter);
+                   const int32_t* lim, const uint64_t* counter);
 
 template <typename T>
 const T* row_ptr(const T* base, const int64_t* st, int64_t b, int64_t t, int64_t h) {
   return base + b * st[0] + t * st[1] + h * st[2];
+}
+
+// sum_d a[d] * b[d] in f32, in kLanes partial sums (so it vectorises).
+template <typename T>
+float row_dot(const T* a, const T* b, int64_t n) {
+  constexpr int L = kLanes<float>;
+  float acc[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int j = 0; j < L; ++j) acc[j] += ld<float>(a, i + j) * ld<float>(b, i + j);
+  float s = 0;
+  for (; i < n; ++i) s += ld<float>(a, i) * ld<float>(b, i);
+  for (int j = 0; j < L; ++j) s += acc[j];
+  return s;
 }
 
 // dst[d][i] = scale * row(r0 + i)[d] for d < D, i < nr; zero for nr <= i < nc.

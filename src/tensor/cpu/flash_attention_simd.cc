@@ -5,7 +5,7 @@
 // always_inline, so it is compiled with the entry point's instruction set,
 // and no vector crosses a function boundary by value (that would change the
 // calling convention between the two sets: -Wpsabi).
-#include "tensor/cpu/flash_attention_simd.h"
+#include "cpu/flash_attention_simd.h"
 
 #include <atomic>
 #include <cmath>
@@ -158,6 +158,7 @@ QK_FA_INLINE void softmax_update_impl(float* s, float scale, int64_t nk, int64_t
                                       const TileMask& mk, float* m, float* l, float* o,
                                       int64_t d) {
   using F = typename Vec<W>::F;
+  using I = typename Vec<W>::I;
   using U = typename Vec<W>::U;
   const F neg_inf = F{} - INFINITY;
   // The max is taken on the raw scores and scaled after, and exp2 takes
@@ -167,12 +168,12 @@ QK_FA_INLINE void softmax_update_impl(float* s, float scale, int64_t nk, int64_t
   const float es = prescale ? 1.0f : scale;
   for (int64_t c = 0; c < ncols; c += W) {
     // Pass 1: hide masked keys, row max (two chains for latency).
-    const F lim = mk.causal ? vat<W>(mk.lim + c) : F{};
+    const I lim = mk.causal ? *reinterpret_cast<const I*>(mk.lim + c) : I{};
     F mx0 = neg_inf, mx1 = neg_inf;
     for (int64_t j = 0; j < nk; ++j) {
       F& sv = vat<W>(s + j * ncols + c);
       if (prescale) sv *= scale;
-      if (mk.causal) sv = static_cast<float>(mk.k0 + j) <= lim ? sv : neg_inf;
+      if (mk.causal) sv = static_cast<int32_t>(mk.k0 + j) <= lim ? sv : neg_inf;
       if (j & 1)
         mx1 = sv > mx1 ? sv : mx1;
       else
@@ -215,10 +216,11 @@ template <int W>
 QK_FA_INLINE void probs_impl(float* s, float scale, float* pz, float* z, int64_t nk,
                              int64_t ncols, const TileMask& mk, const float* lse2) {
   using F = typename Vec<W>::F;
+  using I = typename Vec<W>::I;
   using U = typename Vec<W>::U;
   const F neg_inf = F{} - INFINITY;
   for (int64_t c = 0; c < ncols; c += W) {
-    const F lim = mk.causal ? vat<W>(mk.lim + c) : F{};
+    const I lim = mk.causal ? *reinterpret_cast<const I*>(mk.lim + c) : I{};
     const F lse = vat<W>(lse2 + c);
     for (int64_t j = 0; j < nk; j += 4) {
       uint32_t words[4][W];
@@ -227,7 +229,7 @@ QK_FA_INLINE void probs_impl(float* s, float scale, float* pz, float* z, int64_t
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t at = (j + r) * ncols + c;
         F p = vat<W>(s + at) * scale - lse;
-        if (mk.causal) p = static_cast<float>(mk.k0 + j + r) <= lim ? p : neg_inf;
+        if (mk.causal) p = static_cast<int32_t>(mk.k0 + j + r) <= lim ? p : neg_inf;
         exp2_inplace<W>(p);
         vat<W>(s + at) = p;
         if (mk.dropout) {

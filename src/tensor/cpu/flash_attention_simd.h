@@ -35,7 +35,7 @@ struct GemmArgs {
 // What a score tile of keys k0 .. k0 + nk - 1 hides or drops.
 struct TileMask {
   bool causal = false;        // hide key s from column i when s > lim[i]
-  const float* lim = nullptr;  // [ncols]
+  const int32_t* lim = nullptr;  // [ncols]
   int64_t k0 = 0;             // a multiple of 4 (the dropout counters take 4 keys each)
   bool dropout = false;
   uint32_t keep_below = 0;  // keep iff (philox word >> 8) < keep_below
