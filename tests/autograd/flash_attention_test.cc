@@ -356,6 +356,29 @@ TEST(FlashAttention, MatchesTorchFixture) {
   EXPECT_TRUE(all_close(v.grad(), fx.tensor("dv"), 1e-4, 1e-5));
 }
 
+TEST(FlashAttention, SoftmaxExpIsAccurate) {
+  // The softmax step's exp2 (a polynomial, vectorised): a tile whose first key
+  // scores 0 and second x <= 0 leaves 2^x as the second probability.
+  const int64_t n = 4096;
+  std::vector<float> s(2 * n), m(n, -INFINITY), l(n, 0.0f);
+  std::vector<double> want(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = -30.0 * static_cast<double>(i) / n - 1e-3 * (i % 7);
+    s[i] = 0;
+    s[n + i] = static_cast<float>(x);
+    want[i] = std::exp2(static_cast<double>(static_cast<float>(x)));
+  }
+  for (const cpu::flash::Leaves* lv : cpu::flash::available_leaves()) {
+    std::vector<float> tile = s, mm = m, ll = l;
+    lv->softmax_update(tile.data(), 1.0f, 2, n, cpu::flash::TileMask{}, mm.data(), ll.data(),
+                       nullptr, 0);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(tile[n + i] / want[i] - 1));
+    EXPECT_LT(worst, 1.5e-7) << lv->isa;  // measured 6.8e-8
+    EXPECT_EQ(tile[0], 1.0f) << lv->isa;
+  }
+}
+
 TEST(FlashAttention, BadInputsAreClearErrors) {
   Tensor q = randn({1, 4, 4, 8}), k = randn({1, 4, 2, 8}), v = randn({1, 4, 2, 8});
   EXPECT_THROW(flash_attention(randn({4, 4, 8}), k, v), ValueError);        // not 4-d

@@ -20,8 +20,10 @@ namespace {
 
 // GCC 12 warns inside its AVX-512 headers about the intrinsics' undefined
 // pass-through operands (a known false positive; see pool.cc).
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 QK_FA_BF16_INLINE __m512i pair_at(const uint16_t* p) {
   uint32_t w;
@@ -108,7 +110,9 @@ QK_FA_BF16 void to_bf16_row_pairs(const float* src, int64_t rows_n, int64_t ncol
     }
 }
 
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 constexpr Bf16Leaves kBf16 = {gemm_bf16, to_bf16, to_bf16_row_pairs};
 

@@ -280,9 +280,7 @@ QK_FA_INLINE void dscores_impl(const float* p, float* dp, const float* z, int64_
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define QK_FA_AVX512 1
-QK_FA_ENTRY_POINTS(avx512, 16,
-                   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,"
-                                         "prefer-vector-width=512"))))
+QK_FA_ENTRY_POINTS(avx512, 16, __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq"))))
 #if defined(__AVX2__)
 QK_FA_ENTRY_POINTS(avx2, 8, )
 #else
