@@ -148,6 +148,34 @@ TEST_P(FlashAttentionSeq, MatchesUnfusedGroupedQuery) {
 
 INSTANTIATE_TEST_SUITE_P(SeqLens, FlashAttentionSeq, ::testing::Values(1, 7, 64, 257));
 
+TEST(FlashAttention, RawOpReturnsTheRowLogsumexp) {
+  const Shape4 s{2, 19, 23, 4, 2, 8};
+  const Inputs in = make_inputs(s, 14);
+  ops::FlashAttentionParams p;
+  p.scale = 0.3;
+  auto [out, lse] = ops::flash_attention(in.q, in.k, in.v, p);
+  ASSERT_EQ(lse.shape(), (Shape{2, 4, 19}));
+  // logsumexp over the visible keys of q.k * scale, in f64.
+  auto q = in.q.to_vector<double>(), k = in.k.to_vector<double>();
+  auto got = lse.to_vector<double>();
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.Hq; ++h)
+      for (int64_t t = 0; t < s.T; ++t) {
+        double mx = -INFINITY, sum = 0;
+        std::vector<double> sc;
+        for (int64_t key = 0; key <= t + s.S - s.T; ++key) {
+          double dot = 0;
+          for (int64_t d = 0; d < s.D; ++d)
+            dot += q[((b * s.T + t) * s.Hq + h) * s.D + d] *
+                   k[((b * s.S + key) * s.Hkv + h / 2) * s.D + d];
+          sc.push_back(dot * 0.3);
+          mx = std::max(mx, dot * 0.3);
+        }
+        for (double x : sc) sum += std::exp(x - mx);
+        EXPECT_NEAR(got[(b * s.Hq + h) * s.T + t], mx + std::log(sum), 1e-5) << b << " " << h << " " << t;
+      }
+}
+
 TEST(FlashAttention, HeadDimsNotAMultipleOfTheVectorWidth) {
   check({1, 19, 19, 2, 2, 5}, true);
   check({1, 70, 70, 2, 1, 72}, true);
