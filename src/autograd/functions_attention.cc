@@ -20,12 +20,14 @@ Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   p.causal = o.causal;
   p.scale = o.scale;
   if (o.training && o.dropout_p > 0) {
-    QK_CHECK(q.dim() == 4 && k.dim() == 4, "flash_attention: expected q [B, T, Hq, D] and k ",
-             "[B, S, Hkv, D], got ", shape_str(q.shape()), " and ", shape_str(k.shape()));
+    QK_CHECK((q.dim() == 4 || q.dim() == 5) && k.dim() == 4,
+             "flash_attention: expected q [B, T, Hq, D] (or [B, T, Hkv, G, D]) and k [B, S, Hkv, ",
+             "D], got ", shape_str(q.shape()), " and ", shape_str(k.shape()));
     Generator& gen = o.generator ? *o.generator : default_generator(q.device());
     p.dropout_p = o.dropout_p;
     p.seed = gen.seed();
-    p.offset = gen.advance(ops::flash_attention_counters(q.size(0), q.size(2), q.size(1), k.size(1)));
+    p.offset = gen.advance(ops::flash_attention_counters(q.size(0), ops::attention_query_heads(q),
+                                                         q.size(1), k.size(1)));
   }
   auto [out, lse] = ops::flash_attention(q, k, v, p);
   if (autograd::needs_grad({q, k, v})) {

@@ -233,6 +233,32 @@ TEST(FlashAttention, StridedSlicesOfFusedQkv) {
   EXPECT_TRUE(all_close(qkv.grad().to(DType::f64), want_qkv.grad(), 1e-5, 1e-5));
 }
 
+TEST(FlashAttention, GroupedQueryOfMegatronsFusedQkv) {
+  // Megatron's linear_qkv output per kv group: its G query heads, then k, then
+  // v. The query is a [B, T, Hkv, G, D] view (no [B, T, Hq, D] view exists).
+  const int64_t B = 2, T = 21, Hkv = 2, G = 3, D = 8;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Generator g(15);
+    Tensor qkv = randn({B, T, Hkv * (G + 2) * D}, {}, g).to(dt).detach().requires_grad_();
+    Tensor dout = randn({B, T, Hkv * G, D}, {}, g);
+    auto run_on = [&](const Tensor& x, bool flash) {
+      Tensor grouped = x.view({B, T, Hkv, G + 2, D});
+      Tensor q = grouped.narrow(3, 0, G), k = grouped.select(3, G), v = grouped.select(3, G + 1);
+      if (flash) return flash_attention(q, k, v);
+      return unfused_attention(q.reshape({B, T, Hkv * G, D}), k, v, true, 1.0 / std::sqrt(8.0));
+    };
+    Tensor out = run_on(qkv, true);
+    EXPECT_EQ(out.shape(), (Shape{B, T, Hkv * G, D}));
+    out.backward(dout.to(dt));
+    Tensor ref_qkv = qkv.detach().to(DType::f64).requires_grad_();
+    Tensor want = run_on(ref_qkv, false);
+    want.backward(dout.to(DType::f64));
+    const double tol = dt == DType::f32 ? 1e-5 : 3e-2;
+    EXPECT_TRUE(all_close(out.to(DType::f64), want, tol, tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(qkv.grad().to(DType::f64), ref_qkv.grad(), tol, tol)) << dtype_name(dt);
+  }
+}
+
 TEST(FlashAttention, Bf16AndF16) {
   // Reduced floats round the inputs to 8 (bf16) or 11 (f16) mantissa bits,
   // the output once more, and with AVX512-BF16 also P and dS (as
@@ -410,6 +436,7 @@ TEST(FlashAttention, SoftmaxExpIsAccurate) {
 TEST(FlashAttention, BadInputsAreClearErrors) {
   Tensor q = randn({1, 4, 4, 8}), k = randn({1, 4, 2, 8}), v = randn({1, 4, 2, 8});
   EXPECT_THROW(flash_attention(randn({4, 4, 8}), k, v), ValueError);        // not 4-d
+  EXPECT_THROW(flash_attention(randn({1, 4, 3, 2, 8}), k, v), ValueError);  // grouped, 3 != 2
   EXPECT_THROW(flash_attention(q, randn({1, 4, 3, 8}), randn({1, 4, 3, 8})), ValueError);  // 4 % 3
   EXPECT_THROW(flash_attention(q, randn({1, 4, 2, 4}), randn({1, 4, 2, 4})), ValueError);  // D
   EXPECT_THROW(flash_attention(q, k, randn({1, 5, 2, 8})), ValueError);     // k vs v

@@ -35,6 +35,11 @@ struct AttentionOptions {
                                    // reproducible in backward (counter-based, no T x S mask stored)
 };
 
+// q may also be given grouped, [B, T, Hkv, G, D] with Hq = Hkv * G: the view
+// of Megatron's fused QKV output [B, T, Hkv, (G + 2) * D] (per kv group: its
+// G query heads, then k, then v), which has no [B, T, Hq, D] form without a copy:
+//   Tensor g = qkv.view({B, T, Hkv, G + 2, D});
+//   Tensor out = flash_attention(g.narrow(3, 0, G), g.select(3, G), g.select(3, G + 1));
 // Returns out [B, T, Hq, D], contiguous, in q's dtype (f32, bf16 or f16).
 // With dropout the generator advances by B * Hq * T * ceil(S / 4) Philox
 // counters; the mask follows ops::FlashAttentionParams (qk/tensor/ops/attention.h).

@@ -100,8 +100,7 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   const T* vp = v.data_ptr<T>();
   const T* gp = dout.data_ptr<T>();
   const T* op = out.data_ptr<T>();
-  const int64_t gs[3] = {dout.stride(0), dout.stride(1), dout.stride(2)};
-  const int64_t os[3] = {out.stride(0), out.stride(1), out.stride(2)};
+  const QueryStrides gs = query_strides(dout, L.G), os = query_strides(out, L.G);
   const float* lp = lse.data_ptr<float>();
   T* dqp = dq.data_ptr<T>();
   T* dkp = dk.data_ptr<T>();
@@ -173,7 +172,8 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
         const float l = lp[(b * L.Hq + hq) * L.T + t];
         // A row that saw no key: P = exp2(s - inf) = 0 everywhere.
         w.lse2[i] = std::isinf(l) && l < 0 ? std::numeric_limits<float>::infinity() : l * kLog2e;
-        w.delta[i] = row_dot(row_ptr(gp, gs, b, t, hq), row_ptr(op, os, b, t, hq), L.D);
+        w.delta[i] = row_dot(query_row(L, gp, gs, b, hk, r0 + i),
+                             query_row(L, op, os, b, hk, r0 + i), L.D);
       }
       std::fill(w.dqt, w.dqt + L.D * nc, 0.0f);
       for (int64_t k0 = 0; k0 < kv_end; k0 += kBlockK) {
@@ -268,7 +268,7 @@ std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& dout, 
       QK_THROW(TypeError, "flash_attention_backward: f64 is not supported; use f32, bf16 or f16");
     } else {
       if constexpr (std::is_same_v<T_, BFloat16>) {
-        if (flash::leaves().bf16 != nullptr && q.size(3) % 2 == 0) {
+        if (flash::leaves().bf16 != nullptr && q.size(-1) % 2 == 0) {
           backward_impl<T_, true>(dout, q, k, v, out, lse, dq, dk, dv, p);
           return;
         }

@@ -125,7 +125,8 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 ops::FlashAttentionResult flash_attention_forward(const Tensor& q, const Tensor& k,
                                                   const Tensor& v,
                                                   const ops::FlashAttentionParams& p) {
-  const int64_t B = q.size(0), T = q.size(1), Hq = q.size(2), D = q.size(3);
+  const int64_t B = q.size(0), T = q.size(1), D = q.size(-1);
+  const int64_t Hq = q.dim() == 5 ? q.size(2) * q.size(3) : q.size(2);
   Tensor out = empty({B, T, Hq, D}, TensorOptions(q.dtype()).device(q.device()));
   Tensor lse = empty({B, Hq, T}, TensorOptions(DType::f32).device(q.device()));
   dispatch_floating(q.dtype(), "flash_attention", [&](auto tag) {

@@ -3,22 +3,36 @@
 
 namespace qk::cpu::flash {
 
+QueryStrides query_strides(const Tensor& x, int64_t G) {
+  QueryStrides s;
+  s.b = x.stride(0);
+  s.t = x.stride(1);
+  if (x.dim() == 5) {  // [B, T, Hkv, G, D]
+    s.hk = x.stride(2);
+    s.g = x.stride(3);
+  } else {  // [B, T, Hq, D]: query head hk * G + g
+    s.hk = G * x.stride(2);
+    s.g = x.stride(2);
+  }
+  return s;
+}
+
 Layout make_layout(const Tensor& q, const Tensor& k, const Tensor& v,
                    const ops::FlashAttentionParams& p) {
   Layout L;
   L.B = q.size(0);
   L.T = q.size(1);
-  L.Hq = q.size(2);
-  L.D = q.size(3);
   L.S = k.size(1);
   L.Hkv = k.size(2);
+  L.D = k.size(3);
+  L.Hq = q.dim() == 5 ? q.size(2) * q.size(3) : q.size(2);
   L.G = L.Hq / L.Hkv;
   L.R = L.T * L.G;
   L.Dp = round_up(L.D, kColPad);
   L.causal = p.causal;
   L.scale = static_cast<float>(p.scale);
+  L.qs = query_strides(q, L.G);
   for (int i = 0; i < 3; ++i) {
-    L.qs[i] = q.stride(i);
     L.ks[i] = k.stride(i);
     L.vs[i] = v.stride(i);
   }
@@ -66,18 +80,19 @@ TileMask tile_mask(const Layout& L, const Dropout& dr, int64_t r0, int64_t k0, i
   return mk;
 }
 
-void pack_pairs_transposed(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,
-                           int64_t hk, int64_t r0, int64_t nr, int64_t nc, uint16_t* dst) {
+void pack_pairs_transposed(const Layout& L, const BFloat16* base, const QueryStrides& st,
+                           int64_t b, int64_t hk, int64_t r0, int64_t nr, int64_t nc,
+                           uint16_t* dst) {
   // A pair is 32 adjacent bits in the row: transpose 32-bit words.
   const int64_t pairs = L.D / 2;
   for (int64_t i = 0; i < nr; ++i) {
-    const BFloat16* row = row_ptr(base, st, b, L.t_of(r0 + i), L.hq_of(hk, r0 + i));
+    const BFloat16* row = query_row(L, base, st, b, hk, r0 + i);
     for (int64_t p = 0; p < pairs; ++p) std::memcpy(dst + 2 * (p * nc + i), row + 2 * p, 4);
   }
   for (int64_t p = 0; p < pairs; ++p) std::fill(dst + 2 * (p * nc + nr), dst + 2 * (p + 1) * nc, 0);
 }
 
-void pack_row_pairs(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,
+void pack_row_pairs(const Layout& L, const BFloat16* base, const QueryStrides& st, int64_t b,
                     int64_t hk, int64_t r0, int64_t nr, uint16_t* dst) {
   for (int64_t i = 0; i < round_up(nr, 2); ++i) {
     uint16_t* out = dst + (i / 2) * 2 * L.Dp + i % 2;
@@ -85,7 +100,7 @@ void pack_row_pairs(const Layout& L, const BFloat16* base, const int64_t* st, in
       for (int64_t d = 0; d < L.Dp; ++d) out[2 * d] = 0;
       continue;
     }
-    const BFloat16* row = row_ptr(base, st, b, L.t_of(r0 + i), L.hq_of(hk, r0 + i));
+    const BFloat16* row = query_row(L, base, st, b, hk, r0 + i);
     for (int64_t d = 0; d < L.D; ++d) out[2 * d] = row[d].bits;
     for (int64_t d = L.D; d < L.Dp; ++d) out[2 * d] = 0;
   }

@@ -30,6 +30,14 @@ inline constexpr float kLog2e = 1.44269504088896341f;
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// Element strides of a query-shaped tensor by [batch, position, kv head,
+// query head within the kv head's group]: [B, T, Hq, D] and the grouped
+// [B, T, Hkv, G, D] view (Megatron's fused QKV layout) alike.
+struct QueryStrides {
+  int64_t b = 0, t = 0, hk = 0, g = 0;
+};
+QueryStrides query_strides(const Tensor& x, int64_t G);
+
 struct Layout {
   int64_t B = 0, T = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
   int64_t G = 1;   // query heads per kv head
@@ -37,7 +45,8 @@ struct Layout {
   int64_t Dp = 0;  // D padded to kColPad (tiles whose columns are head dims)
   bool causal = true;
   float scale = 1;
-  int64_t qs[3] = {}, ks[3] = {}, vs[3] = {};  // element strides of [b, t, h]
+  QueryStrides qs;
+  int64_t ks[3] = {}, vs[3] = {};  // element strides of k and v by [b, s, h]
 
   int64_t t_of(int64_t r) const { return r / G; }
   int64_t hq_of(int64_t hk, int64_t r) const { return hk * G + r % G; }
@@ -73,9 +82,16 @@ void block_columns(const Layout& L, const Dropout& dr, int64_t b, int64_t hk, in
 TileMask tile_mask(const Layout& L, const Dropout& dr, int64_t r0, int64_t k0, int64_t nk,
                    const int32_t* lim, const uint64_t* counter);
 
+// Key s of kv head h (st: k or v strides).
 template <typename T>
-const T* row_ptr(const T* base, const int64_t* st, int64_t b, int64_t t, int64_t h) {
-  return base + b * st[0] + t * st[1] + h * st[2];
+const T* row_ptr(const T* base, const int64_t* st, int64_t b, int64_t s, int64_t h) {
+  return base + b * st[0] + s * st[1] + h * st[2];
+}
+// Query row r of kv head hk.
+template <typename T>
+const T* query_row(const Layout& L, const T* base, const QueryStrides& st, int64_t b, int64_t hk,
+                   int64_t r) {
+  return base + b * st.b + L.t_of(r) * st.t + hk * st.hk + (r % L.G) * st.g;
 }
 
 // sum_d a[d] * b[d] in f32, in kLanes partial sums (so it vectorises).
@@ -94,10 +110,10 @@ float row_dot(const T* a, const T* b, int64_t n) {
 
 // dst[d][i] = scale * row(r0 + i)[d] for d < D, i < nr; zero for nr <= i < nc.
 template <typename T>
-void pack_transposed(const Layout& L, const T* base, const int64_t* st, int64_t b, int64_t hk,
+void pack_transposed(const Layout& L, const T* base, const QueryStrides& st, int64_t b, int64_t hk,
                      int64_t r0, int64_t nr, int64_t nc, float scale, float* dst) {
   for (int64_t i = 0; i < nr; ++i) {
-    const T* row = row_ptr(base, st, b, L.t_of(r0 + i), L.hq_of(hk, r0 + i));
+    const T* row = query_row(L, base, st, b, hk, r0 + i);
     for (int64_t d = 0; d < L.D; ++d) dst[d * nc + i] = ld<float>(row, d) * scale;
   }
   for (int64_t d = 0; d < L.D; ++d) std::fill(dst + d * nc + nr, dst + (d + 1) * nc, 0.0f);
@@ -105,10 +121,10 @@ void pack_transposed(const Layout& L, const T* base, const int64_t* st, int64_t 
 
 // dst[i][d] = row(r0 + i)[d] (leading dim Dp, zero beyond D).
 template <typename T>
-void pack_rows(const Layout& L, const T* base, const int64_t* st, int64_t b, int64_t hk,
+void pack_rows(const Layout& L, const T* base, const QueryStrides& st, int64_t b, int64_t hk,
                int64_t r0, int64_t nr, float* dst) {
   for (int64_t i = 0; i < nr; ++i) {
-    const T* row = row_ptr(base, st, b, L.t_of(r0 + i), L.hq_of(hk, r0 + i));
+    const T* row = query_row(L, base, st, b, hk, r0 + i);
     float* out = dst + i * L.Dp;
     for (int64_t d = 0; d < L.D; ++d) out[d] = ld<float>(row, d);
     std::fill(out + L.D, out + L.Dp, 0.0f);
@@ -134,11 +150,12 @@ const float* kv_rows(const Layout& L, const T* base, const int64_t* st, int64_t 
 
 // bf16 pair packs for the AVX512-BF16 products (D even), as raw bf16 bits.
 // dst[d / 2][i][2] = row(r0 + i)[d] for i < nr; zero for nr <= i < nc.
-void pack_pairs_transposed(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,
-                           int64_t hk, int64_t r0, int64_t nr, int64_t nc, uint16_t* dst);
+void pack_pairs_transposed(const Layout& L, const BFloat16* base, const QueryStrides& st,
+                           int64_t b, int64_t hk, int64_t r0, int64_t nr, int64_t nc,
+                           uint16_t* dst);
 // dst[i / 2][d][2] = row(r0 + i)[d], leading dim Dp (zero beyond D, and the
 // partner of the last row when nr is odd).
-void pack_row_pairs(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,
+void pack_row_pairs(const Layout& L, const BFloat16* base, const QueryStrides& st, int64_t b,
                     int64_t hk, int64_t r0, int64_t nr, uint16_t* dst);
 // Every key of (b, hk), paired along the keys: dst[s / 2][d][2] (zero past S).
 void pack_key_pairs(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,

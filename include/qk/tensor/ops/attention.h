@@ -8,9 +8,11 @@
 //
 // q [B, T, Hq, D], k and v [B, S, Hkv, D], Hq % Hkv == 0 (query head h reads
 // kv head h / (Hq / Hkv)); any strides with the last dim contiguous (others
-// are copied first). f32, bf16 or f16; reduced floats accumulate in f32 and
-// the softmax is always f32. The differentiable form is qk::flash_attention
-// (qk/autograd/llm_ops.h).
+// are copied first). q may also come grouped as [B, T, Hkv, G, D] (Hq = Hkv G,
+// query head hk * G + g), the view of Megatron's fused QKV projection output
+// [B, T, Hkv, (G + 2) D] that has no [B, T, Hq, D] form without a copy. f32,
+// bf16 or f16; reduced floats accumulate in f32 and the softmax is always
+// f32. The differentiable form is qk::flash_attention (qk/autograd/llm_ops.h).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,8 @@ struct FlashAttentionParams {
   uint64_t offset = 0;
 };
 
+// Hq of a [B, T, Hq, D] or [B, T, Hkv, G, D] query.
+int64_t attention_query_heads(const Tensor& q);
 // The number of Philox counters one call with these shapes uses.
 uint64_t flash_attention_counters(int64_t B, int64_t Hq, int64_t T, int64_t S);
 
@@ -45,7 +49,8 @@ struct FlashAttentionResult {
 
 FlashAttentionResult flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const FlashAttentionParams& p);
-// Returns (dq, dk, dv), contiguous, in the inputs' shapes and dtype.
+// dout and out [B, T, Hq, D]. Returns (dq, dk, dv), contiguous, in the
+// inputs' shapes (q's grouped form too) and dtype.
 std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& dout, const Tensor& q,
                                                             const Tensor& k, const Tensor& v,
                                                             const Tensor& out, const Tensor& lse,
