@@ -2,20 +2,23 @@
 # flash_attention vs the unfused composition (qk ops) vs PyTorch 1.13's unfused
 # attention, one after the other with 1 and 2 threads, then peak memory at
 # T = 512, 1024, 2048 (B=1, H=8, D=64, f32, forward+backward).
-#   bench/flash_attention_compare.sh [build-dir] [min-time-seconds]
-# Times are milliseconds per call: wall, and process CPU (the fairer figure on
-# a shared machine; both peers report the same kind). "x unf" and "x torch"
-# are flash's speed-ups on wall time (CPU time in brackets).
+#   bench/flash_attention_compare.sh [build-dir] [min-time-seconds] [repetitions]
+# Times are milliseconds per call, the best of the repetitions (PyTorch: of 5
+# rounds): wall, and process CPU in brackets (the fairer figure on a shared
+# machine; both peers report the same kind). "x unf" and "x torch" are
+# flash's speed-ups on wall time (CPU time in brackets).
 set -euo pipefail
 BUILD=${1:-build/release}
-MIN_TIME=${2:-0.5}
+MIN_TIME=${2:-0.2}
+REPS=${3:-5}
 cd "$(dirname "$0")/.."
 echo "$(date -u +%Y-%m-%dT%H:%MZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
   "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in 1 2; do
   echo "== $t thread(s)"
   qk=$(QK_NUM_THREADS=$t "$BUILD/bench/flash_attention_bench" --benchmark_filter='BM_Forward' \
-    --benchmark_min_time="$MIN_TIME" --benchmark_format=csv 2>/dev/null | grep '^"BM_')
+    --benchmark_min_time="$MIN_TIME" --benchmark_repetitions="$REPS" --benchmark_format=csv \
+    2>/dev/null | grep '^"BM_' | grep -v '_mean"\|_median"\|_stddev"\|_cv"')
   torch=$(/usr/bin/python3 bench/flash_attention_peer.py "$t" | tail -n +2)
   python3 - "$qk" "$torch" <<'EOF'
 import re, sys
@@ -27,7 +30,9 @@ for line in qk.splitlines():
     parts = name.split("/")
     key = (parts[0], "/".join(parts[1:5]), "bf16" if parts[5] == "1" else "f32")
     impl = "flash" if parts[6] == "0" else "unfused"
-    rows.setdefault(key, {})[impl] = (float(f[2]), float(f[3]))
+    wall, cpu = float(f[2]), float(f[3])
+    old = rows.setdefault(key, {}).get(impl, (wall, cpu))
+    rows[key][impl] = (min(wall, old[0]), min(cpu, old[1]))
 for line in torch.splitlines():
     m = re.match(r"(\w+)/(\S+) torch (\w+): ([\d.]+) ms \(cpu ([\d.]+) ms\)", line)
     if m:

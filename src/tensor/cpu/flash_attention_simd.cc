@@ -9,6 +9,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <string>
+
+#include "qk/base/env.h"
+#include "qk/base/error.h"
 
 namespace qk::cpu::flash {
 namespace {
@@ -331,8 +335,22 @@ std::vector<const Leaves*> available_leaves() {
 
 const Leaves& leaves() {
   if (const Leaves* l = g_override.load(std::memory_order_relaxed)) return *l;
-  static const Leaves* best = available_leaves().front();
-  return *best;
+  static const Leaves* chosen = [] {
+    QK_ENV_STRING(env_isa, "QK_FLASH_ATTENTION_ISA", "auto",
+                  "Flash attention's SIMD kernels: auto (the fastest this CPU runs), "
+                  "avx512bf16, avx512, avx2 or generic (for benchmarks of the fallbacks).");
+    const std::vector<const Leaves*> all = available_leaves();
+    const std::string want = env_isa.get();
+    if (want == "auto") return all.front();
+    std::string names;
+    for (const Leaves* l : all) {
+      if (want == l->isa) return l;
+      names += std::string(names.empty() ? "" : ", ") + l->isa;
+    }
+    QK_THROW(ValueError, "QK_FLASH_ATTENTION_ISA='", want,
+             "' is not one this build and CPU run; choose auto or one of: ", names);
+  }();
+  return *chosen;
 }
 
 void set_leaves_for_testing(const Leaves* l) { g_override.store(l, std::memory_order_relaxed); }
