@@ -108,6 +108,25 @@ void BM_ForwardBackward(benchmark::State& st) { BM_Attention(st, true); }
 BENCHMARK(BM_Forward)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 BENCHMARK(BM_ForwardBackward)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 
+// Attention dropout (p = 0.1, Megatron's default) costs a Philox draw per
+// probability, in the forward and again in the backward.
+void BM_ForwardBackwardDropout(benchmark::State& st) {
+  Case c = make_case(st.range(0), st.range(1), st.range(2), st.range(3), st.range(4) == 1);
+  Generator gen(3);
+  for (auto _ : st) {
+    Tensor out = flash_attention(c.q, c.k, c.v, {.dropout_p = 0.1, .training = true, .generator = &gen});
+    out.backward(c.dout);
+    benchmark::DoNotOptimize(out.raw_data());
+    for (Tensor* t : {&c.q, &c.k, &c.v}) t->set_grad(Tensor());
+  }
+  st.SetLabel(st.range(4) == 1 ? "flash bf16 dropout 0.1" : "flash f32 dropout 0.1");
+}
+BENCHMARK(BM_ForwardBackwardDropout)
+    ->ArgsProduct({{1}, {1024}, {8}, {64}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
 // Tensor high-water mark of one forward+backward above the inputs (MB).
 void BM_PeakMemory(benchmark::State& st) {
   const int64_t T = st.range(0);
