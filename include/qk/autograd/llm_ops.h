@@ -22,8 +22,8 @@ namespace qk {
 // and the per-row logsumexp, the backward recomputes the tiles. Grouped-query
 // attention: Hq % Hkv == 0, query head h uses kv head h / (Hq / Hkv), K/V are
 // never repeated in memory. Softmax always in f32; bf16 in gives bf16 out.
-// Under autocast, q/k/v run in the low-precision dtype (as PyTorch's CPU
-// autocast runs scaled_dot_product_attention).
+// Under autocast, q/k/v are cast to the low-precision dtype like the other
+// matmul-bound ops (the softmax inside stays f32).
 struct AttentionOptions {
   bool causal = true;          // bottom-right aligned: query i (of T) sees keys j <= i + (S - T)
                                // (so T=1 decode against an S-long KV cache sees all S keys;
