@@ -14,6 +14,8 @@
 // one item). dK/dV accumulate over the item's query blocks in f32: when every
 // thread has whole (batch, kv head) pairs to itself they go straight to the
 // outputs, otherwise each range writes a partial that a last pass sums.
+// With AVX512-BF16 the five products take bf16 pairs (K paired along the keys
+// once per call; P, P Z and dS rounded to bf16 per tile), as in the forward.
 #include <cmath>
 #include <vector>
 

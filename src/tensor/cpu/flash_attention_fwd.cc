@@ -10,6 +10,9 @@
 // Only one item's tiles live at a time (about 50 KB per thread at D = 64),
 // never a T x S matrix; key blocks past a row block's causal limit are
 // skipped. Items are handed out dynamically, heaviest (latest rows) first.
+// bf16 inputs on a CPU with AVX512-BF16 (and even D) run both products on
+// bf16 pairs: Q paired along D, V along the keys (packed once per call), P
+// rounded to bf16 per tile; the scale then applies to S in the softmax step.
 #include <cmath>
 #include <limits>
 
