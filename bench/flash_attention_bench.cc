@@ -2,6 +2,7 @@
 // (matmul, masked softmax, matmul: the T x S scores and probabilities stored),
 // forward and forward+backward, at GPT-2 small (B=4, T=64, H=12, D=64) and
 // Llama-practice (B=1..4, T=1024, H=8, D=64) shapes, f32 and bf16, causal.
+// BM_ForwardBackwardDropout adds attention dropout 0.1 (flash only).
 // BM_PeakMemory reports the tensor high-water mark of one forward+backward at
 // T = 512, 1024, 2048 (MB), flash and unfused. Each shape is checked once
 // (flash vs unfused) before it is timed. The PyTorch peer is
