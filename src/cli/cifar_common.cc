@@ -1,4 +1,4 @@
-#include "cli/cifar_common.h"
+#include "cifar_common.h"
 
 #include <fmt/format.h>
 

@@ -9,8 +9,8 @@
 //   qk run --nproc-per-node 2 -- qk train cifar10      # data-parallel (DDP)
 #include <memory>
 
-#include "cli/command.h"
-#include "cli/train_cifar10.h"
+#include "command.h"
+#include "train_cifar10.h"
 
 namespace qk::cli {
 namespace {

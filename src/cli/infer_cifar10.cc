@@ -1,4 +1,4 @@
-#include "cli/infer_cifar10.h"
+#include "infer_cifar10.h"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "cli/cifar_common.h"
-#include "cli/plot.h"
+#include "cifar_common.h"
+#include "plot.h"
 #include "qk/autograd/autograd.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"

@@ -1,4 +1,4 @@
-#include "cli/plot.h"
+#include "plot.h"
 
 #include <cairo.h>
 #include <fmt/format.h>

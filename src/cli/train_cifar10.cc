@@ -1,4 +1,4 @@
-#include "cli/train_cifar10.h"
+#include "train_cifar10.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -9,8 +9,8 @@
 #include <functional>
 #include <optional>
 
-#include "cli/cifar_common.h"
-#include "cli/plot.h"
+#include "cifar_common.h"
+#include "plot.h"
 #include "qk/amp/grad_scaler.h"
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
