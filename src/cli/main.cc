@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "cli/command.h"
+#include "command.h"
 #include "qk/base/error.h"
 #include "qk/base/log.h"
 #include "qk/base/openmp_env.h"
