@@ -27,20 +27,34 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
-    if (k == "--threads") threads = std::atoi(v);
-    else if (k == "--layers") layers = std::atoll(v);
-    else if (k == "--hidden") hidden = std::atoll(v);
-    else if (k == "--heads") heads = std::atoll(v);
-    else if (k == "--groups") groups = std::atoll(v);
-    else if (k == "--vocab") vocab = std::atoll(v);
-    else if (k == "--prompt") prompt = std::atoll(v);
-    else if (k == "--new") new_tokens = std::atoll(v);
-    else if (k == "--batch") batch = std::atoll(v);
-    else if (k == "--top-k") top_k = std::atoll(v);
-    else if (k == "--top-p") top_p = std::atof(v);
-    else if (k == "--temperature") temperature = std::atof(v);
-    else if (k == "--layout") layout = v;
-    else if (k == "--dtype") dtype = v;
+    if (k == "--threads")
+      threads = std::atoi(v);
+    else if (k == "--layers")
+      layers = std::atoll(v);
+    else if (k == "--hidden")
+      hidden = std::atoll(v);
+    else if (k == "--heads")
+      heads = std::atoll(v);
+    else if (k == "--groups")
+      groups = std::atoll(v);
+    else if (k == "--vocab")
+      vocab = std::atoll(v);
+    else if (k == "--prompt")
+      prompt = std::atoll(v);
+    else if (k == "--new")
+      new_tokens = std::atoll(v);
+    else if (k == "--batch")
+      batch = std::atoll(v);
+    else if (k == "--top-k")
+      top_k = std::atoll(v);
+    else if (k == "--top-p")
+      top_p = std::atof(v);
+    else if (k == "--temperature")
+      temperature = std::atof(v);
+    else if (k == "--layout")
+      layout = v;
+    else if (k == "--dtype")
+      dtype = v;
     else {
       fmt::print(stderr, "unknown flag {}\n", k);
       return 2;
@@ -89,12 +103,13 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 200; ++i) sampler.sample(logits.data(), vocab);
   const double sample_ms = t.millis() / 200;
 
-  fmt::print("{{\"impl\": \"qianka\", \"layout\": \"{}\", \"dtype\": \"{}\", \"threads\": {}, \"layers\": {}, "
-             "\"hidden\": {}, \"vocab\": {}, \"batch\": {}, \"prompt\": {}, \"new_tokens\": {}, "
-             "\"first_token_s\": {:.3f}, \"decode_tokens_per_s\": {:.1f}, \"tokens_per_s\": {:.1f}, "
-             "\"ms_per_decode_step\": {:.2f}, \"sample_ms\": {:.3f}}}\n",
-             layout, dtype, threads, layers, hidden, vocab, batch, prompt, r.new_tokens, r.prefill_seconds,
-             r.decode_tokens_per_second(), r.tokens_per_second(),
-             r.decode_tokens > 0 ? 1e3 * r.decode_seconds * batch / r.decode_tokens : 0.0, sample_ms);
+  fmt::print(
+      "{{\"impl\": \"qianka\", \"layout\": \"{}\", \"dtype\": \"{}\", \"threads\": {}, \"layers\": {}, "
+      "\"hidden\": {}, \"vocab\": {}, \"batch\": {}, \"prompt\": {}, \"new_tokens\": {}, "
+      "\"first_token_s\": {:.3f}, \"decode_tokens_per_s\": {:.1f}, \"tokens_per_s\": {:.1f}, "
+      "\"ms_per_decode_step\": {:.2f}, \"sample_ms\": {:.3f}}}\n",
+      layout, dtype, threads, layers, hidden, vocab, batch, prompt, r.new_tokens, r.prefill_seconds,
+      r.decode_tokens_per_second(), r.tokens_per_second(),
+      r.decode_tokens > 0 ? 1e3 * r.decode_seconds * batch / r.decode_tokens : 0.0, sample_ms);
   return 0;
 }

@@ -26,17 +26,20 @@ struct ExportCli {
   std::string format = "hf", load, out, dtype = "auto", max_shard_size = "0";
 };
 
+constexpr std::pair<const char*, double> kSizeUnits[] = {
+    {"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+    {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+
 // "0", "500MB", "5GB", "2GiB", "123456" -> bytes (transformers' max_shard_size spelling).
 int64_t parse_size(const std::string& s) {
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  QK_CHECK(i > 0 && std::isdigit(static_cast<unsigned char>(s[0])), "--max-shard-size '", s, "': expected a size such as 5GB, 500MB or 0 (one file)");
+  QK_CHECK(i > 0 && std::isdigit(static_cast<unsigned char>(s[0])), "--max-shard-size '", s,
+           "': expected a size such as 5GB, 500MB or 0 (one file)");
   const double value = std::stod(s.substr(0, i));
   const std::string unit = s.substr(i);
   double scale = 0;
-  for (const auto& [name, factor] : std::initializer_list<std::pair<const char*, double>>{
-           {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0},
-           {"GiB", 1073741824.0}})
+  for (const auto& [name, factor] : kSizeUnits)
     if (unit == name) scale = factor;
   QK_CHECK(scale > 0, "--max-shard-size '", s, "': unknown unit '", unit, "'; use B, KB, MB, GB, KiB, MiB or GiB");
   return static_cast<int64_t>(value * scale);

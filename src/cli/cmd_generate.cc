@@ -135,10 +135,11 @@ void run_generate(const GenerateCli& c) {
   const transformer::GenerateResult r =
       transformer::generate(*m.model, {std::vector<int64_t>(ids.begin(), ids.end())}, o);
   stream.flush();
-  fmt::print("\n[qk generate] {} new tokens in {:.2f} s: {:.1f} tokens/s (prompt {} tokens, first token after "
-             "{:.3f} s, then {:.1f} tokens/s); stopped by {}\n",
-             r.new_tokens, r.seconds(), r.tokens_per_second(), r.prompt_tokens, r.prefill_seconds,
-             r.decode_tokens_per_second(), transformer::to_string(r.finish[0]));
+  fmt::print(
+      "\n[qk generate] {} new tokens in {:.2f} s: {:.1f} tokens/s (prompt {} tokens, first token after "
+      "{:.3f} s, then {:.1f} tokens/s); stopped by {}\n",
+      r.new_tokens, r.seconds(), r.tokens_per_second(), r.prompt_tokens, r.prefill_seconds,
+      r.decode_tokens_per_second(), transformer::to_string(r.finish[0]));
 }
 
 void setup_generate(CLI::App& app) {

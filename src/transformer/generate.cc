@@ -24,10 +24,11 @@ namespace {
 void check_prompts(const std::vector<std::vector<int64_t>>& prompts, const TransformerConfig& c) {
   QK_CHECK(!prompts.empty(), "generate: no prompts");
   for (size_t r = 0; r < prompts.size(); ++r) {
-    QK_CHECK(!prompts[r].empty(), "generate: prompt ", r, " is empty; give at least one token (e.g. the BOS or EOD id)");
+    QK_CHECK(!prompts[r].empty(), "generate: prompt ", r,
+             " is empty; give at least one token (e.g. the BOS or EOD id)");
     for (int64_t id : prompts[r])
-      QK_CHECK(id >= 0 && id < c.vocab_size, "generate: prompt ", r, " has token ", id,
-               ", outside the vocabulary [0, ", c.vocab_size, ")");
+      QK_CHECK(id >= 0 && id < c.vocab_size, "generate: prompt ", r, " has token ", id, ", outside the vocabulary [0, ",
+               c.vocab_size, ")");
     QK_CHECK(static_cast<int64_t>(prompts[r].size()) <= c.max_position_embeddings, "generate: prompt ", r, " has ",
              prompts[r].size(), " tokens, more than max_position_embeddings (", c.max_position_embeddings, ")");
   }
@@ -52,7 +53,8 @@ GenerateResult generate(GPTModelImpl& model, const std::vector<std::vector<int64
     longest = std::max(longest, p.size());
   }
   // Positions 0 .. context-1; the last sampled token is never fed back.
-  const int64_t context = std::min<int64_t>(static_cast<int64_t>(longest) + o.max_new_tokens, c.max_position_embeddings);
+  const int64_t context =
+      std::min<int64_t>(static_cast<int64_t>(longest) + o.max_new_tokens, c.max_position_embeddings);
 
   GenerateResult res;
   res.tokens.resize(rows);

@@ -77,9 +77,9 @@ nn::TensorMap read_sharded(const std::string& dir) {
     QK_CHECK(file.is_string(), index_path, ": weight_map['", name, "'] must be a file name");
     const std::string f = file.get<std::string>();
     // Plain names only: an index must not point outside its folder.
-    QK_CHECK(!f.empty() && f.find('/') == std::string::npos && f.find('\\') == std::string::npos && f != "." &&
-                 f != "..",
-             index_path, ": weight_map['", name, "'] = '", f, "' is not a file name in the folder");
+    QK_CHECK(
+        !f.empty() && f.find('/') == std::string::npos && f.find('\\') == std::string::npos && f != "." && f != "..",
+        index_path, ": weight_map['", name, "'] = '", f, "' is not a file name in the folder");
     by_file[f].push_back(name);
   }
   QK_CHECK(!by_file.empty(), index_path, ": weight_map is empty");
@@ -158,7 +158,8 @@ nn::TensorMap read_hf_weights(const std::string& dir) {
   QK_CHECK_AS(IoError, fs::is_directory(dir), "'", dir, "' is not a folder");
   if (file_exists(join(dir, kWeights))) return nn::load_safetensors(join(dir, kWeights)).tensors;
   if (file_exists(join(dir, kIndex))) return read_sharded(dir);
-  QK_CHECK_AS(IoError, !file_exists(join(dir, "pytorch_model.bin")) && !file_exists(join(dir, "pytorch_model.bin.index.json")),
+  QK_CHECK_AS(IoError,
+              !file_exists(join(dir, "pytorch_model.bin")) && !file_exists(join(dir, "pytorch_model.bin.index.json")),
               "'", dir, "' holds PyTorch pickle weights (pytorch_model.bin), which qk does not read; convert them to ",
               "safetensors (transformers: model.save_pretrained(dir, safe_serialization=True))");
   QK_THROW(IoError, "'", dir, "' has neither ", kWeights, " nor ", kIndex);

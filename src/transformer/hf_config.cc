@@ -3,7 +3,6 @@
 // from_pretrained does; keys that change the architecture in ways GPTModel
 // cannot follow are refused by name.
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 #include "qk/base/error.h"
@@ -106,8 +105,8 @@ const char* gpt2_activation_name(Activation a) {
 
 HfArchitecture parse_architecture(const Keys& k) {
   std::string type = k.string("model_type", "");
-  if (type.empty() && k.has("architectures") && k.raw("architectures").is_array() &&
-      !k.raw("architectures").empty() && k.raw("architectures")[0].is_string()) {
+  if (type.empty() && k.has("architectures") && k.raw("architectures").is_array() && !k.raw("architectures").empty() &&
+      k.raw("architectures")[0].is_string()) {
     const std::string arch = k.raw("architectures")[0].get<std::string>();
     if (arch.rfind("GPT2", 0) == 0) type = "gpt2";
     if (arch.rfind("Llama", 0) == 0) type = "llama";
@@ -214,8 +213,8 @@ HfArchitecture hf_architecture_for(const TransformerConfig& config) {
                to_string(c.activation_func), " has no GPT-2 activation_function");
       QK_CHECK(c.add_bias_linear, where, ": the GPT-2 layout needs add_bias_linear (Conv1D always has a bias)");
       QK_CHECK(c.num_query_groups == c.num_attention_heads, where, ": the GPT-2 layout has no grouped-query ",
-               "attention (num_query_groups ", c.num_query_groups, " != num_attention_heads ",
-               c.num_attention_heads, ")");
+               "attention (num_query_groups ", c.num_query_groups, " != num_attention_heads ", c.num_attention_heads,
+               ")");
       QK_CHECK(c.kv_channels * c.num_attention_heads == c.hidden_size, where, ": the GPT-2 layout needs kv_channels ",
                "x num_attention_heads == hidden_size, got ", c.kv_channels, " x ", c.num_attention_heads);
       QK_CHECK(default_softmax_scale || *c.softmax_scale == 1.0, where, ": softmax_scale ", *c.softmax_scale,
@@ -234,8 +233,7 @@ HfArchitecture hf_architecture_for(const TransformerConfig& config) {
       QK_CHECK(default_softmax_scale, where, ": softmax_scale ", *c.softmax_scale,
                " differs from LlamaForCausalLM's 1/sqrt(head_dim)");
       return HfArchitecture::llama;
-    case PositionEmbeddingType::none:
-      break;
+    case PositionEmbeddingType::none: break;
   }
   QK_THROW(ValueError, where, ": position_embedding_type none has no Hugging Face layout (GPT-2 needs ",
            "learned_absolute, Llama rope)");
@@ -323,7 +321,8 @@ std::string hf_config_json(const TransformerConfig& config, const HfExportOption
     j["rms_norm_eps"] = c.layernorm_epsilon;
     j["rope_theta"] = c.rotary_base;
     if (c.rotary_seq_len_interpolation_factor)
-      j["rope_scaling"] = {{"type", "linear"}, {"rope_type", "linear"}, {"factor", *c.rotary_seq_len_interpolation_factor}};
+      j["rope_scaling"] = {
+          {"type", "linear"}, {"rope_type", "linear"}, {"factor", *c.rotary_seq_len_interpolation_factor}};
     else
       j["rope_scaling"] = nullptr;
     j["attention_bias"] = false;

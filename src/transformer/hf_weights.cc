@@ -39,10 +39,10 @@ Qkv split_fused_qkv(const Tensor& fused, const TransformerConfig& c) {
 Tensor fuse_qkv(const Qkv& x, const TransformerConfig& c) {
   const int64_t g = c.num_query_groups, hpg = c.heads_per_group(), d = c.kv_channels;
   const int64_t rest = x.q.numel() / x.q.size(0);
-  const Tensor fused = ops::cat({ops::reshape(x.q.contiguous(), {g, hpg * d, rest}),
-                                 ops::reshape(x.k.contiguous(), {g, d, rest}),
-                                 ops::reshape(x.v.contiguous(), {g, d, rest})},
-                                1);
+  const Tensor fused =
+      ops::cat({ops::reshape(x.q.contiguous(), {g, hpg * d, rest}), ops::reshape(x.k.contiguous(), {g, d, rest}),
+                ops::reshape(x.v.contiguous(), {g, d, rest})},
+               1);
   return ops::reshape(fused, with_rows(x.q, c.qkv_projection_size()));
 }
 
@@ -151,8 +151,7 @@ void llama_to_hf(Source& m, const TransformerConfig& c, nn::TensorMap& out) {
     out[q + "self_attn.q_proj.weight"] = w.q;
     out[q + "self_attn.k_proj.weight"] = w.k;
     out[q + "self_attn.v_proj.weight"] = w.v;
-    out[q + "self_attn.o_proj.weight"] =
-        m.get(p + "self_attention.linear_proj.weight", {h, c.query_projection_size()});
+    out[q + "self_attn.o_proj.weight"] = m.get(p + "self_attention.linear_proj.weight", {h, c.query_projection_size()});
     out[q + "post_attention_layernorm.weight"] = norm_weight_out(m.get(p + "pre_mlp_layernorm.weight", {h}), c);
     const Tensor fc1 = m.get(p + "mlp.linear_fc1.weight", {2 * f, h});  // rows [gate; up]
     out[q + "mlp.gate_proj.weight"] = fc1.narrow(0, 0, f).contiguous();
@@ -174,8 +173,10 @@ void gpt2_from_hf(Source& s, const TransformerConfig& c, nn::TensorMap& out) {
     norm(p + "ln_1", q + "input_layernorm");
     const Tensor w = transposed(s.get(p + "attn.c_attn.weight", {h, 3 * h}));  // [3h, h]: q | k | v rows
     const Tensor b = s.get(p + "attn.c_attn.bias", {3 * h});
-    out[q + "self_attention.linear_qkv.weight"] = fuse_qkv({w.narrow(0, 0, h), w.narrow(0, h, h), w.narrow(0, 2 * h, h)}, c);
-    out[q + "self_attention.linear_qkv.bias"] = fuse_qkv({b.narrow(0, 0, h), b.narrow(0, h, h), b.narrow(0, 2 * h, h)}, c);
+    out[q + "self_attention.linear_qkv.weight"] =
+        fuse_qkv({w.narrow(0, 0, h), w.narrow(0, h, h), w.narrow(0, 2 * h, h)}, c);
+    out[q + "self_attention.linear_qkv.bias"] =
+        fuse_qkv({b.narrow(0, 0, h), b.narrow(0, h, h), b.narrow(0, 2 * h, h)}, c);
     out[q + "self_attention.linear_proj.weight"] = transposed(s.get(p + "attn.c_proj.weight", {h, h}));
     out[q + "self_attention.linear_proj.bias"] = s.get(p + "attn.c_proj.bias", {h});
     norm(p + "ln_2", q + "pre_mlp_layernorm");

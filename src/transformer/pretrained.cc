@@ -53,9 +53,8 @@ LoadedGpt load_gpt_for_inference(const std::string& path, const LoadGptOptions& 
 
 std::optional<data::TokenizerOptions> find_tokenizer_files(const std::string& dir) {
   if (file_exists(in(dir, "vocab.json")) && file_exists(in(dir, "merges.txt")))
-    return data::TokenizerOptions{.type = "GPT2BPETokenizer",
-                                  .vocab_file = in(dir, "vocab.json"),
-                                  .merge_file = in(dir, "merges.txt")};
+    return data::TokenizerOptions{
+        .type = "GPT2BPETokenizer", .vocab_file = in(dir, "vocab.json"), .merge_file = in(dir, "merges.txt")};
   if (file_exists(in(dir, "tokenizer.model")))
     return data::TokenizerOptions{.type = "SentencePieceTokenizer", .model = in(dir, "tokenizer.model")};
   if (file_exists(in(dir, "tokenizer.json")))

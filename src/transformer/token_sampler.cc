@@ -15,9 +15,7 @@ namespace {
 // Most likely first; equal logits: lower id first (as argmax's first maximum).
 struct MoreLikely {
   const float* logits;
-  bool operator()(int64_t a, int64_t b) const {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  }
+  bool operator()(int64_t a, int64_t b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
 };
 
 float checked_max(const float* logits, int64_t n) {
@@ -95,8 +93,8 @@ double TokenSampler::keep(const float* logits, int64_t n, bool& all_ids) {
       if (more(c, b)) std::swap(b, c);
       if (more(b, a)) std::swap(a, b);
       const int64_t pivot = b;
-      const auto mid_it = std::partition(order_.begin() + lo, order_.begin() + hi,
-                                         [&](int64_t id) { return more(id, pivot); });
+      const auto mid_it =
+          std::partition(order_.begin() + lo, order_.begin() + hi, [&](int64_t id) { return more(id, pivot); });
       const int64_t mid = mid_it - order_.begin();
       double upper = 0;
       for (int64_t j = lo; j < mid; ++j) upper += weights_[at(j)];
@@ -160,12 +158,12 @@ std::vector<std::pair<int64_t, double>> TokenSampler::candidates(const float* lo
   std::vector<std::pair<int64_t, double>> out;
   if (all_ids) {
     for (int64_t i = 0; i < n; ++i) out.emplace_back(i, weights_[i] / total);
-    std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
-      return MoreLikely{logits}(a.first, b.first);
-    });
+    std::stable_sort(out.begin(), out.end(),
+                     [&](const auto& a, const auto& b) { return MoreLikely{logits}(a.first, b.first); });
   } else {
     for (const auto& [id, w] : kept_) out.emplace_back(id, w / total);
-    std::sort(out.begin(), out.end(), [&](const auto& a, const auto& b) { return MoreLikely{logits}(a.first, b.first); });
+    std::sort(out.begin(), out.end(),
+              [&](const auto& a, const auto& b) { return MoreLikely{logits}(a.first, b.first); });
   }
   return out;
 }

@@ -47,8 +47,8 @@ void write_tiny_gpt2_tokenizer(const std::string& dir) {
   for (size_t i = 0; i < chars.size(); ++i) vocab[utf8(chars[i])] = i;
   const std::vector<std::string> merges = {
       "Ġ t", "h e", "Ġt he", "i n", "e r", "a n", "o n", "r e", "e d", "Ġ a", "Ġ s", "Ġ w", "o u", "in g", "Ġ o",
-      "Ġ c", "a t", "e n", "i s", "o r", "Ġ b", "Ġ f", "Ġ m", "i t", "a l", "a r", "l e", "Ġ p", "Ġ d", "e s",
-      "Ġ h", "Ġ i", "o f", "Ġ l", "Ġ n", "Ġ g", "Ġ e", "Ġ u", "Ġ r", "Ġ y", "s t", "c h", "l l"};
+      "Ġ c", "a t", "e n",   "i s", "o r", "Ġ b", "Ġ f", "Ġ m", "i t", "a l", "a r", "l e", "Ġ p", "Ġ d",  "e s",
+      "Ġ h", "Ġ i", "o f",   "Ġ l", "Ġ n", "Ġ g", "Ġ e", "Ġ u", "Ġ r", "Ġ y", "s t", "c h", "l l"};
   std::string text = "#version: 0.2\n";
   for (const auto& m : merges) {
     const size_t sp = m.find(' ');
@@ -88,7 +88,8 @@ class GenerateCli : public ::testing::Test {
   }
   // A copy of a fixture folder with the tokenizer files beside the weights.
   std::string folder_with_tokenizer(const TempDir& dir, const std::string& fixture) const {
-    for (const auto& e : fs::directory_iterator(kFixtures + fixture)) fs::copy(e.path(), dir / e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(kFixtures + fixture))
+      fs::copy(e.path(), dir / e.path().filename().string());
     write_tiny_gpt2_tokenizer(dir.path());
     return dir.path();
   }
@@ -96,7 +97,8 @@ class GenerateCli : public ::testing::Test {
 };
 
 TEST_F(GenerateCli, GreedyFromTheHfFixtureIsDeterministic) {
-  const std::string base = "--load '" + kFixtures + "gpt2_tiny' --prompt 'the cat sat on' --max-new-tokens 20 " + tokenizer_flags();
+  const std::string base =
+      "--load '" + kFixtures + "gpt2_tiny' --prompt 'the cat sat on' --max-new-tokens 20 " + tokenizer_flags();
   const Generated a = generate(base + " --greedy");
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_EQ(a.text.rfind("the cat sat on", 0), 0u) << a.output;
@@ -110,8 +112,8 @@ TEST_F(GenerateCli, GreedyFromTheHfFixtureIsDeterministic) {
 }
 
 TEST_F(GenerateCli, SeedsReproduceSampling) {
-  const std::string base = "--load '" + kFixtures + "gpt2_tiny' --prompt 'a' --max-new-tokens 24 --top-k 50 --top-p 0.9 " +
-                           tokenizer_flags();
+  const std::string base = "--load '" + kFixtures +
+                           "gpt2_tiny' --prompt 'a' --max-new-tokens 24 --top-k 50 --top-p 0.9 " + tokenizer_flags();
   const Generated a = generate(base + " --seed 3");
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_EQ(generate(base + " --seed 3").text, a.text);
@@ -121,13 +123,14 @@ TEST_F(GenerateCli, SeedsReproduceSampling) {
 TEST_F(GenerateCli, UsesTheTokenizerFilesInTheFolder) {
   TempDir dir("cli_gen_folder");
   const std::string folder = folder_with_tokenizer(dir, "gpt2_tiny");
-  const Generated with_flags = generate("--load '" + kFixtures + "gpt2_tiny' --prompt 'in the' --greedy " + tokenizer_flags());
+  const Generated with_flags =
+      generate("--load '" + kFixtures + "gpt2_tiny' --prompt 'in the' --greedy " + tokenizer_flags());
   const Generated from_folder = generate("--load '" + folder + "' --prompt 'in the' --greedy");
   ASSERT_EQ(from_folder.exit_code, 0) << from_folder.output;
   EXPECT_EQ(from_folder.text, with_flags.text);
   // The sharded bf16 Llama fixture, too; an empty prompt starts from BOS.
-  const Generated llama = generate("--load '" + kFixtures + "llama_tiny' --prompt '' --max-new-tokens 5 --greedy " +
-                                   tokenizer_flags());
+  const Generated llama =
+      generate("--load '" + kFixtures + "llama_tiny' --prompt '' --max-new-tokens 5 --greedy " + tokenizer_flags());
   ASSERT_EQ(llama.exit_code, 0) << llama.output;
   EXPECT_NE(llama.stats.find("prompt 1 tokens"), std::string::npos) << llama.stats;
 }

@@ -197,7 +197,8 @@ std::vector<int64_t> greedy_by_full_forward(GPTModel& m, std::vector<int64_t> se
   const int64_t v = m->config().vocab_size;
   for (int64_t i = 0; i < steps; ++i) {
     const Tensor logits = m(from_vector(seq, {1, static_cast<int64_t>(seq.size())}));
-    const std::vector<float> last = logits.select(1, logits.size(1) - 1).narrow(1, 0, v).contiguous().to_vector<float>();
+    const std::vector<float> last =
+        logits.select(1, logits.size(1) - 1).narrow(1, 0, v).contiguous().to_vector<float>();
     const int64_t id = std::max_element(last.begin(), last.end()) - last.begin();
     out.push_back(id);
     seq.push_back(id);
@@ -333,9 +334,9 @@ TEST(Generate, RejectsBadPrompts) {
   GPTModel m = random_model(tiny(false), 57);
   EXPECT_THROW(generate(*m, {}), ValueError);
   EXPECT_THROW(generate(*m, {{}}), ValueError);
-  EXPECT_THROW(generate(*m, {{1, 100}}), ValueError);       // outside the vocabulary
+  EXPECT_THROW(generate(*m, {{1, 100}}), ValueError);                     // outside the vocabulary
   EXPECT_THROW(generate(*m, {std::vector<int64_t>(33, 1)}), ValueError);  // longer than the context
-  m->train();  // dropout on: generation needs eval()
+  m->train();                                                             // dropout on: generation needs eval()
   EXPECT_THROW(generate(*m, {{1}}), ValueError);
 }
 

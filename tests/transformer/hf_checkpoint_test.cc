@@ -2,6 +2,8 @@
 // GPT2LMHeadModel / LlamaForCausalLM (tests/fixtures/gen_hf.py) gives our
 // logits; the committed HF fixtures import to the script's logits; export ->
 // import is bit-identical; what either side cannot represent is refused by name.
+#include "qk/transformer/hf_checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,7 +15,6 @@
 #include "qk/autograd/functions.h"
 #include "qk/base/env.h"
 #include "qk/base/file_io.h"
-#include "qk/transformer/hf_checkpoint.h"
 #include "transformer/fixture_params.h"
 
 namespace qk::transformer {
@@ -118,8 +119,8 @@ TEST(HfExport, Gpt2MatchesTransformersReference) { check_export_matches_referenc
 TEST(HfExport, Gpt2UntiedErfGeluUnscaledAttentionMatchesReference) {
   TransformerConfig c = gpt2_config();
   c.share_embeddings_and_output_weights = false;  // lm_head.weight
-  c.activation_func = Activation::gelu;            // "gelu"
-  c.softmax_scale = 1.0;                           // scale_attn_weights: false
+  c.activation_func = Activation::gelu;           // "gelu"
+  c.softmax_scale = 1.0;                          // scale_attn_weights: false
   c.init_method_std = 0.01;
   check_export_matches_reference(c, "gpt2_untied");
 }
@@ -297,7 +298,11 @@ void expect_config_error(const std::function<void(json&)>& edit, const std::stri
 }
 
 TEST(HfConfig, RefusesWhatTheModelCannotRepresent) {
-  expect_config_error([](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; }, "rope_scaling type 'llama3'");
+  expect_config_error(
+      [](json& j) {
+        j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+      },
+      "rope_scaling type 'llama3'");
   expect_config_error([](json& j) { j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}}; }, "'dynamic'");
   expect_config_error([](json& j) { j["attention_bias"] = true; }, "'attention_bias'");
   expect_config_error([](json& j) { j["mlp_bias"] = true; }, "'mlp_bias'");
@@ -308,8 +313,7 @@ TEST(HfConfig, RefusesWhatTheModelCannotRepresent) {
   expect_config_error([](json& j) { j["num_key_value_heads"] = 3; }, "num_query_groups");
   expect_config_error([](json& j) { j["hidden_size"] = "64"; }, "'hidden_size' must be an integer");
   const std::string gpt2 = read_file(fixture_dir("gpt2_tiny") + "/config.json");
-  for (const auto& [key, value, needle] :
-       std::vector<std::tuple<std::string, json, std::string>>{
+  for (const auto& [key, value, needle] : std::vector<std::tuple<std::string, json, std::string>>{
            {"activation_function", "quick_gelu", "activation_function 'quick_gelu'"},
            {"scale_attn_by_inverse_layer_idx", true, "'scale_attn_by_inverse_layer_idx'"},
            {"add_cross_attention", true, "'add_cross_attention'"}}) {
@@ -363,8 +367,7 @@ TEST(HfExport, RefusesWhatTheLayoutsCannotHold) {
   EXPECT_NE(msg([](TransformerConfig& c) { c.add_qkv_bias = true; }, true).find("add_qkv_bias"), std::string::npos);
   EXPECT_NE(msg([](TransformerConfig& c) { c.num_query_groups = 2; }, false).find("num_query_groups"),
             std::string::npos);
-  EXPECT_NE(msg([](TransformerConfig& c) { c.activation_func = Activation::squared_relu; }, false)
-                .find("squared_relu"),
+  EXPECT_NE(msg([](TransformerConfig& c) { c.activation_func = Activation::squared_relu; }, false).find("squared_relu"),
             std::string::npos);
   EXPECT_NE(msg([](TransformerConfig& c) { c.position_embedding_type = PositionEmbeddingType::none; }, false)
                 .find("position_embedding_type none"),
@@ -416,13 +419,15 @@ TEST(HfImport, BrokenFoldersAreClearErrors) {
     nn::save_safetensors(dir / "model.safetensors", t);
     return error_of([&] { load_hf(dir.path()); });
   };
-  EXPECT_NE(with([](nn::TensorMap& t) { t.erase("model.layers.1.self_attn.k_proj.weight"); })
-                .find("'model.layers.1.self_attn.k_proj.weight' is missing"),
+  EXPECT_NE(with([](nn::TensorMap& t) {
+              t.erase("model.layers.1.self_attn.k_proj.weight");
+            }).find("'model.layers.1.self_attn.k_proj.weight' is missing"),
             std::string::npos);
   EXPECT_NE(with([](nn::TensorMap& t) { t["model.norm.weight"] = zeros({63}); }).find("has shape [63]"),
             std::string::npos);
-  EXPECT_NE(with([](nn::TensorMap& t) { t["model.layers.0.self_attn.q_proj.bias"] = zeros({64}); })
-                .find("'model.layers.0.self_attn.q_proj.bias'"),
+  EXPECT_NE(with([](nn::TensorMap& t) {
+              t["model.layers.0.self_attn.q_proj.bias"] = zeros({64});
+            }).find("'model.layers.0.self_attn.q_proj.bias'"),
             std::string::npos);
   EXPECT_NE(with([](nn::TensorMap& t) { t.erase("lm_head.weight"); }).find("tie_word_embeddings is false"),
             std::string::npos);

@@ -44,7 +44,8 @@ TEST(LoadGptForInference, FindsAndCopiesTokenizerFiles) {
   EXPECT_EQ(read_file(out / "merges.txt"), "#version: 0.2\n");
   atomic_write_file(dir / "tokenizer_config.json", "{\"eos_token\": \"x\"}");
   const data::TokenizerOptions hf{.type = "HuggingFaceTokenizer", .model = dir.path()};
-  EXPECT_EQ(copy_tokenizer_files(hf, out.path()), (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(copy_tokenizer_files(hf, out.path()),
+            (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
   EXPECT_EQ(read_file(out / "tokenizer_config.json"), "{\"eos_token\": \"x\"}");
   // Onto itself: nothing to copy, nothing lost.
   EXPECT_EQ(copy_tokenizer_files(*gpt2, dir.path()).size(), 2u);
