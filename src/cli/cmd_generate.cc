@@ -103,10 +103,6 @@ void run_generate(const GenerateCli& c) {
   }
   const auto tok = data::load_tokenizer(topt);
   const int64_t model_vocab = m.config.vocab_size;
-  QK_CHECK(tok->vocab_size() <= m.config.padded_vocab_size(), "the tokenizer has ", tok->vocab_size(),
-           " ids but the model's output layer only ", m.config.padded_vocab_size(),
-           "; is it the tokenizer the model was trained with?");
-
   const std::string prompt = c.prompt_file.empty() ? c.prompt : read_file(c.prompt_file);
   std::vector<int32_t> ids = tok->encode(prompt);
   if (ids.empty()) {
@@ -115,6 +111,11 @@ void run_generate(const GenerateCli& c) {
     QK_CHECK(start >= 0, "the prompt is empty and the tokenizer has neither BOS nor EOD to start from; give --prompt");
     ids.push_back(static_cast<int32_t>(start));
   }
+  // Tokenizers may have ids the model lacks (Megatron's extra SentencePiece
+  // ids); sampling stays below both sizes, but the prompt must fit the model.
+  for (int32_t id : ids)
+    QK_CHECK(id < model_vocab, "the prompt encodes to token ", id, ", outside the model's vocabulary of ", model_vocab,
+             "; is the tokenizer (", tok->describe(), ") the one the model was trained with?");
 
   transformer::GenerateOptions o;
   o.max_new_tokens = c.max_new_tokens;

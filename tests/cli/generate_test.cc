@@ -32,7 +32,7 @@ std::string utf8(uint32_t cp) {
 // GPT-2's vocab.json/merges.txt format: the 256 bytes as GPT-2's
 // bytes_to_unicode characters, 43 merges, <|endoftext|> last: 300 ids, the
 // fixtures' vocab_size, with EOD 299 (their eos_token_id).
-void write_tiny_gpt2_tokenizer(const std::string& dir) {
+void write_tiny_gpt2_tokenizer(const std::string& dir, const std::vector<std::string>& extra_merges = {}) {
   std::vector<uint32_t> bytes, chars;
   for (uint32_t b = '!'; b <= '~'; ++b) bytes.push_back(b);
   for (uint32_t b = 0xA1; b <= 0xAC; ++b) bytes.push_back(b);
@@ -50,13 +50,15 @@ void write_tiny_gpt2_tokenizer(const std::string& dir) {
       "Ġ c", "a t", "e n",   "i s", "o r", "Ġ b", "Ġ f", "Ġ m", "i t", "a l", "a r", "l e", "Ġ p", "Ġ d",  "e s",
       "Ġ h", "Ġ i", "o f",   "Ġ l", "Ġ n", "Ġ g", "Ġ e", "Ġ u", "Ġ r", "Ġ y", "s t", "c h", "l l"};
   std::string text = "#version: 0.2\n";
-  for (const auto& m : merges) {
+  std::vector<std::string> all = merges;
+  all.insert(all.end(), extra_merges.begin(), extra_merges.end());
+  for (const auto& m : all) {
     const size_t sp = m.find(' ');
     vocab[m.substr(0, sp) + m.substr(sp + 1)] = vocab.size();
     text += m + "\n";
   }
   vocab["<|endoftext|>"] = vocab.size();
-  ASSERT_EQ(vocab.size(), 300u);
+  ASSERT_EQ(vocab.size(), 300u + extra_merges.size());
   qk::atomic_write_file(dir + "/vocab.json", vocab.dump());
   qk::atomic_write_file(dir + "/merges.txt", text);
 }
@@ -152,6 +154,13 @@ TEST_F(GenerateCli, BadPathsAndFlagsAreNamed) {
   expect_error(generate(fixture + "--top_k 5 " + tokenizer_flags()), "--top_k");
   expect_error(generate(fixture + "--dtype f64 " + tokenizer_flags()), "--dtype");
   expect_error(generate("--prompt x"), "--load");
+
+  // A tokenizer with more ids than the model: a prompt using them is refused.
+  TempDir big("cli_gen_big_tok");
+  write_tiny_gpt2_tokenizer(big.path(), {"z z", "zz z"});  // "zzz" is id 300
+  expect_error(generate("--load '" + kFixtures + "gpt2_tiny' --prompt zzz --vocab-file '" + (big / "vocab.json") +
+                        "' --merge-file '" + (big / "merges.txt") + "'"),
+               "the prompt encodes to token 300, outside the model's vocabulary of 300");
 
   TempDir broken("cli_gen_broken");
   const std::string folder = folder_with_tokenizer(broken, "gpt2_tiny");
