@@ -25,7 +25,7 @@ namespace qk::cli {
 namespace {
 
 struct GenerateCli {
-  std::string load, prompt, prompt_file, dtype = "auto";
+  std::string load, prompt, prompt_file, dtype = "f32";
   int64_t max_new_tokens = 64;
   double temperature = 1.0, top_p = 1.0;
   int64_t top_k = 0;
@@ -163,7 +163,9 @@ void setup_generate(CLI::App& app) {
   app.add_option("--seed", c->seed, "Seed of the sampler (same seed, same text)")->capture_default_str();
   app.add_flag("--greedy", c->greedy, "Always take the most likely token (as --temperature 0)");
   app.add_flag("--ignore-eos", c->ignore_eos, "Do not stop at the tokenizer's EOD or the model's EOS");
-  app.add_option("--dtype", c->dtype, "Compute in this dtype (auto: as the checkpoint stores it)")
+  app.add_option("--dtype", c->dtype,
+                 "Compute in this dtype (auto: as the checkpoint stores it; f32, as transformers loads by default, "
+                 "widens bf16/f16 weights exactly)")
       ->check(CLI::IsMember({"auto", "f32", "bf16", "f16"}))
       ->capture_default_str();
   app.add_option("--threads", c->threads, "Compute threads (0: default)")->check(CLI::Range(0, 1024));
