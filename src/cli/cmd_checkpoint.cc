@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "cli/command.h"
+#include "command.h"
 #include "qk/base/error.h"
 #include "qk/base/timer.h"
 #include "qk/transformer/hf_checkpoint.h"

@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <memory>
 
-#include "cli/command.h"
-#include "cli/data_cli.h"
+#include "command.h"
+#include "data_cli.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/base/thread_pool.h"
