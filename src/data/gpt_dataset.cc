@@ -157,7 +157,9 @@ GptDataset::GptDataset(const TokenSequences& ds, const GptDatasetOptions& o) : d
   begin_ = b[static_cast<size_t>(o.split_name)];
   end_ = b[static_cast<size_t>(o.split_name) + 1];
   QK_CHECK(end_ > begin_, "split '", o.split, "' gives the ", split_str(o.split_name),
-           " split no sequences of '", ds.prefix(), "' (", ds.num_sequences(), " in all)");
+           " split no sequences of '", ds.prefix(), "' (", ds.num_sequences(),
+           " in all); give each split of each dataset at least one sequence, or a zero weight to a split "
+           "you do not want (e.g. --split 98,2,0: no test set)");
   const int64_t extra = o.add_extra_token ? 1 : 0;
   for (int64_t i = begin_; i < end_; ++i) tokens_per_epoch_ += ds.sequence_length(static_cast<size_t>(i));
   QK_CHECK(tokens_per_epoch_ > 1, "the ", split_str(o.split_name), " split has ", tokens_per_epoch_,
@@ -306,7 +308,9 @@ void BlendedGptDataset::build(int64_t size) {
     const auto& d = *datasets_[static_cast<size_t>(dataset_index_[i])];
     QK_CHECK(static_cast<size_t>(dataset_sample_index_[i]) < d.size(), "blended sample ", i, " needs sample ",
              dataset_sample_index_[i], " of '", indexed_[static_cast<size_t>(dataset_index_[i])]->prefix(),
-             "', which has ", d.size(), "; the blend draws more from it than its weight promised");
+             "', which has ", d.size(), ": the blend draws up to one sample per dataset more than the weights ",
+             "promise, more than Megatron's 0.5% surplus covers on a split this small; give the split more ",
+             "data (a larger --split share, fewer and larger datasets) or fewer samples (--eval-iters)");
   }
 }
 

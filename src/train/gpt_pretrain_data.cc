@@ -92,7 +92,7 @@ GptDatasets build_gpt_datasets(const MegatronArgs& a, const data::Tokenizer& tok
     data::GptDatasetOptions o = base;
     // BlendedMegatronDatasetConfig: mock without --split splits "1,1,1"; no index cache.
     o.split = a.split.value_or("1,1,1");
-    if (!a.data_cache_path) o.cache_dir = "-";
+    if (!a.data_cache_path) o.cache_dir = std::string(1, '-');  // (GCC 12 misreads = "-" as an overlapping copy)
     for (int s = 0; s < 3; ++s) {
       o.split_name = static_cast<SplitName>(s);
       if (split_is_empty(o.split, o.split_name) || wanted[s] == 0) continue;

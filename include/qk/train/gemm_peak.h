@@ -20,7 +20,8 @@ struct GemmPeak {
 };
 
 // Median of `reps` timed n x n by n x n products of random matrices in
-// `dtype` (after one untimed warm-up), on this process's compute threads.
+// `dtype` (after one untimed warm-up), on this process's compute threads,
+// through ops::linear as the model's layers call it.
 GemmPeak measure_gemm_peak(int64_t n = 1024, DType dtype = DType::f32, int reps = 5);
 
 }  // namespace qk::train
