@@ -46,6 +46,10 @@ std::string fresh_dir(const std::string& name) {
   return p.string();
 }
 
+// One compute thread per process: these models are tiny, and ctest runs two
+// tests at once on two cores.
+const std::string kOneThread = "QK_NUM_THREADS=1";
+
 std::string join(const Argv& argv) {
   std::string s;
   for (const auto& a : argv) s += " '" + a + "'";
@@ -116,7 +120,8 @@ TEST(PretrainGptCli, TinyGptLearnsTheDocs) {
                                   "--train-iters", "60", "--lr", "3e-3", "--min-lr", "3e-4", "--lr-decay-style",
                                   "cosine", "--lr-warmup-iters", "5", "--attention-dropout", "0", "--hidden-dropout",
                                   "0", "--eval-interval", "10", "--eval-iters", "4", "--log-interval", "10", "--save",
-                                  out + "/ckpt", "--save-interval", "30", "--log-throughput"}));
+                                  out + "/ckpt", "--save-interval", "30", "--log-throughput"}),
+                        kOneThread);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Validation loss at the end: below the first evaluation's (each evaluation
   // reads the next validation batches, as Megatron's iterator does), and well
@@ -153,7 +158,7 @@ TEST(PretrainGptCli, TwoRanksEqualOneRank) {
                          "--log-interval", "1", "--eval-interval", "6", "--eval-iters", "2", "--attention-dropout", "0",
                          "--hidden-dropout", "0", "--save-interval", "100"};
   const std::string one = fresh_dir("dp1"), two = fresh_dir("dp2");
-  auto r1 = run_qk("pretrain-gpt" + join(args + Argv{"--save", one}));
+  auto r1 = run_qk("pretrain-gpt" + join(args + Argv{"--save", one}), kOneThread);
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
   auto r2 = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + " pretrain-gpt" + join(args + Argv{"--save", two}));
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
@@ -215,7 +220,8 @@ TEST(PretrainGptCli, SigtermSavesAndExitsZero) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    const std::string cmd = std::string("exec '") + QK_BIN + "' pretrain-gpt" + join(args) + " > '" + log + "' 2>&1";
+    const std::string cmd =
+        kOneThread + " exec '" + QK_BIN + "' pretrain-gpt" + join(args) + " > '" + log + "' 2>&1";
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -235,7 +241,7 @@ TEST(PretrainGptCli, SigtermSavesAndExitsZero) {
   const int64_t at = std::stoll(saved);
   EXPECT_GE(at, 3);
   // Resume and stop 2 iterations later (--exit-interval).
-  auto r = run_qk("pretrain-gpt" + join(args + Argv{"--exit-interval", std::to_string(at + 2)}));
+  auto r = run_qk("pretrain-gpt" + join(args + Argv{"--exit-interval", std::to_string(at + 2)}), kOneThread);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("at iteration " + std::to_string(at)), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("exiting program at iteration " + std::to_string(at + 2)), std::string::npos) << r.output;
@@ -274,7 +280,9 @@ TEST(PretrainGptCli, SeedArraysRunOrAreRefusedAsTheStatusTableSays) {
     EXPECT_NE(refused.output.find("\n  " + f), std::string::npos) << f << "\n" << refused.output;
 
   const std::string dir = fresh_dir("seed");
-  auto ok = run_qk("pretrain-gpt" + join(model + supported + rest + mock_data() + shrink + Argv{"--save", dir, "--save-interval", "2"}));
+  auto ok = run_qk("pretrain-gpt" + join(model + supported + rest + mock_data() + shrink +
+                                         Argv{"--save", dir, "--save-interval", "2"}),
+                   kOneThread);
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   // One info line per no-op flag, and Megatron's own rule for --sequence-parallel at tensor size 1.
   for (const char* note : {"--use-mcore-models: no effect here", "--no-rope-fusion: no effect here",
