@@ -331,6 +331,14 @@ TEST(PretrainGptCli, BadFlagsValuesAndFilesAreErrorsNamingThem) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir + "/bad_text_document.idx"), std::string::npos) << r.output;
 
+  // A truncated .bin: the .idx points past its end.
+  fs::copy_file(prefix + ".idx", dir + "/short_text_document.idx");
+  qk::atomic_write_file(dir + "/short_text_document.bin", qk::read_file(prefix + ".bin").substr(0, 100));
+  r = run_qk("pretrain-gpt" + join(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "512",
+                                               "--data-path", dir + "/short_text_document"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(dir + "/short_text_document.bin"), std::string::npos) << r.output;
+
   r = run_qk("pretrain-gpt --help");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.output.find("--num-layers"), std::string::npos);
