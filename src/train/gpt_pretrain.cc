@@ -227,7 +227,9 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     print(megatron_iteration_line(s, x));
     print(throughput_line(s, world.size, result.gemm_peak_flops));
   };
-  cb.on_eval = [&](const EvalStats& e) { say(megatron_validation_block(fmt::format("iteration {}", e.iteration), e.metrics)); };
+  cb.on_eval = [&](const EvalStats& e) {
+    say(megatron_validation_block(fmt::format("iteration {}", e.iteration), e.metrics));
+  };
   cb.on_save = [&](const CheckpointInfo& c) {
     print(fmt::format("  successfully saved checkpoint from iteration {:7d} to {} [ t 1/1, p 1/1 ]",
                       trainer.progress().iteration, c.path));
@@ -258,7 +260,8 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   const int64_t iteration = result.train.progress.iteration;
   if (do_valid) {
     result.final_valid = trainer.evaluate(cb.valid_step);
-    say(megatron_validation_block(fmt::format("iteration {} on validation set", iteration), result.final_valid->metrics));
+    say(megatron_validation_block(fmt::format("iteration {} on validation set", iteration),
+                                  result.final_valid->metrics));
   }
   if (do_test) {
     GptBatchIterator test_it(data.test, 0, micro, world.rank, world.size, bo, "test");

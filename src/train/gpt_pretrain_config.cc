@@ -84,13 +84,15 @@ OptimizerFactory gpt_optimizer(const MegatronArgs& a) {
   QK_CHECK(a.optimizer == "adam", "--optimizer ", a.optimizer, " is not built; this build has adam and sgd");
   // Megatron's adam is Adam with decoupled weight decay (AdamW); the
   // scheduler sets each group's rate and decay every step.
-  return adamw(optim::AdamWOptions(lr).betas({a.adam_beta1, a.adam_beta2}).eps(a.adam_eps).weight_decay(a.weight_decay));
+  return adamw(
+      optim::AdamWOptions(lr).betas({a.adam_beta1, a.adam_beta2}).eps(a.adam_eps).weight_decay(a.weight_decay));
 }
 
 std::unique_ptr<LossScaler> gpt_loss_scaler(const MegatronArgs& a) {
   // get_megatron_optimizer: --loss-scale gives a constant scaler (fp16 or
   // bf16); --fp16 without it the dynamic one; bf16 and fp32 none.
-  if (a.loss_scale && (a.fp16 || a.bf16)) return std::make_unique<ConstantLossScaler>(static_cast<float>(*a.loss_scale));
+  if (a.loss_scale && (a.fp16 || a.bf16))
+    return std::make_unique<ConstantLossScaler>(static_cast<float>(*a.loss_scale));
   if (!a.fp16) return nullptr;
   return std::make_unique<DynamicLossScaler>(DynamicLossScalerOptions{
       .initial_scale = static_cast<float>(a.initial_loss_scale),

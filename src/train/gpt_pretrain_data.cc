@@ -85,7 +85,8 @@ GptDatasets build_gpt_datasets(const MegatronArgs& a, const data::Tokenizer& tok
   if (a.mock_data) {
     // MockGPTLowLevelDataset's tokens run up to 4094 besides eod.
     QK_CHECK(tok.vocab_size() > data::MockGptSequences::max_token_id(), "--mock-data draws token ids up to ",
-             data::MockGptSequences::max_token_id(), " (Megatron's mock sequences are 1, 2, ..., length-1, eod) but the "
+             data::MockGptSequences::max_token_id(),
+             " (Megatron's mock sequences are 1, 2, ..., length-1, eod) but the "
              "tokenizer has ", tok.vocab_size(), " ids; use e.g. --tokenizer-type NullTokenizer --vocab-size 4096");
     auto mock = std::make_shared<data::MockGptSequences>(tok.eod());
     out.owners.push_back(mock);

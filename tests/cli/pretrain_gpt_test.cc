@@ -73,7 +73,8 @@ const Argv& docs_data() {
       }
     }
     qk::atomic_write_file(dir + "/docs.jsonl", jsonl);
-    auto r = run_qk("tokenizer train --vocab-size 512 --input '" + dir + "/docs.jsonl' --output '" + dir + "/tok.json'");
+    auto r = run_qk("tokenizer train --vocab-size 512 --input '" + dir + "/docs.jsonl' --output '" + dir +
+                    "/tok.json'");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     r = run_qk("preprocess --input '" + dir + "/docs.jsonl' --output-prefix '" + dir +
                "/docs' --tokenizer-type HuggingFaceTokenizer --tokenizer-model '" + dir +
@@ -160,7 +161,8 @@ TEST(PretrainGptCli, TwoRanksEqualOneRank) {
   const std::string one = fresh_dir("dp1"), two = fresh_dir("dp2");
   auto r1 = run_qk("pretrain-gpt" + join(args + Argv{"--save", one}), kOneThread);
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
-  auto r2 = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + " pretrain-gpt" + join(args + Argv{"--save", two}));
+  auto r2 = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + " pretrain-gpt" +
+                   join(args + Argv{"--save", two}));
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   const auto a = metrics(one + "/metrics.jsonl", "train"), b = metrics(two + "/metrics.jsonl", "train");
   ASSERT_EQ(a.size(), 12u);

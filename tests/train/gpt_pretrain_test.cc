@@ -226,7 +226,8 @@ TEST(GptPretrain, IterationLineIsMegatronsFormat) {
 
 TEST(GptPretrain, ValidationBlockIsMegatronsFormat) {
   const std::string block = train::megatron_validation_block("iteration 100", {{"lm loss", 5.4}});
-  const std::string line = " validation loss at iteration 100 | lm loss value: 5.400000E+00 | lm loss PPL: 2.214064E+02 | ";
+  const std::string line =
+      " validation loss at iteration 100 | lm loss value: 5.400000E+00 | lm loss PPL: 2.214064E+02 | ";
   const std::string dashes(line.size() + 1, '-');
   EXPECT_EQ(block, dashes + "\n" + line + "\n" + dashes);
   // PPL is exp(min(20, loss)).
