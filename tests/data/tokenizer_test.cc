@@ -123,3 +123,20 @@ TEST(Tokenizer, BadFilesGiveClearErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// Megatron's NullTokenizer: ids separated by spaces, V + 1 ids, eod = V.
+TEST(NullTokenizer, IdsInIdsOutWithEodLast) {
+  auto tok = qk::data::load_tokenizer({.type = "NullTokenizer", .vocab_size = 100});
+  EXPECT_EQ(tok->vocab_size(), 101);
+  EXPECT_EQ(tok->eod(), 100);
+  EXPECT_EQ(tok->encode("5 0 99 100"), (std::vector<int32_t>{5, 0, 99, 100}));
+  const std::vector<int32_t> ids = {7, 8, 100};
+  EXPECT_EQ(tok->decode(ids), "7 8 100");
+  EXPECT_THROW(tok->encode("5 x"), qk::ValueError);
+  EXPECT_THROW(tok->encode("101"), qk::ValueError);
+  EXPECT_THROW(qk::data::load_tokenizer({.type = "NullTokenizer"}), qk::ValueError);  // no --vocab-size
+}
+
+}  // namespace

@@ -221,8 +221,12 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerOptions& o) {
     return load_hf_tokenizer(o.model);
   }
   if (o.type == "SentencePieceTokenizer") return load_sentencepiece(o.model);
+  if (o.type == "NullTokenizer") {
+    QK_CHECK(o.vocab_size > 0, "NullTokenizer needs --vocab-size (the number of ids before end-of-document)");
+    return make_null_tokenizer(o.vocab_size);
+  }
   QK_THROW(ValueError, "unknown tokenizer type '", o.type,
-           "'; expected HuggingFaceTokenizer, GPT2BPETokenizer or SentencePieceTokenizer");
+           "'; expected HuggingFaceTokenizer, GPT2BPETokenizer, SentencePieceTokenizer or NullTokenizer");
 }
 
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tp) {
