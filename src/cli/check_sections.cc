@@ -1,4 +1,4 @@
-#include "cli/check_sections.h"
+#include "check_sections.h"
 
 #include <fmt/format.h>
 

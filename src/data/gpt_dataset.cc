@@ -19,8 +19,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "data/npy.h"
-#include "data/numpy_random.h"
+#include "npy.h"
+#include "numpy_random.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/base/log.h"

@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "qccl.h"
-#include "qccl/algo/collectives.h"
-#include "qccl/backend/backend.h"
-#include "qccl/comm_init.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/errors.h"
-#include "qccl/core/reduce.h"
-#include "qccl/core/settings.h"
-#include "qccl/transport/shared_mem.h"
+#include "algo/collectives.h"
+#include "backend/backend.h"
+#include "comm_init.h"
+#include "core/debug.h"
+#include "core/errors.h"
+#include "core/reduce.h"
+#include "core/settings.h"
+#include "transport/shared_mem.h"
 
 namespace qccl {
 namespace {

@@ -1,6 +1,6 @@
 #include <utility>
 
-#include "qccl/comm.h"
+#include "comm.h"
 #include "qk/base/error.h"
 #include "qk/qccl/communicator.h"
 

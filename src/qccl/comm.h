@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "qccl.h"
-#include "qccl/algo/cost_model.h"
-#include "qccl/bootstrap/bootstrap.h"
-#include "qccl/flight_recorder.h"
-#include "qccl/transport/conn.h"
-#include "qccl/transport/shared_mem.h"
+#include "algo/cost_model.h"
+#include "bootstrap/bootstrap.h"
+#include "flight_recorder.h"
+#include "transport/conn.h"
+#include "transport/shared_mem.h"
 
 namespace qccl {
 class Backend;  // qccl/backend/backend.h

@@ -1,4 +1,4 @@
-#include "qccl/engine.h"
+#include "engine.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "qccl/core/debug.h"
+#include "core/debug.h"
 
 namespace qccl {
 

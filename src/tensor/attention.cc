@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cpu/flash_attention.h"
+#include "cpu/flash_attention_simd.h"
 #include "qk/tensor/ops/view.h"
 
 namespace qk::ops {
@@ -101,6 +102,22 @@ std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& dout, 
       last_dim_contiguous(g), last_dim_contiguous(q), last_dim_contiguous(k),
       last_dim_contiguous(v), last_dim_contiguous(o), lse.is_contiguous() ? lse : contiguous(lse),
       p);
+}
+
+std::vector<std::string> flash_attention_cpu_variants() {
+  std::vector<std::string> names;
+  for (const cpu::flash::Leaves* l : cpu::flash::available_leaves()) names.emplace_back(l->isa);
+  return names;
+}
+
+void set_flash_attention_cpu_variant(const std::string& name) {
+  if (name.empty()) return cpu::flash::set_leaves_for_testing(nullptr);
+  std::string known;
+  for (const cpu::flash::Leaves* l : cpu::flash::available_leaves()) {
+    if (name == l->isa) return cpu::flash::set_leaves_for_testing(l);
+    known += known.empty() ? l->isa : std::string(", ") + l->isa;
+  }
+  QK_THROW(ValueError, "set_flash_attention_cpu_variant: '", name, "' is not a variant this CPU runs (", known, ")");
 }
 
 }  // namespace qk::ops

@@ -125,7 +125,7 @@ Tensor GPTModelImpl::forward(const Tensor& tokens, const Tensor& position_ids, c
                      loss_mask.defined() ? loss_mask.reshape({n}) : Tensor());
 }
 
-Tensor GPTModelImpl::forward_step(const Tensor& tokens, KVCache& cache) {
+Tensor GPTModelImpl::forward_step(const Tensor& tokens, KVCache& cache, bool last_only) {
   QK_CHECK(cache.num_layers() == config_.num_layers, "GPTModel::forward_step: the cache has ", cache.num_layers(),
            " layers, the model ", config_.num_layers, "; make it with make_kv_cache");
   QK_CHECK(tokens.dim() == 2 && tokens.size(0) == cache.batch_size(), "GPTModel::forward_step: tokens ",
@@ -135,8 +135,9 @@ Tensor GPTModelImpl::forward_step(const Tensor& tokens, KVCache& cache) {
            "before generating");
   NoGradGuard no_grad;
   const Tensor h = run(tokens, Tensor(), &cache);
-  cache.advance(tokens.size(1));
-  return logits(h);
+  const int64_t t = tokens.size(1);
+  cache.advance(t);
+  return logits(last_only && t > 1 ? h.narrow(1, t - 1, 1) : h);
 }
 
 KVCache GPTModelImpl::make_kv_cache(int64_t batch_size, int64_t max_length) const {

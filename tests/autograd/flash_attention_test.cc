@@ -16,7 +16,6 @@
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/attention.h"
-#include "tensor/cpu/flash_attention_simd.h"
 
 namespace qk {
 namespace {
@@ -117,15 +116,15 @@ void check(const Shape4& s, bool causal, DType dt = DType::f32, double tol = 1e-
   const Inputs in = make_inputs(s, seed);
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
   const Grads want = reference(in, causal, scale);
-  for (const cpu::flash::Leaves* lv : cpu::flash::available_leaves()) {
-    cpu::flash::set_leaves_for_testing(lv);
+  for (const std::string& isa : ops::flash_attention_cpu_variants()) {
+    ops::set_flash_attention_cpu_variant(isa);
     const Grads got = run(in, dt, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
       return flash_attention(q, k, v, {.causal = causal});
     });
     EXPECT_EQ(got.out.dtype(), dt);
-    expect_close(got, want, tol, tol, name(s, causal) + " " + dtype_name(dt) + " " + lv->isa);
+    expect_close(got, want, tol, tol, name(s, causal) + " " + dtype_name(dt) + " " + isa);
   }
-  cpu::flash::set_leaves_for_testing(nullptr);
+  ops::set_flash_attention_cpu_variant("");
 }
 
 class FlashAttentionSeq : public ::testing::TestWithParam<int64_t> {};
@@ -270,15 +269,15 @@ TEST(FlashAttention, Bf16AndF16) {
       Inputs in = make_inputs(s, 5);
       for (Tensor* t : {&in.q, &in.k, &in.v, &in.dout}) *t = t->to(dt).to(DType::f32);
       const Grads want = reference(in, true, 1.0 / std::sqrt(static_cast<double>(s.D)));
-      for (const cpu::flash::Leaves* lv : cpu::flash::available_leaves()) {
-        cpu::flash::set_leaves_for_testing(lv);
+      for (const std::string& isa : ops::flash_attention_cpu_variants()) {
+        ops::set_flash_attention_cpu_variant(isa);
         const Grads got = run(in, dt, [](const Tensor& q, const Tensor& k, const Tensor& v) {
           return flash_attention(q, k, v);
         });
         EXPECT_EQ(got.dq.dtype(), dt);
-        expect_close(got, want, 3e-2, 3e-2, name(s, true) + " " + dtype_name(dt) + " " + lv->isa);
+        expect_close(got, want, 3e-2, 3e-2, name(s, true) + " " + dtype_name(dt) + " " + isa);
       }
-      cpu::flash::set_leaves_for_testing(nullptr);
+      ops::set_flash_attention_cpu_variant("");
     }
 }
 
@@ -287,16 +286,16 @@ TEST(FlashAttention, Bf16DropoutMatchesUnfused) {
   Inputs in = make_inputs(s, 13);
   for (Tensor* t : {&in.q, &in.k, &in.v, &in.dout}) *t = t->to(DType::bf16).to(DType::f32);
   const Grads want = reference(in, true, 0.25, dropout_factors(s, 0.2, 9, 5));
-  for (const cpu::flash::Leaves* lv : cpu::flash::available_leaves()) {
-    cpu::flash::set_leaves_for_testing(lv);
+  for (const std::string& isa : ops::flash_attention_cpu_variants()) {
+    ops::set_flash_attention_cpu_variant(isa);
     Generator gen(9);
     gen.set_state(9, 5);
     const Grads got = run(in, DType::bf16, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
       return flash_attention(q, k, v, {.dropout_p = 0.2, .training = true, .generator = &gen});
     });
-    expect_close(got, want, 3e-2, 3e-2, std::string("bf16 dropout ") + lv->isa);
+    expect_close(got, want, 3e-2, 3e-2, std::string("bf16 dropout ") + isa);
   }
-  cpu::flash::set_leaves_for_testing(nullptr);
+  ops::set_flash_attention_cpu_variant("");
 }
 
 TEST(FlashAttention, ScaleOption) {
@@ -408,29 +407,6 @@ TEST(FlashAttention, MatchesTorchFixture) {
   EXPECT_TRUE(all_close(q.grad(), fx.tensor("dq"), 1e-4, 1e-5));
   EXPECT_TRUE(all_close(k.grad(), fx.tensor("dk"), 1e-4, 1e-5));
   EXPECT_TRUE(all_close(v.grad(), fx.tensor("dv"), 1e-4, 1e-5));
-}
-
-TEST(FlashAttention, SoftmaxExpIsAccurate) {
-  // The softmax step's exp2 (a polynomial, vectorised): a tile whose first key
-  // scores 0 and second x <= 0 leaves 2^x as the second probability.
-  const int64_t n = 4096;
-  std::vector<float> s(2 * n), m(n, -INFINITY), l(n, 0.0f);
-  std::vector<double> want(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const double x = -30.0 * static_cast<double>(i) / n - 1e-3 * (i % 7);
-    s[i] = 0;
-    s[n + i] = static_cast<float>(x);
-    want[i] = std::exp2(static_cast<double>(static_cast<float>(x)));
-  }
-  for (const cpu::flash::Leaves* lv : cpu::flash::available_leaves()) {
-    std::vector<float> tile = s, mm = m, ll = l;
-    lv->softmax_update(tile.data(), 1.0f, 2, n, cpu::flash::TileMask{}, mm.data(), ll.data(),
-                       nullptr, 0);
-    double worst = 0;
-    for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(tile[n + i] / want[i] - 1));
-    EXPECT_LT(worst, 1.5e-7) << lv->isa;  // measured 6.8e-8
-    EXPECT_EQ(tile[0], 1.0f) << lv->isa;
-  }
 }
 
 TEST(FlashAttention, BadInputsAreClearErrors) {

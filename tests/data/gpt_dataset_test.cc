@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "data/numpy_random.h"
+#include "numpy_random.h"
 #include "data/test_util.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "data/test_util.h"
-#include "data/tokenizer/pretokenize.h"
+#include "tokenizer/pretokenize.h"
 #include "qk/base/error.h"
 #include "qk/data/text_gen.h"
 

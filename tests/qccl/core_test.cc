@@ -7,9 +7,9 @@
 #include <limits>
 
 #include "qccl.h"
-#include "qccl/algo/cost_model.h"
-#include "qccl/bootstrap/bootstrap.h"
-#include "qccl/core/reduce.h"
+#include "algo/cost_model.h"
+#include "bootstrap/bootstrap.h"
+#include "core/reduce.h"
 
 namespace qccl {
 namespace {

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "data.h"
-#include "qccl/comm.h"
-#include "qccl/transport/shared_mem.h"
+#include "comm.h"
+#include "transport/shared_mem.h"
 #include "ranks.h"
 
 namespace qccl_test {

@@ -79,7 +79,9 @@ class GPTModelImpl : public nn::Module {
   // cache.length()+T_new-1 against everything cached, appends their keys and
   // values, advances the cache and returns their logits [B, T_new, V_padded]
   // f32. No autograd. Needs eval() when the config has dropout.
-  Tensor forward_step(const Tensor& tokens, KVCache& cache);
+  // last_only: only the last position's logits [B, 1, V_padded] (a prompt
+  // step of sampling needs no more, and the output layer is the largest GEMM).
+  Tensor forward_step(const Tensor& tokens, KVCache& cache, bool last_only = false);
   // An empty cache sized for this model (dtype = params_dtype).
   KVCache make_kv_cache(int64_t batch_size, int64_t max_length) const;
 

@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer/bpe.h"
-#include "data/tokenizer/sentencepiece.h"
-#include "data/tokenizer/unicode.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/sentencepiece.h"
+#include "tokenizer/unicode.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/data/tokenizer.h"

@@ -1,4 +1,4 @@
-#include "qccl/algo/direct.h"
+#include "algo/direct.h"
 
 #include <unistd.h>
 #if defined(__x86_64__)
@@ -9,11 +9,11 @@
 #include <cstring>
 #include <vector>
 
-#include "qccl/algo/collectives.h"
-#include "qccl/algo/ring_order.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/reduce.h"
-#include "qccl/transport/shared_mem.h"
+#include "algo/collectives.h"
+#include "algo/ring_order.h"
+#include "core/debug.h"
+#include "core/reduce.h"
+#include "transport/shared_mem.h"
 #include "qk/base/env.h"
 
 namespace qccl {

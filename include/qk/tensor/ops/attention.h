@@ -16,7 +16,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/tensor.h"
@@ -66,5 +68,12 @@ using FlashAttentionBwdFn = std::tuple<Tensor, Tensor, Tensor>(
     const Tensor& lse, const FlashAttentionParams& p);
 QK_DECLARE_KERNEL(flash_attention_fwd_kernel, FlashAttentionFwdFn);
 QK_DECLARE_KERNEL(flash_attention_bwd_kernel, FlashAttentionBwdFn);
+
+// The CPU kernel's SIMD variants this machine can run, fastest first (of
+// "avx512bf16", "avx512", "avx2", "generic"). Benchmarks and tests pick one
+// with set_flash_attention_cpu_variant (as QK_FLASH_ATTENTION_ISA does);
+// "" restores the automatic choice. Any other name is a ValueError.
+std::vector<std::string> flash_attention_cpu_variants();
+void set_flash_attention_cpu_variant(const std::string& name);
 
 }  // namespace qk::ops
