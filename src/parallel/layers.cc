@@ -108,7 +108,7 @@ std::vector<std::pair<std::string, ShardSpec>> RowParallelLinearImpl::shard_spec
   return {{"weight", {1, 1}}};
 }
 
-std::vector<std::string> RowParallelLinearImpl::sequence_parallel_parameters() const {
+std::vector<std::string> RowParallelLinearImpl::partial_gradient_parameters() const {
   if (options.sequence_parallel() && bias.defined() && tp_->size() > 1) return {"bias"};
   return {};
 }

@@ -2,6 +2,8 @@
 // shards, and the by-name state dicts built on them.
 #include "qk/parallel/sharding.h"
 
+#include <cmath>
+
 #include "qk/autograd/autograd.h"
 #include "qk/base/error.h"
 #include "qk/tensor/ops/index.h"
@@ -69,10 +71,10 @@ ShardSpecs tensor_parallel_shard_specs(nn::Module& model) {
   return specs;
 }
 
-std::vector<std::string> sequence_parallel_parameter_names(nn::Module& model) {
+std::vector<std::string> partial_gradient_parameter_names(nn::Module& model) {
   std::vector<std::string> names;
   for_each_tp_module(model, [&](const std::string& prefix, TensorParallelModule& m) {
-    for (const std::string& name : m.sequence_parallel_parameters()) names.push_back(prefix + name);
+    for (const std::string& name : m.partial_gradient_parameters()) names.push_back(prefix + name);
   });
   return names;
 }
@@ -125,9 +127,9 @@ void load_full_state_dict(nn::Module& model, const nn::NamedTensors& full, dist:
   model.load_state_dict(shard_full(full, tensor_parallel_shard_specs(model), tp.rank(), tp.size()), strict);
 }
 
-void all_reduce_sequence_parallel_grads(nn::Module& model, dist::ProcessGroup& tp) {
+void all_reduce_partial_gradients(nn::Module& model, dist::ProcessGroup& tp) {
   if (tp.size() == 1) return;
-  const std::vector<std::string> names = sequence_parallel_parameter_names(model);
+  const std::vector<std::string> names = partial_gradient_parameter_names(model);
   if (names.empty()) return;
   const nn::NamedTensors params = model.named_parameters();
   // One flat all-reduce of every such gradient (norm weights are small).
@@ -135,7 +137,7 @@ void all_reduce_sequence_parallel_grads(nn::Module& model, dist::ProcessGroup& t
   int64_t total = 0;
   for (const std::string& n : names) {
     const Tensor* p = params.find(n);
-    QK_CHECK(p != nullptr, "all_reduce_sequence_parallel_grads: no parameter '", n, "'");
+    QK_CHECK(p != nullptr, "all_reduce_partial_gradients: no parameter '", n, "'");
     if (!p->grad().defined()) continue;  // no gradient on any rank: nothing to sum
     grads.push_back(p->grad());
     total += p->grad().numel();
@@ -144,7 +146,7 @@ void all_reduce_sequence_parallel_grads(nn::Module& model, dist::ProcessGroup& t
   Tensor flat = empty({total}, TensorOptions(grads[0].dtype()));
   int64_t at = 0;
   for (const Tensor& g : grads) {
-    QK_CHECK_TYPE(g.dtype() == flat.dtype(), "all_reduce_sequence_parallel_grads: gradients of mixed dtypes");
+    QK_CHECK_TYPE(g.dtype() == flat.dtype(), "all_reduce_partial_gradients: gradients of mixed dtypes");
     ops::copy_(ops::narrow(flat, 0, at, g.numel()), ops::reshape(g, {g.numel()}));
     at += g.numel();
   }
@@ -154,6 +156,25 @@ void all_reduce_sequence_parallel_grads(nn::Module& model, dist::ProcessGroup& t
     ops::copy_(g, ops::reshape(ops::narrow(flat, 0, at, g.numel()), g.shape()));
     at += g.numel();
   }
+}
+
+double tensor_parallel_grad_norm(nn::Module& model, dist::ProcessGroup& tp) {
+  NoGradGuard no_grad;
+  const ShardSpecs specs = tensor_parallel_shard_specs(model);
+  // [sum of squares of the shards (summed over tp), of the replicated (counted once)]
+  Tensor sums = zeros({2}, TensorOptions(DType::f64));
+  for (const auto& item : model.named_parameters()) {
+    const Tensor& g = item.value().grad();
+    if (!g.defined()) continue;
+    const Tensor g64 = ops::contiguous(ops::cast(g, DType::f64));
+    const double* p = g64.data_ptr<double>();
+    double s = 0;
+    for (int64_t i = 0; i < g64.numel(); ++i) s += p[i] * p[i];
+    sums.data_ptr<double>()[specs.count(item.key()) ? 0 : 1] += s;
+  }
+  const double replicated = sums.data_ptr<double>()[1];
+  tp.all_reduce(sums);
+  return std::sqrt(sums.data_ptr<double>()[0] + replicated);
 }
 
 }  // namespace qk::parallel

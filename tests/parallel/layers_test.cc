@@ -194,7 +194,7 @@ TEST(TensorParallelLayers, SequenceParallelLayersEqualTheUnsplitOnes) {
     par::ColumnParallelLinear pfc1(c, f, tp, par::ColumnParallelLinearOptions().sequence_parallel(true));
     par::RowParallelLinear pfc2(f, c, tp,
                                 par::RowParallelLinearOptions().input_is_parallel(true).sequence_parallel(true));
-    REQUIRE(pfc2->sequence_parallel_parameters() == std::vector<std::string>{"bias"}, "row bias is sequence-parallel");
+    REQUIRE(pfc2->partial_gradient_parameters() == std::vector<std::string>{"bias"}, "row bias is sequence-parallel");
     qk::manual_seed(14);
     Tensor x0 = qk::randn({b, t, c});
     // Each rank holds its half of the sequence in and out.
@@ -211,8 +211,8 @@ TEST(TensorParallelLayers, SequenceParallelLayersEqualTheUnsplitOnes) {
     struct Net : qk::nn::Module {};
     auto net = std::make_shared<Net>();
     net->register_module("fc2", pfc2);
-    REQUIRE(par::sequence_parallel_parameter_names(*net) == std::vector<std::string>{"fc2.bias"}, "names");
-    par::all_reduce_sequence_parallel_grads(*net, *tp);
+    REQUIRE(par::partial_gradient_parameter_names(*net) == std::vector<std::string>{"fc2.bias"}, "names");
+    par::all_reduce_partial_gradients(*net, *tp);
     require_close(pfc2->bias.grad(), fc2->bias.grad(), kTol, "fc2 bias gradient after the sum");
   });
   EXPECT_TRUE(r.ok()) << r.summary();

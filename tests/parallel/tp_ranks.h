@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -22,14 +23,27 @@ namespace qk_tp_test {
 using Group = std::shared_ptr<qk::dist::ProcessGroup>;
 
 // n ranks, all in one tensor-parallel group of size n.
+// Two to four ranks share the machine's cores, so each computes on one
+// thread: QK_NUM_THREADS=1 for pools the ranks start. A pool the test
+// process started before forking (earlier tests in the same run) has no
+// workers in the ranks, whose calling thread then runs every chunk; it must
+// not be resized there (that joins threads the rank does not have).
 template <typename F>
 qccl_test::Result on_tp_ranks(int n, const std::string& token, F body) {
-  return qk_dist_test::on_ranks(n, token, [n, &body](const qccl_test::Rank& me, qk::dist::ProcessGroup& world) {
+  const char* before = std::getenv("QK_NUM_THREADS");
+  const std::string saved = before ? before : "";
+  ::setenv("QK_NUM_THREADS", "1", 1);
+  auto r = qk_dist_test::on_ranks(n, token, [n, &body](const qccl_test::Rank& me, qk::dist::ProcessGroup& world) {
     qk::parallel::ParallelSizes sizes;
     sizes.tensor_model_parallel_size = n;
     auto ps = qk::parallel::ParallelState::create(world, sizes);
     body(me.rank, ps->group(qk::parallel::GroupKind::tp));
   });
+  if (before)
+    ::setenv("QK_NUM_THREADS", saved.c_str(), 1);
+  else
+    ::unsetenv("QK_NUM_THREADS");
+  return r;
 }
 
 // max |a - b| / max |b| (b the reference), in f64.

@@ -19,7 +19,7 @@
 //
 // Sequence parallelism: a column-parallel layer then takes its input split
 // along the sequence dim and all-gathers it; a row-parallel one reduce-scatters
-// its output along it; the row-parallel bias is a sequence-parallel parameter
+// its output along it; the row-parallel bias is then a partial-gradient parameter
 // (its gradient must be summed over the group: qk/parallel/sharding.h).
 #pragma once
 
@@ -95,7 +95,7 @@ class RowParallelLinearImpl : public nn::Module, public TensorParallelModule {
   // x [.., in/tp] (input_is_parallel) or [.., in] -> [.., out] (or [.., T/tp, ..] under sequence parallelism).
   Tensor forward(const Tensor& x);
   std::vector<std::pair<std::string, ShardSpec>> shard_specs() const override;
-  std::vector<std::string> sequence_parallel_parameters() const override;
+  std::vector<std::string> partial_gradient_parameters() const override;
   void pretty_print(std::ostream& os) const override;
 
   RowParallelLinearOptions options;

@@ -44,17 +44,19 @@ class TensorParallelModule {
   // Parameter names (relative to the module) that are shards, and how; the
   // others are replicated on every rank of the group.
   virtual std::vector<std::pair<std::string, ShardSpec>> shard_specs() const = 0;
-  // Replicated parameters whose gradients are partial on each rank (they
-  // act on a sequence shard under sequence parallelism) and must be summed
-  // over the group before the optimizer step.
-  virtual std::vector<std::string> sequence_parallel_parameters() const { return {}; }
+  // Replicated parameters whose gradients are partial on each rank and must
+  // be summed over the group before the optimizer step: those that act on a
+  // sequence shard under sequence parallelism (norms, row-parallel biases)
+  // and q/k layer norms applied to this rank's heads only (Megatron's
+  // _allreduce_layernorm_grads in finalize_model_grads).
+  virtual std::vector<std::string> partial_gradient_parameters() const { return {}; }
 };
 
 // Dotted parameter name -> its split, for every sharded parameter of `model`.
 using ShardSpecs = std::map<std::string, ShardSpec>;
 ShardSpecs tensor_parallel_shard_specs(nn::Module& model);
-// The dotted names of every sequence-parallel parameter of `model`.
-std::vector<std::string> sequence_parallel_parameter_names(nn::Module& model);
+// The dotted names of every partial-gradient parameter of `model`.
+std::vector<std::string> partial_gradient_parameter_names(nn::Module& model);
 
 // Collective over tp: the full tensors of a by-name map whose sharded entries
 // follow `specs` (parameters, their gradients, optimizer state by parameter
@@ -68,8 +70,13 @@ nn::NamedTensors full_state_dict(nn::Module& model, dist::ProcessGroup& tp);
 // Loads a full (unsplit) state dict: each rank copies in its shards.
 // strict as nn::Module::load_state_dict; a shape mismatch names the key.
 void load_full_state_dict(nn::Module& model, const nn::NamedTensors& full, dist::ProcessGroup& tp, bool strict = true);
-// Sums the gradients of the sequence-parallel parameters over tp (Megatron's
-// all-reduce of layer-norm gradients in finalize_model_grads). Collective.
-void all_reduce_sequence_parallel_grads(nn::Module& model, dist::ProcessGroup& tp);
+// Sums the gradients of the partial-gradient parameters over tp, in one
+// all-reduce (Megatron's _allreduce_layernorm_grads). Call after backward,
+// before clipping and the step. Collective.
+void all_reduce_partial_gradients(nn::Module& model, dist::ProcessGroup& tp);
+// The L2 norm of the whole model's gradient (every parameter once: shards
+// summed over tp, replicated parameters counted once), as Megatron's
+// get_grad_norm_fp32 over the model-parallel group. Collective.
+double tensor_parallel_grad_norm(nn::Module& model, dist::ProcessGroup& tp);
 
 }  // namespace qk::parallel
