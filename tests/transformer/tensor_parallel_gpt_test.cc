@@ -210,6 +210,54 @@ TEST(TensorParallelGPT, FullStateDictsLoadIntoAnotherSplit) {
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 
+// With dropout, replicated activations must get the same mask on every rank
+// of the group and sharded ones their own: after a few steps the replicated
+// parameters are still bit-identical across the ranks (they would drift
+// apart with different masks on replicated activations), and the loss is the
+// same on every rank.
+void dropout_keeps_replicas_equal(bool sequence_parallel, const Group& tp) {
+  TransformerConfig c = tiny_llama();
+  c.hidden_dropout = 0.2;
+  c.attention_dropout = 0.2;
+  c.tensor_model_parallel_size = tp->size();
+  c.sequence_parallel = sequence_parallel;
+  manual_seed(5);
+  GPTModel m(c, tp);
+  optim::Adam opt(m->parameters(), optim::AdamOptions(1e-2));
+  const parallel::ShardSpecs specs = parallel::tensor_parallel_shard_specs(*m);
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    const Batch x = batch_for(step);
+    Tensor loss = m(x.tokens, Tensor(), x.labels, x.loss_mask);
+    Tensor both = empty({tp->size()});
+    tp->all_gather(both, loss.detach().reshape({1}));
+    REQUIRE(both.data_ptr<float>()[0] == both.data_ptr<float>()[1], "the ranks' losses differ");
+    loss.backward();
+    parallel::all_reduce_partial_gradients(*m, *tp);
+    opt.step();
+  }
+  REQUIRE(m->tensor_parallel_generator() != nullptr &&
+              m->tensor_parallel_generator()->seed() == 5 + 2718 + static_cast<uint64_t>(tp->rank()),
+          "Megatron's model-parallel seed");
+  int replicated = 0;
+  for (const auto& p : m->named_parameters()) {
+    if (specs.count(p.key())) continue;
+    ++replicated;
+    Tensor all = empty({tp->size(), p.value().numel()});
+    tp->all_gather(all, p.value().detach().contiguous().reshape({p.value().numel()}));
+    require_equal(all.select(0, 1), all.select(0, 0), "replicated " + p.key() + " across the ranks");
+  }
+  REQUIRE(replicated > 0, "no replicated parameter checked");
+}
+
+TEST(TensorParallelGPT, DropoutKeepsReplicatedParametersEqualAcrossRanks) {
+  auto r = on_tp_ranks(2, "tp-dropout", [](int, const Group& tp) {
+    dropout_keeps_replicas_equal(false, tp);
+    dropout_keeps_replicas_equal(true, tp);
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
 std::string config_error(TransformerConfig c) {
   try {
     c.validate();
