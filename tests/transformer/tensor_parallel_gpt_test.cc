@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "parallel/tp_ranks.h"
 #include "qk/autograd/functions.h"
@@ -255,6 +256,50 @@ TEST(TensorParallelGPT, DropoutKeepsReplicatedParametersEqualAcrossRanks) {
     dropout_keeps_replicas_equal(false, tp);
     dropout_keeps_replicas_equal(true, tp);
   });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// The tensor-parallel group's traffic for one forward and backward, against
+// Megatron's volume: per layer two all-reduces of the activations [B, T, C]
+// forward (attention and MLP outputs) and two backward (their inputs'
+// gradients), plus the embedding's forward and the output layer's backward,
+// plus the vocabulary-parallel loss's row max (N f32) and sums (2N f64).
+// Under sequence parallelism each all-reduce becomes an all-gather and a
+// reduce-scatter of the same activations, moving the same bytes. With
+// QCCL_ALGO=ring on 2 ranks an all-reduce sends its whole buffer, an
+// all-gather or reduce-scatter half of the full activations.
+TEST(TensorParallelGPT, TheGroupMovesMegatronsVolumePerStep) {
+  ::setenv("QCCL_ALGO", "ring", 1);
+  auto r = on_tp_ranks(2, "tp-volume", [](int, const Group& tp) {
+    for (bool sp : {false, true}) {
+      TransformerConfig c = sp ? tiny_llama() : tiny_gpt2();
+      c.tensor_model_parallel_size = 2;
+      c.sequence_parallel = sp;
+      manual_seed(3);
+      GPTModel m(c, tp);
+      const Batch x = batch_for(0);  // B 2, T 8
+      const uint64_t layers = 2, act = 2 * 8 * 32 * 4, n = 16, loss_bytes = n * 4 + 2 * n * 8;
+      const dist::GroupTraffic before = tp->traffic();
+      m(x.tokens, Tensor(), x.labels, x.loss_mask).backward();
+      const dist::GroupTraffic d = tp->traffic() - before;
+      const uint64_t per_step = (4 * layers + 2) * act;
+      if (!sp) {
+        REQUIRE(d.all_reduce.calls == 4 * layers + 4 && d.all_reduce.bytes == per_step + loss_bytes,
+                "all-reduces: ", d.all_reduce.calls, " calls, ", d.all_reduce.bytes, " bytes, expected ",
+                per_step + loss_bytes);
+        REQUIRE(d.all_gather.calls == 0 && d.reduce_scatter.calls == 0, "no all-gather or reduce-scatter");
+      } else {
+        REQUIRE(d.all_gather.calls == 4 * layers + 2 && d.all_gather.bytes == per_step, "all-gathers: ",
+                d.all_gather.calls, " calls, ", d.all_gather.bytes, " bytes");
+        REQUIRE(d.reduce_scatter.calls == 4 * layers + 2 && d.reduce_scatter.bytes == per_step, "reduce-scatters: ",
+                d.reduce_scatter.calls, " calls, ", d.reduce_scatter.bytes, " bytes");
+        REQUIRE(d.all_reduce.calls == 2 && d.all_reduce.bytes == loss_bytes, "only the loss all-reduces");
+      }
+      REQUIRE(d.wire_bytes_sent == per_step + loss_bytes && d.wire_bytes_received == d.wire_bytes_sent,
+              sp ? "SP" : "TP", ": moved ", d.wire_bytes_sent, " bytes on the wire, expected ", per_step + loss_bytes);
+    }
+  });
+  ::unsetenv("QCCL_ALGO");
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 
