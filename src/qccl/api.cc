@@ -254,6 +254,17 @@ qcclResult_t qcclCommGetAsyncError(qcclComm_t comm, qcclResult_t* err) {
   });
 }
 
+qcclResult_t qcclCommGetTraffic(const qcclComm_t comm, qcclCommTraffic_t* traffic) {
+  return guarded(nullptr, [&] {
+    QK_CHECK(traffic, "qcclCommGetTraffic: traffic is NULL");
+    const qcclComm* c = checked(comm);
+    traffic->bytesSent = c->bytes_sent.load(std::memory_order_relaxed);
+    traffic->bytesReceived = c->bytes_received.load(std::memory_order_relaxed);
+    traffic->messagesSent = c->messages_sent.load(std::memory_order_relaxed);
+    traffic->messagesReceived = c->messages_received.load(std::memory_order_relaxed);
+  });
+}
+
 const char* qcclGetErrorString(qcclResult_t r) {
   switch (r) {
     case qcclSuccess: return "no error";

@@ -351,6 +351,13 @@ void run(Call& call, std::span<Xfer> xs) {
         --pending;
         auto& count = x.kind == Xfer::kSend ? comm.msgs_sent : comm.msgs_received;
         if (static_cast<size_t>(x.peer) < count.size()) ++count[x.peer];
+        if (x.kind == Xfer::kSend) {
+          comm.bytes_sent.fetch_add(x.bytes, std::memory_order_relaxed);
+          comm.messages_sent.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          comm.bytes_received.fetch_add(x.bytes, std::memory_order_relaxed);
+          comm.messages_received.fetch_add(1, std::memory_order_relaxed);
+        }
       }
     }
     if (pending == 0) break;

@@ -161,6 +161,10 @@ bool direct_all_reduce(Call& call, const char* send, char* recv, size_t count, s
   }
   run(call, xs);
   ++c.direct_calls;
+  // Our share went through every peer's buffers: read from each, stored into each.
+  const uint64_t moved = static_cast<uint64_t>(seg.len) * es * static_cast<uint64_t>(n - 1);
+  c.bytes_received.fetch_add(moved, std::memory_order_relaxed);
+  c.bytes_sent.fetch_add(moved, std::memory_order_relaxed);
   return true;
 }
 
