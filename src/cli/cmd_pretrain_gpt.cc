@@ -12,7 +12,7 @@
 // so); the run is qk::train::pretrain_gpt (qk/train/gpt_pretrain.h).
 #include <cstdio>
 
-#include "cli/command.h"
+#include "command.h"
 #include "qk/dist/launch_env.h"
 #include "qk/train/gpt_pretrain.h"
 #include "qk/train/megatron_args.h"

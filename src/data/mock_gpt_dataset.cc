@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "data/numpy_pcg64.h"
+#include "numpy_pcg64.h"
 #include "qk/base/error.h"
 
 namespace qk::data {

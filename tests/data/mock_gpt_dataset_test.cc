@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/numpy_pcg64.h"
+#include "numpy_pcg64.h"
 #include "qk/base/error.h"
 #include "qk/data/gpt_dataset.h"
 #include "qk/data/mock_gpt_dataset.h"
