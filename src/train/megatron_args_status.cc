@@ -9,7 +9,7 @@
 // tensor/sequence/pipeline/context/expert parallelism, MoE, MLA, the distributed
 // optimizer, overlapped reductions and activation recompute (issues 16-18);
 // --sequence-parallel is accepted at tensor size 1, where Megatron turns it
-// off; --use-flash-attn waits for the flash-attention kernel (one row below).
+// off.
 #include <set>
 
 #include "megatron_flag_table.h"
@@ -70,10 +70,6 @@ std::vector<StatusRule> build_rules() {
       {"--recompute-modules", kNotYet, "activation recompute", kIssue16},
       {"--distribute-saved-activations", kNotYet, "activation recompute", kIssue16},
       {"--profile", kNotYet, "the --profile timeline", kIssue17},
-
-      // ---- kernels on their way (issue 15): flip to supported when the kernel is merged
-      {"--use-flash-attn", kNotYet, "the flash-attention kernel (qk::flash_attention, branch h/attn)", kIssue15,
-       nullptr, "without the flag the model runs the unfused attention, same numerics"},
 
       // ---- mixture of experts and multi-latent attention (issue 18)
       {"--num-experts", kNotYet, "mixture of experts", kIssue18,

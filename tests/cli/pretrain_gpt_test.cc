@@ -255,7 +255,7 @@ TEST(PretrainGptCli, SigtermSavesAndExitsZero) {
 // needs a missing feature.
 TEST(PretrainGptCli, SeedArraysRunOrAreRefusedAsTheStatusTableSays) {
   const qk::test::SeedFlags s = qk::test::load_seed_flags();
-  const std::set<std::string> not_yet = {"--use-distributed-optimizer", "--use-flash-attn", "--recompute-granularity",
+  const std::set<std::string> not_yet = {"--use-distributed-optimizer", "--recompute-granularity",
                                          "--recompute-method", "--recompute-num-layers",
                                          "--num-layers-per-virtual-pipeline-stage", "--multi-latent-attention",
                                          "--overlap-grad-reduce", "--moe-shared-expert-overlap"};

@@ -25,7 +25,7 @@ const std::set<std::string>& expected_not_yet() {
       "--moe-router-topk-scaling-factor", "--moe-aux-loss-coeff", "--moe-expert-capacity-factor",
       "--moe-device-level-capacity", "--moe-device-level-aux-loss-coeff", "--moe-comm-aux-loss-coeff",
       "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-grouped-gemm",
-      "--use-distributed-optimizer", "--sequence-parallel", "--use-flash-attn", "--recompute-granularity",
+      "--use-distributed-optimizer", "--sequence-parallel", "--recompute-granularity",
       "--recompute-method",
       "--recompute-num-layers", "--num-layers-per-virtual-pipeline-stage", "--multi-latent-attention",
       "--overlap-grad-reduce", "--moe-shared-expert-overlap", "--tensor-model-parallel-size",
@@ -182,7 +182,7 @@ TEST(MegatronSeedArgs, PracticeLaunchParsesToTheExpectedFields) {
   EXPECT_DOUBLE_EQ(a.init_method_std, 0.086);
   EXPECT_TRUE(a.deprecated_use_mcore_models);
   EXPECT_FALSE(a.apply_rope_fusion);
-  EXPECT_FALSE(a.use_flash_attn);   // refused until the kernel lands, so left out above
+  EXPECT_TRUE(a.use_flash_attn);
   EXPECT_FALSE(a.sequence_parallel);  // given, and turned off at tensor size 1 as Megatron does
   EXPECT_EQ(a.distributed_backend, "nccl");
   EXPECT_TRUE(a.qk_layernorm);
@@ -227,11 +227,9 @@ TEST(MegatronSeedArgs, PracticeLaunchParsesToTheExpectedFields) {
 TEST(MegatronSeedArgs, FullTrainingArgsRefuseExactlyTheMissingFeatures) {
   const SeedFlags s = load_seed_flags();
   const std::string err = parse_error(practice() + expand_array(s.arrays.at("TRAINING_ARGS")), 2);
-  EXPECT_EQ(err.find("9 flags need features this build does not have yet:"), 0u) << err;
+  EXPECT_EQ(err.find("8 flags need features this build does not have yet:"), 0u) << err;
   for (const char* line :
        {"--use-distributed-optimizer: the distributed optimizer is not built yet (issue 16)",
-        "--use-flash-attn: the flash-attention kernel (qk::flash_attention, branch h/attn) is not built yet "
-        "(issue 15)",
         "--recompute-granularity full: activation recompute is not built yet (issue 16)",
         "--recompute-method block: activation recompute is not built yet (issue 16)",
         "--recompute-num-layers 1: activation recompute is not built yet (issue 16)",
