@@ -2,6 +2,15 @@
 //   mpirun -np 4 qk_hpc_mpi_helper hpl n=257 nb=32 p=2 q=2 depth=1 bcast=1
 // Rank 0 prints "RESULT passed=<0|1> scaled=<residual>"; exit 0 when PASSED,
 // 1 when FAILED, 2 on an error (printed).
+//
+// Only rank 0 exits with the verdict, after flushing what it printed: when a
+// rank exits non-zero, mpirun kills the others at once. Every rank used to
+// exit 1 on a failed check, and where Open MPI gives the ranks a pipe rather
+// than a pty (a chroot without /dev/pts), rank 0's stdout is fully buffered:
+// a rank 0 still between MPI_Finalize and its exit (a loaded machine) was
+// killed with the RESULT line the test looks for unwritten. (Reproduced by
+// delaying rank 0's exit with stdout fully buffered: RESULT lost every time
+// before this change, kept after.)
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -55,8 +64,10 @@ int run_hpl_case(const qk::hpc::Comm& world, const std::map<std::string, std::st
     double sum = 0;
     for (double v : r.x) sum += v;
     std::printf("XSUM %.17g\n", sum);
+    std::fflush(stdout);
+    return r.passed ? 0 : 1;
   }
-  return r.passed ? 0 : 1;
+  return 0;
 }
 
 int run_hpcg_case(const qk::hpc::Comm& world, const std::map<std::string, std::string>& kv) {
@@ -81,8 +92,10 @@ int run_hpcg_case(const qk::hpc::Comm& world, const std::map<std::string, std::s
     std::printf("HISTORY");
     for (double h : r.residual_history) std::printf(" %.17g", h);
     std::printf("\n");
+    std::fflush(stdout);
+    return r.valid ? 0 : 1;
   }
-  return r.valid ? 0 : 1;
+  return 0;
 }
 
 }  // namespace
