@@ -55,13 +55,20 @@ struct TokenizerOptions {
   // "HuggingFaceTokenizer" (tokenizer.json, or a folder holding one),
   // "GPT2BPETokenizer" (vocab_file + merge_file), "SentencePieceTokenizer"
   // (model = an spm .model file; needs a build with libsentencepiece).
-  std::string type = "HuggingFaceTokenizer";
+  // Empty: the files say which (see infer_tokenizer_type).
+  std::string type = {};
   std::string model = {};       // --tokenizer-model
   std::string vocab_file = {};  // --vocab-file
   std::string merge_file = {};  // --merge-file
 };
 
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerOptions& o);
+
+// The type the files name when o.type is empty: vocab_file and merge_file
+// alone are GPT-2's; a model that is a folder or JSON is a Hugging Face
+// tokenizer.json, any other model file a SentencePiece model. Throws
+// ValueError when the files are missing or say two things at once.
+std::string infer_tokenizer_type(const TokenizerOptions& o);
 
 // Megatron's _vocab_size_with_padding: the smallest multiple of
 // divisible_by * tensor_parallel_size that is >= vocab_size.

@@ -224,14 +224,35 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& model) {
   return std::make_unique<BpeTokenizer>(std::move(spec));
 }
 
+std::string infer_tokenizer_type(const TokenizerOptions& o) {
+  const bool gpt2_files = !o.vocab_file.empty() || !o.merge_file.empty();
+  QK_CHECK(!(gpt2_files && !o.model.empty()), "--tokenizer-model '", o.model,
+           "' and --vocab-file/--merge-file name two tokenizers; give one, or say which with --tokenizer-type");
+  if (gpt2_files) return "GPT2BPETokenizer";
+  QK_CHECK(!o.model.empty(), "no tokenizer given: pass --tokenizer-model (tokenizer.json, its folder or an spm "
+           ".model) or --vocab-file and --merge-file (GPT-2)");
+  namespace fs = std::filesystem;
+  if (fs::is_directory(o.model) || fs::path(o.model).extension() == ".json") return "HuggingFaceTokenizer";
+  if (fs::path(o.model).extension() == ".model") return "SentencePieceTokenizer";
+  // Another name: a JSON document starts with '{'; an spm model is a protobuf.
+  QK_CHECK_AS(IoError, file_exists(o.model), "tokenizer model '", o.model, "' not found");
+  std::string head(64, '\0');
+  std::ifstream f(o.model, std::ios::binary);
+  f.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(f.gcount()));
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && head[first] == '{' ? "HuggingFaceTokenizer" : "SentencePieceTokenizer";
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerOptions& o) {
-  if (o.type == "GPT2BPETokenizer") return load_gpt2_bpe(o.vocab_file, o.merge_file);
-  if (o.type == "HuggingFaceTokenizer") {
+  const std::string type = o.type.empty() ? infer_tokenizer_type(o) : o.type;
+  if (type == "GPT2BPETokenizer") return load_gpt2_bpe(o.vocab_file, o.merge_file);
+  if (type == "HuggingFaceTokenizer") {
     QK_CHECK(!o.model.empty(), "HuggingFaceTokenizer needs --tokenizer-model (tokenizer.json or its folder)");
     return load_hf_tokenizer(o.model);
   }
-  if (o.type == "SentencePieceTokenizer") return load_sentencepiece(o.model);
-  QK_THROW(ValueError, "unknown tokenizer type '", o.type,
+  if (type == "SentencePieceTokenizer") return load_sentencepiece(o.model);
+  QK_THROW(ValueError, "unknown tokenizer type '", type,
            "'; expected HuggingFaceTokenizer, GPT2BPETokenizer or SentencePieceTokenizer");
 }
 
