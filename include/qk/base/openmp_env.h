@@ -12,14 +12,24 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
+
+#include "qk/base/env.h"
 
 namespace qk {
 
+namespace openmp_env_detail {
+QK_ENV_OPTIONAL_STRING(env_wait_policy, "OMP_WAIT_POLICY",
+                       "OpenMP's (libgomp): ACTIVE or PASSIVE; unset, qk sets PASSIVE and re-executes "
+                       "itself (qk/base/openmp_env.h).");
+QK_ENV_OPTIONAL_STRING(env_reexec, "QK_OMP_REEXEC",
+                       "0: qk keeps libgomp's default wait policy instead of re-executing itself with "
+                       "OMP_WAIT_POLICY=PASSIVE.");
+}  // namespace openmp_env_detail
+
 inline void reexec_with_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  const char* off = std::getenv("QK_OMP_REEXEC");
-  if (off != nullptr && std::strcmp(off, "0") == 0) return;
+  using namespace openmp_env_detail;
+  if (env_wait_policy.lookup()) return;
+  if (env_reexec.lookup() == "0") return;
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   ::execv("/proc/self/exe", argv);
   // execv failed (no /proc?): carry on with the default policy.
