@@ -68,6 +68,27 @@ TEST_F(PerfCli, EveryCollectiveRunsOverTcpWithHalf) {
   }
 }
 
+// NCCL's debug variables drive the one logger: INFO lines of the chosen
+// subsystems only, warnings always, the version line on request.
+TEST_F(PerfCli, NcclDebugSpellingsWork) {
+  QkRun r = qk("perf all_reduce --np 2 -b 8 -e 8 -n 1 -w 0", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("DEBUG [COLL] allreduce #"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[INIT]"), std::string::npos) << r.out;
+  r = qk("perf all_reduce --np 2 -b 8 -e 8 -n 1 -w 0", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=^COLL");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[INIT]"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[COLL]"), std::string::npos) << r.out;
+  r = qk("perf all_reduce --np 2 -b 8 -e 8 -n 1 -w 0", "NCCL_DEBUG=VERSION");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("qccl version "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[COLL]"), std::string::npos) << r.out;
+  r = qk("perf all_reduce --np 2 -b 8 -e 8 -n 1 -w 0");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("qccl version "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("DEBUG"), std::string::npos) << r.out;
+}
+
 TEST_F(PerfCli, LauncherModeMeetsAtQcclCommId) {
   QkRun r = qk("perf all_reduce -b 8 -e 1K -f 4 -n 1 -w 0",
              "QK_RANK=0 QK_WORLD_SIZE=1 QCCL_COMM_ID=127.0.0.1:0");
