@@ -47,7 +47,8 @@ double spin_us() {
   // 0 by default: sched_yield returns at once when nothing else wants the
   // core, so yielding costs little on an idle host, while a pure spin holds
   // the core from the very peer we wait for on a loaded one (2 ranks on the
-  // loaded 2-core VM: 0.9 us per 8-byte all-reduce with 0, 56-258 us with 50).
+  // loaded 2-core VM: 0.9 us per 8-byte all-reduce with 0, 56-258 us with 50;
+  // docs/benchmarks.md, "Waiting policy").
   double v = env_spin_us.reload();
   QK_CHECK(v >= 0, "QCCL_SPIN_US: expected microseconds >= 0, got ", v);
   return v;
