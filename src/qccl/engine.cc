@@ -307,7 +307,29 @@ void finish(Call& call) {
   call.comm.fr.end(call.fr_slot, FlightRecorder::kDone);
 }
 
+namespace {
+[[noreturn]] void throw_aborted(const Call& call) {
+  QK_THROW(UsageError, call.what, " #", call.seq, " on rank ", call.comm.rank,
+           " was interrupted: the communicator was aborted (qcclCommAbort)");
+}
+
+void run_transfers(Call& call, std::span<Xfer> xs);
+}  // namespace
+
 void run(Call& call, std::span<Xfer> xs) {
+  try {
+    run_transfers(call, xs);
+  } catch (const qk::Error&) {
+    // qcclCommAbort closes the connections, so a call it interrupts may
+    // first see a closed socket: that is the abort, which include/qccl.h
+    // reports as qcclInvalidUsage on every transport.
+    if (call.comm.aborted.load()) throw_aborted(call);
+    throw;
+  }
+}
+
+namespace {
+void run_transfers(Call& call, std::span<Xfer> xs) {
   qcclComm& comm = call.comm;
   for (Xfer& x : xs) {
     QK_INTERNAL_ASSERT(x.peer >= 0 && x.peer < comm.nranks && x.peer != comm.rank && comm.conns[x.peer],
@@ -391,9 +413,7 @@ void run(Call& call, std::span<Xfer> xs) {
       }
       spin_left = false;
     }
-    if (comm.aborted.load(std::memory_order_relaxed))
-      QK_THROW(UsageError, call.what, " #", call.seq, " on rank ", comm.rank,
-               " was interrupted: the communicator was aborted (qcclCommAbort)");
+    if (comm.aborted.load(std::memory_order_relaxed)) throw_aborted(call);
     auto now = Deadline::Clock::now();
     if (call.deadline().expired()) {
       std::string msg = fmt::format(
@@ -430,5 +450,6 @@ void run(Call& call, std::span<Xfer> xs) {
     }
   }
 }
+}  // namespace
 
 }  // namespace qccl
