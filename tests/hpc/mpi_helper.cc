@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "qk/base/error.h"
 #include "qk/hpc/comm.h"
@@ -26,10 +27,11 @@ namespace {
 std::map<std::string, std::string> parse_kv(int argc, char** argv) {
   std::map<std::string, std::string> kv;
   for (int i = 2; i < argc; ++i) {
-    std::string s = argv[i];
-    auto eq = s.find('=');
-    if (eq == std::string::npos) kv[s] = "1";
-    else kv[s.substr(0, eq)] = s.substr(eq + 1);
+    const std::string_view s = argv[i];
+    const size_t eq = s.find('=');
+    // A bare key means key=1.
+    kv.insert_or_assign(std::string(s.substr(0, eq)), eq == std::string_view::npos ? std::string(1, '1')
+                                                                                    : std::string(s.substr(eq + 1)));
   }
   return kv;
 }
