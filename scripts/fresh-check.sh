@@ -78,6 +78,7 @@ else
 fi
 ROOT=$(cd "$ROOT" && pwd)
 [ "$ROOT" != "/" ] || die "refusing to use / as the root"
+chmod 755 "$ROOT"  # it is /, which everyone traverses (mktemp makes it 0700; apt's _apt user needs in)
 LOG_DIR=$(mktemp -d /var/tmp/qk-fresh-logs.XXXXXX)
 
 # Every mount under $ROOT, deepest first (ours, and any a test left behind,
