@@ -16,6 +16,8 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 find_package(CURL REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 pkg_check_modules(LIBARCHIVE REQUIRED IMPORTED_TARGET libarchive)
+# Training curves and the inference grid as PNG (qk_train's plots).
+pkg_check_modules(CAIRO REQUIRED IMPORTED_TARGET cairo)
 # SentencePiece models (qk_data's SentencePieceTokenizer); optional: without it
 # that tokenizer type reports at run time that the build lacks it.
 pkg_check_modules(SENTENCEPIECE QUIET IMPORTED_TARGET sentencepiece)

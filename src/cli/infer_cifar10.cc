@@ -6,8 +6,6 @@
 #include <memory>
 #include <vector>
 
-#include "cli/cifar_common.h"
-#include "cli/plot.h"
 #include "qk/autograd/autograd.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
@@ -15,9 +13,16 @@
 #include "qk/base/timer.h"
 #include "qk/data/dataset.h"
 #include "qk/data/loader.h"
+#include "qk/models/cifar10.h"
+#include "qk/train/plot.h"
 
 namespace qk::cli {
 namespace {
+
+using models::CifarModel;
+using models::EvalResult;
+using models::kCifarEvalBatch;
+using train::ImageTile;
 
 struct Timing {
   double mean_ms = 0, p50_ms = 0, p90_ms = 0;
@@ -85,12 +90,12 @@ void print_accuracy(const data::Cifar10& d, const EvalResult& r) {
 void infer_cifar10(const InferCifarOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   QK_CHECK_AS(ValueError, o.grid >= 1 && o.grid <= 100, "--grid must be 1..100, got ", o.grid);
-  const data::Cifar10 d = open_cifar10(o.data_dir, false, 0, 0, 0);
-  const CifarModel m = make_cifar_model(o.model);
-  load_cifar_weights(m, o.checkpoint);
+  const data::Cifar10 d = models::open_cifar10(o.data_dir, false, 0, 0, 0);
+  const CifarModel m = models::make_cifar_model(o.model);
+  models::load_cifar_weights(m, o.checkpoint);
   m.module->eval();
-  fmt::print("model {} ({} parameters) from {}, {} threads\n", m.name, count_parameters(*m.module), o.checkpoint,
-             num_threads());
+  fmt::print("model {} ({} parameters) from {}, {} threads\n", m.name, models::count_parameters(*m.module),
+             o.checkpoint, num_threads());
   NoGradGuard no_grad;
 
   // Up to 256 normalised test images, exactly as the evaluation pass sees them.
@@ -134,7 +139,7 @@ void infer_cifar10(const InferCifarOptions& o) {
   }
 
   const Timer full;
-  const EvalResult r = evaluate_cifar(m, d.test, true);
+  const EvalResult r = models::evaluate_cifar(m, d.test, true);
   const double full_s = full.seconds();
   fmt::print("\nfull test set: {} images in {:.3f} s, {:.1f} images/s (batch {}, including normalisation)\n",
              r.total, full_s, static_cast<double>(r.total) / full_s, kCifarEvalBatch);
@@ -155,7 +160,7 @@ void infer_cifar10(const InferCifarOptions& o) {
     }
     make_dirs(o.out);
     const std::string png = o.out + "/inference_results.png";
-    plot_image_grid(png,
+    train::plot_image_grid(png,
                     fmt::format("{} predictions on {}CIFAR-10 test images (green: right, red: wrong)", m.name,
                                 d.synthetic ? "SYNTHETIC " : ""),
                     tiles, 4);

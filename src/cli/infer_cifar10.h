@@ -8,7 +8,7 @@
 //   infer_cifar10(o);
 //
 // The accuracy is computed by the same evaluation pass as the trainer's
-// validation (cifar_common.h), so for the checkpoint of an epoch it equals
+// validation (qk/models/cifar10.h), so for the checkpoint of an epoch it equals
 // that epoch's validation accuracy exactly.
 #pragma once
 

@@ -51,6 +51,9 @@ class Optimizer {
   // The learning rate of a group; LR schedulers call set_lr.
   virtual double lr(size_t group) const = 0;
   virtual void set_lr(size_t group, double lr) = 0;
+  // A group's weight decay; Megatron-style schedules anneal it per step.
+  virtual double weight_decay(size_t group) const = 0;
+  virtual void set_weight_decay(size_t group, double wd) = 0;
 
   OptimizerState state_dict() const;
   // Restores a state from an optimizer built over the same parameters (the
@@ -103,6 +106,8 @@ class OptimizerWithOptions : public Optimizer {
   const Options& options(size_t group) const { return options_.at(group); }
   double lr(size_t group) const override { return options_.at(group).lr(); }
   void set_lr(size_t group, double lr) override { options_.at(group).lr(lr); }
+  double weight_decay(size_t group) const override { return options_.at(group).weight_decay(); }
+  void set_weight_decay(size_t group, double wd) override { options_.at(group).weight_decay(wd); }
 
  protected:
   void init_groups(std::vector<ParamGroup> groups) {

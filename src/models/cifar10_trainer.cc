@@ -1,18 +1,19 @@
-#include "cli/train_cifar10.h"
+// `qk train cifar10`'s epochs on the training-loop library: one StepRunner
+// step per batch, checkpoints through qk/train/checkpoint.h with the epoch
+// bookkeeping as their user state, and the older v1 format still read.
+#include "qk/models/cifar10_trainer.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <functional>
 #include <optional>
 
-#include "cli/cifar_common.h"
-#include "cli/plot.h"
-#include "qk/amp/grad_scaler.h"
-#include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
 #include "qk/base/checkpoint_dir.h"
 #include "qk/base/error.h"
@@ -27,21 +28,27 @@
 #include "qk/dist/launch_env.h"
 #include "qk/dist/process_group.h"
 #include "qk/dist/sync_batchnorm.h"
-#include "qk/nn/serialize.h"
-#include "qk/optim/adam.h"
-#include "qk/optim/sgd.h"
+#include "qk/models/cifar10.h"
+#include "qk/nn/safetensors.h"
+#include "qk/optim/optimizer.h"
 #include "qk/tensor/generator.h"
+#include "qk/train/checkpoint.h"
+#include "qk/train/mixed_precision_optimizer.h"
+#include "qk/train/plot.h"
+#include "qk/train/step_runner.h"
 
-namespace qk::cli {
+namespace qk::models {
 namespace {
 
 using nlohmann::json;
 
+constexpr const char* kFormatV1 = "qk-cifar10-checkpoint-v1";  // before qk/train: optim::save by index
+constexpr const char* kFormatV2 = "qk-cifar10-checkpoint-v2";  // qk/train checkpoint, CIFAR state as "user"
+
 // How the steps run: mixed precision and, under qk run, data parallelism.
-struct StepRuntime {
+struct Runtime {
   bool amp = false;
   DType amp_dtype = DType::bf16;
-  amp::GradScaler scaler{amp::GradScalerOptions{.enabled = false}};
   int rank = 0, world = 1;
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   double comm_wait_ms = 0;  // this epoch: waiting for gradients after backward
@@ -51,7 +58,7 @@ struct StepRuntime {
 
 // What a checkpoint records besides the weights and optimizer files.
 struct History {
-  TrainingCurves curves;
+  train::TrainingCurves curves;
   std::vector<double> epoch_seconds;
   double best_val_acc = -1;
   int best_epoch = 0;
@@ -68,28 +75,33 @@ struct Progress {
   double elapsed_s = 0;
 };
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainCifarOptions& o, const nn::Module& m) {
-  if (o.optimizer == "adam") {
-    return std::make_unique<optim::Adam>(m.parameters(), optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
-  }
-  if (o.optimizer == "sgd") {
-    return std::make_unique<optim::SGD>(
-        m.parameters(), optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  }
+train::OptimizerFactory optimizer_factory(const TrainCifarOptions& o) {
+  if (o.optimizer == "adam") return train::adam(optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
+  if (o.optimizer == "sgd")
+    return train::sgd(optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
   QK_THROW(ValueError, "Unknown --optimizer '", o.optimizer, "'; expected adam or sgd");
 }
 
-void rename_or_throw(const std::string& from, const std::string& to) {
-  QK_CHECK_AS(IoError, std::rename(from.c_str(), to.c_str()) == 0, "Cannot rename '", from, "' to '", to,
-              "'; is the folder writable?");
+// fp16 autocast keeps fp32 weights and scales the loss as torch's GradScaler
+// does: no hysteresis, growth every 2000 clean steps, no lower bound.
+std::unique_ptr<train::LossScaler> make_scaler(const TrainCifarOptions& o) {
+  if (o.amp != "fp16") return nullptr;
+  return std::make_unique<train::DynamicLossScaler>(train::DynamicLossScalerOptions{
+      .initial_scale = 65536.0f, .min_scale = FLT_MIN, .growth_factor = 2.0f, .backoff_factor = 0.5f,
+      .growth_interval = 2000, .hysteresis = 1});
 }
 
-// Everything but the tensors, for a sidecar or a checkpoint folder's manifest.
-json state_json(const CifarModel& m, const amp::GradScaler& scaler, const TrainCifarOptions& o, uint64_t data_seed,
-                const History& h, const Progress& p, const std::string& weights, const std::string& optim_file) {
-  const Generator& g = default_generator();
+json args_json(const TrainCifarOptions& o) {
+  return {{"model", o.model},       {"epochs", o.epochs},     {"batch_size", o.batch_size},
+          {"global_batch_size", o.global_batch_size},       {"lr", o.lr},
+          {"optimizer", o.optimizer}, {"momentum", o.momentum}, {"weight_decay", o.weight_decay},
+          {"augment", o.augment},   {"seed", o.seed},         {"amp", o.amp}};
+}
+
+// The epoch bookkeeping: the checkpoint's user state (v2) or its top level (v1).
+json cifar_state(const CifarModel& m, const TrainCifarOptions& o, uint64_t data_seed, const History& h,
+                 const Progress& p) {
   json j;
-  j["format"] = "qk-cifar10-checkpoint-v1";
   j["model"] = m.name;
   j["epoch"] = p.epoch;  // epochs finished; a resumed run starts at epoch + 1 (1-based)
   j["epochs"] = o.epochs;
@@ -97,93 +109,105 @@ json state_json(const CifarModel& m, const amp::GradScaler& scaler, const TrainC
   j["global_step"] = p.global_step;
   j["partial_epoch"] = {{"loss_sum", p.loss_sum}, {"correct", p.correct}, {"seen", p.seen},
                         {"seconds", p.elapsed_s}};
-  j["weights"] = weights;
   j["optimizer"] = o.optimizer;
-  j["optimizer_state"] = optim_file;
-  j["rng"] = {{"seed", g.seed()}, {"offset", g.offset()}};
   j["data_seed"] = data_seed;
-  j["hparams"] = {{"batch_size", o.batch_size}, {"global_batch_size", o.global_batch_size}, {"lr", o.lr}, {"weight_decay", o.weight_decay},
-                  {"augment", o.augment}, {"momentum", o.momentum}};
   j["metrics"] = {{"train_loss", h.curves.train_loss}, {"train_acc", h.curves.train_acc},
                   {"val_loss", h.curves.val_loss},     {"val_acc", h.curves.val_acc},
                   {"epoch_seconds", h.epoch_seconds}};
   j["best_val_acc"] = h.best_val_acc;
   j["best_epoch"] = h.best_epoch;
   j["amp"] = o.amp;
-  if (scaler.is_enabled()) j["grad_scaler"] = scaler.state_dict();
   return j;
 }
 
-// Writes DIR/TAG.optim.safetensors, DIR/TAG.safetensors, then DIR/TAG.json
+train::CheckpointMeta checkpoint_meta(const CifarModel& m, const TrainCifarOptions& o, uint64_t data_seed,
+                                      const History& h, const Progress& p) {
+  train::CheckpointMeta meta;
+  meta.format = kFormatV2;
+  meta.progress.iteration = p.global_step;
+  const Generator& g = default_generator();  // rank 0's, which every rank restores
+  meta.rng = {{g.seed(), g.offset()}};
+  meta.args_json = args_json(o).dump();
+  meta.user_json = cifar_state(m, o, data_seed, h, p).dump();
+  meta.weights_metadata = {{"model", m.name}, {"epoch", std::to_string(p.epoch)}};
+  return meta;
+}
+
+// Writes DIR/TAG.safetensors, DIR/TAG.optim.safetensors, then DIR/TAG.json
 // (latest.* and best.*, for people and `qk infer`; an epoch's end only).
-void save_tagged(const std::string& dir, const std::string& tag, const CifarModel& m, const optim::Optimizer& opt,
-                 const amp::GradScaler& scaler, const TrainCifarOptions& o, uint64_t data_seed, const History& h,
-                 const Progress& p) {
-  const std::string weights = dir + "/" + tag + ".safetensors";
-  const std::string optim_file = tag + ".optim.safetensors";
-  optim::save(opt, dir + "/" + optim_file + ".tmp");
-  rename_or_throw(dir + "/" + optim_file + ".tmp", dir + "/" + optim_file);
-  nn::save(*m.module, weights + ".tmp", {{"model", m.name}, {"epoch", std::to_string(p.epoch)}});
-  rename_or_throw(weights + ".tmp", weights);
-  atomic_write_file(dir + "/" + tag + ".json",
-                    state_json(m, scaler, o, data_seed, h, p, tag + ".safetensors", optim_file).dump(2) + "\n");
+void save_tagged(const std::string& dir, const std::string& tag, const CifarModel& m,
+                 train::MixedPrecisionOptimizer& opt, const TrainCifarOptions& o, uint64_t data_seed,
+                 const History& h, const Progress& p) {
+  train::CheckpointMeta meta = checkpoint_meta(m, o, data_seed, h, p);
+  meta.weights_file = tag + ".safetensors";
+  meta.optimizer_file = tag + ".optim.safetensors";
+  const std::string state = train::write_train_state(dir + "/", {m.module.get(), &opt, nullptr}, meta);
+  atomic_write_file(dir + "/" + tag + ".json", state + "\n");
 }
 
-// The resumable checkpoint: CKPT/step-NNNNNNNNNN/ with a checksummed manifest
-// (qk/base/checkpoint_dir.h), written atomically; the newest keep_last stay.
-std::string save_step_checkpoint(const CheckpointDir& ckpts, const CifarModel& m, const optim::Optimizer& opt,
-                                 const amp::GradScaler& scaler, const TrainCifarOptions& o, uint64_t data_seed,
-                                 const History& h, const Progress& p) {
-  CheckpointWriter w = ckpts.begin(fmt::format("step-{:010d}", p.global_step));
-  optim::save(opt, w.file("optim.safetensors"));
-  nn::save(*m.module, w.file("model.safetensors"), {{"model", m.name}, {"epoch", std::to_string(p.epoch)}});
-  return w.commit(state_json(m, scaler, o, data_seed, h, p, "model.safetensors", "optim.safetensors").dump()).path;
+// The resumable checkpoint: CKPT/step-NNNNNNNNNN/ with a checksummed manifest,
+// written atomically; the newest keep_last stay.
+std::string save_step_checkpoint(const CheckpointDir& ckpts, const CifarModel& m, train::MixedPrecisionOptimizer& opt,
+                                 const TrainCifarOptions& o, uint64_t data_seed, const History& h, const Progress& p) {
+  return train::save_checkpoint(ckpts, fmt::format("step-{:010d}", p.global_step), {m.module.get(), &opt, nullptr},
+                                checkpoint_meta(m, o, data_seed, h, p))
+      .path;
 }
 
-// Restores model, optimizer, RNG, scaler and history from a checkpoint's
-// state (`where` names it in errors; file names in it are relative to `dir`);
-// returns where training stands.
+// Restores model, optimizer, RNG, loss scaler and history from a
+// checkpoint's JSON (`where` names it in errors; file names in it are
+// relative to `dir`); returns where training stands.
 Progress restore(const json& j, const std::string& dir, const std::string& where, const CifarModel& m,
-                 optim::Optimizer& opt, amp::GradScaler& scaler, const TrainCifarOptions& o, uint64_t& data_seed,
-                 History& h) {
+                 train::MixedPrecisionOptimizer& opt, const TrainCifarOptions& o, uint64_t& data_seed, History& h) {
   try {
-    const std::string model = j.at("model").get<std::string>();
+    const std::string format = j.at("format").get<std::string>();
+    QK_CHECK_AS(IoError, format == kFormatV1 || format == kFormatV2, "Checkpoint '", where, "' has format '",
+                format, "', not ", kFormatV2, " or ", kFormatV1);
+    const bool v1 = format == kFormatV1;
+    const json& s = v1 ? j : j.at("user");
+    const std::string model = s.at("model").get<std::string>();
     QK_CHECK_AS(ValueError, model == m.name, "Checkpoint '", where, "' was trained with --model ", model,
                 ", not --model ", m.name, "; pass --model ", model);
-    const std::string optimizer = j.at("optimizer").get<std::string>();
+    const std::string optimizer = s.at("optimizer").get<std::string>();
     QK_CHECK_AS(ValueError, optimizer == o.optimizer, "Checkpoint '", where, "' was trained with --optimizer ",
                 optimizer, ", not ", o.optimizer);
     const std::string weights = dir + j.at("weights").get<std::string>();
     load_cifar_weights(m, weights);
     const auto meta = nn::load_safetensors(weights).metadata;
     Progress p;
-    p.epoch = j.at("epoch").get<int>();
+    p.epoch = s.at("epoch").get<int>();
     QK_CHECK_AS(IoError, meta.count("epoch") && meta.at("epoch") == std::to_string(p.epoch), "Checkpoint '",
                 weights, "' does not hold epoch ", p.epoch, " that '", where,
                 "' names (interrupted while saving?); resume from another checkpoint or start again");
     // Checkpoints from before mid-epoch resume finished whole epochs.
-    p.batch = j.value("batch_in_epoch", int64_t{0});
-    p.global_step = j.value("global_step", int64_t{-1});
-    if (j.contains("partial_epoch")) {
-      const json& pe = j.at("partial_epoch");
+    p.batch = s.value("batch_in_epoch", int64_t{0});
+    p.global_step = s.value("global_step", int64_t{-1});
+    if (s.contains("partial_epoch")) {
+      const json& pe = s.at("partial_epoch");
       p.loss_sum = pe.at("loss_sum").get<double>();
       p.correct = pe.at("correct").get<int64_t>();
       p.seen = pe.at("seen").get<int64_t>();
       p.elapsed_s = pe.at("seconds").get<double>();
     }
-    optim::load(opt, dir + j.at("optimizer_state").get<std::string>());
-    default_generator().set_state(j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>());
-    data_seed = j.at("data_seed").get<uint64_t>();
-    const json& mt = j.at("metrics");
+    if (v1) {
+      // The optimizer state by index over the model's parameters, which an
+      // fp32 model's MixedPrecisionOptimizer steps in the same order.
+      optim::load(opt.optimizer(), dir + j.at("optimizer_state").get<std::string>());
+      default_generator().set_state(j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>());
+      if (train::LossScaler* scaler = opt.scaler(); scaler && j.contains("grad_scaler"))
+        scaler->load_state_dict(j.at("grad_scaler").get<std::map<std::string, double>>());
+    } else {
+      train::load_train_state(dir, j.dump(), where, {m.module.get(), &opt, nullptr}, {.load_model = false});
+    }
+    data_seed = s.at("data_seed").get<uint64_t>();
+    const json& mt = s.at("metrics");
     h.curves.train_loss = mt.at("train_loss").get<std::vector<double>>();
     h.curves.train_acc = mt.at("train_acc").get<std::vector<double>>();
     h.curves.val_loss = mt.at("val_loss").get<std::vector<double>>();
     h.curves.val_acc = mt.at("val_acc").get<std::vector<double>>();
     h.epoch_seconds = mt.at("epoch_seconds").get<std::vector<double>>();
-    h.best_val_acc = j.at("best_val_acc").get<double>();
-    h.best_epoch = j.at("best_epoch").get<int>();
-    if (scaler.is_enabled() && j.contains("grad_scaler"))
-      scaler.load_state_dict(j.at("grad_scaler").get<std::map<std::string, double>>());
+    h.best_val_acc = s.at("best_val_acc").get<double>();
+    h.best_epoch = s.at("best_epoch").get<int>();
     QK_CHECK_AS(IoError, p.epoch >= 0 && h.curves.val_acc.size() == static_cast<size_t>(p.epoch),
                 "Checkpoint '", where, "' is inconsistent: epoch ", p.epoch, " but ", h.curves.val_acc.size(),
                 " epochs of metrics");
@@ -224,8 +248,7 @@ ResumeSource find_resume(const TrainCifarOptions& o, const CheckpointDir& ckpts)
     r.state = json::parse(c.meta);
   };
   if (o.resume == "auto") {
-    std::vector<std::string> skipped;
-    if (auto c = ckpts.latest_valid(&skipped)) {
+    if (auto c = ckpts.latest_valid()) {
       from_folder(*c);
     } else if (file_exists(ckpts.root() + "/latest.json")) {
       from_sidecar(ckpts.root() + "/latest.json");
@@ -233,11 +256,7 @@ ResumeSource find_resume(const TrainCifarOptions& o, const CheckpointDir& ckpts)
     return r;
   }
   if (file_exists(o.resume + "/manifest.json")) {
-    std::string root = o.resume;
-    while (root.size() > 1 && root.back() == '/') root.pop_back();
-    const size_t slash = root.find_last_of('/');
-    const CheckpointDir parent(slash == std::string::npos ? "." : root.substr(0, slash));
-    from_folder(parent.verify(root.substr(slash == std::string::npos ? 0 : slash + 1)));
+    from_folder(*train::find_checkpoint(o.resume));
     return r;
   }
   const std::string ext = ".safetensors";
@@ -256,7 +275,7 @@ struct EpochSums {
 };
 
 // The sums over every rank (a collective: every rank calls it at the same step).
-EpochSums all_ranks(const EpochSums& local, const StepRuntime& rt) {
+EpochSums all_ranks(const EpochSums& local, const Runtime& rt) {
   if (rt.world == 1) return local;
   Tensor v = from_vector<double>(
       {local.loss_sum, static_cast<double>(local.correct), static_cast<double>(local.seen)}, {3});
@@ -268,7 +287,7 @@ EpochSums all_ranks(const EpochSums& local, const StepRuntime& rt) {
 // One pass over the training set from the loader's start batch on, adding to
 // `sums`; after every optimizer step, ++global_step and after_step(batches
 // done in this epoch, sums) (checkpoints). Returns the sums over every rank.
-EpochSums train_epoch(const CifarModel& m, optim::Optimizer& opt, data::DataLoader& loader, StepRuntime& rt,
+EpochSums train_epoch(const CifarModel& m, train::StepRunner& runner, data::DataLoader& loader, Runtime& rt,
                       EpochSums sums, int64_t& global_step, int epoch, int epochs, bool bar,
                       const std::function<void(int64_t, const EpochSums&)>& after_step) {
   m.module->train();
@@ -279,22 +298,17 @@ EpochSums train_epoch(const CifarModel& m, optim::Optimizer& opt, data::DataLoad
   rt.comm_wait_ms = 0;
   rt.steps = 0;
   for (const data::Batch& b : loader) {
-    opt.zero_grad();
-    if (rt.ddp) rt.ddp->prepare_forward();
-    Tensor logits, loss;
-    {
-      autocast::Guard amp(rt.amp_dtype, rt.amp);
+    Tensor logits;
+    const train::StepStats st = runner.step([&](int64_t) {
       logits = m.forward(b.images);
-      loss = cross_entropy(logits, b.labels);
-    }
-    rt.scaler.scale(loss).backward();
-    if (rt.ddp) rt.comm_wait_ms += rt.ddp->last_step().wait_ms;
-    if (!rt.scaler.step(opt)) ++rt.skipped;
-    rt.scaler.update();
+      return train::MicroBatchOutput{cross_entropy(logits, b.labels), {}};
+    });
+    rt.comm_wait_ms += st.comm_wait_ms;
+    rt.skipped += st.skipped;
     ++rt.steps;
     ++global_step;
     const int64_t n = b.labels.numel();
-    sums.loss_sum += loss.item<float>() * static_cast<double>(n);
+    sums.loss_sum += st.loss * static_cast<double>(n);
     const Tensor l = logits.detach().to(DType::f32).contiguous();
     const float* p = l.data_ptr<float>();
     const int64_t* y = b.labels.data_ptr<int64_t>();
@@ -321,9 +335,7 @@ EpochSums train_epoch(const CifarModel& m, optim::Optimizer& opt, data::DataLoad
   return all;
 }
 
-}  // namespace
-
-void train_cifar10(const TrainCifarOptions& o) {
+void check_options(const TrainCifarOptions& o) {
   QK_CHECK_AS(ValueError, o.epochs >= 1 && o.epochs <= 100000, "--epochs must be 1..100000, got ", o.epochs);
   QK_CHECK_AS(ValueError, o.batch_size >= 1 && o.batch_size <= 65536, "--batch-size must be 1..65536, got ",
               o.batch_size);
@@ -333,10 +345,16 @@ void train_cifar10(const TrainCifarOptions& o) {
               "--amp must be off, bf16 or fp16, got '", o.amp, "'");
   QK_CHECK_AS(ValueError, o.grad_compress == "none" || o.grad_compress == "bf16" || o.grad_compress == "fp16",
               "--grad-compress must be none, bf16 or fp16, got '", o.grad_compress, "'");
+}
+
+}  // namespace
+
+void train_cifar10(const TrainCifarOptions& o) {
+  check_options(o);
   if (o.threads > 0) set_num_threads(o.threads);
   const Timer total;
 
-  StepRuntime rt;
+  Runtime rt;
   if (dist::launch_env().world_size > 1) {
     dist::init();
     rt.rank = dist::rank();
@@ -352,7 +370,6 @@ void train_cifar10(const TrainCifarOptions& o) {
   }
   rt.amp = o.amp != "off";
   rt.amp_dtype = o.amp == "fp16" ? DType::f16 : DType::bf16;
-  rt.scaler = amp::GradScaler(amp::GradScalerOptions{.enabled = o.amp == "fp16"});
 
   // Rank 0 writes the synthetic set when there is none; the others read it after.
   std::optional<data::Cifar10> data_holder;
@@ -363,7 +380,9 @@ void train_cifar10(const TrainCifarOptions& o) {
 
   manual_seed(o.seed);
   const CifarModel m = make_cifar_model(o.model);
-  auto opt = make_optimizer(o, *m.module);
+  // No clipping (the seed's script has none); inf/NaN gradients skip the step.
+  train::MixedPrecisionOptimizer opt(train::single_param_group(*m.module), optimizer_factory(o), make_scaler(o),
+                                     {.clip_grad = 0});
   uint64_t data_seed = o.seed;
   History h;
   Progress start;
@@ -376,7 +395,7 @@ void train_cifar10(const TrainCifarOptions& o) {
     if (src.where.empty()) {
       if (lead) fmt::print("--resume auto: no checkpoint in {}; starting from the beginning\n", ckpt_dir);
     } else {
-      start = restore(src.state, src.dir, src.where, m, *opt, rt.scaler, o, data_seed, h);
+      start = restore(src.state, src.dir, src.where, m, opt, o, data_seed, h);
       if (!lead) start.loss_sum = 0, start.correct = 0, start.seen = 0;  // rank 0 carries the sums
       if (lead) {
         fmt::print("resumed from {}: {} epochs done", src.where, start.epoch);
@@ -400,12 +419,20 @@ void train_cifar10(const TrainCifarOptions& o) {
   }
   int sync_bn_layers = 0;
   if (rt.world > 1 && o.sync_bn) sync_bn_layers = dist::convert_sync_batchnorm(*m.module, dist::group());
+  train::DataParallel dp;
   if (rt.world > 1) {
     dist::DDPOptions ddp_opts;
     ddp_opts.bucket_cap_mb = o.bucket_cap_mb;
     if (o.grad_compress != "none") ddp_opts.compress = o.grad_compress == "bf16" ? DType::bf16 : DType::f16;
     rt.ddp = std::make_unique<dist::DistributedDataParallel>(m.module, dist::group(), ddp_opts);
+    dp = {&dist::group(), rt.ddp.get()};
   }
+  // One micro-batch per step; the epoch sums are reduced at the epoch's end
+  // and at checkpoints, not every step.
+  train::StepRunner runner(opt, dp,
+                           {.num_microbatches = 1,
+                            .autocast = rt.amp ? std::optional<DType>(rt.amp_dtype) : std::nullopt,
+                            .reduce_metrics = false});
 
   if (lead) make_dirs(ckpt_dir);
   data::DataLoaderOptions lo;
@@ -465,10 +492,10 @@ void train_cifar10(const TrainCifarOptions& o) {
       const EpochSums all = all_ranks(sums, rt);
       if (!lead) return;
       Progress p{e, batches_done, global_step, all.loss_sum, all.correct, all.seen, earlier_s + et.seconds()};
-      const std::string path = save_step_checkpoint(ckpts, m, *opt, rt.scaler, o, data_seed, h, p);
+      const std::string path = save_step_checkpoint(ckpts, m, opt, o, data_seed, h, p);
       QK_DEBUG("checkpoint {} (epoch {}, batch {})", path, e + 1, batches_done);
     };
-    const EpochSums all = train_epoch(m, *opt, loader, rt, initial, global_step, e, o.epochs, bar, after_step);
+    const EpochSums all = train_epoch(m, runner, loader, rt, initial, global_step, e, o.epochs, bar, after_step);
     const double train_s = et.seconds();
     if (!lead) continue;  // rank 0 evaluates, logs and checkpoints
     const double train_loss = all.loss_sum / static_cast<double>(all.seen);
@@ -486,8 +513,8 @@ void train_cifar10(const TrainCifarOptions& o) {
     std::string extra;
     if (rt.world > 1)
       extra += fmt::format("  comm wait {:.1f} ms/step", rt.comm_wait_ms / std::max<int64_t>(rt.steps, 1));
-    if (rt.skipped > 0) extra += fmt::format("  {} steps skipped (inf/nan), loss scale {}", rt.skipped,
-                                             rt.scaler.get_scale());
+    if (rt.skipped > 0)
+      extra += fmt::format("  {} steps skipped (inf/nan), loss scale {}", rt.skipped, opt.loss_scale());
     // Images per second over the images this process saw trained (a resumed
     // epoch counts only its remaining batches).
     const double trained = static_cast<double>(all.seen - (resumed_epoch ? start.seen : 0));
@@ -500,9 +527,9 @@ void train_cifar10(const TrainCifarOptions& o) {
     const bool best = v.accuracy > h.best_val_acc;
     if (best) h.best_val_acc = v.accuracy, h.best_epoch = e + 1;
     const Progress done{e + 1, 0, global_step, 0, 0, 0, 0};
-    save_step_checkpoint(ckpts, m, *opt, rt.scaler, o, data_seed, h, done);
-    save_tagged(ckpt_dir, "latest", m, *opt, rt.scaler, o, data_seed, h, done);
-    if (best) save_tagged(ckpt_dir, "best", m, *opt, rt.scaler, o, data_seed, h, done);
+    save_step_checkpoint(ckpts, m, opt, o, data_seed, h, done);
+    save_tagged(ckpt_dir, "latest", m, opt, o, data_seed, h, done);
+    if (best) save_tagged(ckpt_dir, "best", m, opt, o, data_seed, h, done);
   }
   if (!lead) return;
 
@@ -515,8 +542,8 @@ void train_cifar10(const TrainCifarOptions& o) {
   fmt::print("checkpoints: {}/latest.safetensors, {}/best.safetensors (resumable: {}/step-*)\n", ckpt_dir, ckpt_dir,
              ckpt_dir);
   const std::string png = o.out + "/training_curves.png";
-  plot_training_curves(png, fmt::format("{} on {}CIFAR-10", m.name, d.synthetic ? "SYNTHETIC " : ""), h.curves);
+  train::plot_training_curves(png, fmt::format("{} on {}CIFAR-10", m.name, d.synthetic ? "SYNTHETIC " : ""), h.curves);
   fmt::print("training curves saved to {}\n", png);
 }
 
-}  // namespace qk::cli
+}  // namespace qk::models

@@ -1,4 +1,4 @@
-#include "cli/plot.h"
+#include "qk/train/plot.h"
 
 #include <cairo.h>
 #include <fmt/format.h>
@@ -10,7 +10,7 @@
 
 #include "qk/base/error.h"
 
-namespace qk::cli {
+namespace qk::train {
 namespace {
 
 using Surface = std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)>;
@@ -35,65 +35,95 @@ void text(cairo_t* cr, double x, double y, const std::string& s, double size, do
   cairo_show_text(cr, s.c_str());
 }
 
-struct Series {
-  const std::vector<double>* v;
-  double r, g, b;
-  const char* label;
-};
+constexpr double kColours[6][3] = {{0.12, 0.47, 0.71}, {1.0, 0.5, 0.05},  {0.17, 0.63, 0.17},
+                                   {0.84, 0.15, 0.16}, {0.58, 0.40, 0.74}, {0.55, 0.34, 0.29}};
 
-// One panel: a frame at (x, y, w, h), ticks, the series as lines with dots.
-void panel(cairo_t* cr, double x, double y, double w, double h, const std::string& title, const std::string& ylabel,
-           const std::vector<Series>& series, double scale) {
-  size_t n = 0;
-  double lo = 1e300, hi = -1e300;
-  for (const auto& s : series) {
-    n = std::max(n, s.v->size());
-    for (double v : *s.v) lo = std::min(lo, v * scale), hi = std::max(hi, v * scale);
+// Ticks at 1, 2 or 5 times a power of ten, about `target` of them over [lo, hi].
+double tick_step(double lo, double hi, int target) {
+  const double raw = (hi - lo) / target;
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (raw <= m * p) return m * p;
+  return 10 * p;
+}
+
+std::string tick_label(double v, double step) {
+  if (std::fabs(v) >= 1e5 || (v != 0 && std::fabs(v) < 1e-3)) return fmt::format("{:.2g}", v);
+  const int digits = std::clamp(static_cast<int>(std::ceil(-std::log10(step))), 0, 6);
+  return fmt::format("{:.{}f}", v, digits);
+}
+
+// One panel: a frame at (x, y, w, h), ticks, the series as lines (with dots
+// when they are few points).
+void panel(cairo_t* cr, double x, double y, double w, double h, const CurvePanel& p) {
+  double xlo = 1e300, xhi = -1e300, lo = 1e300, hi = -1e300;
+  for (const auto& s : p.series) {
+    QK_CHECK(s.x.size() == s.y.size(), "plot_curves: series '", s.label, "' has ", s.x.size(), " x and ",
+             s.y.size(), " y values");
+    for (size_t i = 0; i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i]) || !std::isfinite(s.x[i])) continue;
+      xlo = std::min(xlo, s.x[i]), xhi = std::max(xhi, s.x[i]);
+      lo = std::min(lo, s.y[i]), hi = std::max(hi, s.y[i]);
+    }
   }
-  if (n == 0) lo = 0, hi = 1;
-  if (hi - lo < 1e-9) lo -= 0.5, hi += 0.5;
+  if (xlo > xhi) xlo = 0, xhi = 1;
+  if (xhi - xlo < 1e-12) xlo -= 0.5, xhi += 0.5;
+  if (lo > hi) lo = 0, hi = 1;
+  if (hi - lo < 1e-12 * std::max(1.0, std::fabs(hi))) {  // a flat line: open the range around it
+    const double half = 0.5 * std::max(1e-9, std::fabs(hi));
+    lo -= half, hi += half;
+  }
   const double pad = (hi - lo) * 0.08;
   lo -= pad, hi += pad;
-  const double xmax = std::max<double>(2, static_cast<double>(n));
-  auto px = [&](double e) { return x + (e - 1) / (xmax - 1) * w; };
+  auto px = [&](double v) { return x + (v - xlo) / (xhi - xlo) * w; };
   auto py = [&](double v) { return y + h - (v - lo) / (hi - lo) * h; };
 
   cairo_set_source_rgb(cr, 0, 0, 0);
-  text(cr, x + w / 2, y - 12, title, 16, 0.5);
+  text(cr, x + w / 2, y - 12, p.title, 16, 0.5);
   cairo_set_line_width(cr, 1);
-  for (int i = 0; i <= 5; ++i) {  // horizontal grid and y ticks
-    const double v = lo + (hi - lo) * i / 5;
+  const double ys = tick_step(lo, hi, 5);
+  for (double v = std::ceil(lo / ys) * ys; v <= hi; v += ys) {  // horizontal grid and y ticks
     cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
     cairo_move_to(cr, x, py(v)), cairo_line_to(cr, x + w, py(v)), cairo_stroke(cr);
     cairo_set_source_rgb(cr, 0, 0, 0);
-    // enough decimals that neighbouring ticks differ
-    const int digits = std::clamp(static_cast<int>(std::ceil(-std::log10((hi - lo) / 5))) + 1, 0, 5);
-    text(cr, x - 6, py(v) + 4, fmt::format("{:.{}f}", v, digits), 11, 1);
+    text(cr, x - 6, py(v) + 4, tick_label(std::fabs(v) < ys * 1e-9 ? 0.0 : v, ys), 11, 1);
   }
-  const size_t step = std::max<size_t>(1, (static_cast<size_t>(xmax) + 9) / 10);
-  for (size_t e = 1; e <= static_cast<size_t>(xmax); e += step) {
-    text(cr, px(static_cast<double>(e)), y + h + 16, std::to_string(e), 11, 0.5);
-  }
+  const double xs = std::max(tick_step(xlo, xhi, 8), (xhi - xlo) > 2 && xlo == std::floor(xlo) ? 1.0 : 0.0);
+  for (double v = std::ceil(xlo / xs) * xs; v <= xhi + xs * 1e-9; v += xs)
+    text(cr, px(v), y + h + 16, tick_label(v, xs), 11, 0.5);
   cairo_rectangle(cr, x, y, w, h), cairo_stroke(cr);
-  text(cr, x + w / 2, y + h + 34, "epoch", 12, 0.5);
+  text(cr, x + w / 2, y + h + 34, p.x_label, 12, 0.5);
   cairo_save(cr);
-  cairo_translate(cr, x - 46, y + h / 2);
+  cairo_translate(cr, x - 52, y + h / 2);
   cairo_rotate(cr, -M_PI / 2);
-  text(cr, 0, 0, ylabel, 12, 0.5);
+  text(cr, 0, 0, p.y_label, 12, 0.5);
   cairo_restore(cr);
 
   double ly = y + 18;
-  for (const auto& s : series) {
-    cairo_set_source_rgb(cr, s.r, s.g, s.b);
+  for (size_t si = 0; si < p.series.size(); ++si) {
+    const CurveSeries& s = p.series[si];
+    const double* c = kColours[si % 6];
+    cairo_set_source_rgb(cr, c[0], c[1], c[2]);
     cairo_set_line_width(cr, 2);
-    for (size_t i = 0; i < s.v->size(); ++i) {
-      const double X = px(static_cast<double>(i + 1)), Y = py((*s.v)[i] * scale);
-      if (i == 0) cairo_move_to(cr, X, Y); else cairo_line_to(cr, X, Y);
+    bool pen_down = false;
+    size_t points = 0;
+    for (size_t i = 0; i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i])) {
+        pen_down = false;
+        continue;
+      }
+      ++points;
+      if (pen_down) cairo_line_to(cr, px(s.x[i]), py(s.y[i]));
+      else cairo_move_to(cr, px(s.x[i]), py(s.y[i]));
+      pen_down = true;
     }
     cairo_stroke(cr);
-    for (size_t i = 0; i < s.v->size(); ++i) {
-      cairo_arc(cr, px(static_cast<double>(i + 1)), py((*s.v)[i] * scale), 3.5, 0, 2 * M_PI);
-      cairo_fill(cr);
+    if (points <= 60) {
+      for (size_t i = 0; i < s.y.size(); ++i) {
+        if (!std::isfinite(s.y[i])) continue;
+        cairo_arc(cr, px(s.x[i]), py(s.y[i]), 3.5, 0, 2 * M_PI);
+        cairo_fill(cr);
+      }
     }
     // legend entry in the top-right corner
     cairo_move_to(cr, x + w - 130, ly - 4), cairo_line_to(cr, x + w - 105, ly - 4), cairo_stroke(cr);
@@ -105,8 +135,10 @@ void panel(cairo_t* cr, double x, double y, double w, double h, const std::strin
 
 }  // namespace
 
-void plot_training_curves(const std::string& path, const std::string& title, const TrainingCurves& c) {
-  const int W = 1100, H = 480;
+void plot_curves(const std::string& path, const std::string& title, const std::vector<CurvePanel>& panels) {
+  QK_CHECK(!panels.empty(), "plot_curves: no panels");
+  const int panel_w = 430, gap = 110;
+  const int W = 80 + static_cast<int>(panels.size()) * (panel_w + gap) - gap + 50, H = 480;
   Surface s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H), cairo_surface_destroy);
   Context cr(cairo_create(s.get()), cairo_destroy);
   cairo_set_source_rgb(cr.get(), 1, 1, 1);
@@ -114,16 +146,23 @@ void plot_training_curves(const std::string& path, const std::string& title, con
   cairo_select_font_face(cr.get(), "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
   cairo_set_source_rgb(cr.get(), 0, 0, 0);
   text(cr.get(), W / 2.0, 28, title, 20, 0.5);
-  const double blue[3] = {0.12, 0.47, 0.71}, orange[3] = {1.0, 0.5, 0.05};
-  panel(cr.get(), 80, 80, 430, 320, "Loss", "cross-entropy",
-        {{&c.train_loss, blue[0], blue[1], blue[2], "train"},
-         {&c.val_loss, orange[0], orange[1], orange[2], "validation"}},
-        1.0);
-  panel(cr.get(), 620, 80, 430, 320, "Accuracy", "accuracy (%)",
-        {{&c.train_acc, blue[0], blue[1], blue[2], "train"},
-         {&c.val_acc, orange[0], orange[1], orange[2], "validation"}},
-        100.0);
+  for (size_t i = 0; i < panels.size(); ++i)
+    panel(cr.get(), 80 + static_cast<double>(i) * (panel_w + gap), 80, panel_w, 320, panels[i]);
   write_png(s.get(), path);
+}
+
+void plot_training_curves(const std::string& path, const std::string& title, const TrainingCurves& c) {
+  auto epochs = [](const std::vector<double>& v, double scale) {
+    CurveSeries s;
+    for (size_t i = 0; i < v.size(); ++i) s.x.push_back(static_cast<double>(i + 1)), s.y.push_back(v[i] * scale);
+    return s;
+  };
+  CurveSeries tl = epochs(c.train_loss, 1), vl = epochs(c.val_loss, 1);
+  CurveSeries ta = epochs(c.train_acc, 100), va = epochs(c.val_acc, 100);
+  tl.label = ta.label = "train";
+  vl.label = va.label = "validation";
+  plot_curves(path, title,
+              {{"Loss", "epoch", "cross-entropy", {tl, vl}}, {"Accuracy", "epoch", "accuracy (%)", {ta, va}}});
 }
 
 void plot_image_grid(const std::string& path, const std::string& title, const std::vector<ImageTile>& tiles,
@@ -177,4 +216,4 @@ void plot_image_grid(const std::string& path, const std::string& title, const st
   write_png(s.get(), path);
 }
 
-}  // namespace qk::cli
+}  // namespace qk::train

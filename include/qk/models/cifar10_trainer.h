@@ -1,12 +1,15 @@
-// The training loop behind `qk train cifar10` (the seed's train_cifar10.py).
+// The CIFAR-10 trainer behind `qk train cifar10` (the seed's train_cifar10.py):
+// epochs over the shuffled training set, built on the training-loop library
+// (qk/train: StepRunner, MixedPrecisionOptimizer, checkpoints, curves).
 //
-//   TrainCifarOptions o;
+//   qk::models::TrainCifarOptions o;
 //   o.model = "simple_cnn"; o.epochs = 5; o.out = "runs/cifar10";
-//   train_cifar10(o);
+//   qk::models::train_cifar10(o);   // prints the run's lines to stdout
 //
 // Writes, under o.out:
-//   checkpoints/step-NNNNNNNNNN/     resumable checkpoint (model, optimizer, state,
-//                                    checksummed manifest; see qk/base/checkpoint_dir.h)
+//   checkpoints/step-NNNNNNNNNN/     resumable checkpoint (model, optimizer by
+//                                    parameter name, state; checksummed manifest;
+//                                    see qk/train/checkpoint.h)
 //                                    at each epoch's end and every checkpoint_every
 //                                    steps; the newest keep_checkpoints stay
 //   checkpoints/latest.safetensors   weights after the last finished epoch
@@ -21,11 +24,14 @@
 //
 // Resuming (o.resume = "auto": the newest step folder that passes its
 // checksums, skipping corrupt ones with a warning; or a folder / sidecar /
-// weights path) restores weights, optimizer, grad scaler, the default
+// weights path) restores weights, optimizer, loss scaler, the default
 // generator (dropout), the history and the position inside the epoch, and
-// continues with the same numbering. The batches of epoch e depend only on
-// (data seed, e) (see qk/data/loader.h) and a resumed epoch starts at the
-// checkpoint's batch, so with the same seed, ranks and threads a run killed
+// continues with the same numbering. Checkpoints are format
+// qk-cifar10-checkpoint-v2 (qk/train's JSON with this trainer's state under
+// "user"); v1, written before the trainer moved onto qk/train, still resumes.
+// The batches of epoch e depend only on (data seed, e) (see
+// qk/data/loader.h) and a resumed epoch starts at the checkpoint's batch,
+// so with the same seed, ranks and threads a run killed
 // and resumed (any number of times) ends with the weights of an
 // uninterrupted run, bit for bit (tests/cli/train_resume_test.cc).
 //
@@ -33,13 +39,14 @@
 // each rank reads its shard (DistributedSampler), batch_size is per rank,
 // DDP averages the gradients (buckets overlapping backward), rank 0
 // evaluates, logs and writes the checkpoints. amp = "bf16" or "fp16" runs
-// the forward under autocast (fp16 with a GradScaler).
+// the forward under autocast (fp16 with torch's loss scaling: 65536,
+// growth x2 every 2000 clean steps, x0.5 on inf/NaN, which skips the step).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-namespace qk::cli {
+namespace qk::models {
 
 struct TrainCifarOptions {
   std::string model = "simple_cnn";
@@ -70,4 +77,4 @@ struct TrainCifarOptions {
 
 void train_cifar10(const TrainCifarOptions& o);
 
-}  // namespace qk::cli
+}  // namespace qk::models

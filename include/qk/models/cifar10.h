@@ -1,6 +1,6 @@
-// Pieces shared by `qk train cifar10` and `qk infer cifar10`: the model
-// factory, the data folder (with the synthetic fallback), evaluation and the
-// checked checkpoint load.
+// CIFAR-10 pieces shared by the trainer (cifar10_trainer.h) and `qk infer
+// cifar10`: the model factory, the data folder (with the synthetic fallback),
+// evaluation and the checked checkpoint load.
 //
 //   CifarModel m = make_cifar_model("simple_cnn");
 //   load_cifar_weights(m, "out/checkpoints/best.safetensors");  // names model and keys on mismatch
@@ -17,7 +17,7 @@
 #include "qk/nn/module.h"
 #include "qk/tensor/tensor.h"
 
-namespace qk::cli {
+namespace qk::models {
 
 inline constexpr const char* kCifarModelNames = "simple_cnn|simple_resnet";
 // The batch size of every evaluation pass (trainer and infer alike), so the
@@ -56,4 +56,4 @@ EvalResult evaluate_cifar(const CifarModel& m, const data::Cifar10Split& split, 
 // for another model (names the model in the file and the mismatched keys).
 void load_cifar_weights(const CifarModel& m, const std::string& path);
 
-}  // namespace qk::cli
+}  // namespace qk::models

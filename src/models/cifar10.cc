@@ -1,4 +1,4 @@
-#include "cli/cifar_common.h"
+#include "qk/models/cifar10.h"
 
 #include <fmt/format.h>
 
@@ -17,17 +17,17 @@
 #include "qk/nn/safetensors.h"
 #include "qk/nn/serialize.h"
 
-namespace qk::cli {
+namespace qk::models {
 
 CifarModel make_cifar_model(const std::string& name) {
   CifarModel m;
   m.name = name;
   if (name == "simple_cnn") {
-    models::SimpleCNN net(10);
+    SimpleCNN net(10);
     m.module = net.ptr();
     m.forward = [net](const Tensor& x) { return net->forward(x); };
   } else if (name == "simple_resnet") {
-    models::SimpleResNet net(10);
+    SimpleResNet net(10);
     m.module = net.ptr();
     m.forward = [net](const Tensor& x) { return net->forward(x); };
   } else {
@@ -136,4 +136,4 @@ void load_cifar_weights(const CifarModel& m, const std::string& path) {
   nn::load(*m.module, path);
 }
 
-}  // namespace qk::cli
+}  // namespace qk::models

@@ -1,0 +1,108 @@
+// Training checkpoints: a step folder of qk/base/checkpoint_dir.h (written
+// under a temporary name, checksummed, renamed whole) holding
+//   model.safetensors   the model's state dict, whole and by name
+//   optim.safetensors   fp32 main weights and optimizer state, by name
+//                       (MixedPrecisionOptimizer::save_state)
+//   manifest.json       checksums and the JSON below
+// The JSON: {"format", "iteration", "consumed_train_samples",
+// "consumed_valid_samples", "weights", "optimizer_state", "scheduler",
+// "grad_scaler" (the loss scaler), "rng": [{"seed", "offset"} per data-parallel rank],
+// "args": the run's arguments, "user": the caller's own state}.
+// Nothing depends on how the model was split over ranks, so a later
+// tensor- or pipeline-parallel run can gather or scatter the same files.
+//
+//   qk::train::TrainState st{model.get(), &opt, &sched};
+//   qk::train::CheckpointMeta m;
+//   m.progress = {iteration, consumed_samples};
+//   m.rng = qk::train::gather_rng_states(dp);           // collective
+//   if (dp.rank() == 0) qk::train::save_checkpoint(ckpts, qk::train::iteration_folder(iteration), st, m);
+//   ...
+//   if (auto c = qk::train::find_checkpoint("runs/x/checkpoints"))      // every rank
+//     auto loaded = qk::train::load_train_state(c->path + "/", c->meta, c->path, st, {.rank = dp.rank()});
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qk/base/checkpoint_dir.h"
+#include "qk/nn/module.h"
+#include "qk/nn/safetensors.h"
+#include "qk/train/lr_schedule.h"
+#include "qk/train/mixed_precision_optimizer.h"
+#include "qk/train/step_runner.h"
+
+namespace qk::train {
+
+inline constexpr const char* kTrainCheckpointFormat = "qk-train-checkpoint-v1";
+
+// Megatron's counters: iterations done and samples consumed (the data
+// position: a resumed sampler starts at consumed_train_samples).
+struct TrainProgress {
+  int64_t iteration = 0;
+  int64_t consumed_train_samples = 0;
+  int64_t consumed_valid_samples = 0;
+};
+
+struct RngState {
+  uint64_t seed = 0, offset = 0;  // the default generator's (seed, counter)
+};
+
+// What is saved and restored; null members are left out.
+struct TrainState {
+  nn::Module* model = nullptr;
+  MixedPrecisionOptimizer* optimizer = nullptr;
+  OptimizerParamScheduler* scheduler = nullptr;
+};
+
+struct CheckpointMeta {
+  std::string format = kTrainCheckpointFormat;
+  TrainProgress progress;
+  std::vector<RngState> rng;        // one per data-parallel rank (gather_rng_states)
+  std::string args_json = "{}";     // the run's arguments, a JSON value
+  std::string user_json = "null";   // the caller's own state, a JSON value
+  std::string weights_file = "model.safetensors";
+  std::string optimizer_file = "optim.safetensors";  // "": no optimizer state (--no-save-optim)
+  nn::Metadata weights_metadata;    // extra entries for the weights' safetensors header
+};
+
+// "iter_0000000100": the step folder of an iteration (sorts in order).
+std::string iteration_folder(int64_t iteration);
+
+// Every data-parallel rank's default-generator state, rank order. Collective.
+std::vector<RngState> gather_rng_states(const DataParallel& dp);
+
+// Writes the weights and optimizer files into `dir` (each under a temporary
+// name, then renamed) and returns the checkpoint's JSON, which names them.
+std::string write_train_state(const std::string& dir, const TrainState& s, const CheckpointMeta& m);
+
+// A committed step folder ROOT/name. Run by one rank.
+CheckpointInfo save_checkpoint(const CheckpointDir& ckpts, const std::string& name, const TrainState& s,
+                               const CheckpointMeta& m);
+
+struct LoadOptions {
+  bool load_model = true;
+  bool no_load_optim = false;  // fresh optimizer, scheduler and loss scaler
+  bool no_load_rng = false;
+  bool finetune = false;       // weights only; iteration and consumed samples back to 0
+  int rank = 0;                // whose RNG state this process takes
+};
+
+struct LoadedCheckpoint {
+  std::string where;           // the folder or sidecar, for messages
+  CheckpointMeta meta;         // as saved (progress zeroed under finetune)
+  bool optimizer_loaded = false;
+  bool rng_loaded = false;
+};
+
+// Restores from a checkpoint's JSON; file names in it are relative to
+// `dir` (which ends in '/' or is empty). Every rank calls it.
+LoadedCheckpoint load_train_state(const std::string& dir, const std::string& json, const std::string& where,
+                                  const TrainState& s, const LoadOptions& o);
+
+// What --load names: the newest valid step folder under it, or the folder
+// itself when it is one (holds manifest.json). nullopt: nothing there yet.
+std::optional<CheckpointInfo> find_checkpoint(const std::string& load, std::vector<std::string>* skipped = nullptr);
+
+}  // namespace qk::train

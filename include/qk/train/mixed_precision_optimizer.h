@@ -1,0 +1,144 @@
+// The optimizer wrapper of Megatron-LM's trainer: fp32 main weights for a
+// bf16/f16 model (Float16OptimizerWithFloat16Params), the same interface for
+// an fp32 model (FP32Optimizer), loss scaling, the inf/NaN skip and
+// gradient clipping by the global L2 norm.
+//
+//   auto groups = qk::train::megatron_param_groups(*model);   // no decay for biases, norms
+//   qk::train::MixedPrecisionOptimizer opt(groups, qk::train::adamw({.lr = 3e-4}),
+//       std::make_unique<qk::train::DynamicLossScaler>(),      // --fp16; null for bf16/fp32
+//       {.clip_grad = 1.0});
+//   qk::train::OptimizerParamScheduler sched(&opt.optimizer(), schedule, opt.group_schedules());
+//   opt.zero_grad();
+//   (loss * opt.loss_scale()).backward();
+//   auto r = opt.step();   // r.updated false: inf/NaN seen, nothing changed
+//
+// step(): model gradients -> fp32 main gradients (or the fp32 main_grad
+// buffer accumulate_grads() filled after each micro-batch), multiply by
+// 1/scale while looking for inf/NaN, update the scaler, skip when found;
+// else clip (coefficient clip_grad / (norm + 1e-6) when below 1), step the
+// inner optimizer on the fp32 main weights and round them into the model's
+// bf16/f16 weights. An fp32 model's main weights are its own weights.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qk/dist/process_group.h"
+#include "qk/nn/module.h"
+#include "qk/nn/safetensors.h"
+#include "qk/optim/adam.h"
+#include "qk/optim/optimizer.h"
+#include "qk/optim/sgd.h"
+#include "qk/train/loss_scaler.h"
+#include "qk/train/lr_schedule.h"
+
+namespace qk::train {
+
+using NamedParam = std::pair<std::string, Tensor>;
+
+// A parameter group and its schedule overrides (see lr_schedule.h).
+struct ParamGroupSpec {
+  std::vector<NamedParam> params;
+  double wd_mult = 1.0;
+  std::optional<double> max_lr{}, min_lr{};
+};
+
+// Megatron's default grouping: weight decay for matrices, none (wd_mult 0)
+// for biases and 1-D parameters (norm weights). Empty groups are dropped.
+std::vector<ParamGroupSpec> megatron_param_groups(const nn::Module& model);
+// Every trainable parameter in one group.
+std::vector<ParamGroupSpec> single_param_group(const nn::Module& model);
+
+// Builds the inner optimizer over the fp32 main parameters, one group each.
+using OptimizerFactory =
+    std::function<std::unique_ptr<optim::Optimizer>(std::vector<std::vector<Tensor>> main_param_groups)>;
+OptimizerFactory adamw(optim::AdamWOptions o);  // Megatron's --optimizer adam (decoupled decay)
+OptimizerFactory adam(optim::AdamOptions o);    // torch.optim.Adam (L2 added to the gradient)
+OptimizerFactory sgd(optim::SGDOptions o);      // Megatron's --optimizer sgd
+
+struct MixedPrecisionOptions {
+  double clip_grad = 1.0;  // --clip-grad; 0: no clipping (the norm is still computed)
+  // --accumulate-allreduce-grads-in-fp32: each micro-batch's bf16/f16
+  // gradients are added into an fp32 buffer, which is what gets averaged.
+  bool accumulate_allreduce_grads_in_fp32 = false;
+  // Skip the step on inf/NaN gradients even without a loss scaler (Megatron
+  // checks only with one; a bf16 or fp32 NaN would otherwise reach the weights).
+  bool skip_nonfinite = true;
+  bool log_num_zeros_in_grad = false;  // --log-num-zeros-in-grad
+};
+
+struct OptimizerStepResult {
+  bool updated = false;
+  bool found_inf = false;
+  double grad_norm = 0;           // of the unscaled gradients before clipping; NaN when skipped
+  int64_t num_zeros_in_grad = -1;  // -1 unless log_num_zeros_in_grad
+};
+
+class MixedPrecisionOptimizer {
+ public:
+  MixedPrecisionOptimizer(std::vector<ParamGroupSpec> groups, const OptimizerFactory& make,
+                          std::unique_ptr<LossScaler> scaler = nullptr, MixedPrecisionOptions o = {});
+  MixedPrecisionOptimizer(const MixedPrecisionOptimizer&) = delete;
+  MixedPrecisionOptimizer& operator=(const MixedPrecisionOptimizer&) = delete;
+
+  // Drops the model's gradients and zeroes the fp32 main_grad buffer.
+  void zero_grad();
+  float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
+  LossScaler* scaler() { return scaler_.get(); }
+  const LossScaler* scaler() const { return scaler_.get(); }
+
+  // After a micro-batch's backward (accumulate_allreduce_grads_in_fp32 with a
+  // bf16/f16 model): main_grad += grad in fp32, the model's grad dropped.
+  // A no-op otherwise.
+  void accumulate_grads();
+  // Data parallelism without DDP: averages the gradients over `pg` in one
+  // flat fp32 all-reduce (collective: every rank, once per step).
+  void all_reduce_grads(dist::ProcessGroup& pg);
+  OptimizerStepResult step();
+
+  // The inner optimizer, over the fp32 main parameters (schedulers set its rates).
+  optim::Optimizer& optimizer() { return *inner_; }
+  const optim::Optimizer& optimizer() const { return *inner_; }
+  const std::vector<ParamGroupSpec>& groups() const { return groups_; }
+  // The groups' schedule overrides (wd_mult, max_lr, min_lr), for
+  // OptimizerParamScheduler(&opt.optimizer(), options, opt.group_schedules()).
+  std::vector<GroupSchedule> group_schedules() const;
+  // Parameter names, model and fp32 main parameters, group by group.
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<Tensor>& model_params() const { return model_; }
+  const std::vector<Tensor>& main_params() const { return main_; }
+  bool has_fp32_copies() const { return copies_; }
+  const MixedPrecisionOptions& options() const { return o_; }
+
+  // Checkpoint state by parameter name: "main_param/NAME" (fp32 copies),
+  // "KEY/NAME" per-parameter optimizer tensors (exp_avg, ...), metadata
+  // "step/NAME" and "group.G.HPARAM". Layout-independent: loading matches
+  // names, not positions.
+  void save_state(const std::string& path, const nn::Metadata& extra = {}) const;
+  void load_state(const std::string& path);
+  // Main weights from the model's weights (after loading weights only).
+  void reload_model_params();
+
+ private:
+  void collect_grads();
+  Tensor flat_grad_view(size_t i) const;
+  void ensure_flat_grads();
+  std::vector<ParamGroupSpec> groups_;
+  std::vector<std::string> names_;
+  std::vector<Tensor> model_, main_;
+  std::unique_ptr<optim::Optimizer> inner_;
+  std::unique_ptr<LossScaler> scaler_;
+  MixedPrecisionOptions o_;
+  bool copies_ = false;          // model params are bf16/f16: main_ are fp32 copies
+  Tensor flat_grads_;            // fp32, every parameter's gradient back to back
+  std::vector<int64_t> offsets_;
+  std::vector<char> accumulated_;  // per param: flat_grads_ holds a gradient this step
+  bool collected_ = false;
+};
+
+}  // namespace qk::train

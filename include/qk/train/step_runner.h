@@ -1,0 +1,106 @@
+// One training iteration as Megatron-LM runs it: a global batch split into
+// micro-batches, forward and backward for each through a callback, the
+// gradients reduced over data-parallel ranks once, then the optimizer.
+//
+//   const int64_t k = qk::train::num_microbatches(/*global=*/64, /*micro=*/4, dp.size());
+//   qk::train::StepRunner runner(opt, dp, {.num_microbatches = k, .autocast = qk::DType::bf16});
+//   auto stats = runner.step([&](int64_t micro) {
+//     Batch b = next_batch();                     // this rank's micro-batch
+//     Tensor loss = model->forward(b.tokens, {}, b.labels, b.loss_mask);
+//     return qk::train::MicroBatchOutput{loss, {{"lm loss", {loss.item<float>(), 1}}}};
+//   });
+//   stats.metrics["lm loss"];  stats.grad_norm;  stats.skipped;
+//
+// Each micro-batch's loss is divided by num_microbatches (Megatron's
+// schedules) and multiplied by the loss scale before backward. With a DDP
+// wrapper, every micro-batch but the last runs under no_sync(), so the
+// gradients are all-reduced once (overlapping the last backward); with a
+// process group and no DDP, the optimizer's fp32 gradients are averaged in
+// one all-reduce after the last backward (Megatron's default, and the only
+// way with accumulate_allreduce_grads_in_fp32). Metrics are (sum, count)
+// pairs: the step reports sum / count over micro-batches and ranks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "qk/dist/ddp.h"
+#include "qk/dist/process_group.h"
+#include "qk/train/lr_schedule.h"
+#include "qk/train/mixed_precision_optimizer.h"
+
+namespace qk::train {
+
+// global_batch_size / (micro_batch_size * data_parallel_size), with
+// Megatron's error when it does not divide.
+int64_t num_microbatches(int64_t global_batch_size, int64_t micro_batch_size, int64_t data_parallel_size);
+
+struct Metric {
+  double sum = 0;
+  double count = 0;
+};
+
+struct MicroBatchOutput {
+  Tensor loss;                            // scalar to differentiate (this micro-batch's mean)
+  std::map<std::string, Metric> metrics;  // none: {"loss": {loss, 1}} is recorded
+};
+
+// Called with the micro-batch's index in the step (0..num_microbatches-1).
+using ForwardStep = std::function<MicroBatchOutput(int64_t microbatch)>;
+
+// The data-parallel group, if any, and the model's DDP wrapper, if any.
+struct DataParallel {
+  dist::ProcessGroup* group = nullptr;
+  dist::DistributedDataParallel* ddp = nullptr;
+  int size() const { return group ? group->size() : 1; }
+  int rank() const { return group ? group->rank() : 0; }
+};
+
+struct StepRunnerOptions {
+  int64_t num_microbatches = 1;
+  std::optional<DType> autocast{};  // run each forward under autocast to this dtype
+  bool reduce_metrics = true;     // average metrics over ranks (one small all-reduce per step)
+};
+
+struct StepStats {
+  std::map<std::string, double> metrics;  // sum / count over micro-batches (and ranks)
+  double loss = 0;                        // metrics["loss"] when present, else the first metric
+  bool skipped = false;                   // inf/NaN gradients: no update
+  bool nan = false;                       // skipped and some metric was inf/NaN
+  double grad_norm = 0;                   // NaN when skipped
+  int64_t num_zeros_in_grad = -1;
+  float loss_scale = 1;                   // after this step's update of the scaler
+  double lr = 0;                          // the first group's rate this update used
+  double seconds = 0;
+  double comm_wait_ms = 0;                // DDP: waiting for the all-reduce after backward
+};
+
+class StepRunner {
+ public:
+  StepRunner(MixedPrecisionOptimizer& opt, DataParallel dp = {}, StepRunnerOptions o = {});
+  // The schedule advanced by `increment` steps after each successful update
+  // (Megatron: the global batch size in samples).
+  void set_scheduler(OptimizerParamScheduler* scheduler, int64_t increment);
+
+  StepStats step(const ForwardStep& forward_step);
+  // Forward only, without gradients, over `microbatches` micro-batches;
+  // metrics as in step(). The caller switches the model to eval().
+  std::map<std::string, double> forward_only(const ForwardStep& forward_step, int64_t microbatches);
+
+  const StepRunnerOptions& options() const { return o_; }
+  const DataParallel& data_parallel() const { return dp_; }
+  MixedPrecisionOptimizer& optimizer() { return opt_; }
+
+ private:
+  std::map<std::string, double> reduce(const std::map<std::string, Metric>& m) const;
+  MixedPrecisionOptimizer& opt_;
+  DataParallel dp_;
+  StepRunnerOptions o_;
+  OptimizerParamScheduler* sched_ = nullptr;
+  int64_t increment_ = 0;
+};
+
+}  // namespace qk::train

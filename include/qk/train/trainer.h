@@ -1,0 +1,169 @@
+// Iteration-based training with Megatron-LM's semantics (pretrain() / train()
+// in megatron/training/training.py): train_iters or train_samples, consumed
+// samples, periodic logging and evaluation, checkpoints (save, save_interval,
+// load, no_load_optim, no_load_rng, finetune), and the exit conditions
+// exit_interval, exit_duration_in_mins and exit_signal_handler.
+//
+//   qk::train::TrainerOptions o;
+//   o.train_iters = 1000;  o.global_batch_size = 64;  o.micro_batch_size = 4;
+//   o.log_interval = 10;  o.eval_interval = 100;  o.eval_iters = 10;
+//   o.save = o.load = "ckpt";  o.save_interval = 100;  o.exit_signal_handler = true;
+//   o.metrics_file = "ckpt/metrics.jsonl";  o.curve_file = "ckpt/curves.png";
+//   qk::train::Trainer trainer(*model, opt, sched, o, dp);
+//   trainer.load();                                      // every rank, before the data
+//   auto train_data = make_iterator(trainer.progress().consumed_train_samples);
+//   qk::train::TrainerCallbacks cb;
+//   cb.train_step = [&](int64_t) { ...; return qk::train::MicroBatchOutput{loss, {{"lm loss", {l, 1}}}}; };
+//   cb.valid_step = ...;                                  // same shape, no gradients
+//   cb.on_log = [](const qk::train::LogStats& s) { print_megatron_line(s); };
+//   auto result = trainer.train(cb);                     // result.exit_reason
+//
+// Per iteration (Megatron's order): the step (StepRunner: micro-batches,
+// one reduction, the optimizer; the schedule advances global_batch_size
+// samples on a successful update), iteration += 1, consumed samples +=
+// global_batch_size (skipped iterations too); every log_interval a LogStats;
+// every eval_interval an evaluation; then, in this order, the exit signal
+// (save and stop), save_interval (save), exit_duration_in_mins (save unless
+// just saved, stop), exit_interval (the same). At the end of train_iters a
+// last checkpoint unless one was just written. Rank 0 writes checkpoints,
+// the metrics file and the curves; all ranks read checkpoints and must
+// agree on the iteration they resumed at.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "qk/base/checkpoint_dir.h"
+#include "qk/nn/module.h"
+#include "qk/train/checkpoint.h"
+#include "qk/train/lr_schedule.h"
+#include "qk/train/metrics_log.h"
+#include "qk/train/mixed_precision_optimizer.h"
+#include "qk/train/step_runner.h"
+
+namespace qk::train {
+
+struct TrainerOptions {
+  int64_t train_iters = 0;    // one of train_iters / train_samples
+  int64_t train_samples = 0;  // train_iters = train_samples / global_batch_size
+  int64_t global_batch_size = 0;
+  int64_t micro_batch_size = 0;
+  std::optional<DType> autocast{};  // forward under autocast (fp32 weights, bf16/f16 compute)
+
+  int64_t log_interval = 100;
+  int64_t eval_interval = 1000;   // 0: no periodic evaluation
+  int64_t eval_iters = 100;       // iterations (of global batches) per evaluation
+
+  std::string save;               // checkpoint folder ("": no checkpoints)
+  int64_t save_interval = 0;      // 0: only at the end and on exit
+  bool no_save_optim = false, no_save_rng = false;
+  int keep_checkpoints = 1 << 30;  // step folders kept (Megatron keeps all)
+  std::string load;               // checkpoint folder to resume from ("": none)
+  bool no_load_optim = false, no_load_rng = false, finetune = false;
+
+  int64_t exit_interval = 0;           // stop (and save) when iteration % exit_interval == 0
+  double exit_duration_in_mins = 0;    // stop (and save) after this long since the Trainer started
+  bool exit_signal_handler = false;    // finish the iteration, save and stop on exit_signal
+  int exit_signal = SIGTERM;
+
+  std::string metrics_file;       // JSONL ("": none)
+  std::string curve_file;         // PNG of loss and learning rate ("": none)
+  std::string curve_title = "training";
+  int64_t tokens_per_sample = 0;  // for tokens/s (the sequence length)
+  double flops_per_sample = 0;    // for achieved TFLOP/s per rank
+  std::string args_json = "{}";   // saved in each checkpoint
+  bool reduce_metrics = true;     // average metrics over ranks every iteration
+};
+
+// What one log_interval reports: Megatron's iteration line, as numbers.
+struct LogStats {
+  int64_t iteration = 0, train_iters = 0;
+  int64_t consumed_samples = 0;
+  double elapsed_ms_per_iteration = 0;  // over the interval
+  double learning_rate = 0;             // the first group's, after this iteration's update
+  double weight_decay = 0;
+  int64_t global_batch_size = 0;
+  std::map<std::string, double> losses;  // means over the interval's updated iterations
+  float loss_scale = 1;
+  double grad_norm = 0;                  // this iteration's (NaN when skipped)
+  int64_t num_zeros_in_grad = -1;
+  int64_t skipped_iterations = 0;        // in the interval
+  int64_t nan_iterations = 0;            // skipped with a non-finite loss, in the interval
+  double samples_per_second = 0;
+  double tokens_per_second = 0;          // 0 without tokens_per_sample
+  double tflops_per_rank = 0;            // 0 without flops_per_sample
+  uint64_t peak_memory_bytes = 0;        // this process's peak RSS
+  double comm_wait_ms = 0;               // DDP wait of this iteration
+};
+
+struct EvalStats {
+  int64_t iteration = 0;
+  std::map<std::string, double> metrics;  // over eval_iters iterations and ranks
+  int64_t consumed_valid_samples = 0;
+  double seconds = 0;
+};
+
+struct TrainerCallbacks {
+  ForwardStep train_step;                            // required
+  ForwardStep valid_step;                            // optional
+  std::function<void(const LogStats&)> on_log;       // every rank; rank 0 usually prints
+  std::function<void(const EvalStats&)> on_eval;
+  std::function<void(int64_t iteration, const StepStats&)> on_step;  // every iteration
+  std::function<std::string()> user_state;           // JSON saved with each checkpoint
+  std::function<void(const CheckpointInfo&)> on_save;  // rank 0, after a commit
+};
+
+enum class ExitReason { finished, exit_interval, exit_duration, signal };
+const char* exit_reason_name(ExitReason r);
+
+struct TrainResult {
+  ExitReason exit_reason = ExitReason::finished;
+  TrainProgress progress;
+  std::optional<CheckpointInfo> last_checkpoint;  // rank 0: the newest it wrote
+};
+
+class Trainer {
+ public:
+  Trainer(nn::Module& model, MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
+          TrainerOptions o, DataParallel dp = {});
+  ~Trainer();
+
+  // Resumes from options().load when it holds a checkpoint (every rank; the
+  // ranks must find the same iteration). nullopt: nothing to load.
+  std::optional<LoadedCheckpoint> load();
+  TrainResult train(const TrainerCallbacks& cb);
+  // eval_iters iterations of valid_step in eval mode without gradients.
+  EvalStats evaluate(const ForwardStep& valid_step);
+  // A checkpoint of the current state (collective; rank 0 writes).
+  std::optional<CheckpointInfo> save(const TrainerCallbacks& cb = {});
+
+  const TrainProgress& progress() const { return progress_; }
+  int64_t train_iters() const { return train_iters_; }
+  int64_t num_microbatches() const { return runner_->options().num_microbatches; }
+  const TrainerOptions& options() const { return o_; }
+  StepRunner& runner() { return *runner_; }
+  // The user state of the checkpoint load() restored ("null" if none).
+  const std::string& loaded_user_state() const { return loaded_user_; }
+
+ private:
+  void write_curves() const;
+  nn::Module& model_;
+  MixedPrecisionOptimizer& opt_;
+  OptimizerParamScheduler& sched_;
+  TrainerOptions o_;
+  DataParallel dp_;
+  std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<MetricsLog> metrics_;
+  TrainProgress progress_;
+  int64_t train_iters_ = 0;
+  double start_s_ = 0;
+  std::string loaded_user_ = "null";
+  bool loaded_ = false;
+};
+
+}  // namespace qk::train

@@ -1,0 +1,157 @@
+// TransformerConfig: the model half of Megatron-LM's arguments, as one struct
+// the GPT/Llama model (qk/transformer/gpt_model.h) is built from.
+//
+//   qk::transformer::TransformerConfig c;          // Megatron's defaults
+//   c.num_layers = 12;  c.hidden_size = 768;  c.num_attention_heads = 12;
+//   c.seq_length = 1024;  c.max_position_embeddings = 1024;  c.vocab_size = 50257;
+//   c.validate();                                  // fills Megatron's derived defaults
+//   c.padded_vocab_size();                         // 50304
+//   c.ffn_hidden_size;                             // 3072 (4 x hidden)
+//
+//   // The Llama layout: --position-embedding-type rope --normalization RMSNorm --swiglu
+//   //   --group-query-attention --num-query-groups 2 --qk-layernorm --disable-bias-linear
+//   //   --untie-embeddings-and-output-weights
+//   c.position_embedding_type = PositionEmbeddingType::rope;
+//   c.normalization = Normalization::RMSNorm;
+//   c.set_swiglu();  c.num_query_groups = 2;  c.qk_layernorm = true;
+//   c.add_bias_linear = false;  c.share_embeddings_and_output_weights = false;
+//
+// Field names are Megatron's (megatron/core/transformer/transformer_config.py
+// and the GPT model flags of megatron/training/arguments.py) in snake_case,
+// with Megatron's defaults. Where Megatron has None, an integer field holds 0
+// ("unset") and validate() fills it in as Megatron's __post_init__ and
+// validate_args do; it also enforces Megatron's rules, throwing qk::ValueError
+// with the field's name.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "qk/tensor/dtype.h"
+
+namespace qk::transformer {
+
+enum class Normalization { LayerNorm, RMSNorm };
+enum class PositionEmbeddingType { learned_absolute, rope, none };
+// The MLP non-linearity: gelu (erf, Megatron's default F.gelu), openai_gelu
+// (tanh approximation, --openai-gelu, GPT-2's), silu (with gated_linear_unit:
+// --swiglu), relu, squared_relu (--squared-relu).
+enum class Activation { gelu, openai_gelu, silu, relu, squared_relu };
+
+// "LayerNorm"/"RMSNorm", "learned_absolute"/"rope"/"none", "gelu"/"openai_gelu"/...;
+// anything else throws ValueError listing the choices.
+Normalization parse_normalization(std::string_view s);
+PositionEmbeddingType parse_position_embedding_type(std::string_view s);
+Activation parse_activation(std::string_view s);
+const char* to_string(Normalization n);
+const char* to_string(PositionEmbeddingType p);
+const char* to_string(Activation a);
+
+struct TransformerConfig {
+  // ---- model architecture ----
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t num_attention_heads = 0;
+  // Grouped-query attention: key/value heads (0: num_attention_heads, i.e. plain MHA).
+  int64_t num_query_groups = 0;
+  // Head dimension (0: hidden_size / num_attention_heads).
+  int64_t kv_channels = 0;
+  // MLP width (0: 4 x hidden_size, or for SwiGLU Megatron's
+  // int(4 * hidden_size * 2/3 / 64) * 64).
+  int64_t ffn_hidden_size = 0;
+  double hidden_dropout = 0.1;
+  double attention_dropout = 0.1;
+  // Original BERT residual order: the residual is the layer norm's output.
+  bool apply_residual_connection_post_layernorm = false;
+  // --norm-epsilon
+  double layernorm_epsilon = 1e-5;
+  // --apply-layernorm-1p: norm weights stored zero-centred, applied as (1 + weight).
+  bool layernorm_zero_centered_gamma = false;
+  // --disable-bias-linear sets false: biases of linear_qkv, linear_proj, linear_fc1, linear_fc2.
+  bool add_bias_linear = true;
+  // A bias on linear_qkv only (--add-qkv-bias).
+  bool add_qkv_bias = false;
+  bool gated_linear_unit = false;
+  Activation activation_func = Activation::gelu;
+  Normalization normalization = Normalization::LayerNorm;
+  // Normalise each query and key head (over kv_channels) before RoPE.
+  bool qk_layernorm = false;
+
+  // ---- initialisation ----
+  // Linear weights and embeddings ~ N(0, init_method_std); linear_proj and
+  // linear_fc2 ~ N(0, init_method_std / sqrt(2 * num_layers)); biases zero.
+  double init_method_std = 0.02;
+
+  // ---- attention numerics ----
+  // Scale Q.K^T by 1/layer_number too (an fp16 aid; forces softmax in fp32).
+  bool apply_query_key_layer_scaling = false;
+  bool attention_softmax_in_fp32 = true;
+  // Softmax scale (unset: 1 / sqrt(kv_channels)).
+  std::optional<double> softmax_scale;
+  // --use-flash-attn: the tiled kernel (qk::flash_attention) instead of the
+  // unfused reference attention.
+  bool use_flash_attn = false;
+
+  // ---- GPT model arguments (megatron/training/arguments.py) ----
+  int64_t seq_length = 0;
+  // Rows of the learned position table (0: seq_length).
+  int64_t max_position_embeddings = 0;
+  PositionEmbeddingType position_embedding_type = PositionEmbeddingType::learned_absolute;
+  double rotary_base = 10000;
+  // Fraction of each head's dims that RoPE rotates.
+  double rotary_percent = 1.0;
+  // Positions are divided by this (linear RoPE interpolation).
+  std::optional<double> rotary_seq_len_interpolation_factor;
+  // The tokenizer's vocabulary; the model's tables have padded_vocab_size() rows.
+  int64_t vocab_size = 0;
+  int64_t make_vocab_size_divisible_by = 128;
+  // false: --untie-embeddings-and-output-weights.
+  bool share_embeddings_and_output_weights = true;
+  // Parameters and activations: f32, or bf16/f16 as Megatron's --bf16/--fp16
+  // runs (softmax and the loss stay in f32).
+  DType params_dtype = DType::f32;
+
+  // ---- parallelism (ModelParallelConfig) ----
+  int64_t tensor_model_parallel_size = 1;
+
+  // --swiglu: gated_linear_unit with SiLU.
+  void set_swiglu() {
+    gated_linear_unit = true;
+    activation_func = Activation::silu;
+  }
+  bool is_swiglu() const { return gated_linear_unit && activation_func == Activation::silu; }
+
+  // Fills the unset (0) fields with Megatron's derived defaults and checks
+  // Megatron's rules; throws ValueError naming the offending field.
+  // Idempotent. GPTModel validates its own copy.
+  void validate();
+
+  // Queries on a validated config.
+  int64_t padded_vocab_size() const;
+  int64_t heads_per_group() const { return num_attention_heads / num_query_groups; }
+  // kv_channels * num_attention_heads, the width linear_proj reads.
+  int64_t query_projection_size() const { return kv_channels * num_attention_heads; }
+  // Rows of linear_qkv: query, key and value heads.
+  int64_t qkv_projection_size() const { return kv_channels * (num_attention_heads + 2 * num_query_groups); }
+  // Dims of each head RoPE rotates: int(kv_channels * rotary_percent).
+  int64_t rotary_dim() const;
+
+  // "num_layers=2 hidden_size=64 ..." for logs and errors.
+  std::string summary() const;
+};
+
+// Megatron's _vocab_size_with_padding: the vocabulary rounded up to a multiple
+// of make_vocab_size_divisible_by x tensor_model_parallel_size.
+int64_t vocab_size_with_padding(int64_t orig_vocab_size, int64_t make_vocab_size_divisible_by,
+                                int64_t tensor_model_parallel_size = 1);
+
+// Megatron's num_floating_point_operations for a dense GPT: the FLOPs of one
+// training step (forward and backward) over batch_size sequences of
+// seq_length tokens, counting only the GEMMs (linear layers, causal
+// attention's Q.K^T and P.V halved, the output layer). Divide by the step
+// time for achieved FLOP/s (used for TFLOP/s and MFU).
+double num_floating_point_operations(const TransformerConfig& config, int64_t batch_size);
+
+}  // namespace qk::transformer

@@ -1,0 +1,13 @@
+// The transformer layer in one include: config, functional seams, layers,
+// the GPT model and its KV cache.
+//
+//   #include "qk/transformer/transformer.h"
+//   qk::transformer::TransformerConfig c;  c.num_layers = 2;  ...
+//   qk::transformer::GPTModel model(c);
+#pragma once
+
+#include "qk/transformer/config.h"
+#include "qk/transformer/functional.h"
+#include "qk/transformer/gpt_model.h"
+#include "qk/transformer/kv_cache.h"
+#include "qk/transformer/layers.h"

@@ -1,0 +1,183 @@
+// Training checkpoints: files by name, the state JSON, restore rules of
+// Megatron's load_checkpoint (finetune, no_load_optim, no_load_rng).
+#include "qk/train/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "qk/base/error.h"
+#include "qk/base/file_io.h"
+#include "qk/base/log.h"
+#include "qk/nn/serialize.h"
+#include "qk/tensor/generator.h"
+
+namespace qk::train {
+
+namespace {
+
+using nlohmann::json;
+
+json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    QK_THROW(ValueError, what, " is not valid JSON: ", e.what());
+  }
+}
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  QK_CHECK_AS(IoError, std::rename(from.c_str(), to.c_str()) == 0, "Cannot rename '", from, "' to '", to,
+              "'; is the folder writable?");
+}
+
+json scheduler_json(const ParamSchedulerState& s) {
+  return {{"max_lr", s.max_lr},         {"min_lr", s.min_lr},
+          {"lr_warmup_steps", s.lr_warmup_steps}, {"lr_decay_steps", s.lr_decay_steps},
+          {"num_steps", s.num_steps},   {"lr_decay_style", s.lr_decay_style},
+          {"start_wd", s.start_wd},     {"end_wd", s.end_wd},
+          {"wd_incr_steps", s.wd_incr_steps}, {"wd_incr_style", s.wd_incr_style}};
+}
+
+ParamSchedulerState scheduler_state(const json& j) {
+  ParamSchedulerState s;
+  s.max_lr = j.at("max_lr").get<double>();
+  s.min_lr = j.at("min_lr").get<double>();
+  s.lr_warmup_steps = j.at("lr_warmup_steps").get<double>();
+  s.lr_decay_steps = j.at("lr_decay_steps").get<int64_t>();
+  s.num_steps = j.at("num_steps").get<int64_t>();
+  s.lr_decay_style = j.at("lr_decay_style").get<std::string>();
+  s.start_wd = j.at("start_wd").get<double>();
+  s.end_wd = j.at("end_wd").get<double>();
+  s.wd_incr_steps = j.at("wd_incr_steps").get<int64_t>();
+  s.wd_incr_style = j.at("wd_incr_style").get<std::string>();
+  return s;
+}
+
+}  // namespace
+
+std::string iteration_folder(int64_t iteration) { return fmt::format("iter_{:010d}", iteration); }
+
+std::vector<RngState> gather_rng_states(const DataParallel& dp) {
+  const Generator& g = default_generator();
+  if (dp.size() == 1) return {{g.seed(), g.offset()}};
+  Tensor mine = from_vector<int64_t>({static_cast<int64_t>(g.seed()), static_cast<int64_t>(g.offset())}, {2});
+  Tensor all = empty({2 * static_cast<int64_t>(dp.size())}, DType::i64);
+  dp.group->all_gather(all, mine);
+  std::vector<RngState> out;
+  const int64_t* a = all.data_ptr<int64_t>();
+  for (int r = 0; r < dp.size(); ++r)
+    out.push_back({static_cast<uint64_t>(a[2 * r]), static_cast<uint64_t>(a[2 * r + 1])});
+  return out;
+}
+
+std::string write_train_state(const std::string& dir, const TrainState& s, const CheckpointMeta& m) {
+  QK_CHECK_AS(ValueError, s.model != nullptr, "write_train_state: no model");
+  json j;
+  j["format"] = m.format;
+  j["iteration"] = m.progress.iteration;
+  j["consumed_train_samples"] = m.progress.consumed_train_samples;
+  j["consumed_valid_samples"] = m.progress.consumed_valid_samples;
+  j["weights"] = m.weights_file;
+  const std::string weights = dir + m.weights_file;
+  nn::save(*s.model, weights + ".tmp", m.weights_metadata);
+  rename_or_throw(weights + ".tmp", weights);
+  if (s.optimizer && !m.optimizer_file.empty()) {
+    const std::string optim_path = dir + m.optimizer_file;
+    s.optimizer->save_state(optim_path + ".tmp");
+    rename_or_throw(optim_path + ".tmp", optim_path);
+    j["optimizer_state"] = m.optimizer_file;
+    if (const LossScaler* scaler = s.optimizer->scaler()) j["grad_scaler"] = scaler->state_dict();
+  }
+  if (s.scheduler) j["scheduler"] = scheduler_json(s.scheduler->state_dict());
+  json rng = json::array();
+  for (const RngState& r : m.rng) rng.push_back({{"seed", r.seed}, {"offset", r.offset}});
+  j["rng"] = rng;
+  j["args"] = parse_json(m.args_json, "The checkpoint's arguments");
+  j["user"] = parse_json(m.user_json, "The checkpoint's user state");
+  return j.dump(1);
+}
+
+CheckpointInfo save_checkpoint(const CheckpointDir& ckpts, const std::string& name, const TrainState& s,
+                               const CheckpointMeta& m) {
+  CheckpointWriter w = ckpts.begin(name);
+  const std::string weights_path = w.file(m.weights_file);
+  // The writer's private folder, with its trailing '/'.
+  const std::string folder = weights_path.substr(0, weights_path.size() - m.weights_file.size());
+  return w.commit(write_train_state(folder, s, m));
+}
+
+LoadedCheckpoint load_train_state(const std::string& dir, const std::string& json_text, const std::string& where,
+                                  const TrainState& s, const LoadOptions& o) {
+  LoadedCheckpoint out;
+  out.where = where;
+  const json j = parse_json(json_text, "Checkpoint '" + where + "'");
+  try {
+    CheckpointMeta& m = out.meta;
+    m.format = j.at("format").get<std::string>();
+    m.progress.iteration = j.value("iteration", int64_t{0});
+    m.progress.consumed_train_samples = j.value("consumed_train_samples", int64_t{0});
+    m.progress.consumed_valid_samples = j.value("consumed_valid_samples", int64_t{0});
+    m.weights_file = j.at("weights").get<std::string>();
+    m.optimizer_file = j.value("optimizer_state", std::string());
+    m.args_json = j.contains("args") ? j.at("args").dump() : "{}";
+    m.user_json = j.contains("user") ? j.at("user").dump() : "null";
+    for (const json& r : j.value("rng", json::array()))
+      m.rng.push_back({r.at("seed").get<uint64_t>(), r.at("offset").get<uint64_t>()});
+    QK_CHECK_AS(IoError, m.progress.iteration >= 0 && m.progress.consumed_train_samples >= 0,
+                "Checkpoint '", where, "' is inconsistent: iteration ", m.progress.iteration, ", consumed samples ",
+                m.progress.consumed_train_samples);
+
+    if (o.load_model && s.model) {
+      const std::string weights = dir + m.weights_file;
+      QK_CHECK_AS(IoError, file_exists(weights), "Checkpoint '", where, "' names weights '", weights,
+                  "', which do not exist");
+      nn::load(*s.model, weights);
+    }
+    if (o.finetune) {
+      // Megatron's --finetune: the weights only, counting from zero.
+      m.progress = {};
+      if (s.optimizer) s.optimizer->reload_model_params();
+      return out;
+    }
+    if (!o.no_load_optim) {
+      if (s.optimizer) {
+        QK_CHECK_AS(IoError, !m.optimizer_file.empty(), "Checkpoint '", where,
+                    "' holds no optimizer state (saved with --no-save-optim?); pass --no-load-optim");
+        s.optimizer->load_state(dir + m.optimizer_file);
+        if (LossScaler* scaler = s.optimizer->scaler(); scaler && j.contains("grad_scaler"))
+          scaler->load_state_dict(j.at("grad_scaler").get<std::map<std::string, double>>());
+        out.optimizer_loaded = true;
+      }
+      if (s.scheduler && j.contains("scheduler")) s.scheduler->load_state_dict(scheduler_state(j.at("scheduler")));
+    } else if (s.optimizer) {
+      s.optimizer->reload_model_params();
+    }
+    if (!o.no_load_rng && !m.rng.empty()) {
+      // Megatron restores rank 0's generator on every rank (without
+      // --data-parallel-random-init): ranks draw the same dropout masks.
+      const RngState& r = m.rng.front();
+      default_generator().set_state(r.seed, r.offset);
+      out.rng_loaded = true;
+    }
+  } catch (const json::exception& e) {
+    QK_THROW(IoError, "Cannot read checkpoint '", where, "': ", e.what(),
+             "; it should be a folder written by qk::train::save_checkpoint");
+  }
+  return out;
+}
+
+std::optional<CheckpointInfo> find_checkpoint(const std::string& load, std::vector<std::string>* skipped) {
+  QK_CHECK_AS(ValueError, !load.empty(), "find_checkpoint: empty path");
+  if (file_exists(load + "/manifest.json")) {
+    std::string root = load;
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+    const size_t slash = root.find_last_of('/');
+    const CheckpointDir parent(slash == std::string::npos ? "." : root.substr(0, slash));
+    return parent.verify(root.substr(slash == std::string::npos ? 0 : slash + 1));
+  }
+  return CheckpointDir(load).latest_valid(skipped);
+}
+
+}  // namespace qk::train

@@ -1,0 +1,104 @@
+#include "grad_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "qk/base/error.h"
+#include "qk/base/thread_pool.h"
+#include "qk/tensor/dtype.h"
+
+namespace qk::train::kernels {
+
+namespace {
+
+constexpr int64_t kChunk = 1 << 15;
+
+// Every gradient cut into pieces of at most kChunk elements.
+std::vector<Span> chunks_of(const std::vector<Span>& grads) {
+  std::vector<Span> out;
+  for (const Span& s : grads)
+    for (int64_t lo = 0; lo < s.n; lo += kChunk) out.push_back({s.data + lo, std::min(kChunk, s.n - lo)});
+  return out;
+}
+
+// f(span) -> T per chunk, in chunk order.
+template <typename T, typename F>
+std::vector<T> per_chunk(const std::vector<Span>& grads, F f) {
+  const std::vector<Span> chunks = chunks_of(grads);
+  std::vector<T> out(chunks.size());
+  parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) out[static_cast<size_t>(c)] = f(chunks[static_cast<size_t>(c)]);
+  });
+  return out;
+}
+
+template <typename Op>
+void convert_into(float* dst, const Tensor& src, const char* what, Op op) {
+  QK_CHECK(src.is_contiguous(), what, ": gradient must be contiguous");
+  const int64_t n = src.numel();
+  dispatch_floating(src.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    const T* s = src.data_ptr<T>();
+    parallel_for(0, n, kChunk, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) op(dst[i], static_cast<float>(cast_value<float>(s[i])));
+    });
+  });
+}
+
+}  // namespace
+
+UnscaleResult unscale_check_and_norm(const std::vector<Span>& grads, float inv) {
+  struct Part {
+    bool bad;
+    double sq;
+  };
+  const auto parts = per_chunk<Part>(grads, [inv](const Span& s) {
+    bool bad = false;
+    double sq = 0;
+    float* g = s.data;
+    if (inv == 1.0f) {
+      for (int64_t i = 0; i < s.n; ++i) {
+        bad |= !std::isfinite(g[i]);
+        sq += static_cast<double>(g[i]) * g[i];
+      }
+    } else {
+      for (int64_t i = 0; i < s.n; ++i) {
+        bad |= !std::isfinite(g[i]);
+        g[i] *= inv;
+        sq += static_cast<double>(g[i]) * g[i];
+      }
+    }
+    return Part{bad, sq};
+  });
+  UnscaleResult r;
+  for (const Part& p : parts) r.found_inf |= p.bad, r.sum_squares += p.sq;
+  return r;
+}
+
+void scale(const std::vector<Span>& grads, float s) {
+  per_chunk<char>(grads, [s](const Span& c) {
+    for (int64_t i = 0; i < c.n; ++i) c.data[i] *= s;
+    return char{0};
+  });
+}
+
+int64_t count_zeros(const std::vector<Span>& grads) {
+  const auto parts = per_chunk<int64_t>(grads, [](const Span& c) {
+    int64_t z = 0;
+    for (int64_t i = 0; i < c.n; ++i) z += c.data[i] == 0.0f;
+    return z;
+  });
+  int64_t total = 0;
+  for (int64_t p : parts) total += p;
+  return total;
+}
+
+void add_into_f32(float* dst, const Tensor& src) {
+  convert_into(dst, src, "accumulate_grads", [](float& d, float v) { d += v; });
+}
+
+void copy_into_f32(float* dst, const Tensor& src) {
+  convert_into(dst, src, "main grads", [](float& d, float v) { d = v; });
+}
+
+}  // namespace qk::train::kernels

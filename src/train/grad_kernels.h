@@ -1,0 +1,34 @@
+// Fused passes over fp32 gradients for the mixed-precision optimizer: each
+// reads (and at most writes) every gradient once, all tensors of a step in
+// one parallel region (a region per tensor costs more than the work on a
+// loaded machine). Reductions add fixed-size chunks in order, so results do
+// not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qk/tensor/tensor.h"
+
+namespace qk::train::kernels {
+
+struct Span {
+  float* data;
+  int64_t n;
+};
+
+struct UnscaleResult {
+  bool found_inf = false;
+  double sum_squares = 0;  // of the unscaled values, in double
+};
+
+// g *= inv (skipped when inv == 1), noting inf/NaN and summing squares.
+UnscaleResult unscale_check_and_norm(const std::vector<Span>& grads, float inv);
+void scale(const std::vector<Span>& grads, float s);
+int64_t count_zeros(const std::vector<Span>& grads);
+// dst (fp32, n = src.numel()) += src (f32, bf16 or f16, contiguous).
+void add_into_f32(float* dst, const Tensor& src);
+// dst (fp32) = src converted (f32, bf16 or f16, contiguous).
+void copy_into_f32(float* dst, const Tensor& src);
+
+}  // namespace qk::train::kernels

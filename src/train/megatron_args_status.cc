@@ -1,0 +1,211 @@
+// What this build does with each Megatron flag: the one table to edit when a
+// feature lands. A flag without a row here is supported. A "not yet" row refuses
+// the flag; with `fine`, only the values that need the missing feature (e.g. a
+// size above 1). A "supported" row with `fine` accepts the flag but refuses the
+// values it names (e.g. a tokenizer type this build cannot read). A "no-op" row
+// accepts the flag with one info line saying what it means here.
+//
+// Defaults as of issue 15 (GPT/Llama on one tensor/pipeline rank): not yet for
+// tensor/sequence/pipeline/context/expert parallelism, MoE, MLA, the distributed
+// optimizer, overlapped reductions and activation recompute (issues 16-18).
+#include <set>
+
+#include "megatron_flag_table.h"
+
+namespace qk::train::detail {
+
+namespace {
+
+constexpr FlagStatus kSupported = FlagStatus::kSupported, kNotYet = FlagStatus::kNotYet,
+                     kNoop = FlagStatus::kNoop;
+
+constexpr std::string_view kIssue16 = "issue 16", kIssue17 = "issue 17", kIssue18 = "issue 18", kNone = "";
+
+constexpr std::string_view kKernelChoice =
+    "a choice between Megatron's CUDA kernels; qianka has one CPU implementation of each, "
+    "with the same numerics";
+constexpr std::string_view kNoTensorBoard =
+    "no TensorBoard or Weights & Biases output is written; metrics go to the JSONL metrics "
+    "file and the PNG curves";
+
+std::vector<StatusRule> build_rules() {
+  std::vector<StatusRule> r = {
+      // ---- parallelism (issues 16, 17, 18)
+      {"--tensor-model-parallel-size", kNotYet, "tensor parallelism", kIssue16,
+       [](const A& a) { return a.tensor_model_parallel_size == 1; }, "this build runs tensor size 1"},
+      {"--sequence-parallel", kNotYet, "sequence parallelism", kIssue16, nullptr,
+       "Megatron turns it off anyway at --tensor-model-parallel-size 1, so the flag can be dropped"},
+      {"--context-parallel-size", kNotYet, "context parallelism", kIssue16,
+       [](const A& a) { return a.context_parallel_size == 1; }, "this build runs context size 1"},
+      {"--pipeline-model-parallel-size", kNotYet, "pipeline parallelism", kIssue17,
+       [](const A& a) { return a.pipeline_model_parallel_size == 1; }, "this build runs pipeline size 1"},
+      {"--decoder-first-pipeline-num-layers", kNotYet, "uneven pipeline stages", kIssue17},
+      {"--decoder-last-pipeline-num-layers", kNotYet, "uneven pipeline stages", kIssue17},
+      {"--num-layers-per-virtual-pipeline-stage", kNotYet, "the interleaved (virtual) pipeline schedule", kIssue17,
+       [](const A& a) {
+         // One virtual stage per pipeline rank is the plain schedule (Megatron sets vpp None).
+         return a.num_layers && a.pipeline_model_parallel_size > 0 &&
+                *a.num_layers / a.pipeline_model_parallel_size == *a.num_layers_per_virtual_pipeline_stage;
+       },
+       "this build runs one virtual stage per pipeline rank (all of a rank's layers in one stage)"},
+      {"--num-virtual-stages-per-pipeline-rank", kNotYet, "the interleaved (virtual) pipeline schedule", kIssue17,
+       [](const A& a) { return a.num_virtual_stages_per_pipeline_rank == 1; },
+       "this build runs one virtual stage per pipeline rank"},
+      {"--expert-model-parallel-size", kNotYet, "expert parallelism", kIssue18,
+       [](const A& a) { return a.expert_model_parallel_size == 1; }, "this build runs expert size 1"},
+      {"--expert-tensor-parallel-size", kNotYet, "expert tensor parallelism", kIssue18,
+       [](const A& a) { return a.expert_tensor_parallel_size == 1; }, "this build runs expert tensor size 1"},
+      {"--use-distributed-optimizer", kNotYet, "the distributed optimizer", kIssue16},
+      {"--overlap-grad-reduce", kNotYet, "overlapping the gradient reduction with backward", kIssue16},
+      {"--overlap-param-gather", kNotYet, "overlapping the parameter all-gather with forward", kIssue16},
+      {"--tp-comm-overlap", kNotYet, "tensor-parallel communication overlap", kIssue16},
+      {"--recompute-activations", kNotYet, "activation recompute", kIssue16},
+      {"--recompute-granularity", kNotYet, "activation recompute", kIssue16},
+      {"--recompute-method", kNotYet, "activation recompute", kIssue16},
+      {"--recompute-num-layers", kNotYet, "activation recompute", kIssue16},
+      {"--recompute-modules", kNotYet, "activation recompute", kIssue16},
+      {"--distribute-saved-activations", kNotYet, "activation recompute", kIssue16},
+      {"--profile", kNotYet, "the --profile timeline", kIssue17},
+
+      // ---- mixture of experts and multi-latent attention (issue 18)
+      {"--num-experts", kNotYet, "mixture of experts", kIssue18,
+       [](const A& a) { return a.num_experts == 0; }, "--num-experts 0 (no MoE) is accepted"},
+      {"--multi-latent-attention", kNotYet, "multi-latent attention", kIssue18},
+      {"--rope-type", kSupported, "YaRN RoPE", kIssue18, [](const A& a) { return a.rope_type == "rope"; },
+       "--rope-type rope is accepted"},
+
+      // ---- model features no issue plans yet
+      {"--position-embedding-type", kSupported, "this position embedding type", kNone,
+       [](const A& a) {
+         return a.position_embedding_type == "learned_absolute" || a.position_embedding_type == "rope" ||
+                a.position_embedding_type == "none";
+       },
+       "this build has learned_absolute, rope and none"},
+      {"--rotary-interleaved", kNotYet, "interleaved RoPE", kNone},
+      {"--use-rope-scaling", kNotYet, "Llama 3.x RoPE scaling", kNone},
+      {"--rope-scaling-factor", kNotYet, "Llama 3.x RoPE scaling", kNone},
+      {"--apply-residual-connection-post-layernorm", kNotYet, "the post-layernorm residual (BERT ordering)", kNone},
+      {"--add-qkv-bias", kNotYet, "a bias on the QKV projection alone", kNone},
+      {"--use-legacy-models", kNotYet, "Megatron's legacy (non-core) models", kNone,
+       nullptr, "this build has the Megatron-core layout"},
+      {"--fp32-residual-connection", kNotYet, "an fp32 residual stream", kNone},
+      {"--apply-query-key-layer-scaling", kNotYet, "query-key layer scaling", kNone},
+      {"--data-parallel-random-init", kNotYet, "different initial weights per data-parallel rank", kNone},
+      {"--fp8-format", kNotYet, "fp8 training", kNone},
+      {"--fp8-recipe", kNotYet, "fp8 training", kNone},
+      {"--fp8-margin", kNotYet, "fp8 training", kNone},
+      {"--fp8-amax-history-len", kNotYet, "fp8 training", kNone},
+      {"--fp8-amax-compute-algo", kNotYet, "fp8 training", kNone},
+
+      // ---- training and data features no issue plans yet
+      {"--rampup-batch-size", kNotYet, "batch-size ramp-up", kNone},
+      {"--optimizer", kSupported, "the Muon optimizer", kNone,
+       [](const A& a) { return a.optimizer == "adam" || a.optimizer == "sgd"; }, "this build has adam and sgd"},
+      {"--dataloader-type", kSupported, "this data loader type", kNone,
+       [](const A& a) { return a.dataloader_type == "single"; }, "this build has the single-pass loader"},
+      {"--reset-position-ids", kNotYet, "document-boundary position ids", kNone},
+      {"--reset-attention-mask", kNotYet, "document-boundary attention masks", kNone},
+      {"--eod-mask-loss", kNotYet, "masking the loss on end-of-document tokens", kNone},
+      {"--tokenizer-type", kSupported, "this tokenizer type", kNone,
+       [](const A& a) {
+         const std::string t = a.tokenizer_type.value_or("");
+         return t == "HuggingFaceTokenizer" || t == "GPT2BPETokenizer" || t == "SentencePieceTokenizer" ||
+                t == "NullTokenizer";
+       },
+       "this build reads HuggingFaceTokenizer, GPT2BPETokenizer, SentencePieceTokenizer and NullTokenizer"},
+      {"--vocab-extra-ids", kNotYet, "extra sentinel tokens", kNone,
+       [](const A& a) { return a.vocab_extra_ids == 0; }, "--vocab-extra-ids 0 is accepted"},
+
+      // ---- no-ops: accepted, one info line
+      {"--use-mcore-models", kNoop, "qianka builds the Megatron-core model layout, the only one it has", kNone},
+      {"--use-cpu-initialization", kNoop,
+       "weights are always initialised on the CPU, the same for every parallel layout", kNone},
+      {"--no-rope-fusion", kNoop, kKernelChoice, kNone},
+      {"--no-masked-softmax-fusion", kNoop, kKernelChoice, kNone},
+      {"--no-bias-gelu-fusion", kNoop, kKernelChoice, kNone},
+      {"--no-bias-swiglu-fusion", kNoop, kKernelChoice, kNone},
+      {"--no-bias-dropout-fusion", kNoop, kKernelChoice, kNone},
+      {"--no-gradient-accumulation-fusion", kNoop, kKernelChoice, kNone},
+      {"--no-persist-layer-norm", kNoop, kKernelChoice, kNone},
+      {"--cross-entropy-loss-fusion", kNoop,
+       "the output-layer cross entropy is always fused and chunked (logits never materialised whole)", kNone},
+      {"--no-async-tensor-model-parallel-allreduce", kNoop, "deprecated and ignored by Megatron too", kNone},
+      {"--attention-backend", kNoop,
+       "qianka has one attention kernel (memory-efficient with --use-flash-attn)", kNone},
+      {"--transformer-impl", kNoop, "there is no Transformer Engine; qianka's own layers run", kNone},
+      {"--fp16-lm-cross-entropy", kNoop, "the cross entropy always accumulates in fp32 here", kNone},
+      {"--distributed-backend", kNoop, "collectives run on qccl whatever backend is named", kNone},
+      {"--local-rank", kNoop, "each rank's place comes from qk run's environment", kNone},
+      {"--no-overlap-p2p-communication", kNoop, "pipeline size is 1, so there is no pipeline communication",
+       kNone},
+      {"--empty-unused-memory-level", kNoop, "there is no device memory cache to empty", kNone},
+      {"--manual-gc", kNoop, "there is no Python garbage collector", kNone},
+      {"--manual-gc-interval", kNoop, "there is no Python garbage collector", kNone},
+      {"--wait-after-ckpt", kNoop,
+       "checkpoints are written synchronously and published atomically, so there is nothing to wait for",
+       kNone},
+      {"--ckpt-format", kNoop,
+       "checkpoints are safetensors with a JSON sidecar, stored whole by name, whatever format is named",
+       kNone},
+      {"--moe-permute-fusion", kNoop, "a fusion hint (mixture of experts itself is not built yet, issue 18)",
+       kNone},
+      {"--no-mmap-bin-files", kNoop, ".bin files are always memory-mapped", kNone},
+      {"--num-workers", kNoop,
+       "samples come from memory-mapped files in the training process; there are no worker processes", kNone},
+      {"--num-dataset-builder-threads", kNoop, "dataset indices are built by one thread, then cached", kNone},
+      {"--no-create-attention-mask-in-dataloader", kNoop,
+       "causal attention needs no mask tensor, so none is built", kNone},
+      {"--tensorboard-dir", kNoop, kNoTensorBoard, kNone},
+      {"--tensorboard-log-interval", kNoop, kNoTensorBoard, kNone},
+      {"--tensorboard-queue-size", kNoop, kNoTensorBoard, kNone},
+      {"--log-timers-to-tensorboard", kNoop, kNoTensorBoard, kNone},
+      {"--no-log-loss-scale-to-tensorboard", kNoop, kNoTensorBoard, kNone},
+      {"--log-validation-ppl-to-tensorboard", kNoop, kNoTensorBoard, kNone},
+      {"--log-memory-to-tensorboard", kNoop, kNoTensorBoard, kNone},
+      {"--log-world-size-to-tensorboard", kNoop, kNoTensorBoard, kNone},
+      {"--wandb-project", kNoop, kNoTensorBoard, kNone},
+      {"--wandb-entity", kNoop, kNoTensorBoard, kNone},
+      {"--wandb-exp-name", kNoop, kNoTensorBoard, kNone},
+      {"--wandb-save-dir", kNoop, kNoTensorBoard, kNone},
+      {"--log-params-norm", kNoop,
+       "the parameters' norm is not logged by this build (the iteration line has the gradient norm)", kNone},
+      {"--log-num-zeros-in-grad", kNoop, "zeros in the gradient are not counted by this build", kNone},
+      {"--timing-log-level", kNoop,
+       "the iteration line reports the iteration time; per-operation timers are not reported", kNone},
+      {"--timing-log-option", kNoop, "per-operation timers are not reported", kNone},
+      {"--logging-level", kNoop, "qianka's log level comes from QK_LOG_LEVEL", kNone},
+  };
+  // Every MoE and MLA flag needs the feature itself (--moe-permute-fusion is a no-op above).
+  std::set<std::string_view> have;
+  for (const auto& x : r) have.insert(x.flag);
+  std::vector<FlagSpec> table;
+  add_model_flags(table);
+  for (const auto& f : table) {
+    if (have.count(f.flag)) continue;
+    if (f.group == kMoe) r.push_back({f.flag, kNotYet, "mixture of experts", kIssue18});
+    if (f.group == kMla) r.push_back({f.flag, kNotYet, "multi-latent attention", kIssue18});
+  }
+  return r;
+}
+
+}  // namespace
+
+const std::vector<StatusRule>& status_rules() {
+  static const std::vector<StatusRule> rules = build_rules();
+  return rules;
+}
+
+const StatusRule* find_status_rule(std::string_view flag) {
+  for (const auto& r : status_rules())
+    if (r.flag == flag) return &r;
+  return nullptr;
+}
+
+std::string not_yet_text(const StatusRule& r) {
+  std::string s = std::string(r.what) + " is not built yet";
+  s += r.issue.empty() ? std::string(" (no issue plans it yet)") : " (" + std::string(r.issue) + ")";
+  if (!r.fine_note.empty()) s += "; " + std::string(r.fine_note);
+  return s;
+}
+
+}  // namespace qk::train::detail

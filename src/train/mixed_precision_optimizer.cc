@@ -1,0 +1,329 @@
+// MixedPrecisionOptimizer: where gradients live in each mode, the step of
+// Megatron's MixedPrecisionOptimizer, and its state by parameter name.
+#include "qk/train/mixed_precision_optimizer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "grad_kernels.h"
+#include "qk/autograd/autograd.h"
+#include "qk/base/error.h"
+#include "qk/tensor/ops/view.h"
+
+namespace qk::train {
+
+namespace {
+
+constexpr const char* kStateFormat = "qk.train.optim.v1";
+
+std::vector<NamedParam> trainable(const nn::Module& model) {
+  std::vector<NamedParam> out;
+  for (const auto& item : model.named_parameters())
+    if (item.value().requires_grad()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+std::string number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);  // round-trips every double
+  return buf;
+}
+
+}  // namespace
+
+std::vector<ParamGroupSpec> megatron_param_groups(const nn::Module& model) {
+  ParamGroupSpec decay, no_decay;
+  no_decay.wd_mult = 0;
+  for (auto& [name, p] : trainable(model)) {
+    const bool bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    (bias || p.dim() == 1 ? no_decay : decay).params.emplace_back(name, p);
+  }
+  std::vector<ParamGroupSpec> out;
+  if (!decay.params.empty()) out.push_back(std::move(decay));
+  if (!no_decay.params.empty()) out.push_back(std::move(no_decay));
+  return out;
+}
+
+std::vector<ParamGroupSpec> single_param_group(const nn::Module& model) {
+  ParamGroupSpec g;
+  g.params = trainable(model);
+  return {std::move(g)};
+}
+
+namespace {
+template <typename Opt, typename Options>
+OptimizerFactory factory(Options o) {
+  return [o](std::vector<std::vector<Tensor>> groups) -> std::unique_ptr<optim::Optimizer> {
+    std::vector<typename Opt::ParamGroup> pg;
+    for (auto& g : groups) pg.push_back({std::move(g), o});
+    return std::make_unique<Opt>(std::move(pg));
+  };
+}
+}  // namespace
+
+OptimizerFactory adamw(optim::AdamWOptions o) { return factory<optim::AdamW>(o); }
+OptimizerFactory adam(optim::AdamOptions o) { return factory<optim::Adam>(o); }
+OptimizerFactory sgd(optim::SGDOptions o) { return factory<optim::SGD>(o); }
+
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroupSpec> groups, const OptimizerFactory& make,
+                                                 std::unique_ptr<LossScaler> scaler, MixedPrecisionOptions o)
+    : groups_(std::move(groups)), scaler_(std::move(scaler)), o_(o) {
+  QK_CHECK_AS(ValueError, !groups_.empty(), "MixedPrecisionOptimizer: no parameter groups");
+  QK_CHECK_AS(ValueError, o_.clip_grad >= 0, "clip_grad (--clip-grad) must be >= 0, got ", o_.clip_grad);
+  std::vector<std::vector<Tensor>> main_groups;
+  std::set<std::string> seen;
+  for (const ParamGroupSpec& g : groups_) {
+    std::vector<Tensor> mg;
+    for (const auto& [name, p] : g.params) {
+      QK_CHECK_AS(ValueError, p.defined() && is_floating(p.dtype()), "MixedPrecisionOptimizer: parameter '", name,
+                  "' is not a floating tensor");
+      QK_CHECK_AS(ValueError, seen.insert(name).second, "MixedPrecisionOptimizer: parameter '", name,
+                  "' appears twice");
+      QK_CHECK_AS(ValueError, p.is_contiguous(), "MixedPrecisionOptimizer: parameter '", name,
+                  "' is not contiguous");
+      Tensor main = p;
+      if (is_reduced_float(p.dtype())) {
+        main = ops::cast(p.detach(), DType::f32);  // a fresh fp32 leaf
+        copies_ = true;
+      }
+      names_.push_back(name);
+      model_.push_back(p);
+      main_.push_back(main);
+      mg.push_back(main);
+    }
+    main_groups.push_back(std::move(mg));
+  }
+  inner_ = make(std::move(main_groups));
+  QK_CHECK_AS(ValueError, inner_ && inner_->num_param_groups() == groups_.size(),
+              "MixedPrecisionOptimizer: the optimizer factory must make one group per parameter group (",
+              groups_.size(), ")");
+  int64_t total = 0;
+  for (const Tensor& p : model_) {
+    offsets_.push_back(total);
+    total += p.numel();
+  }
+  offsets_.push_back(total);
+  accumulated_.assign(model_.size(), 0);
+}
+
+std::vector<GroupSchedule> MixedPrecisionOptimizer::group_schedules() const {
+  std::vector<GroupSchedule> out;
+  for (const ParamGroupSpec& g : groups_) out.push_back({.max_lr = g.max_lr, .min_lr = g.min_lr, .wd_mult = g.wd_mult});
+  return out;
+}
+
+void MixedPrecisionOptimizer::ensure_flat_grads() {
+  if (!flat_grads_.defined()) flat_grads_ = zeros({offsets_.back()}, TensorOptions(DType::f32));
+}
+
+Tensor MixedPrecisionOptimizer::flat_grad_view(size_t i) const {
+  return ops::reshape(ops::narrow(flat_grads_, 0, offsets_[i], model_[i].numel()), model_[i].shape());
+}
+
+void MixedPrecisionOptimizer::zero_grad() {
+  for (size_t i = 0; i < model_.size(); ++i) {
+    model_[i].set_grad(Tensor());
+    if (copies_) main_[i].set_grad(Tensor());
+  }
+  if (flat_grads_.defined()) ops::fill_(flat_grads_, 0.0);
+  std::fill(accumulated_.begin(), accumulated_.end(), 0);
+  collected_ = false;
+}
+
+void MixedPrecisionOptimizer::accumulate_grads() {
+  if (!o_.accumulate_allreduce_grads_in_fp32 || !copies_) return;
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    const Tensor g = model_[i].grad();
+    if (!g.defined() || model_[i].dtype() == DType::f32) continue;
+    ensure_flat_grads();
+    kernels::add_into_f32(flat_grads_.data_ptr<float>() + offsets_[i], ops::contiguous(g));
+    accumulated_[i] = 1;
+    model_[i].set_grad(Tensor());
+  }
+}
+
+// Main gradients for bf16/f16 parameters: views of the fp32 buffer (the
+// accumulated sums, or a converted copy of this step's gradient).
+void MixedPrecisionOptimizer::collect_grads() {
+  if (collected_) return;
+  collected_ = true;
+  if (!copies_) return;
+  accumulate_grads();
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    if (model_[i].dtype() == DType::f32) continue;
+    const Tensor g = model_[i].grad();
+    if (g.defined()) {
+      ensure_flat_grads();
+      kernels::copy_into_f32(flat_grads_.data_ptr<float>() + offsets_[i], ops::contiguous(g));
+      accumulated_[i] = 1;
+    }
+    main_[i].set_grad(accumulated_[i] ? flat_grad_view(i) : Tensor());
+  }
+}
+
+void MixedPrecisionOptimizer::all_reduce_grads(dist::ProcessGroup& pg) {
+  collect_grads();
+  ensure_flat_grads();
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    if (model_[i].dtype() != DType::f32) {
+      if (!accumulated_[i]) ops::fill_(flat_grad_view(i), 0.0);  // none this step: counts as zero, as DDP's
+      continue;
+    }
+    const Tensor g = model_[i].grad();
+    Tensor view = flat_grad_view(i);
+    if (g.defined()) ops::copy_(view, g);
+    else ops::fill_(view, 0.0);
+  }
+  if (pg.size() > 1) pg.all_reduce(flat_grads_, dist::ReduceOp::avg);
+  flat_grads_.bump_version();
+  for (size_t i = 0; i < model_.size(); ++i) {
+    accumulated_[i] = 1;
+    main_[i].set_grad(flat_grad_view(i));  // for an fp32 parameter main_ is the model's own
+  }
+}
+
+OptimizerStepResult MixedPrecisionOptimizer::step() {
+  collect_grads();
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (const Tensor& m : main_) {
+    Tensor g = m.grad();
+    if (!g.defined()) continue;
+    QK_CHECK_AS(ValueError, g.dtype() == DType::f32 && g.is_contiguous(),
+                "MixedPrecisionOptimizer: gradients of fp32 parameters must be contiguous f32");
+    grads.push_back(g);
+  }
+  OptimizerStepResult r;
+  collected_ = false;
+  std::vector<kernels::Span> spans;
+  for (const Tensor& g : grads) spans.push_back({g.data_ptr<float>(), g.numel()});
+  // One pass: unscale, look for inf/NaN, sum the squares for the norm.
+  const float inv = scaler_ ? scaler_->inv_scale() : 1.0f;
+  const kernels::UnscaleResult u = kernels::unscale_check_and_norm(spans, inv);
+  if (scaler_ || o_.skip_nonfinite) {
+    r.found_inf = u.found_inf;
+    if (scaler_) scaler_->update(r.found_inf);
+    if (r.found_inf) {
+      r.grad_norm = std::numeric_limits<double>::quiet_NaN();
+      return r;
+    }
+  }
+  r.grad_norm = std::sqrt(u.sum_squares);
+  if (o_.clip_grad > 0) {
+    const double coeff = o_.clip_grad / (r.grad_norm + 1.0e-6);
+    if (coeff < 1.0) kernels::scale(spans, static_cast<float>(coeff));
+  }
+  if (o_.log_num_zeros_in_grad) r.num_zeros_in_grad = kernels::count_zeros(spans);
+  for (const Tensor& g : grads) g.bump_version();
+  inner_->step();
+  if (copies_) {
+    for (size_t i = 0; i < model_.size(); ++i) {
+      if (main_[i].is_same(model_[i])) continue;
+      ops::copy_(model_[i], main_[i]);  // round to nearest even
+      model_[i].bump_version();
+    }
+  }
+  r.updated = true;
+  return r;
+}
+
+void MixedPrecisionOptimizer::reload_model_params() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    if (main_[i].is_same(model_[i])) continue;
+    ops::copy_(main_[i], model_[i]);
+    main_[i].bump_version();
+  }
+}
+
+void MixedPrecisionOptimizer::save_state(const std::string& path, const nn::Metadata& extra) const {
+  const optim::OptimizerState s = inner_->state_dict();
+  nn::TensorMap tensors;
+  nn::Metadata meta = extra;
+  meta["format"] = kStateFormat;
+  // "state.12.exp_avg" -> ("exp_avg", names_[12])
+  auto split = [this](const std::string& key, std::string* what) -> const std::string& {
+    const size_t dot = key.find('.', 6);
+    const size_t i = std::strtoull(key.c_str() + 6, nullptr, 10);
+    QK_CHECK_AS(InternalError, key.rfind("state.", 0) == 0 && dot != std::string::npos && i < names_.size(),
+                "MixedPrecisionOptimizer: unexpected optimizer state key '", key, "'");
+    *what = key.substr(dot + 1);
+    return names_[i];
+  };
+  for (const auto& [k, t] : s.tensors) {
+    std::string what;
+    const std::string& name = split(k, &what);
+    tensors[what + "/" + name] = t;
+  }
+  for (const auto& [k, v] : s.scalars) {
+    if (k.rfind("param_groups.", 0) == 0) {
+      meta["group." + k.substr(13)] = number(v);
+    } else {
+      std::string what;
+      const std::string& name = split(k, &what);
+      meta[what + "/" + name] = number(v);
+    }
+  }
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (!main_[i].is_same(model_[i])) tensors["main_param/" + names_[i]] = main_[i];
+  nn::save_safetensors(path, tensors, meta);
+}
+
+void MixedPrecisionOptimizer::load_state(const std::string& path) {
+  const nn::SafetensorsFile f = nn::load_safetensors(path);
+  const auto fmt = f.metadata.find("format");
+  QK_CHECK_AS(IoError, fmt != f.metadata.end() && fmt->second == kStateFormat, "'", path,
+              "' is not an optimizer state written by qk::train (no format=", kStateFormat, " metadata)");
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < names_.size(); ++i) index[names_[i]] = i;
+  // "exp_avg/decoder.weight" -> "state.<index>.exp_avg"; unknown names are an error.
+  auto key_for = [&](const std::string& key) {
+    const size_t slash = key.find('/');
+    QK_CHECK_AS(IoError, slash != std::string::npos, "'", path, "': unexpected entry '", key, "'");
+    const auto it = index.find(key.substr(slash + 1));
+    QK_CHECK_AS(ValueError, it != index.end(), "'", path, "' holds optimizer state for parameter '",
+                key.substr(slash + 1), "', which this model does not have; was it saved from another model?");
+    return std::make_pair(key.substr(0, slash), it->second);
+  };
+  optim::OptimizerState s;
+  std::map<size_t, Tensor> mains;
+  for (const auto& [k, t] : f.tensors) {
+    const auto [what, i] = key_for(k);
+    if (what == "main_param") {
+      QK_CHECK_AS(ValueError, t.shape() == model_[i].shape(), "'", path, "': main parameter '", names_[i],
+                  "' has shape ", shape_str(t.shape()), ", the model's has ", shape_str(model_[i].shape()));
+      mains[i] = t;
+    } else {
+      s.tensors["state." + std::to_string(i) + "." + what] = t;
+    }
+  }
+  for (const auto& [k, v] : f.metadata) {
+    if (k == "format" || (k.find('/') == std::string::npos && k.rfind("group.", 0) != 0)) continue;
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    QK_CHECK_AS(IoError, !v.empty() && end && *end == '\0', "'", path, "': metadata '", k, "' = '", v,
+                "' is not a number");
+    if (k.rfind("group.", 0) == 0) {
+      s.scalars["param_groups." + k.substr(6)] = d;
+    } else {
+      const auto [what, i] = key_for(k);
+      s.scalars["state." + std::to_string(i) + "." + what] = d;
+    }
+  }
+  inner_->load_state_dict(s);
+  reload_model_params();
+  NoGradGuard no_grad;
+  for (const auto& [i, t] : mains) {
+    ops::copy_(main_[i], t);  // an fp32 model resuming from a bf16 run takes the fp32 weights
+    main_[i].bump_version();
+  }
+}
+
+}  // namespace qk::train

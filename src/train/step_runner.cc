@@ -1,0 +1,134 @@
+// StepRunner: the micro-batch loop, the one gradient reduction and the
+// optimizer step of an iteration.
+#include "qk/train/step_runner.h"
+
+#include <cmath>
+#include <optional>
+
+#include "qk/autograd/autocast.h"
+#include "qk/autograd/autograd.h"
+#include "qk/autograd/functions.h"
+#include "qk/base/error.h"
+#include "qk/base/timer.h"
+
+namespace qk::train {
+
+int64_t num_microbatches(int64_t global_batch_size, int64_t micro_batch_size, int64_t data_parallel_size) {
+  QK_CHECK_AS(ValueError, global_batch_size > 0 && micro_batch_size > 0 && data_parallel_size > 0,
+              "global batch size (", global_batch_size, "), micro batch size (", micro_batch_size,
+              ") and data parallel size (", data_parallel_size, ") must be positive");
+  const int64_t per_step = micro_batch_size * data_parallel_size;
+  QK_CHECK_AS(ValueError, global_batch_size % per_step == 0, "global batch size (", global_batch_size,
+              ") is not divisible by micro batch size (", micro_batch_size, ") times data parallel size (",
+              data_parallel_size, "); use a --global-batch-size that is a multiple of ", per_step);
+  return global_batch_size / per_step;
+}
+
+StepRunner::StepRunner(MixedPrecisionOptimizer& opt, DataParallel dp, StepRunnerOptions o)
+    : opt_(opt), dp_(dp), o_(o) {
+  QK_CHECK_AS(ValueError, o_.num_microbatches >= 1, "StepRunner: num_microbatches must be >= 1, got ",
+              o_.num_microbatches);
+  QK_CHECK_AS(ValueError, !dp_.ddp || dp_.group, "StepRunner: a DDP wrapper needs its process group in DataParallel");
+  QK_CHECK_AS(ValueError, !(dp_.ddp && opt_.options().accumulate_allreduce_grads_in_fp32 && opt_.has_fp32_copies()),
+              "accumulate_allreduce_grads_in_fp32 averages the optimizer's own fp32 gradient buffer: pass the "
+              "data-parallel process group without a DDP wrapper");
+}
+
+void StepRunner::set_scheduler(OptimizerParamScheduler* scheduler, int64_t increment) {
+  sched_ = scheduler;
+  increment_ = increment;
+}
+
+namespace {
+
+void add_output(std::map<std::string, Metric>& sums, const MicroBatchOutput& out) {
+  QK_CHECK_AS(ValueError, out.loss.defined() && out.loss.numel() == 1,
+              "forward_step must return a scalar loss tensor");
+  if (out.metrics.empty()) {
+    Metric& m = sums["loss"];
+    m.sum += out.loss.item_double();
+    m.count += 1;
+  }
+  for (const auto& [k, v] : out.metrics) {
+    sums[k].sum += v.sum;
+    sums[k].count += v.count;
+  }
+}
+
+}  // namespace
+
+std::map<std::string, double> StepRunner::reduce(const std::map<std::string, Metric>& m) const {
+  std::vector<double> v{static_cast<double>(m.size())};
+  for (const auto& [k, x] : m) v.push_back(x.sum), v.push_back(x.count);
+  if (o_.reduce_metrics && dp_.size() > 1) {
+    Tensor t = from_vector<double>(v, {static_cast<int64_t>(v.size())});
+    dp_.group->all_reduce(t);
+    const double* d = t.data_ptr<double>();
+    QK_CHECK_AS(ValueError, d[0] == v[0] * dp_.size(), "The ranks reported different metrics (rank ", dp_.rank(),
+                " has ", m.size(), "): every rank's forward_step must return the same metric names");
+    v.assign(d, d + v.size());
+  }
+  std::map<std::string, double> out;
+  size_t i = 1;
+  for (const auto& kv : m) {
+    out[kv.first] = v[i + 1] > 0 ? v[i] / v[i + 1] : 0.0;
+    i += 2;
+  }
+  return out;
+}
+
+StepStats StepRunner::step(const ForwardStep& forward_step) {
+  const Timer timer;
+  const int64_t k = o_.num_microbatches;
+  opt_.zero_grad();
+  std::map<std::string, Metric> sums;
+  for (int64_t i = 0; i < k; ++i) {
+    std::optional<dist::DistributedDataParallel::NoSync> no_sync;
+    if (dp_.ddp && i + 1 < k) no_sync.emplace(*dp_.ddp);
+    if (dp_.ddp) dp_.ddp->prepare_forward();
+    MicroBatchOutput out;
+    {
+      std::optional<autocast::Guard> amp;
+      if (o_.autocast) amp.emplace(*o_.autocast);
+      out = forward_step(i);
+    }
+    add_output(sums, out);
+    Tensor loss = out.loss;
+    if (k > 1) loss = loss / static_cast<double>(k);
+    const float scale = opt_.loss_scale();
+    if (scale != 1.0f) loss = mul(loss, static_cast<double>(scale));
+    loss.backward();
+    opt_.accumulate_grads();
+  }
+  StepStats s;
+  if (dp_.ddp) {
+    s.comm_wait_ms = dp_.ddp->last_step().wait_ms;
+  } else if (dp_.group && dp_.size() > 1) {
+    opt_.all_reduce_grads(*dp_.group);
+  }
+  s.lr = opt_.optimizer().lr(0);
+  const OptimizerStepResult r = opt_.step();
+  if (r.updated && sched_) sched_->step(increment_);
+  s.metrics = reduce(sums);
+  s.loss = s.metrics.count("loss") ? s.metrics.at("loss") : s.metrics.begin()->second;
+  s.skipped = !r.updated;
+  for (const auto& kv : s.metrics) s.nan |= s.skipped && !std::isfinite(kv.second);  // Megatron: any loss
+  s.grad_norm = r.grad_norm;
+  s.num_zeros_in_grad = r.num_zeros_in_grad;
+  s.loss_scale = opt_.loss_scale();
+  s.seconds = timer.seconds();
+  return s;
+}
+
+std::map<std::string, double> StepRunner::forward_only(const ForwardStep& forward_step, int64_t microbatches) {
+  NoGradGuard no_grad;
+  std::map<std::string, Metric> sums;
+  for (int64_t i = 0; i < microbatches; ++i) {
+    std::optional<autocast::Guard> amp;
+    if (o_.autocast) amp.emplace(*o_.autocast);
+    add_output(sums, forward_step(i));
+  }
+  return reduce(sums);
+}
+
+}  // namespace qk::train

@@ -1,0 +1,313 @@
+// Trainer: Megatron's train() loop over StepRunner, with its logging,
+// evaluation, checkpoint and exit rules.
+#include "qk/train/trainer.h"
+
+#include <cmath>
+#include <set>
+
+#include "qk/base/error.h"
+#include "qk/base/file_io.h"
+#include "qk/base/log.h"
+#include "qk/base/timer.h"
+#include "qk/train/exit_signal.h"
+#include "qk/train/plot.h"
+
+namespace qk::train {
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The log interval's clock: evaluation and checkpoint writes are left out,
+// as Megatron stops its interval timer around them.
+class IntervalClock {
+ public:
+  double seconds() const { return done_ + (running_ ? t_.seconds() : 0.0); }
+  void pause() {
+    done_ += t_.seconds();
+    running_ = false;
+  }
+  void resume() {
+    t_.reset();
+    running_ = true;
+  }
+  void restart() {
+    done_ = 0;
+    resume();
+  }
+
+ private:
+  Timer t_;
+  double done_ = 0;
+  bool running_ = true;
+};
+
+// Fields of a "train" record that are not losses.
+const std::set<std::string>& train_fields() {
+  static const std::set<std::string> f{"consumed_samples",   "elapsed_ms_per_iteration", "learning_rate",
+                                       "weight_decay",       "global_batch_size",        "loss_scale",
+                                       "grad_norm",          "num_zeros_in_grad",        "skipped_iterations",
+                                       "nan_iterations",     "samples_per_second",       "tokens_per_second",
+                                       "tflops_per_rank",    "peak_memory_bytes",        "comm_wait_ms"};
+  return f;
+}
+
+std::map<std::string, double> record_of(const LogStats& s) {
+  std::map<std::string, double> r = s.losses;
+  r["consumed_samples"] = static_cast<double>(s.consumed_samples);
+  r["elapsed_ms_per_iteration"] = s.elapsed_ms_per_iteration;
+  r["learning_rate"] = s.learning_rate;
+  r["weight_decay"] = s.weight_decay;
+  r["global_batch_size"] = static_cast<double>(s.global_batch_size);
+  r["loss_scale"] = s.loss_scale;
+  r["grad_norm"] = s.grad_norm;
+  if (s.num_zeros_in_grad >= 0) r["num_zeros_in_grad"] = static_cast<double>(s.num_zeros_in_grad);
+  r["skipped_iterations"] = static_cast<double>(s.skipped_iterations);
+  r["nan_iterations"] = static_cast<double>(s.nan_iterations);
+  r["samples_per_second"] = s.samples_per_second;
+  if (s.tokens_per_second > 0) r["tokens_per_second"] = s.tokens_per_second;
+  if (s.tflops_per_rank > 0) r["tflops_per_rank"] = s.tflops_per_rank;
+  r["peak_memory_bytes"] = static_cast<double>(s.peak_memory_bytes);
+  r["comm_wait_ms"] = s.comm_wait_ms;
+  return r;
+}
+
+}  // namespace
+
+const char* exit_reason_name(ExitReason r) {
+  switch (r) {
+    case ExitReason::finished: return "finished";
+    case ExitReason::exit_interval: return "exit_interval";
+    case ExitReason::exit_duration: return "exit_duration";
+    case ExitReason::signal: return "signal";
+  }
+  return "?";
+}
+
+Trainer::Trainer(nn::Module& model, MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
+                 TrainerOptions o, DataParallel dp)
+    : model_(model), opt_(optimizer), sched_(scheduler), o_(std::move(o)), dp_(dp), start_s_(now_seconds()) {
+  QK_CHECK_AS(ValueError, (o_.train_iters > 0) != (o_.train_samples > 0),
+              "Give exactly one of --train-iters and --train-samples (got ", o_.train_iters, " and ",
+              o_.train_samples, ")");
+  const int64_t k = train::num_microbatches(o_.global_batch_size, o_.micro_batch_size, dp_.size());
+  train_iters_ = o_.train_iters > 0 ? o_.train_iters : o_.train_samples / o_.global_batch_size;
+  QK_CHECK_AS(ValueError, train_iters_ > 0, "--train-samples ", o_.train_samples,
+              " is less than one global batch (", o_.global_batch_size, ")");
+  QK_CHECK_AS(ValueError, o_.log_interval > 0, "--log-interval must be > 0, got ", o_.log_interval);
+  QK_CHECK_AS(ValueError, o_.eval_interval >= 0 && o_.eval_iters >= 0 && o_.save_interval >= 0 &&
+                              o_.exit_interval >= 0 && o_.exit_duration_in_mins >= 0,
+              "--eval-interval, --eval-iters, --save-interval, --exit-interval and --exit-duration-in-mins must "
+              "be >= 0");
+  QK_CHECK_AS(ValueError, o_.keep_checkpoints >= 1, "keep_checkpoints must be >= 1, got ", o_.keep_checkpoints);
+  runner_ = std::make_unique<StepRunner>(
+      opt_, dp_,
+      StepRunnerOptions{.num_microbatches = k, .autocast = o_.autocast, .reduce_metrics = o_.reduce_metrics});
+  runner_->set_scheduler(&sched_, o_.global_batch_size);
+}
+
+Trainer::~Trainer() = default;
+
+std::optional<LoadedCheckpoint> Trainer::load() {
+  std::optional<LoadedCheckpoint> out;
+  if (!o_.load.empty()) {
+    if (auto c = find_checkpoint(o_.load)) {
+      LoadOptions lo;
+      lo.no_load_optim = o_.no_load_optim;
+      lo.no_load_rng = o_.no_load_rng;
+      lo.finetune = o_.finetune;
+      lo.rank = dp_.rank();
+      out = load_train_state(c->path + "/", c->meta, c->path, {&model_, &opt_, &sched_}, lo);
+      progress_ = out->meta.progress;
+      loaded_user_ = out->meta.user_json;
+      loaded_ = true;
+    }
+  }
+  if (dp_.size() > 1) {
+    // Every rank must stand at rank 0's iteration: ranks reading different
+    // folders (no shared filesystem) would train apart.
+    Tensor range = from_vector<int64_t>({progress_.iteration, -progress_.iteration}, {2});
+    dp_.group->all_reduce(range, dist::ReduceOp::max);
+    const int64_t hi = range.data_ptr<int64_t>()[0], lo = -range.data_ptr<int64_t>()[1];
+    QK_CHECK_AS(ValueError, hi == lo, "The ranks resumed at different iterations (", lo, " to ", hi,
+                "; this is rank ", dp_.rank(), " at ", progress_.iteration,
+                "): every rank must read the same checkpoints; is '", o_.load, "' on a filesystem all nodes share?");
+  }
+  return out;
+}
+
+EvalStats Trainer::evaluate(const ForwardStep& valid_step) {
+  QK_CHECK_AS(ValueError, static_cast<bool>(valid_step), "Trainer::evaluate: no valid_step");
+  const Timer t;
+  const bool was_training = model_.is_training();
+  model_.eval();
+  EvalStats e;
+  e.iteration = progress_.iteration;
+  // Megatron sums every eval iteration's numerators and denominators, then divides.
+  e.metrics = runner_->forward_only(valid_step, o_.eval_iters * runner_->options().num_microbatches);
+  model_.train(was_training);
+  progress_.consumed_valid_samples += o_.eval_iters * o_.global_batch_size;
+  e.consumed_valid_samples = progress_.consumed_valid_samples;
+  e.seconds = t.seconds();
+  return e;
+}
+
+std::optional<CheckpointInfo> Trainer::save(const TrainerCallbacks& cb) {
+  if (o_.save.empty()) return std::nullopt;
+  CheckpointMeta m;
+  m.progress = progress_;
+  if (!o_.no_save_rng) m.rng = gather_rng_states(dp_);
+  m.args_json = o_.args_json;
+  if (cb.user_state) m.user_json = cb.user_state();
+  if (o_.no_save_optim) m.optimizer_file.clear();
+  std::optional<CheckpointInfo> info;
+  if (dp_.rank() == 0) {
+    const TrainState st{&model_, o_.no_save_optim ? nullptr : &opt_, o_.no_save_optim ? nullptr : &sched_};
+    info = save_checkpoint(CheckpointDir(o_.save, o_.keep_checkpoints), iteration_folder(progress_.iteration), st, m);
+    // Megatron's tracker file, for people and scripts that look for it.
+    atomic_write_file(o_.save + "/latest_checkpointed_iteration.txt", std::to_string(progress_.iteration) + "\n");
+    QK_DEBUG("saved checkpoint {} at iteration {}", info->path, progress_.iteration);
+    if (cb.on_save) cb.on_save(*info);
+    write_curves();
+  }
+  if (dp_.size() > 1) dp_.group->barrier();
+  return info;
+}
+
+void Trainer::write_curves() const {
+  if (o_.curve_file.empty() || !metrics_) return;
+  std::map<std::string, CurveSeries> train, valid;
+  CurveSeries lr{"learning rate", {}, {}};
+  for (const MetricsLog::Record& r : metrics_->records()) {
+    const double x = static_cast<double>(r.iteration);
+    for (const auto& [k, v] : r.values) {
+      if (r.kind == "train" && !train_fields().count(k)) {
+        train[k].label = k;
+        train[k].x.push_back(x), train[k].y.push_back(v);
+      } else if (r.kind == "valid" && k != "consumed_valid_samples" && k != "seconds") {
+        valid[k].label = "validation " + k;
+        valid[k].x.push_back(x), valid[k].y.push_back(v);
+      }
+    }
+    if (r.kind == "train" && r.values.count("learning_rate"))
+      lr.x.push_back(x), lr.y.push_back(r.values.at("learning_rate"));
+  }
+  CurvePanel loss{"Loss", "iteration", "loss", {}};
+  for (auto& [k, s] : train) loss.series.push_back(std::move(s));
+  for (auto& [k, s] : valid) loss.series.push_back(std::move(s));
+  CurvePanel rate{"Learning rate", "iteration", "learning rate", {std::move(lr)}};
+  plot_curves(o_.curve_file, o_.curve_title, {std::move(loss), std::move(rate)});
+}
+
+TrainResult Trainer::train(const TrainerCallbacks& cb) {
+  QK_CHECK_AS(ValueError, static_cast<bool>(cb.train_step), "Trainer::train: no train_step callback");
+  const bool lead = dp_.rank() == 0;
+  if (lead && !o_.metrics_file.empty())
+    metrics_ = std::make_unique<MetricsLog>(o_.metrics_file, loaded_ ? progress_.iteration : -1);
+  std::optional<ExitSignal> signal;
+  if (o_.exit_signal_handler) signal.emplace(o_.exit_signal);
+  model_.train();
+
+  TrainResult result;
+  IntervalClock interval;
+  int64_t in_interval = 0, advanced = 0, skipped = 0, nans = 0;
+  std::map<std::string, double> loss_sums;
+  bool ran = false, saved = false;
+  auto do_save = [&] {
+    interval.pause();
+    if (auto info = save(cb)) result.last_checkpoint = info;
+    interval.resume();
+    saved = true;
+  };
+  while (progress_.iteration < train_iters_ &&
+         (o_.train_samples == 0 || progress_.consumed_train_samples < o_.train_samples)) {
+    const StepStats st = runner_->step(cb.train_step);
+    ran = true;
+    saved = false;
+    progress_.iteration += 1;
+    progress_.consumed_train_samples += o_.global_batch_size;
+    ++in_interval;
+    if (st.skipped) {
+      ++skipped;
+      nans += st.nan;
+    } else {
+      ++advanced;
+      for (const auto& [k, v] : st.metrics) loss_sums[k] += v;
+    }
+    if (cb.on_step) cb.on_step(progress_.iteration, st);
+
+    if (progress_.iteration % o_.log_interval == 0) {
+      LogStats s;
+      const double secs = interval.seconds();
+      s.iteration = progress_.iteration;
+      s.train_iters = train_iters_;
+      s.consumed_samples = progress_.consumed_train_samples;
+      s.elapsed_ms_per_iteration = 1e3 * secs / static_cast<double>(in_interval);
+      s.learning_rate = opt_.optimizer().lr(0);
+      s.weight_decay = opt_.optimizer().weight_decay(0);
+      s.global_batch_size = o_.global_batch_size;
+      for (const auto& [k, v] : loss_sums) s.losses[k] = v / static_cast<double>(std::max<int64_t>(advanced, 1));
+      if (advanced == 0)
+        for (const auto& kv : st.metrics) s.losses[kv.first] = std::nan("");
+      s.loss_scale = st.loss_scale;
+      s.grad_norm = st.grad_norm;
+      s.num_zeros_in_grad = st.num_zeros_in_grad;
+      s.skipped_iterations = skipped;
+      s.nan_iterations = nans;
+      s.samples_per_second = static_cast<double>(in_interval * o_.global_batch_size) / std::max(secs, 1e-9);
+      s.tokens_per_second = s.samples_per_second * static_cast<double>(o_.tokens_per_sample);
+      if (o_.flops_per_sample > 0)
+        s.tflops_per_rank = o_.flops_per_sample * s.samples_per_second / (1e12 * dp_.size());
+      s.peak_memory_bytes = peak_rss_bytes();
+      s.comm_wait_ms = st.comm_wait_ms;
+      if (metrics_) metrics_->write("train", s.iteration, record_of(s));
+      if (cb.on_log) cb.on_log(s);
+      interval.restart();
+      in_interval = advanced = skipped = nans = 0;
+      loss_sums.clear();
+    }
+    if (o_.eval_interval > 0 && o_.eval_iters > 0 && cb.valid_step && progress_.iteration % o_.eval_interval == 0) {
+      interval.pause();
+      const EvalStats e = evaluate(cb.valid_step);
+      if (metrics_) {
+        std::map<std::string, double> r = e.metrics;
+        r["consumed_valid_samples"] = static_cast<double>(e.consumed_valid_samples);
+        metrics_->write("valid", e.iteration, r);
+      }
+      if (cb.on_eval) cb.on_eval(e);
+      interval.resume();
+    }
+
+    // Megatron's checkpoint_and_decide_exit, in its order.
+    if (signal && signal->received_any(dp_)) {
+      do_save();
+      result.exit_reason = ExitReason::signal;
+      break;
+    }
+    if (o_.save_interval > 0 && progress_.iteration % o_.save_interval == 0) do_save();
+    if (o_.exit_duration_in_mins > 0) {
+      const bool late = (now_seconds() - start_s_) / 60.0 > o_.exit_duration_in_mins;
+      Tensor done = from_vector<int64_t>({late ? int64_t{1} : int64_t{0}}, {1});
+      if (dp_.size() > 1) dp_.group->all_reduce(done, dist::ReduceOp::max);
+      if (done.data_ptr<int64_t>()[0]) {
+        if (!saved) do_save();
+        result.exit_reason = ExitReason::exit_duration;
+        break;
+      }
+    }
+    if (o_.exit_interval > 0 && progress_.iteration % o_.exit_interval == 0) {
+      if (!saved) do_save();
+      if (dp_.size() > 1) dp_.group->barrier();
+      result.exit_reason = ExitReason::exit_interval;
+      break;
+    }
+  }
+  if (result.exit_reason == ExitReason::finished && ran && !saved) do_save();
+  if (lead) write_curves();
+  result.progress = progress_;
+  return result;
+}
+
+}  // namespace qk::train

@@ -1,0 +1,186 @@
+// TransformerConfig: Megatron's derived defaults and validation rules
+// (TransformerConfig.__post_init__ and arguments.py's validate_args), the
+// vocabulary padding and the FLOPs count.
+#include "qk/transformer/config.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "qk/base/error.h"
+
+namespace qk::transformer {
+
+namespace {
+
+template <typename E, size_t N>
+E parse_choice(std::string_view s, const char* what, const std::pair<const char*, E> (&choices)[N]) {
+  std::string list;
+  for (const auto& [name, value] : choices) {
+    if (s == name) return value;
+    list += list.empty() ? "" : ", ";
+    list += name;
+  }
+  QK_THROW(ValueError, what, ": unknown value '", s, "'; choose one of ", list);
+}
+
+constexpr std::pair<const char*, Normalization> kNorms[] = {{"LayerNorm", Normalization::LayerNorm},
+                                                           {"RMSNorm", Normalization::RMSNorm}};
+constexpr std::pair<const char*, PositionEmbeddingType> kPositions[] = {
+    {"learned_absolute", PositionEmbeddingType::learned_absolute},
+    {"rope", PositionEmbeddingType::rope},
+    {"none", PositionEmbeddingType::none}};
+constexpr std::pair<const char*, Activation> kActivations[] = {{"gelu", Activation::gelu},
+                                                              {"openai_gelu", Activation::openai_gelu},
+                                                              {"silu", Activation::silu},
+                                                              {"relu", Activation::relu},
+                                                              {"squared_relu", Activation::squared_relu}};
+
+template <typename E, size_t N>
+const char* name_of(E v, const std::pair<const char*, E> (&choices)[N]) {
+  for (const auto& [name, value] : choices)
+    if (value == v) return name;
+  return "?";
+}
+
+void check_positive(int64_t v, const char* field) {
+  QK_CHECK(v > 0, field, " must be a positive integer, got ", v);
+}
+
+void check_probability(double p, const char* field) {
+  QK_CHECK(p >= 0.0 && p < 1.0, field, " must be in [0, 1), got ", p);
+}
+
+}  // namespace
+
+Normalization parse_normalization(std::string_view s) { return parse_choice(s, "normalization", kNorms); }
+PositionEmbeddingType parse_position_embedding_type(std::string_view s) {
+  return parse_choice(s, "position_embedding_type", kPositions);
+}
+Activation parse_activation(std::string_view s) { return parse_choice(s, "activation_func", kActivations); }
+const char* to_string(Normalization n) { return name_of(n, kNorms); }
+const char* to_string(PositionEmbeddingType p) { return name_of(p, kPositions); }
+const char* to_string(Activation a) { return name_of(a, kActivations); }
+
+void TransformerConfig::validate() {
+  check_positive(num_layers, "num_layers");
+  check_positive(hidden_size, "hidden_size");
+  check_positive(num_attention_heads, "num_attention_heads");
+  check_positive(tensor_model_parallel_size, "tensor_model_parallel_size");
+  QK_CHECK(num_attention_heads % tensor_model_parallel_size == 0, "num_attention_heads (",
+           num_attention_heads, ") must be a multiple of tensor_model_parallel_size (",
+           tensor_model_parallel_size, ")");
+
+  if (num_query_groups == 0) num_query_groups = num_attention_heads;
+  check_positive(num_query_groups, "num_query_groups");
+  QK_CHECK(num_attention_heads % num_query_groups == 0, "num_query_groups (", num_query_groups,
+           ") must divide num_attention_heads (", num_attention_heads,
+           "): each key/value head serves the same number of query heads");
+  QK_CHECK(num_query_groups % tensor_model_parallel_size == 0, "num_query_groups (", num_query_groups,
+           ") must be a multiple of tensor_model_parallel_size (", tensor_model_parallel_size, ")");
+
+  if (kv_channels == 0) {
+    QK_CHECK(hidden_size % num_attention_heads == 0, "hidden_size (", hidden_size,
+             ") must be divisible by num_attention_heads (", num_attention_heads,
+             ") unless kv_channels is given");
+    kv_channels = hidden_size / num_attention_heads;
+  }
+  check_positive(kv_channels, "kv_channels");
+
+  if (ffn_hidden_size == 0) {
+    // arguments.py: SwiGLU's two input projections keep the parameter count
+    // near the 4h MLP's; a multiple of 64.
+    ffn_hidden_size = is_swiglu() ? static_cast<int64_t>(4.0 * hidden_size * 2.0 / 3.0 / 64.0) * 64
+                                  : 4 * hidden_size;
+  }
+  check_positive(ffn_hidden_size, "ffn_hidden_size");
+
+  check_probability(hidden_dropout, "hidden_dropout");
+  check_probability(attention_dropout, "attention_dropout");
+  QK_CHECK(layernorm_epsilon > 0, "layernorm_epsilon (--norm-epsilon) must be positive, got ",
+           layernorm_epsilon);
+  QK_CHECK(init_method_std > 0, "init_method_std must be positive, got ", init_method_std);
+  if (softmax_scale) QK_CHECK(*softmax_scale > 0, "softmax_scale must be positive, got ", *softmax_scale);
+  if (apply_query_key_layer_scaling) attention_softmax_in_fp32 = true;
+
+  check_positive(seq_length, "seq_length");
+  if (max_position_embeddings == 0) max_position_embeddings = seq_length;
+  QK_CHECK(max_position_embeddings >= seq_length, "max_position_embeddings (", max_position_embeddings,
+           ") must be greater than or equal to seq_length (", seq_length, ")");
+
+  if (position_embedding_type == PositionEmbeddingType::rope) {
+    QK_CHECK(rotary_base > 0, "rotary_base must be positive, got ", rotary_base);
+    QK_CHECK(rotary_percent > 0 && rotary_percent <= 1.0, "rotary_percent must be in (0, 1], got ",
+             rotary_percent);
+    const int64_t dim = rotary_dim();
+    QK_CHECK(dim >= 2 && dim % 2 == 0, "rotary_percent (", rotary_percent, ") x kv_channels (",
+             kv_channels, ") gives ", dim, " rotary dims; RoPE needs a positive even number");
+  }
+  if (rotary_seq_len_interpolation_factor)
+    QK_CHECK(*rotary_seq_len_interpolation_factor > 0,
+             "rotary_seq_len_interpolation_factor must be positive, got ",
+             *rotary_seq_len_interpolation_factor);
+
+  check_positive(vocab_size, "vocab_size");
+  check_positive(make_vocab_size_divisible_by, "make_vocab_size_divisible_by");
+  QK_CHECK(params_dtype == DType::f32 || params_dtype == DType::bf16 || params_dtype == DType::f16,
+           "params_dtype must be f32, bf16 or f16, got ", dtype_name(params_dtype));
+}
+
+int64_t TransformerConfig::padded_vocab_size() const {
+  return vocab_size_with_padding(vocab_size, make_vocab_size_divisible_by, tensor_model_parallel_size);
+}
+
+int64_t TransformerConfig::rotary_dim() const {
+  // RotaryEmbedding: dim = int(kv_channels * rotary_percent) when rotary_percent < 1.
+  if (rotary_percent >= 1.0) return kv_channels;
+  return static_cast<int64_t>(static_cast<double>(kv_channels) * rotary_percent);
+}
+
+std::string TransformerConfig::summary() const {
+  std::ostringstream os;
+  os << "num_layers=" << num_layers << " hidden_size=" << hidden_size
+     << " num_attention_heads=" << num_attention_heads << " num_query_groups=" << num_query_groups
+     << " kv_channels=" << kv_channels << " ffn_hidden_size=" << ffn_hidden_size
+     << " normalization=" << to_string(normalization) << " activation_func=" << to_string(activation_func)
+     << (gated_linear_unit ? " gated_linear_unit" : "") << (qk_layernorm ? " qk_layernorm" : "")
+     << " add_bias_linear=" << add_bias_linear
+     << " position_embedding_type=" << to_string(position_embedding_type)
+     << " seq_length=" << seq_length << " vocab_size=" << vocab_size
+     << " padded_vocab_size=" << padded_vocab_size()
+     << " share_embeddings_and_output_weights=" << share_embeddings_and_output_weights
+     << " params_dtype=" << dtype_name(params_dtype);
+  return os.str();
+}
+
+int64_t vocab_size_with_padding(int64_t orig_vocab_size, int64_t make_vocab_size_divisible_by,
+                                int64_t tensor_model_parallel_size) {
+  check_positive(orig_vocab_size, "vocab_size");
+  check_positive(make_vocab_size_divisible_by, "make_vocab_size_divisible_by");
+  check_positive(tensor_model_parallel_size, "tensor_model_parallel_size");
+  const int64_t multiple = make_vocab_size_divisible_by * tensor_model_parallel_size;
+  return (orig_vocab_size + multiple - 1) / multiple * multiple;
+}
+
+double num_floating_point_operations(const TransformerConfig& config, int64_t batch_size) {
+  TransformerConfig c = config;
+  c.validate();
+  const double h = static_cast<double>(c.hidden_size);
+  const double s = static_cast<double>(c.seq_length);
+  const double layers = static_cast<double>(c.num_layers);
+  // 3 (forward, weight and data gradients) x 2 (GEMMs come in pairs) x 2 (multiply-add).
+  const double expansion_factor = 3 * 2 * 2;
+  const double query_projection_to_hidden_size_ratio = static_cast<double>(c.query_projection_size()) / h;
+  const double gated_linear_multiplier = c.gated_linear_unit ? 1.5 : 1.0;
+  const double self_attn_term =
+      expansion_factor * layers * h * h *
+      ((1.0 + static_cast<double>(c.num_query_groups) / static_cast<double>(c.num_attention_heads) +
+        // Only the causal half of the attention matrix is computed and multiplied with V.
+        s / h / 2.0) *
+       query_projection_to_hidden_size_ratio);
+  const double mlp_term =
+      expansion_factor * layers * h * static_cast<double>(c.ffn_hidden_size) * gated_linear_multiplier;
+  const double logit_term = 3.0 * 2.0 * h * static_cast<double>(c.padded_vocab_size());
+  return static_cast<double>(batch_size) * s * (mlp_term + self_attn_term + logit_term);
+}
+
+}  // namespace qk::transformer

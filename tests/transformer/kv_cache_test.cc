@@ -1,0 +1,105 @@
+// Generation with the KV cache equals the full forward, position by position.
+#include "qk/transformer/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include "qk/autograd/functions.h"
+#include "qk/transformer/gpt_model.h"
+
+namespace qk::transformer {
+namespace {
+
+TransformerConfig tiny(bool llama) {
+  TransformerConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.seq_length = 16;
+  c.vocab_size = 100;
+  c.hidden_dropout = 0.1;  // off in eval(), as generation runs
+  c.attention_dropout = 0.1;
+  if (llama) {
+    c.position_embedding_type = PositionEmbeddingType::rope;
+    c.rotary_percent = 0.5;  // partial rotary: positions must be right in the rotated dims
+    c.normalization = Normalization::RMSNorm;
+    c.set_swiglu();
+    c.num_query_groups = 2;
+    c.qk_layernorm = true;
+    c.add_bias_linear = false;
+    c.share_embeddings_and_output_weights = false;
+  }
+  return c;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) { return amax(abs(a - b)).item<double>(); }
+
+// Prompt of 5, a chunk of 3 (a multi-token step against a cache: bottom-right
+// causal alignment), then single tokens up to 16.
+void check_generation_equals_full_forward(bool llama) {
+  manual_seed(31);
+  GPTModel model(tiny(llama));
+  model->eval();
+  Generator g(32);
+  const Tensor tokens = randint(0, 100, {2, 16}, DType::i64, g);
+  const Tensor full = model(tokens);  // [2, 16, V]
+
+  KVCache cache = model->make_kv_cache(2, 16);
+  std::vector<Tensor> steps;
+  int64_t at = 0;
+  for (int64_t len : {5, 3, 1, 1, 1, 1, 1, 1, 1, 1}) {
+    const Tensor logits = model->forward_step(tokens.narrow(1, at, len), cache);
+    EXPECT_EQ(logits.shape(), (Shape{2, len, 128}));
+    EXPECT_FALSE(logits.requires_grad());
+    steps.push_back(logits);
+    at += len;
+    EXPECT_EQ(cache.length(), at);
+  }
+  const Tensor incremental = cat(steps, 1);
+  const double scale = amax(abs(full)).item<double>();
+  EXPECT_LT(max_abs_diff(incremental, full), 1e-5 * scale) << (llama ? "llama" : "gpt2");
+
+  // Full: one more position does not fit.
+  EXPECT_THROW(model->forward_step(tokens.narrow(1, 0, 1), cache), ValueError);
+  // reset() reuses the storage from position 0.
+  cache.reset();
+  const Tensor again = model->forward_step(tokens.narrow(1, 0, 4), cache);
+  EXPECT_LT(max_abs_diff(again, full.narrow(1, 0, 4)), 1e-5 * scale);
+}
+
+TEST(KVCache, GenerationEqualsFullForwardGpt2) { check_generation_equals_full_forward(false); }
+TEST(KVCache, GenerationEqualsFullForwardLlama) { check_generation_equals_full_forward(true); }
+
+TEST(KVCache, GenerationEqualsFullForwardBf16) {
+  TransformerConfig c = tiny(true);
+  c.params_dtype = DType::bf16;
+  manual_seed(33);
+  GPTModel model(c);
+  model->eval();
+  Generator g(34);
+  const Tensor tokens = randint(0, 100, {1, 12}, DType::i64, g);
+  const Tensor full = model(tokens);
+  KVCache cache = model->make_kv_cache(1, 12);
+  std::vector<Tensor> steps{model->forward_step(tokens.narrow(1, 0, 6), cache)};
+  for (int64_t i = 6; i < 12; ++i) steps.push_back(model->forward_step(tokens.narrow(1, i, 1), cache));
+  // Same bf16 roundings except inside attention (fewer rows per GEMM): a few ulps.
+  EXPECT_LT(max_abs_diff(cat(steps, 1), full), 3e-2 * amax(abs(full)).item<double>());
+}
+
+TEST(KVCache, ChecksShapesAndTraining) {
+  TransformerConfig c = tiny(false);
+  GPTModel model(c);
+  KVCache cache = model->make_kv_cache(2, 8);
+  EXPECT_EQ(cache.num_layers(), 2);
+  model->eval();
+  EXPECT_THROW(model->forward_step(zeros({3, 2}, DType::i64), cache), ValueError);  // batch 3 vs 2
+  KVCache wrong_layers(1, 2, 8, 4, 16, DType::f32);
+  EXPECT_THROW(model->forward_step(zeros({2, 2}, DType::i64), wrong_layers), ValueError);
+  EXPECT_THROW(cache.append(0, zeros({2, 1, 3, 16}), zeros({2, 1, 3, 16})), ValueError);  // 3 kv heads vs 4
+  EXPECT_THROW(KVCache(2, 0, 8, 4, 16, DType::f32), ValueError);
+  // Generation with dropout probabilities set must run in eval mode.
+  model->train();
+  EXPECT_THROW(model->forward_step(zeros({2, 1}, DType::i64), cache), ValueError);
+}
+
+}  // namespace
+}  // namespace qk::transformer
