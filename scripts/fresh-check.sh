@@ -22,6 +22,12 @@
 #   --skip-run      only the test command
 #   --ctest ARGS    extra arguments for ctest (one string, e.g. "-R Conv2d")
 # Exit status: 0 when both commands succeeded.
+
+# The whole script is one compound command, so bash has read all of it
+# before it runs: editing or checking out the file during the hour it runs
+# does not change what runs.
+# shellcheck disable=SC2317  # cleanup runs from a trap, which shellcheck does not follow
+{
 set -euo pipefail
 
 ROOT=""
@@ -211,3 +217,5 @@ skipped=$(grep -c -E '\*\*\*Skipped|Not Run' "$LOG_DIR/test.log" || true)
 echo "  skipped or not run: $skipped"
 echo "====================================================="
 [ "$run_rc" -eq 0 ] && [ "$test_rc" -eq 0 ]
+exit
+}
