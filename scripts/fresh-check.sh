@@ -44,7 +44,7 @@ while [ $# -gt 0 ]; do
     --mirror) MIRROR=$2; shift 2 ;;
     --skip-run) SKIP_RUN=1; shift ;;
     --ctest) CTEST_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^# Exit status/p' "$0"; exit 0 ;;
     *) echo "fresh-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
