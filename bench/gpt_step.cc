@@ -16,7 +16,6 @@
 #include <string>
 
 #include "qk/autograd/autograd.h"
-#include "qk/base/openmp_env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/base/timer.h"
 #include "qk/optim/adam.h"
@@ -24,7 +23,6 @@
 #include "qk/transformer/gpt_model.h"
 
 int main(int argc, char** argv) {
-  qk::reexec_with_passive_openmp(argv);  // as `qk` does
   int threads = 1, steps = 10, warmup = 2;
   int64_t layers = 12, hidden = 768, heads = 12, groups = 0, vocab = 50257, seq = 64, batch = 4;
   std::string layout = "gpt2", dtype = "f32";

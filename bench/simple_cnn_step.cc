@@ -20,7 +20,6 @@
 
 #include "qk/autograd/autograd.h"
 #include "qk/autograd/functions.h"
-#include "qk/base/openmp_env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/base/timer.h"
 #include "qk/autograd/autocast.h"
@@ -31,7 +30,6 @@
 #include "qk/tensor/backend.h"
 
 int main(int argc, char** argv) {
-  qk::reexec_with_passive_openmp(argv);  // as `qk` does
   int threads = 1, batch = 64, steps = 30, warmup = 5;
   std::string model = "simple_cnn", mode = "train", optimizer = "sgd", amp = "off";
   for (int i = 1; i + 1 < argc; i += 2) {

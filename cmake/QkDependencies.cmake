@@ -23,6 +23,7 @@ pkg_check_modules(CAIRO REQUIRED IMPORTED_TARGET cairo)
 pkg_check_modules(SENTENCEPIECE QUIET IMPORTED_TARGET sentencepiece)
 # CUDA toolkit + NCCL (optional, QK_WITH_CUDA): qccl's NCCL backend
 # (qianka::qccl_nccl). Found under CUDAToolkit's directories or NCCL_HOME.
+# qiankaConfig.cmake sets QK_WITH_CUDA when the installed qianka has it.
 set(QK_HAVE_NCCL OFF)
 set(QK_HAVE_CUDA OFF)
 if(QK_WITH_CUDA)
@@ -34,6 +35,11 @@ if(QK_WITH_CUDA)
                  ${CUDAToolkit_LIBRARY_ROOT} PATH_SUFFIXES lib lib64)
     if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND TARGET CUDA::cudart)
       set(QK_HAVE_NCCL ON)
+      if(NOT TARGET QkNCCL::nccl)  # by name, so the installed targets find it again
+        add_library(QkNCCL::nccl UNKNOWN IMPORTED)
+        set_target_properties(QkNCCL::nccl PROPERTIES IMPORTED_LOCATION "${NCCL_LIBRARY}"
+                              INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+      endif()
     endif()
   endif()
 endif()

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "data/tokenizer/pretokenize.h"
+#include "tokenizer/pretokenize.h"
 #include "fuzz_target.h"
 #include "qk/base/error.h"
 #include "qk/data/bpe_trainer.h"

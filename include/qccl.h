@@ -135,6 +135,20 @@ qcclResult_t qcclCommUserRank(const qcclComm_t comm, int* rank);
 /* The error that broke the communicator (qcclSuccess while it is healthy). */
 qcclResult_t qcclCommGetAsyncError(qcclComm_t comm, qcclResult_t* asyncError);
 
+/* What this rank moved on `comm` since it was created: payload bytes (qccl's
+ * 16-byte message headers not counted) and messages, to and from all peers,
+ * every call counted (set-up probes, collectives, point to point; an all-reduce
+ * that went direct counts the bytes it read from and stored into the peers'
+ * buffers). A qccl extension (NCCL has none); safe from any thread. Only the
+ * native engine counts: under QCCL_BACKEND=mpi or a device backend they stay 0. */
+typedef struct {
+  uint64_t bytesSent;
+  uint64_t bytesReceived;
+  uint64_t messagesSent;
+  uint64_t messagesReceived;
+} qcclCommTraffic_t;
+qcclResult_t qcclCommGetTraffic(const qcclComm_t comm, qcclCommTraffic_t* traffic);
+
 /* Host memory that the other ranks on this host can map (like ncclMemAlloc):
  * an all-reduce whose send and receive buffers lie in such allocations on
  * every rank reduces straight between the ranks' buffers (QCCL_ALGO=direct;

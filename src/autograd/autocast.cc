@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "qk/base/error.h"
+#include "tensor_hooks.h"
 
 namespace qk::autocast {
 
@@ -37,6 +38,7 @@ bool is_enabled() { return state().enabled; }
 DType low_dtype() { return state().dtype; }
 
 Guard::Guard(DType dtype, bool enabled) {
+  autograd::install_tensor_hooks();  // Tensor::sum/mean must see the autocast state
   State& s = state();
   QK_CHECK(!enabled || dtype == DType::bf16 || dtype == DType::f16,
            "autocast: the low-precision dtype must be bf16 or f16, got ", dtype_name(dtype));

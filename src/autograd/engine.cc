@@ -9,6 +9,7 @@
 #include "qk/autograd/autograd.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
+#include "tensor_hooks.h"
 
 namespace qk::autograd {
 
@@ -77,7 +78,10 @@ AutogradMeta* meta(const Tensor& t) { return t.defined() ? t.impl()->autograd.ge
 AutogradMeta& ensure_meta(const Tensor& t) {
   QK_CHECK(t.defined(), "autograd: undefined tensor");
   auto& m = t.impl()->autograd;
-  if (!m) m = std::make_shared<AutogradMeta>();
+  if (!m) {
+    install_tensor_hooks();  // a tensor with autograd state must never meet the raw ops
+    m = std::make_shared<AutogradMeta>();
+  }
   return *m;
 }
 
@@ -93,17 +97,18 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
+// Reads the meta directly: Tensor::requires_grad() would go through the hooks.
 bool needs_grad(std::initializer_list<Tensor> inputs) {
   if (!t_grad_mode) return false;
   for (const auto& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
+    if (const AutogradMeta* m = meta(t); m != nullptr && m->requires_grad) return true;
   return false;
 }
 
 bool needs_grad(const std::vector<Tensor>& inputs) {
   if (!t_grad_mode) return false;
   for (const auto& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
+    if (const AutogradMeta* m = meta(t); m != nullptr && m->requires_grad) return true;
   return false;
 }
 

@@ -1,4 +1,4 @@
-#include "cli/check_sections.h"
+#include "check_sections.h"
 
 #include <fmt/format.h>
 
@@ -10,6 +10,7 @@
 #include "qk/tensor/backend.h"
 #include "qk/tensor/ops/linalg.h"
 #include "qk/tensor/ops/reduce.h"
+#include "qk/train/gemm_peak.h"
 
 #ifdef QK_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -90,11 +91,11 @@ void run_self_tests(int64_t n) {
   fmt::print("  autograd:      ok\n");
 
   fmt::print("\nPerformance\n");
+  // The GEMM peak `qk pretrain-gpt` measures MFU against (qk/train/gemm_peak.h).
+  const train::GemmPeak peak = train::measure_gemm_peak(n);
+  const double cpu_s = peak.seconds;
+  fmt::print("  CPU matmul {}x{} f32: {:.4f} s ({:.1f} GFLOPS)\n", n, n, cpu_s, peak.flops / 1e9);
   Tensor p = randn({n, n}), q = randn({n, n});
-  ops::mm(p, q);  // warm-up
-  double cpu_s = time_it([&] { ops::mm(p, q); }, 5);
-  double gflops = 2.0 * n * n * n / cpu_s / 1e9;
-  fmt::print("  CPU matmul {}x{} f32: {:.4f} s ({:.1f} GFLOPS)\n", n, n, cpu_s, gflops);
   bool accel = false;
   for (DeviceType t : {DeviceType::cuda, DeviceType::privateuse1}) {
     if (!has_backend(t) || backend(t).device_count() == 0) continue;

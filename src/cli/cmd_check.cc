@@ -6,8 +6,8 @@
 #include <fstream>
 #include <string>
 
-#include "cli/command.h"
-#include "cli/check_sections.h"
+#include "command.h"
+#include "check_sections.h"
 #include "qk/base/env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/base/version.h"

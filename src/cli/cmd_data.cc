@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "cli/command.h"
-#include "cli/data_cli.h"
+#include "command.h"
+#include "data_cli.h"
 #include "qk/base/error.h"
 #include "qk/data/gpt_dataset.h"
 #include "qk/data/indexed_dataset.h"

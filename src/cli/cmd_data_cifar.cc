@@ -8,8 +8,8 @@
 
 #include <memory>
 
-#include "cli/command.h"
-#include "cli/data_cli.h"
+#include "command.h"
+#include "data_cli.h"
 #include "qk/base/timer.h"
 #include "qk/data/cifar10.h"
 #include "qk/data/download.h"

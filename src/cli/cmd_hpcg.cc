@@ -8,13 +8,10 @@
 #include <cstdio>
 #include <memory>
 
-#include "cli/command.h"
+#include "command.h"
 #include "qk/base/error.h"
-
-#ifdef QK_HAVE_MPI
 #include "qk/hpc/comm.h"
 #include "qk/hpc/hpcg.h"
-#endif
 
 namespace qk::cli {
 namespace {
@@ -52,7 +49,6 @@ void setup_hpcg(CLI::App& app) {
                "Perturb one matrix entry, to see the symmetry test fail")
       ->group("");
   app.callback([o] {
-#ifdef QK_HAVE_MPI
     hpc::MpiSession mpi;
     hpc::Comm world = hpc::Comm::world();
     hpc::HpcgParams p;
@@ -76,10 +72,6 @@ void setup_hpcg(CLI::App& app) {
     }
     if (world.rank() == 0) fmt::print("{}", hpc::format_hpcg_report(p, r, world.size()));
     if (!r.valid) exit_with(1);
-#else
-    QK_THROW(ValueError, "qk was built without MPI; install libopenmpi-dev (scripts/setup.sh) "
-                         "and rebuild to use `qk hpcg`");
-#endif
   });
 }
 

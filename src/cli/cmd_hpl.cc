@@ -10,14 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "cli/command.h"
+#include "command.h"
 #include "qk/base/error.h"
-
-#ifdef QK_HAVE_MPI
 #include "qk/base/file_io.h"
 #include "qk/hpc/comm.h"
 #include "qk/hpc/hpl.h"
-#endif
 
 namespace qk::cli {
 namespace {
@@ -36,7 +33,6 @@ struct HplCliOptions {
   bool inject_fault = false;
 };
 
-#ifdef QK_HAVE_MPI
 hpc::HplDat dat_from_flags(const HplCliOptions& o) {
   hpc::HplDat d;
   d.ns = o.ns;
@@ -123,7 +119,6 @@ void run_hpl_cmd(const HplCliOptions& o) {
                std::string(80, '='));
   if (failed > 0) exit_with(1);
 }
-#endif
 
 void setup_hpl(CLI::App& app) {
   auto o = std::make_shared<HplCliOptions>();
@@ -161,12 +156,7 @@ void setup_hpl(CLI::App& app) {
                "Corrupt one trailing update, to see the residual check fail")
       ->group("");  // hidden: for testing the check
   app.callback([o] {
-#ifdef QK_HAVE_MPI
     run_hpl_cmd(*o);
-#else
-    QK_THROW(ValueError, "qk was built without MPI; install libopenmpi-dev (scripts/setup.sh) "
-                         "and rebuild to use `qk hpl`");
-#endif
   });
 }
 

@@ -5,8 +5,8 @@
 //   qk infer cifar10 --model simple_cnn --checkpoint ... --benchmark --visualize --out runs/cifar10
 #include <memory>
 
-#include "cli/command.h"
-#include "cli/infer_cifar10.h"
+#include "command.h"
+#include "infer_cifar10.h"
 
 namespace qk::cli {
 namespace {

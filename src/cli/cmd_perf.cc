@@ -31,17 +31,16 @@
 #include <thread>
 #include <vector>
 
-#include "cli/command.h"
+#include "command.h"
 #include "qccl.h"
-#include "qccl/core/check_data.h"
-#include "qccl/core/reduce.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/base/launch_vars.h"
 #include "qk/base/log.h"
 #include "qk/dist/launch_env.h"
+#include "qk/qccl/check_data.h"
 #ifdef QK_HAVE_MPI
-#include "qccl/backend/mpi.h"
+#include "qk/qccl/mpi.h"
 #endif
 
 namespace qk::cli {
@@ -289,7 +288,7 @@ int run_rank(const PerfOptions& o, const CollInfo& ci, const qcclUniqueId& id, i
   QK_CHECK_AS(IoError, rc == qcclSuccess, "rank ", rank, ": qccl init failed: ", qcclGetErrorString(rc),
               ": ", qcclGetLastError(nullptr));
   qcclDataType_t t = parse_dtype(o.dtype_s);
-  Bench b{ci, o, comm, rank, n, t, parse_op(o.op_s), qccl::dtype_size(t)};
+  Bench b{ci, o, comm, rank, n, t, parse_op(o.op_s), qccl::check::element_size(t)};
   size_t lo = parse_size(o.min_s), hi = parse_size(o.max_s);
   QK_CHECK(lo <= hi, "-b ", o.min_s, " is larger than -e ", o.max_s);
   QK_CHECK(o.factor > 1.0, "-f: expected a factor > 1, got ", o.factor);

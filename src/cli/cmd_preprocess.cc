@@ -7,8 +7,8 @@
 // dataset, ready for Megatron's DATA_PATH.
 #include <fmt/format.h>
 
-#include "cli/command.h"
-#include "cli/data_cli.h"
+#include "command.h"
+#include "data_cli.h"
 #include "qk/base/log.h"
 #include "qk/base/timer.h"
 #include "qk/data/preprocess.h"

@@ -7,8 +7,8 @@
 //          --nproc-per-node 4 --max-restarts 3 -- ./train
 #include <memory>
 
-#include "cli/command.h"
-#include "dist/agent.h"
+#include "command.h"
+#include "qk/dist/agent.h"
 
 namespace qk::cli {
 namespace {

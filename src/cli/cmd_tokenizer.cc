@@ -14,8 +14,8 @@
 #include <string_view>
 #include <nlohmann/json.hpp>
 
-#include "cli/command.h"
-#include "cli/data_cli.h"
+#include "command.h"
+#include "data_cli.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/base/timer.h"

@@ -9,7 +9,7 @@
 //   qk run --nproc-per-node 2 -- qk train cifar10      # data-parallel (DDP)
 #include <memory>
 
-#include "cli/command.h"
+#include "command.h"
 #include "qk/models/cifar10_trainer.h"
 
 namespace qk::cli {

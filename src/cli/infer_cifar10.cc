@@ -1,4 +1,4 @@
-#include "cli/infer_cifar10.h"
+#include "infer_cifar10.h"
 
 #include <fmt/format.h>
 

@@ -2,10 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "cli/command.h"
+#include "command.h"
 #include "qk/base/error.h"
 #include "qk/base/log.h"
-#include "qk/base/openmp_env.h"
 #include "qk/base/version.h"
 
 namespace qk::cli {
@@ -16,7 +15,6 @@ std::vector<Command>& commands() {
 }  // namespace qk::cli
 
 int main(int argc, char** argv) {
-  qk::reexec_with_passive_openmp(argv);
   // Whole lines as they are printed, also into a pipe (qk run, tee, CI
   // logs): a worker killed with SIGKILL loses no buffered output.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -19,8 +19,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "data/npy.h"
-#include "data/numpy_random.h"
+#include "npy.h"
+#include "numpy_random.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/base/log.h"
@@ -150,14 +150,16 @@ std::vector<int64_t> split_bounds(const std::string& split, int64_t n) {
   return b;
 }
 
-GptDataset::GptDataset(const IndexedDataset& ds, const GptDatasetOptions& o) : ds_(ds), o_(o) {
+GptDataset::GptDataset(const TokenSequences& ds, const GptDatasetOptions& o) : ds_(ds), o_(o) {
   QK_CHECK(o.sequence_length > 1, "--seq-length must be > 1, got ", o.sequence_length);
-  QK_CHECK(o.num_samples >= 1, "--num-samples must be >= 1, got ", o.num_samples);
+  QK_CHECK(o.num_samples >= 0, "--num-samples must be >= 0 (0: one epoch), got ", o.num_samples);
   const auto b = split_bounds(o.split, static_cast<int64_t>(ds.num_sequences()));
   begin_ = b[static_cast<size_t>(o.split_name)];
   end_ = b[static_cast<size_t>(o.split_name) + 1];
   QK_CHECK(end_ > begin_, "split '", o.split, "' gives the ", split_str(o.split_name),
-           " split no sequences of '", ds.prefix(), "' (", ds.num_sequences(), " in all)");
+           " split no sequences of '", ds.prefix(), "' (", ds.num_sequences(),
+           " in all); give each split of each dataset at least one sequence, or a zero weight to a split "
+           "you do not want (e.g. --split 98,2,0: no test set)");
   const int64_t extra = o.add_extra_token ? 1 : 0;
   for (int64_t i = begin_; i < end_; ++i) tokens_per_epoch_ += ds.sequence_length(static_cast<size_t>(i));
   QK_CHECK(tokens_per_epoch_ > 1, "the ", split_str(o.split_name), " split has ", tokens_per_epoch_,
@@ -165,7 +167,8 @@ GptDataset::GptDataset(const IndexedDataset& ds, const GptDatasetOptions& o) : d
   // _get_num_epochs
   num_epochs_ = 1;
   const int64_t requested = o.num_samples * o.sequence_length + extra;
-  for (int64_t t = tokens_per_epoch_; t < requested; t += tokens_per_epoch_) ++num_epochs_;
+  if (o.num_samples > 0)
+    for (int64_t t = tokens_per_epoch_; t < requested; t += tokens_per_epoch_) ++num_epochs_;
   if (!load_cache()) {
     build();
     save_cache();
@@ -294,24 +297,66 @@ void build_blending_indices(const std::vector<double>& weights, int64_t size,
   }
 }
 
-BlendedGptDataset::BlendedGptDataset(const std::vector<BlendEntry>& entries, const GptDatasetOptions& o) {
-  QK_CHECK(!entries.empty(), "blended dataset: no datasets given");
-  std::vector<double> weights;
-  for (const auto& e : entries) {
-    GptDatasetOptions oe = o;
-    // A zero weight still builds one sample, so the dataset is validated.
-    oe.num_samples = std::max<int64_t>(
-        1, static_cast<int64_t>(std::ceil(static_cast<double>(o.num_samples) * e.weight * 1.005)));
-    indexed_.push_back(std::make_unique<IndexedDataset>(e.prefix));
-    datasets_.push_back(std::make_unique<GptDataset>(*indexed_.back(), oe));
-    weights.push_back(e.weight);
-  }
-  build_blending_indices(weights, o.num_samples, dataset_index_, dataset_sample_index_);
+void BlendedGptDataset::add(const std::string& prefix, const GptDatasetOptions& o) {
+  indexed_.push_back(std::make_unique<IndexedDataset>(prefix));
+  datasets_.push_back(std::make_unique<GptDataset>(*indexed_.back(), o));
+}
+
+void BlendedGptDataset::build(int64_t size) {
+  build_blending_indices(weights_, size, dataset_index_, dataset_sample_index_);
   for (size_t i = 0; i < dataset_index_.size(); ++i) {
     const auto& d = *datasets_[static_cast<size_t>(dataset_index_[i])];
-    QK_INTERNAL_ASSERT(static_cast<size_t>(dataset_sample_index_[i]) < d.size(), "blended sample ", i,
-                       " needs sample ", dataset_sample_index_[i], " of a dataset with ", d.size());
+    QK_CHECK(static_cast<size_t>(dataset_sample_index_[i]) < d.size(), "blended sample ", i, " needs sample ",
+             dataset_sample_index_[i], " of '", indexed_[static_cast<size_t>(dataset_index_[i])]->prefix(),
+             "', which has ", d.size(), ": the blend draws up to one sample per dataset more than the weights ",
+             "promise, more than Megatron's 0.5% surplus covers on a split this small; give the split more ",
+             "data (a larger --split share, fewer and larger datasets) or fewer samples (--eval-iters)");
   }
+}
+
+BlendedGptDataset::BlendedGptDataset(const std::vector<BlendEntry>& entries, const GptDatasetOptions& o) {
+  QK_CHECK(!entries.empty(), "blended dataset: no datasets given");
+  QK_CHECK(entries.size() < 32768, "a blend holds at most 32767 datasets, got ", entries.size());
+  double sum = 0;
+  for (const auto& e : entries) sum += e.weight;
+  QK_CHECK(sum > 0, "blend weights sum to 0");
+  // Megatron's builder normalises the weights once for the sizes and
+  // BlendedDataset once more for the blending (bit-identical to Megatron-LM).
+  const bool normalised = std::abs(sum - 1.0) < 1e-12;
+  int64_t size = 0;
+  for (const auto& e : entries) {
+    // _get_size_per_split_per_dataset: the samples planned from this dataset,
+    // and (with the 0.5% mid-level surplus) the samples built.
+    const double w = normalised ? e.weight : e.weight / sum;
+    const auto target = static_cast<int64_t>(std::ceil(static_cast<double>(o.num_samples) * w));
+    GptDatasetOptions oe = o;
+    // A zero weight still builds a one-sample dataset, so its files are checked.
+    oe.num_samples = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(target) * 1.005)));
+    add(e.prefix, oe);
+    weights_.push_back(w);
+    size += target;
+  }
+  double again = 0;
+  for (double w : weights_) again += w;
+  for (double& w : weights_) w /= again;
+  build(size);
+}
+
+std::unique_ptr<BlendedGptDataset> BlendedGptDataset::by_size(const std::vector<std::string>& prefixes,
+                                                              const GptDatasetOptions& o) {
+  QK_CHECK(!prefixes.empty(), "blended dataset: no datasets given");
+  QK_CHECK(prefixes.size() < 32768, "a blend holds at most 32767 datasets, got ", prefixes.size());
+  std::unique_ptr<BlendedGptDataset> b(new BlendedGptDataset());
+  GptDatasetOptions one_epoch = o;
+  one_epoch.num_samples = 0;
+  double total = 0;
+  for (const auto& p : prefixes) {
+    b->add(p, one_epoch);
+    total += static_cast<double>(b->datasets_.back()->size());
+  }
+  for (const auto& d : b->datasets_) b->weights_.push_back(static_cast<double>(d->size()) / total);
+  b->build(std::min<int64_t>(o.num_samples, static_cast<int64_t>(total)));
+  return b;
 }
 
 std::vector<int64_t> BlendedGptDataset::sample(size_t i) const {

@@ -1,4 +1,4 @@
-#include "data/npy.h"
+#include "npy.h"
 
 #include <fmt/format.h>
 

@@ -18,7 +18,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer/unicode.h"
+#include "tokenizer/unicode.h"
 #include "qk/base/error.h"
 #include "qk/base/log.h"
 #include "qk/base/thread_pool.h"

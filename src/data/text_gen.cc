@@ -3,7 +3,7 @@
 #include <array>
 #include <random>
 
-#include "data/tokenizer/unicode.h"
+#include "tokenizer/unicode.h"
 
 namespace qk::data {
 namespace {

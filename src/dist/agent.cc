@@ -1,4 +1,4 @@
-#include "dist/agent.h"
+#include "qk/dist/agent.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -9,11 +9,10 @@
 #include <cstring>
 #include <memory>
 
-#include "dist/worker_group.h"
-#include "qccl/bootstrap/bootstrap.h"
 #include "qk/base/error.h"
 #include "qk/base/launch_vars.h"
 #include "qk/qccl/store.h"
+#include "worker_group.h"
 
 namespace qk::dist {
 namespace {
@@ -38,13 +37,6 @@ void install_signals() {
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-}
-
-std::string hex_token() {
-  auto t = ::qccl::random_token();
-  std::string s;
-  for (uint8_t b : t) s += fmt::format("{:02x}", b);
-  return s;
 }
 
 std::string hostname() {
@@ -146,7 +138,7 @@ int run_agent(const AgentOptions& in) {
     QK_CHECK(o.nnodes == 1, "--nnodes ", o.nnodes, ": every node needs the same store token; set "
              "QK_STORE_TOKEN to one secret on all nodes (e.g. export QK_STORE_TOKEN=$(openssl rand -hex 16)) "
              "or pass --rdzv-token");
-    o.token = hex_token();
+    o.token = qccl::random_store_token();
   }
   if (o.master_port == 0) {
     QK_CHECK(o.nnodes == 1, "--nnodes ", o.nnodes, ": give --master-port (the port node 0 listens on)");

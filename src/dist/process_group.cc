@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -68,6 +69,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& e, const Ini
   pg->rank_ = e.rank;
   pg->size_ = e.world_size;
   pg->local_rank_ = e.local_rank;
+  pg->transport_ = opts.transport;
   qk::qccl::CommOptions co;
   co.timeout_s = opts.timeout_s > 0 ? opts.timeout_s : env_timeout.get();
   co.name = opts.name;
@@ -101,6 +103,11 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& e, const Ini
     QK_CHECK_AS(IoError, qcclGetUniqueId(&id) == qcclSuccess, "qk::dist::init: ", qcclGetLastError(nullptr));
     pg->comm_ = qk::qccl::Communicator::init(1, id, 0, co);
   }
+  pg->name_ = opts.name;
+  pg->global_ranks_.resize(e.world_size);
+  for (int r = 0; r < e.world_size; ++r) pg->global_ranks_[r] = r;
+  QK_CHECK_AS(IoError, qcclCommGetTraffic(pg->comm_->handle(), &pg->wire_base_) == qcclSuccess,
+              "qk::dist::init: ", qcclGetLastError(nullptr));
   return pg;
 }
 
@@ -125,6 +132,7 @@ WorkPtr ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce");
   void* p = t.raw_data();
   t.bump_version();
+  count(&GroupTraffic::all_reduce, t.nbytes());
   auto w = comm_->all_reduce_async(p, p, static_cast<size_t>(t.numel()), qccl_type(t.dtype(), "all_reduce"),
                                    qccl_op(op));
   return std::make_shared<Work>(std::move(w), std::vector<Tensor>{t});
@@ -135,6 +143,7 @@ WorkPtr ProcessGroup::broadcast_async(const Tensor& t, int root) {
   QK_CHECK(root >= 0 && root < size_, "broadcast: expected a root in [0, ", size_, "), got ", root);
   void* p = t.raw_data();
   t.bump_version();
+  count(&GroupTraffic::broadcast, t.nbytes());
   auto w = comm_->broadcast_async(p, p, static_cast<size_t>(t.numel()), qccl_type(t.dtype(), "broadcast"), root);
   return std::make_shared<Work>(std::move(w), std::vector<Tensor>{t});
 }
@@ -147,6 +156,7 @@ WorkPtr ProcessGroup::all_gather_async(const Tensor& out, const Tensor& in) {
   QK_CHECK(out.numel() == in.numel() * size_, "all_gather: expected an output of ", size_, " x ", in.numel(),
            " = ", in.numel() * size_, " elements, got ", out.numel());
   out.bump_version();
+  count(&GroupTraffic::all_gather, out.nbytes());
   auto w = comm_->all_gather_async(in.raw_data(), out.raw_data(), static_cast<size_t>(in.numel()),
                                    qccl_type(in.dtype(), "all_gather"));
   return std::make_shared<Work>(std::move(w), std::vector<Tensor>{out, in});
@@ -160,12 +170,235 @@ WorkPtr ProcessGroup::reduce_scatter_async(const Tensor& out, const Tensor& in, 
   QK_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: expected an input of ", size_, " x ",
            out.numel(), " = ", out.numel() * size_, " elements, got ", in.numel());
   out.bump_version();
+  count(&GroupTraffic::reduce_scatter, in.nbytes());
   auto w = comm_->reduce_scatter_async(in.raw_data(), out.raw_data(), static_cast<size_t>(out.numel()),
                                        qccl_type(in.dtype(), "reduce_scatter"), qccl_op(op));
   return std::make_shared<Work>(std::move(w), std::vector<Tensor>{out, in});
 }
 
 void ProcessGroup::barrier() { comm_->barrier(); }
+
+// ---- sub-groups ----
+
+std::unique_ptr<ProcessGroup> ProcessGroup::split(int color, int key, const std::string& name) {
+  if (color < 0) color = -1;
+  // Every rank learns every (color, key), so each member can name the
+  // group's global ranks; qcclCommSplit orders members the same way.
+  const int32_t mine[2] = {color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(size_));
+  comm_->all_gather_async(mine, all.data(), 2, qcclInt32)->wait();
+  std::vector<int> members;
+  if (color >= 0)
+    for (int r = 0; r < size_; ++r)
+      if (all[2 * r] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+
+  qk::qccl::CommOptions co;
+  co.name = name;
+  co.transport = transport_;
+  std::unique_ptr<qk::qccl::Communicator> comm = comm_->split(color, key, co);
+  if (!comm) return nullptr;
+  std::unique_ptr<ProcessGroup> pg(new ProcessGroup);
+  pg->rank_ = comm->rank();
+  pg->size_ = comm->size();
+  QK_CHECK_AS(InternalError, pg->size_ == static_cast<int>(members.size()) && members[pg->rank_] == rank_,
+              "ProcessGroup::split '", name, "': qccl formed a group of ", pg->size_, " with this rank at ",
+              pg->rank_, ", the colors say ", members.size());
+  pg->local_rank_ = local_rank_;
+  pg->name_ = name;
+  pg->transport_ = transport_;
+  for (int m : members) pg->global_ranks_.push_back(global_ranks_[m]);
+  pg->comm_ = std::move(comm);
+  QK_CHECK_AS(IoError, qcclCommGetTraffic(pg->comm_->handle(), &pg->wire_base_) == qcclSuccess,
+              "ProcessGroup::split: ", qcclGetLastError(nullptr));
+  return pg;
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks, const std::string& name) {
+  std::vector<char> seen(size_, 0);
+  int key = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    QK_CHECK(r >= 0 && r < size_, "new_group '", name, "': rank ", r, " is not in [0, ", size_, ")");
+    QK_CHECK(!seen[r], "new_group '", name, "': rank ", r, " is listed twice");
+    seen[r] = 1;
+    if (r == rank_) key = static_cast<int>(i);
+  }
+  return split(key >= 0 ? 0 : -1, key, name);
+}
+
+// ---- all-to-all ----
+
+WorkPtr ProcessGroup::all_to_all_async(const Tensor& out, const Tensor& in) {
+  check_tensor(out, "all_to_all (output)");
+  check_tensor(in, "all_to_all (input)");
+  QK_CHECK_TYPE(out.dtype() == in.dtype(), "all_to_all: output is ", dtype_name(out.dtype()), ", input is ",
+                dtype_name(in.dtype()));
+  QK_CHECK(out.numel() == in.numel() && in.numel() % size_ == 0, "all_to_all: expected input and output of the "
+           "same size, a multiple of the group size ", size_, "; got ", in.numel(), " and ", out.numel());
+  out.bump_version();
+  count(&GroupTraffic::all_to_all, in.nbytes());
+  const void* src = in.raw_data();
+  void* dst = out.raw_data();
+  const size_t n = static_cast<size_t>(in.numel() / size_);
+  const qcclDataType_t dt = qccl_type(in.dtype(), "all_to_all");
+  auto w = comm_->submit([=](qcclComm_t c) { return qcclAllToAll(src, dst, n, dt, c, nullptr); });
+  return std::make_shared<Work>(std::move(w), std::vector<Tensor>{out, in});
+}
+
+namespace {
+
+// Rows of a tensor split along dim 0: offsets (in elements) and counts.
+std::vector<size_t> row_offsets(const std::vector<int64_t>& splits, int64_t rows, int64_t row_numel,
+                                const char* which) {
+  std::vector<size_t> off(splits.size() + 1, 0);
+  for (size_t j = 0; j < splits.size(); ++j) {
+    QK_CHECK(splits[j] >= 0, "all_to_all_v: ", which, "_splits[", j, "] is negative (", splits[j], ")");
+    off[j + 1] = off[j] + static_cast<size_t>(splits[j]);
+  }
+  QK_CHECK(static_cast<int64_t>(off.back()) == rows, "all_to_all_v: ", which, "_splits add up to ", off.back(),
+           " rows, the ", which, "put has ", rows);
+  for (auto& o : off) o *= static_cast<size_t>(row_numel);
+  return off;
+}
+
+std::vector<int64_t> equal_splits(const Tensor& t, int n, const char* which) {
+  QK_CHECK(t.size(0) % n == 0, "all_to_all_v: no ", which, "_splits given and the ", which, "put's ",
+           t.size(0), " rows do not split evenly over ", n, " ranks");
+  return std::vector<int64_t>(n, t.size(0) / n);
+}
+
+int64_t row_numel(const Tensor& t) {
+  int64_t k = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) k *= t.size(d);
+  return k;
+}
+
+}  // namespace
+
+WorkPtr ProcessGroup::all_to_all_v_async(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_splits,
+                                         const std::vector<int64_t>& in_splits) {
+  check_tensor(out, "all_to_all_v (output)");
+  check_tensor(in, "all_to_all_v (input)");
+  QK_CHECK_TYPE(out.dtype() == in.dtype(), "all_to_all_v: output is ", dtype_name(out.dtype()), ", input is ",
+                dtype_name(in.dtype()));
+  QK_CHECK(in.dim() >= 1 && out.dim() >= 1 && row_numel(in) == row_numel(out), "all_to_all_v: expected input and "
+           "output with the same row shape (all dims but the first), got ", shape_str(in.shape()), " and ",
+           shape_str(out.shape()));
+  QK_CHECK((in_splits.empty() || in_splits.size() == static_cast<size_t>(size_)) &&
+               (out_splits.empty() || out_splits.size() == static_cast<size_t>(size_)),
+           "all_to_all_v: expected one split per rank (", size_, "), got ", in_splits.size(), " input and ",
+           out_splits.size(), " output splits");
+  const std::vector<int64_t> ins = in_splits.empty() ? equal_splits(in, size_, "in") : in_splits;
+  const std::vector<int64_t> outs = out_splits.empty() ? equal_splits(out, size_, "out") : out_splits;
+  const int64_t k = row_numel(in);
+  const std::vector<size_t> in_off = row_offsets(ins, in.size(0), k, "in");
+  const std::vector<size_t> out_off = row_offsets(outs, out.size(0), k, "out");
+  QK_CHECK(ins[rank_] == outs[rank_], "all_to_all_v: this rank (", rank_, ") sends itself ", ins[rank_],
+           " rows but expects ", outs[rank_]);
+  out.bump_version();
+  count(&GroupTraffic::all_to_all, in.nbytes());
+  const char* src = static_cast<const char*>(in.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  const size_t es = dtype_size(in.dtype());
+  const qcclDataType_t dt = qcclUint8;  // counts in bytes: any dtype, no element limit
+  const int n = size_;
+  auto w = comm_->submit([=](qcclComm_t c) {
+    // Every pair exchanges a message, empty ones too, so splits that do not
+    // match across ranks fail on qccl's size check instead of waiting out
+    // the deadline.
+    qcclResult_t rc = qcclGroupStart();
+    for (int j = 0; j < n && rc == qcclSuccess; ++j) {
+      rc = qcclSend(src + in_off[j] * es, (in_off[j + 1] - in_off[j]) * es, dt, j, c, nullptr);
+      if (rc == qcclSuccess)
+        rc = qcclRecv(dst + out_off[j] * es, (out_off[j + 1] - out_off[j]) * es, dt, j, c, nullptr);
+    }
+    const qcclResult_t end = qcclGroupEnd();
+    return rc != qcclSuccess ? rc : end;
+  });
+  return std::make_shared<Work>(std::move(w), std::vector<Tensor>{out, in});
+}
+
+// ---- point to point ----
+
+WorkPtr ProcessGroup::send_async(const Tensor& t, int peer) {
+  QK_CHECK(peer != rank_, "send: rank ", rank_, " sends to itself; pair it with a receive in batch_isend_irecv");
+  return batch_isend_irecv({P2POp::send(t, peer)});
+}
+
+WorkPtr ProcessGroup::recv_async(const Tensor& t, int peer) {
+  QK_CHECK(peer != rank_, "recv: rank ", rank_, " receives from itself; pair it with a send in batch_isend_irecv");
+  return batch_isend_irecv({P2POp::recv(t, peer)});
+}
+
+WorkPtr ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
+  struct Raw {
+    bool is_send;
+    void* buf;
+    size_t bytes;
+    int peer;
+  };
+  std::vector<Raw> raw;
+  std::vector<Tensor> keep;
+  for (const P2POp& op : ops) {
+    const bool is_send = op.kind == P2POp::kSend;
+    check_tensor(op.tensor, is_send ? "send" : "recv");
+    QK_CHECK(op.peer >= 0 && op.peer < size_, is_send ? "send" : "recv", ": expected a peer in [0, ", size_,
+             ") of group '", name_, "', got ", op.peer);
+    if (!is_send) op.tensor.bump_version();
+    count(is_send ? &GroupTraffic::send : &GroupTraffic::recv, op.tensor.nbytes());
+    raw.push_back({is_send, op.tensor.raw_data(), op.tensor.nbytes(), op.peer});
+    keep.push_back(op.tensor);
+  }
+  auto w = comm_->submit([raw = std::move(raw)](qcclComm_t c) {
+    qcclResult_t rc = qcclGroupStart();
+    for (size_t i = 0; i < raw.size() && rc == qcclSuccess; ++i)
+      rc = raw[i].is_send ? qcclSend(raw[i].buf, raw[i].bytes, qcclUint8, raw[i].peer, c, nullptr)
+                          : qcclRecv(raw[i].buf, raw[i].bytes, qcclUint8, raw[i].peer, c, nullptr);
+    const qcclResult_t end = qcclGroupEnd();
+    return rc != qcclSuccess ? rc : end;
+  });
+  return std::make_shared<Work>(std::move(w), std::move(keep));
+}
+
+// ---- counters ----
+
+void ProcessGroup::count(GroupTraffic::Op GroupTraffic::*op, uint64_t bytes, uint64_t calls) {
+  std::lock_guard<std::mutex> g(traffic_mu_);
+  (traffic_.*op).calls += calls;
+  (traffic_.*op).bytes += bytes;
+}
+
+GroupTraffic ProcessGroup::traffic() const {
+  GroupTraffic t;
+  {
+    std::lock_guard<std::mutex> g(traffic_mu_);
+    t = traffic_;
+  }
+  qcclCommTraffic_t now{};
+  QK_CHECK_AS(IoError, qcclCommGetTraffic(comm_->handle(), &now) == qcclSuccess, "ProcessGroup::traffic: ",
+              qcclGetLastError(nullptr));
+  t.wire_bytes_sent = now.bytesSent - wire_base_.bytesSent;
+  t.wire_bytes_received = now.bytesReceived - wire_base_.bytesReceived;
+  t.wire_messages_sent = now.messagesSent - wire_base_.messagesSent;
+  t.wire_messages_received = now.messagesReceived - wire_base_.messagesReceived;
+  return t;
+}
+
+GroupTraffic GroupTraffic::operator-(const GroupTraffic& b) const {
+  GroupTraffic d;
+  for (Op GroupTraffic::*op : {&GroupTraffic::all_reduce, &GroupTraffic::broadcast, &GroupTraffic::all_gather,
+                               &GroupTraffic::reduce_scatter, &GroupTraffic::all_to_all, &GroupTraffic::send,
+                               &GroupTraffic::recv}) {
+    (d.*op).calls = (this->*op).calls - (b.*op).calls;
+    (d.*op).bytes = (this->*op).bytes - (b.*op).bytes;
+  }
+  d.wire_bytes_sent = wire_bytes_sent - b.wire_bytes_sent;
+  d.wire_bytes_received = wire_bytes_received - b.wire_bytes_received;
+  d.wire_messages_sent = wire_messages_sent - b.wire_messages_sent;
+  d.wire_messages_received = wire_messages_received - b.wire_messages_received;
+  return d;
+}
 
 void init(const InitOptions& opts) {
   std::lock_guard<std::mutex> g(g_mu);

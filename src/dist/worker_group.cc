@@ -1,4 +1,4 @@
-#include "dist/worker_group.h"
+#include "worker_group.h"
 
 #include <fcntl.h>
 #include <poll.h>

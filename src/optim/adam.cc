@@ -4,7 +4,7 @@
 
 #include "qk/autograd/autograd.h"
 #include "qk/optim/kernels.h"
-#include "optim/options_map.h"
+#include "options_map.h"
 
 namespace qk::optim {
 

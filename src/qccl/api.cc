@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "qccl.h"
-#include "qccl/algo/collectives.h"
-#include "qccl/backend/backend.h"
-#include "qccl/comm_init.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/errors.h"
-#include "qccl/core/reduce.h"
-#include "qccl/core/settings.h"
-#include "qccl/transport/shared_mem.h"
+#include "algo/collectives.h"
+#include "backend/backend.h"
+#include "comm_init.h"
+#include "core/debug.h"
+#include "core/errors.h"
+#include "core/reduce.h"
+#include "core/settings.h"
+#include "transport/shared_mem.h"
 
 namespace qccl {
 namespace {
@@ -251,6 +251,17 @@ qcclResult_t qcclCommGetAsyncError(qcclComm_t comm, qcclResult_t* err) {
     qcclComm* c = checked(comm);
     std::lock_guard<std::mutex> g(c->err_mu);
     *err = c->async_error;
+  });
+}
+
+qcclResult_t qcclCommGetTraffic(const qcclComm_t comm, qcclCommTraffic_t* traffic) {
+  return guarded(nullptr, [&] {
+    QK_CHECK(traffic, "qcclCommGetTraffic: traffic is NULL");
+    const qcclComm* c = checked(comm);
+    traffic->bytesSent = c->bytes_sent.load(std::memory_order_relaxed);
+    traffic->bytesReceived = c->bytes_received.load(std::memory_order_relaxed);
+    traffic->messagesSent = c->messages_sent.load(std::memory_order_relaxed);
+    traffic->messagesReceived = c->messages_received.load(std::memory_order_relaxed);
   });
 }
 

@@ -1,6 +1,6 @@
 #include <utility>
 
-#include "qccl/comm.h"
+#include "comm.h"
 #include "qk/base/error.h"
 #include "qk/qccl/communicator.h"
 
@@ -57,6 +57,32 @@ std::unique_ptr<Communicator> Communicator::init(int nranks, const qcclUniqueId&
   c->size_ = nranks;
   c->thread_ = std::thread([p = c.get()] { p->loop(); });
   return c;
+}
+
+std::unique_ptr<Communicator> Communicator::adopt(qcclComm_t comm) {
+  std::unique_ptr<Communicator> c(new Communicator);
+  c->comm_ = comm;
+  QK_CHECK_AS(qk::IoError, qcclCommUserRank(comm, &c->rank_) == qcclSuccess &&
+                               qcclCommCount(comm, &c->size_) == qcclSuccess,
+              "qccl: ", qcclGetLastError(nullptr));
+  c->thread_ = std::thread([p = c.get()] { p->loop(); });
+  return c;
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key, const CommOptions& opts) {
+  qcclComm_t made = nullptr;
+  const std::string name = opts.name;
+  const std::string transport = opts.transport;
+  const double timeout_s = opts.timeout_s;
+  submit([&](qcclComm_t c) {
+    qcclConfig_t cfg = QCCL_CONFIG_INITIALIZER;
+    cfg.timeoutS = timeout_s;
+    cfg.commName = name.c_str();
+    cfg.transport = transport.empty() ? nullptr : transport.c_str();
+    return qcclCommSplit(c, color < 0 ? QCCL_SPLIT_NOCOLOR : color, key, &made, &cfg);
+  })->wait();  // the closure's references stay valid: we wait for it here
+  if (made == nullptr) return nullptr;
+  return adopt(made);
 }
 
 Communicator::~Communicator() {

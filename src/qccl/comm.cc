@@ -1,20 +1,20 @@
 // Communicator set-up: bootstrap, then one connection per peer over the
 // transport each pair agrees on, then the cost model.
-#include "qccl/comm.h"
+#include "comm.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "qccl/backend/backend.h"
-#include "qccl/comm_init.h"
-#include "qccl/algo/cost_probe.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/settings.h"
-#include "qccl/topo/comm_topo.h"
-#include "qccl/transport/shm.h"
-#include "qccl/transport/tcp.h"
+#include "backend/backend.h"
+#include "comm_init.h"
+#include "algo/cost_probe.h"
+#include "core/debug.h"
+#include "core/settings.h"
+#include "topo/comm_topo.h"
+#include "transport/shm.h"
+#include "transport/tcp.h"
 #include "qk/base/timer.h"
 
 qcclComm::qcclComm(int fr_entries) : fr(fr_entries) {}

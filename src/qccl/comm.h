@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "qccl.h"
-#include "qccl/algo/cost_model.h"
-#include "qccl/bootstrap/bootstrap.h"
-#include "qccl/flight_recorder.h"
-#include "qccl/transport/conn.h"
-#include "qccl/transport/shared_mem.h"
+#include "algo/cost_model.h"
+#include "bootstrap/bootstrap.h"
+#include "flight_recorder.h"
+#include "transport/conn.h"
+#include "transport/shared_mem.h"
 
 namespace qccl {
 class Backend;  // qccl/backend/backend.h
@@ -58,6 +58,10 @@ struct qcclComm {
   // Messages completed to / from each peer, every kind counted (debug
   // counters: the tests read them to see which neighbours an algorithm used).
   std::vector<uint64_t> msgs_sent, msgs_received;
+  // Payload bytes moved to / from peers, every call counted (headers not):
+  // qcclCommGetTraffic. Atomic so any thread may read them mid-call.
+  std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
+  std::atomic<uint64_t> messages_sent{0}, messages_received{0};
   qccl::FlightRecorder fr;
   std::vector<char> scratch;  // temporaries of the algorithms, reused
   qccl::PeerMappings peer_maps;  // peers' qcclMemAlloc buffers mapped here (algo/direct.h)

@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "qccl/comm.h"
+#include "comm.h"
 
 namespace qccl {
 

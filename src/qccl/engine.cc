@@ -1,4 +1,4 @@
-#include "qccl/engine.h"
+#include "engine.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "qccl/core/debug.h"
+#include "core/debug.h"
 
 namespace qccl {
 
@@ -374,6 +374,13 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
         --pending;
         auto& count = x.kind == Xfer::kSend ? comm.msgs_sent : comm.msgs_received;
         if (static_cast<size_t>(x.peer) < count.size()) ++count[x.peer];
+        if (x.kind == Xfer::kSend) {
+          comm.bytes_sent.fetch_add(x.bytes, std::memory_order_relaxed);
+          comm.messages_sent.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          comm.bytes_received.fetch_add(x.bytes, std::memory_order_relaxed);
+          comm.messages_received.fetch_add(1, std::memory_order_relaxed);
+        }
       }
     }
     if (pending == 0) break;

@@ -20,9 +20,9 @@
 #include <span>
 #include <string>
 
-#include "qccl/comm.h"
-#include "qccl/core/errors.h"
-#include "qccl/core/reduce.h"
+#include "comm.h"
+#include "core/errors.h"
+#include "core/reduce.h"
 
 namespace qccl {
 

@@ -1,12 +1,12 @@
-#include "qccl/flight_recorder.h"
+#include "flight_recorder.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <ctime>
 
-#include "qccl/core/debug.h"
-#include "qccl/core/settings.h"
+#include "core/debug.h"
+#include "core/settings.h"
 #include "qk/base/file_io.h"
 
 namespace qccl {

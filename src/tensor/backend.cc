@@ -5,7 +5,7 @@
 
 #include "qk/base/error.h"
 #include "qk/tensor/storage.h"
-#include "tensor/cpu/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 
 namespace qk {
 

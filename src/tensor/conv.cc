@@ -4,7 +4,7 @@
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/conv.h"
+#include "cpu/conv.h"
 
 namespace qk::ops {
 

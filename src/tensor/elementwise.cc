@@ -3,7 +3,7 @@
 
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/kernels.h"
+#include "cpu/kernels.h"
 
 namespace qk {
 

@@ -5,7 +5,7 @@
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/index.h"
+#include "cpu/index.h"
 
 namespace qk::ops {
 namespace {

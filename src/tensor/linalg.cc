@@ -3,7 +3,7 @@
 
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/gemm.h"
+#include "cpu/gemm.h"
 
 namespace qk::ops {
 

@@ -3,10 +3,10 @@
 
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/dropout.h"
-#include "tensor/cpu/embedding.h"
-#include "tensor/cpu/loss.h"
-#include "tensor/cpu/softmax.h"
+#include "cpu/dropout.h"
+#include "cpu/embedding.h"
+#include "cpu/loss.h"
+#include "cpu/softmax.h"
 
 namespace qk::ops {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/norm.h"
+#include "cpu/norm.h"
 
 namespace qk::ops {
 namespace {

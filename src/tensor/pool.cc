@@ -2,7 +2,7 @@
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/conv.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/pool.h"
+#include "cpu/pool.h"
 
 namespace qk::ops {
 

@@ -7,7 +7,7 @@
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/kernels.h"
+#include "cpu/kernels.h"
 
 namespace qk::ops {
 

@@ -108,17 +108,6 @@ std::string type_name(const FlagSpec& s) {
       s.field);
 }
 
-}  // namespace detail
-
-namespace {
-
-using detail::FlagSpec;
-
-// Fields validate_megatron_args sets that no flag does, printed with the rest.
-struct DerivedField {
-  const char* name;
-  detail::FieldRef field;
-};
 const std::vector<DerivedField>& derived_fields() {
   static const std::vector<DerivedField> d = {
       {"rank", &MegatronArgs::rank},
@@ -129,6 +118,12 @@ const std::vector<DerivedField>& derived_fields() {
   };
   return d;
 }
+}  // namespace detail
+
+namespace {
+
+using detail::derived_fields;
+using detail::FlagSpec;
 
 std::string metavar(const FlagSpec& f) {
   const std::string t = detail::type_name(f);

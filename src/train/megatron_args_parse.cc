@@ -259,6 +259,8 @@ void check_megatron_flag_status(ParsedMegatronArgs& p) {
       p.notes.push_back(as_given + ": no effect here; " + std::string(r->what));
     } else if (r->fine ? !r->fine(p.args) : r->status == FlagStatus::kNotYet) {
       refused.push_back(as_given + ": " + detail::not_yet_text(*r));
+    } else if (!r->accepted_note.empty()) {
+      p.notes.push_back(as_given + ": " + std::string(r->accepted_note));
     }
   }
   if (refused.size() == 1) QK_THROW(ValueError, refused[0]);

@@ -235,7 +235,7 @@ void validate_recompute(MegatronArgs& a) {
   }
 }
 
-void validate_model(MegatronArgs& a, const MegatronArgsOptions& o) {
+void validate_model(MegatronArgs& a) {
   QK_CHECK(a.hidden_size.has_value(), "--hidden-size is required");
   positive(*a.hidden_size, "--hidden-size");
   QK_CHECK(a.num_attention_heads.has_value(), "--num-attention-heads is required");
@@ -275,10 +275,9 @@ void validate_model(MegatronArgs& a, const MegatronArgsOptions& o) {
   QK_CHECK(*a.max_position_embeddings >= *a.seq_length, "--max-position-embeddings (", *a.max_position_embeddings,
            ") must be >= --seq-length (", *a.seq_length, ")");
 
-  if (a.tensor_model_parallel_size == 1 && a.sequence_parallel) {
-    if (o.rank == 0) QK_WARN("--sequence-parallel: turned off because --tensor-model-parallel-size is 1 (as Megatron)");
-    a.sequence_parallel = false;
-  }
+  // Megatron turns sequence parallelism off at tensor size 1 (the status
+  // check notes it when the flag was given).
+  if (a.tensor_model_parallel_size == 1) a.sequence_parallel = false;
   QK_CHECK(!a.tp_comm_overlap || a.sequence_parallel, "--tp-comm-overlap needs --sequence-parallel");
   if (!a.add_bias_linear) a.bias_gelu_fusion = false;
   if (a.add_bias_linear) a.add_qkv_bias = true;
@@ -413,7 +412,7 @@ void validate_megatron_args(MegatronArgs& a, const MegatronArgsOptions& o) {
   validate_pipeline(a);
   validate_precision(a);
   validate_schedule(a, o);
-  validate_model(a, o);
+  validate_model(a);
   validate_recompute(a);
   validate_moe(a);
   validate_data(a, o);

@@ -58,6 +58,13 @@ void add_training_flags(std::vector<FlagSpec>& t);  // megatron_args_flags_train
 const std::vector<FlagSpec>& flag_table();
 const FlagSpec* find_flag(std::string_view spelling);  // primary spelling or alias
 const FlagSpec* find_flag_by_dest(std::string_view dest);
+// Fields validate_megatron_args sets that no flag does (rank, world_size, ...),
+// printed and saved with the rest.
+struct DerivedField {
+  const char* name;
+  FieldRef field;
+};
+const std::vector<DerivedField>& derived_fields();
 
 // A flag's status in this build (megatron_args_status.cc). Flags without a rule
 // are supported.
@@ -71,6 +78,9 @@ struct StatusRule {
   // fine with pipeline parallelism not built; rope is fine, mrope is not).
   bool (*fine)(const MegatronArgs&) = nullptr;
   std::string_view fine_note = {};  // e.g. "this build runs pipeline size 1"
+  // An info line when the flag is given and `fine` holds (e.g. what
+  // Megatron itself does with --sequence-parallel at tensor size 1).
+  std::string_view accepted_note = {};
 };
 const std::vector<StatusRule>& status_rules();
 const StatusRule* find_status_rule(std::string_view flag);

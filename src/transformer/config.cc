@@ -66,17 +66,18 @@ void TransformerConfig::validate() {
   check_positive(hidden_size, "hidden_size");
   check_positive(num_attention_heads, "num_attention_heads");
   check_positive(tensor_model_parallel_size, "tensor_model_parallel_size");
-  QK_CHECK(num_attention_heads % tensor_model_parallel_size == 0, "num_attention_heads (",
-           num_attention_heads, ") must be a multiple of tensor_model_parallel_size (",
-           tensor_model_parallel_size, ")");
+  QK_CHECK(num_attention_heads % tensor_model_parallel_size == 0, "num_attention_heads (--num-attention-heads ",
+           num_attention_heads, ") must be a multiple of tensor_model_parallel_size (--tensor-model-parallel-size ",
+           tensor_model_parallel_size, "): each rank holds whole heads");
 
   if (num_query_groups == 0) num_query_groups = num_attention_heads;
   check_positive(num_query_groups, "num_query_groups");
   QK_CHECK(num_attention_heads % num_query_groups == 0, "num_query_groups (", num_query_groups,
            ") must divide num_attention_heads (", num_attention_heads,
            "): each key/value head serves the same number of query heads");
-  QK_CHECK(num_query_groups % tensor_model_parallel_size == 0, "num_query_groups (", num_query_groups,
-           ") must be a multiple of tensor_model_parallel_size (", tensor_model_parallel_size, ")");
+  QK_CHECK(num_query_groups % tensor_model_parallel_size == 0, "num_query_groups (--num-query-groups ",
+           num_query_groups, ") must be a multiple of tensor_model_parallel_size (--tensor-model-parallel-size ",
+           tensor_model_parallel_size, "): each rank holds whole query groups of the fused QKV weight");
 
   if (kv_channels == 0) {
     QK_CHECK(hidden_size % num_attention_heads == 0, "hidden_size (", hidden_size,
@@ -93,6 +94,11 @@ void TransformerConfig::validate() {
                                   : 4 * hidden_size;
   }
   check_positive(ffn_hidden_size, "ffn_hidden_size");
+  QK_CHECK(ffn_hidden_size % tensor_model_parallel_size == 0, "ffn_hidden_size (--ffn-hidden-size ",
+           ffn_hidden_size, ") must be a multiple of tensor_model_parallel_size (--tensor-model-parallel-size ",
+           tensor_model_parallel_size, "): linear_fc1/linear_fc2 split the MLP width over the ranks");
+  // Megatron's validate_args: sequence parallelism needs tensor parallelism.
+  if (tensor_model_parallel_size == 1) sequence_parallel = false;
 
   check_probability(hidden_dropout, "hidden_dropout");
   check_probability(attention_dropout, "attention_dropout");

@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "qk/autograd/functions.h"
+#include "qk/autograd/llm_ops.h"
 
 namespace qk::transformer {
 
@@ -65,11 +66,8 @@ Tensor activation(const Tensor& x, Activation a) {
 }  // namespace
 
 Tensor core_attention(const Tensor& q, const Tensor& k, const Tensor& v, const CoreAttentionOptions& o) {
-  // Seam (Note [Fused-op seams]): when qk/autograd/llm_ops.h lands, replace the check with
-  //   if (o.use_flash) return flash_attention(q, k, v, {o.causal, o.scale, o.dropout_p, o.training, o.generator});
-  QK_CHECK(!o.use_flash,
-           "use_flash_attn: this build has no flash_attention kernel yet (qk/autograd/llm_ops.h); "
-           "leave use_flash_attn off to run the unfused attention");
+  // The flash kernel's softmax is always f32, so softmax_in_fp32 holds either way.
+  if (o.use_flash) return flash_attention(q, k, v, {o.causal, o.scale, o.dropout_p, o.training, o.generator});
   return unfused_attention(q, k, v, o);
 }
 

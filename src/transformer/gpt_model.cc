@@ -3,6 +3,9 @@
 #include "qk/transformer/gpt_model.h"
 
 #include "qk/autograd/functions.h"
+#include "qk/parallel/cross_entropy.h"
+#include "qk/parallel/mappings.h"
+#include "qk/transformer/tensor_parallel.h"
 
 namespace qk::transformer {
 
@@ -27,8 +30,35 @@ LanguageModelEmbeddingImpl::LanguageModelEmbeddingImpl(const TransformerConfig& 
   }
 }
 
+LanguageModelEmbeddingImpl::LanguageModelEmbeddingImpl(const TransformerConfig& c,
+                                                       std::shared_ptr<dist::ProcessGroup> tp,
+                                                       Generator* sp_dropout_generator)
+    : dropout_(c.hidden_dropout), tp_(std::move(tp)), sequence_parallel_(c.sequence_parallel),
+      sp_dropout_generator_(sp_dropout_generator) {
+  QK_CHECK(tp_ != nullptr, "LanguageModelEmbedding: needs a tensor-parallel group");
+  const bool learned = c.position_embedding_type == PositionEmbeddingType::learned_absolute;
+  // Megatron's reduce_scatter_embeddings: with nothing to add after the
+  // lookup, the sum over the group and the sequence split are one reduce-scatter.
+  vocab_parallel_word_embeddings = register_module(
+      "word_embeddings", parallel::VocabParallelEmbedding(
+                             c.padded_vocab_size(), c.hidden_size, tp_,
+                             parallel::VocabParallelEmbeddingOptions()
+                                 .init([c](const Tensor& w, const Tensor&) { init_normal(w, c); })
+                                 .reduce_scatter_embeddings(sequence_parallel_ && !learned)));
+  if (learned) {
+    position_embeddings =
+        register_module("position_embeddings", nn::Embedding(c.max_position_embeddings, c.hidden_size));
+    init_normal(position_embeddings->weight, c);
+  }
+}
+
+const Tensor& LanguageModelEmbeddingImpl::word_embedding_weight() const {
+  return vocab_parallel_word_embeddings ? vocab_parallel_word_embeddings->weight : word_embeddings->weight;
+}
+
 Tensor LanguageModelEmbeddingImpl::forward(const Tensor& tokens, const Tensor& position_ids, int64_t offset) {
-  Tensor h = word_embeddings(tokens);  // [B, T, C]
+  // [B, T, C] ([B, T/tp, C] when the vocabulary-parallel lookup reduce-scatters).
+  Tensor h = vocab_parallel_word_embeddings ? vocab_parallel_word_embeddings(tokens) : word_embeddings(tokens);
   if (position_embeddings) {
     const int64_t t = tokens.size(1);
     Tensor positions = position_ids;
@@ -40,6 +70,11 @@ Tensor LanguageModelEmbeddingImpl::forward(const Tensor& tokens, const Tensor& p
                shape_str(positions.shape()));
     }
     h = h + position_embeddings(positions);  // [T, C] broadcasts over the batch
+  }
+  if (sequence_parallel_) {
+    if (position_embeddings) h = parallel::scatter_to_sequence_parallel_region(h, *tp_, 1);
+    // Each rank drops out other tokens: its own generator (Megatron forks the model-parallel RNG).
+    return dropout(h, dropout_, is_training(), *sp_dropout_generator_);
   }
   return dropout(h, dropout_, is_training());
 }
@@ -58,7 +93,7 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerConfig& c, const Tra
 
 Tensor TransformerBlockImpl::forward(const Tensor& hidden, const RotaryTables& rotary, KVCache* cache) {
   Tensor h = hidden;
-  AttentionContext ctx{rotary, cache, 0};
+  AttentionContext ctx{rotary, cache, 0, attention_dropout_generator, hidden_dropout_generator};
   for (size_t i = 0; i < typed_layers_.size(); ++i) {
     ctx.layer = static_cast<int64_t>(i);
     h = typed_layers_[i]->forward(h, ctx);
@@ -81,8 +116,57 @@ GPTModelImpl::GPTModelImpl(const TransformerConfig& config, const TransformerLay
   if (c.params_dtype != DType::f32) to(c.params_dtype);
 }
 
+GPTModelImpl::GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist::ProcessGroup> tp)
+    : config_(validated(config)), tp_(std::move(tp)) {
+  QK_CHECK(tp_ != nullptr, "GPTModel: the tensor-parallel constructor needs a group (a group of one for none)");
+  const TransformerConfig& c = config_;
+  check_tensor_parallel_config(c, tp_->size());
+  // Megatron's model_parallel_cuda_manual_seed: seed + 2718 + tp rank. Making
+  // it draws nothing, so the default generator stays in step with the unsplit model's.
+  tp_rng_ = std::make_shared<Generator>(default_generator().seed() + 2718 + static_cast<uint64_t>(tp_->rank()));
+  embedding = register_module("embedding", LanguageModelEmbedding(c, tp_, tp_rng_.get()));
+  decoder = register_module("decoder", TransformerBlock(c, gpt_layer_tensor_parallel_spec(tp_)));
+  if (tp_->size() > 1) decoder->attention_dropout_generator = tp_rng_.get();
+  if (c.sequence_parallel) decoder->hidden_dropout_generator = tp_rng_.get();
+  if (!c.share_embeddings_and_output_weights) {
+    parallel_output_layer = register_module(
+        "output_layer", parallel::ColumnParallelLinear(
+                            c.hidden_size, c.padded_vocab_size(), tp_,
+                            parallel::ColumnParallelLinearOptions()
+                                .bias(false)
+                                .sequence_parallel(c.sequence_parallel)
+                                .init([c](const Tensor& w, const Tensor&) { init_normal(w, c); })));
+  }
+  if (c.params_dtype != DType::f32) to(c.params_dtype);
+}
+
 const Tensor& GPTModelImpl::output_weight() const {
-  return output_layer ? output_layer->weight : embedding->word_embeddings->weight;
+  if (parallel_output_layer) return parallel_output_layer->weight;
+  return output_layer ? output_layer->weight : embedding->word_embedding_weight();
+}
+
+std::vector<std::string> GPTModelImpl::partial_gradient_parameters() const {
+  std::vector<std::string> names;
+  if (!tp_ || tp_->size() == 1 || !config_.sequence_parallel) return names;
+  auto add_norm = [&](const std::string& prefix, const Norm& n) {
+    names.push_back(prefix + ".weight");
+    if (n->bias.defined()) names.push_back(prefix + ".bias");
+  };
+  const auto& layers = decoder->layers;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const auto* layer = dynamic_cast<const TransformerLayerImpl*>(layers->ptr(i).get());
+    const std::string prefix = "decoder.layers." + std::to_string(i) + ".";
+    add_norm(prefix + "input_layernorm", layer->input_layernorm);
+    add_norm(prefix + "pre_mlp_layernorm", layer->pre_mlp_layernorm);
+  }
+  add_norm("decoder.final_layernorm", decoder->final_layernorm);
+  return names;
+}
+
+Tensor GPTModelImpl::vocab_parallel_logits(const Tensor& hidden) {
+  const Tensor input = config_.sequence_parallel ? parallel::gather_from_sequence_parallel_region(hidden, *tp_, 1)
+                                                 : parallel::copy_to_tensor_model_parallel_region(hidden, *tp_);
+  return linear(input, output_weight()).to(DType::f32);
 }
 
 void GPTModelImpl::check_tokens(const Tensor& tokens, int64_t offset) const {
@@ -94,6 +178,10 @@ void GPTModelImpl::check_tokens(const Tensor& tokens, int64_t offset) const {
     QK_CHECK(offset + tokens.size(1) <= config_.max_position_embeddings, "GPTModel: positions up to ",
              offset + tokens.size(1), " exceed max_position_embeddings (", config_.max_position_embeddings,
              ") of the learned position embedding");
+  if (tp_ && config_.sequence_parallel)
+    QK_CHECK(tokens.size(1) % tp_->size() == 0, "GPTModel: a sequence of ", tokens.size(1),
+             " tokens does not split over --tensor-model-parallel-size ", tp_->size(),
+             " under --sequence-parallel; make --seq-length a multiple of it");
 }
 
 Tensor GPTModelImpl::run(const Tensor& tokens, const Tensor& position_ids, KVCache* cache) {
@@ -110,7 +198,10 @@ Tensor GPTModelImpl::hidden_states(const Tensor& tokens, const Tensor& position_
   return run(tokens, position_ids, nullptr);
 }
 
-Tensor GPTModelImpl::logits(const Tensor& hidden) { return linear(hidden, output_weight()).to(DType::f32); }
+Tensor GPTModelImpl::logits(const Tensor& hidden) {
+  if (tp_) return parallel::gather_from_tensor_model_parallel_region(vocab_parallel_logits(hidden), *tp_);
+  return linear(hidden, output_weight()).to(DType::f32);
+}
 
 Tensor GPTModelImpl::forward(const Tensor& tokens, const Tensor& position_ids, const Tensor& labels,
                              const Tensor& loss_mask) {
@@ -121,11 +212,20 @@ Tensor GPTModelImpl::forward(const Tensor& tokens, const Tensor& position_ids, c
   QK_CHECK(!loss_mask.defined() || loss_mask.shape() == tokens.shape(), "GPTModel: loss_mask ",
            loss_mask.defined() ? shape_str(loss_mask.shape()) : "", " must match tokens ", shape_str(tokens.shape()));
   const int64_t n = tokens.numel();
-  return output_loss(h.reshape({n, config_.hidden_size}), output_weight(), labels.reshape({n}),
-                     loss_mask.defined() ? loss_mask.reshape({n}) : Tensor());
+  if (!tp_)
+    return output_loss(h.reshape({n, config_.hidden_size}), output_weight(), labels.reshape({n}),
+                       loss_mask.defined() ? loss_mask.reshape({n}) : Tensor());
+  // output_loss's masked mean over the vocabulary-parallel cross entropy.
+  const Tensor logits_local = vocab_parallel_logits(h);  // [B, T, V/tp]
+  const Tensor ce = parallel::vocab_parallel_cross_entropy(logits_local.reshape({n, logits_local.size(-1)}),
+                                                           labels.reshape({n}), *tp_);
+  const Tensor token_weight = loss_mask.defined() ? loss_mask.reshape({n}).to(DType::f32) /
+                                                        sum(loss_mask.to(DType::f32))
+                                                  : full({n}, 1.0 / static_cast<double>(n));
+  return sum(ce * token_weight);
 }
 
-Tensor GPTModelImpl::forward_step(const Tensor& tokens, KVCache& cache) {
+Tensor GPTModelImpl::forward_step(const Tensor& tokens, KVCache& cache, bool last_only) {
   QK_CHECK(cache.num_layers() == config_.num_layers, "GPTModel::forward_step: the cache has ", cache.num_layers(),
            " layers, the model ", config_.num_layers, "; make it with make_kv_cache");
   QK_CHECK(tokens.dim() == 2 && tokens.size(0) == cache.batch_size(), "GPTModel::forward_step: tokens ",
@@ -133,15 +233,19 @@ Tensor GPTModelImpl::forward_step(const Tensor& tokens, KVCache& cache) {
   QK_CHECK(!is_training() || (config_.hidden_dropout == 0 && config_.attention_dropout == 0),
            "GPTModel::forward_step: the model is in training mode and would drop activations; call eval() "
            "before generating");
+  QK_CHECK(!(tp_ && config_.sequence_parallel), "GPTModel::forward_step: generation runs without sequence "
+           "parallelism (as Megatron's inference); build the model with config.sequence_parallel = false");
   NoGradGuard no_grad;
   const Tensor h = run(tokens, Tensor(), &cache);
-  cache.advance(tokens.size(1));
-  return logits(h);
+  const int64_t t = tokens.size(1);
+  cache.advance(t);
+  return logits(last_only && t > 1 ? h.narrow(1, t - 1, 1) : h);
 }
 
 KVCache GPTModelImpl::make_kv_cache(int64_t batch_size, int64_t max_length) const {
-  return KVCache(config_.num_layers, batch_size, max_length, config_.num_query_groups, config_.kv_channels,
-                 config_.params_dtype);
+  // Under tensor parallelism each rank caches its own query groups.
+  const int64_t groups = config_.num_query_groups / (tp_ ? tp_->size() : 1);
+  return KVCache(config_.num_layers, batch_size, max_length, groups, config_.kv_channels, config_.params_dtype);
 }
 
 }  // namespace qk::transformer

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention_core.h"
 #include "qk/autograd/functions.h"
 #include "qk/nn/init.h"
 #include "qk/tensor/ops/index.h"
@@ -33,8 +34,8 @@ std::vector<Tensor> split_qkv(const Tensor& qkv, int64_t groups, int64_t heads_p
 
 // Megatron's bias-dropout-add (the bias is already in x): residual + dropout(x),
 // in the residual's dtype (under autocast x may come back in bf16).
-Tensor dropout_add(const Tensor& x, const Tensor& residual, double p, bool training) {
-  return residual + dropout(x.to(residual.dtype()), p, training);
+Tensor dropout_add(const Tensor& x, const Tensor& residual, double p, bool training, Generator* gen) {
+  return residual + dropout(x.to(residual.dtype()), p, training, gen ? *gen : default_generator());
 }
 
 nn::Linear make_linear(int64_t in, int64_t out, bool bias, bool scaled, const TransformerConfig& c) {
@@ -98,9 +99,17 @@ SelfAttentionImpl::SelfAttentionImpl(const TransformerConfig& c, int64_t layer_n
 Tensor SelfAttentionImpl::forward(const Tensor& hidden, const AttentionContext& ctx) {
   QK_CHECK(hidden.dim() == 3 && hidden.size(2) == config_.hidden_size, "SelfAttention: expected hidden [B, T, ",
            config_.hidden_size, "], got ", shape_str(hidden.shape()));
-  const int64_t b = hidden.size(0), t = hidden.size(1);
-  const int64_t groups = config_.num_query_groups, hpg = config_.heads_per_group(), d = config_.kv_channels;
-  const std::vector<Tensor> qkv = split_qkv(linear_qkv(hidden), groups, hpg, d);
+  const Tensor context = attention_between_projections(linear_qkv(hidden), config_.num_query_groups, config_,
+                                                       q_layernorm, k_layernorm, ctx, is_training());
+  return linear_proj(context);
+}
+
+Tensor attention_between_projections(const Tensor& qkv_out, int64_t groups, const TransformerConfig& c,
+                                     const Norm& q_layernorm, const Norm& k_layernorm, const AttentionContext& ctx,
+                                     bool training) {
+  const int64_t b = qkv_out.size(0), t = qkv_out.size(1);
+  const int64_t hpg = c.heads_per_group(), d = c.kv_channels;
+  const std::vector<Tensor> qkv = split_qkv(qkv_out, groups, hpg, d);
   Tensor query = qkv[0], key = qkv[1], value = qkv[2];  // [B, T, G, hpg, D], [B, T, G, D] x 2
   if (q_layernorm) query = q_layernorm(query);  // over D; the output is contiguous
   if (k_layernorm) key = k_layernorm(key);
@@ -123,13 +132,14 @@ Tensor SelfAttentionImpl::forward(const Tensor& hidden, const AttentionContext& 
 
   CoreAttentionOptions o;
   o.causal = true;
-  o.scale = config_.softmax_scale.value_or(0.0);
-  o.dropout_p = config_.attention_dropout;
-  o.training = is_training();
-  o.softmax_in_fp32 = config_.attention_softmax_in_fp32;
-  o.use_flash = config_.use_flash_attn;
+  o.scale = c.softmax_scale.value_or(0.0);
+  o.dropout_p = c.attention_dropout;
+  o.training = training;
+  o.softmax_in_fp32 = c.attention_softmax_in_fp32;
+  o.use_flash = c.use_flash_attn;
+  o.generator = ctx.attention_dropout_generator;
   const Tensor context = core_attention(query, key, value, o);  // [B, T, Hq, D] contiguous
-  return linear_proj(context.reshape({b, t, config_.query_projection_size()}));
+  return context.reshape({b, t, groups * hpg * d});
 }
 
 // ---- Mlp ----
@@ -173,9 +183,10 @@ Tensor TransformerLayerImpl::forward(const Tensor& hidden, const AttentionContex
   const bool training = is_training();
   const Tensor ln1 = input_layernorm(hidden);
   Tensor h = dropout_add(self_attention->forward(ln1, ctx), residual_post_layernorm_ ? ln1 : hidden,
-                         hidden_dropout_, training);
+                         hidden_dropout_, training, ctx.hidden_dropout_generator);
   const Tensor ln2 = pre_mlp_layernorm(h);
-  return dropout_add(mlp->forward(ln2), residual_post_layernorm_ ? ln2 : h, hidden_dropout_, training);
+  return dropout_add(mlp->forward(ln2), residual_post_layernorm_ ? ln2 : h, hidden_dropout_, training,
+                     ctx.hidden_dropout_generator);
 }
 
 }  // namespace qk::transformer

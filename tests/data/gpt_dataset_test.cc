@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "common/reference_tool.h"
-#include "data/numpy_random.h"
+#include "numpy_random.h"
 #include "data/test_util.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
@@ -205,6 +205,64 @@ TEST(GptDataset, DamagedCacheIsRebuilt) {
   qk::data::GptDataset h(ds, o);
   EXPECT_FALSE(h.loaded_from_cache());
   EXPECT_NE(h.cache_base(), base);
+}
+
+}  // namespace
+
+namespace {
+
+// A dataset of `docs` documents of 20 + d tokens each, written under `dir`.
+std::string write_dataset(const TempDir& dir, const std::string& name, int docs) {
+  const std::string prefix = dir / name;
+  qk::data::IndexedDatasetBuilder b(qk::data::bin_path(prefix), qk::data::DType::kUint16);
+  for (int d = 0; d < docs; ++d) {
+    std::vector<int32_t> doc(static_cast<size_t>(20 + d), d + 1);
+    b.add_document(doc, std::vector<int32_t>{static_cast<int32_t>(doc.size())});
+  }
+  b.finalize(qk::data::idx_path(prefix));
+  return prefix;
+}
+
+// Megatron-Core's builder: weighted blends plan ceil(N * w) samples from each
+// dataset, build 0.5% more, and blend sum(ceil(N * w)) samples; bare prefixes
+// blend one epoch of each by their sizes.
+TEST(Blending, SizesFollowMegatronsBuilder) {
+  TempDir dir("blend_sizes");
+  const std::string a = write_dataset(dir, "a_text_document", 10), b_ = write_dataset(dir, "b_text_document", 30);
+  qk::data::GptDatasetOptions o;
+  o.sequence_length = 8;
+  o.num_samples = 21;
+  o.split = "1";
+  o.cache_dir = dir / "cache";
+  qk::data::BlendedGptDataset b({{0.3, a}, {0.7, b_}}, o);
+  // ceil(21 * 0.3) = 7, ceil(21 * 0.7) = 15: 22 samples.
+  EXPECT_EQ(b.size(), 22u);
+  EXPECT_GE(b.dataset(0).size(), 8u);  // ceil(7 * 1.005)
+  EXPECT_GE(b.dataset(1).size(), 16u);
+  int from0 = 0;
+  for (int16_t d : b.dataset_index()) from0 += d == 0;
+  EXPECT_EQ(from0, 7);
+  for (size_t i = 0; i < b.size(); ++i)
+    EXPECT_EQ(b.sample(i), b.dataset(static_cast<size_t>(b.dataset_index()[i]))
+                               .sample(static_cast<size_t>(b.dataset_sample_index()[i])));
+
+  auto by_size = qk::data::BlendedGptDataset::by_size({a, b_}, o);
+  const double n0 = static_cast<double>(by_size->dataset(0).size()), n1 = static_cast<double>(by_size->dataset(1).size());
+  EXPECT_NEAR(by_size->weights()[0], n0 / (n0 + n1), 1e-12);
+  EXPECT_EQ(by_size->size(), std::min<size_t>(21, static_cast<size_t>(n0 + n1)));
+}
+
+TEST(GptDataset, ZeroSamplesMeansOneEpoch) {
+  TempDir dir("one_epoch");
+  qk::data::IndexedDataset ds(write_dataset(dir, "c_text_document", 12));
+  qk::data::GptDatasetOptions o;
+  o.sequence_length = 8;
+  o.num_samples = 0;
+  o.split = "1";
+  o.cache_dir = dir / "cache";
+  qk::data::GptDataset g(ds, o);
+  EXPECT_EQ(g.num_epochs(), 1);
+  EXPECT_EQ(static_cast<int64_t>(g.size()), (ds.num_tokens() - 1) / 8);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 #include "common/reference_tool.h"
 #include "data/test_util.h"
-#include "data/tokenizer/sentencepiece.h"
+#include "tokenizer/sentencepiece.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/data/indexed_dataset.h"

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "data/test_util.h"
-#include "data/tokenizer/pretokenize.h"
+#include "tokenizer/pretokenize.h"
 #include "qk/base/error.h"
 #include "qk/data/text_gen.h"
 
@@ -197,6 +197,23 @@ TEST(Tokenizer, WrongJsonTypesNameTheFileAndField) {
     EXPECT_NE(e.message().find(dir / "vocab.json: [\"a\"]: expected an integer, got boolean"), std::string::npos)
         << e.message();
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Megatron's NullTokenizer: ids separated by spaces, V + 1 ids, eod = V.
+TEST(NullTokenizer, IdsInIdsOutWithEodLast) {
+  auto tok = qk::data::load_tokenizer({.type = "NullTokenizer", .vocab_size = 100});
+  EXPECT_EQ(tok->vocab_size(), 101);
+  EXPECT_EQ(tok->eod(), 100);
+  EXPECT_EQ(tok->encode("5 0 99 100"), (std::vector<int32_t>{5, 0, 99, 100}));
+  const std::vector<int32_t> ids = {7, 8, 100};
+  EXPECT_EQ(tok->decode(ids), "7 8 100");
+  EXPECT_THROW(tok->encode("5 x"), qk::ValueError);
+  EXPECT_THROW(tok->encode("101"), qk::ValueError);
+  EXPECT_THROW(qk::data::load_tokenizer({.type = "NullTokenizer"}), qk::ValueError);  // no --vocab-size
 }
 
 }  // namespace

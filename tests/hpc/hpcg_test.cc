@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "hpc/hpcg/cg.h"
-#include "hpc/hpcg/problem.h"
+#include "hpcg/cg.h"
+#include "hpcg/problem.h"
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
 #include "qk/hpc/comm.h"

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "hpc/hpl/grid.h"
-#include "hpc/hpl/matgen.h"
+#include "hpl/grid.h"
+#include "hpl/matgen.h"
 #include "qk/base/error.h"
 #include "qk/hpc/comm.h"
 #include "qk/hpc/hpl.h"

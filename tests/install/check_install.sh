@@ -10,8 +10,12 @@ cmake --install "$build_dir" --prefix "$tmp/prefix" > "$tmp/install.log"
 test -x "$tmp/prefix/bin/qk" || { echo "qk not installed"; exit 1; }
 "$tmp/prefix/bin/qk" --version
 test -f "$tmp/prefix/include/qk/tensor/tensor.h" || { echo "headers not installed"; exit 1; }
+# The config asks consumers only for what the libraries use (spdlog was dropped).
+if grep -rl spdlog "$tmp/prefix/lib"*/cmake/qianka; then echo "installed config still names spdlog"; exit 1; fi
 cmake -S "$src_dir/consumer" -B "$tmp/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/configure.log" || { cat "$tmp/configure.log"; exit 1; }
 cmake --build "$tmp/consumer" > "$tmp/build.log" || { cat "$tmp/build.log"; exit 1; }
 "$tmp/consumer/consumer"
+"$tmp/consumer/consumer_tensor_only"
+if [ -x "$tmp/consumer/consumer_nccl" ]; then "$tmp/consumer/consumer_nccl"; fi
 echo "install check: ok"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "qccl.h"
-#include "qccl/backend/mpi.h"
+#include "backend/mpi.h"
 
 namespace {
 
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   int rank = 0, n = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  qcclComm_t comm = qccl::init_from_mpi(MPI_COMM_WORLD);
+  qcclComm_t comm = qk::qccl::init_from_mpi(MPI_COMM_WORLD);
   if (rank == 0)
     std::printf("# MPI_Allreduce direct vs qcclAllReduce with QCCL_BACKEND=mpi: %d ranks, f32 sum in "
                 "place, median of %d blocks of %d calls (slowest rank)\n"

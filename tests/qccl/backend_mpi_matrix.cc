@@ -3,7 +3,7 @@
 //
 //   QCCL_BACKEND=mpi mpirun --allow-run-as-root --oversubscribe -np 4 qk_qccl_backend_mpi_tests
 //
-// Communicators come from MPI (qccl::init_from_mpi); the matrix runs on all
+// Communicators come from MPI (qk::qccl::init_from_mpi); the matrix runs on all
 // ranks and on qcclCommSplit's sub-communicators of 3, 2 and 1 ranks, against
 // the same serial references as collectives_test.cc (exact bits). The test
 // binary wraps MPI_Allreduce (MPI's profiling interface) to prove the calls
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "data.h"
-#include "qccl/backend/backend.h"
-#include "qccl/backend/mpi.h"
-#include "qccl/comm.h"
+#include "backend/backend.h"
+#include "backend/mpi.h"
+#include "comm.h"
 
 // Counts the MPI_Allreduce calls qccl makes (the executable's definition wins
 // over libmpi's; PMPI_Allreduce is the real one).
@@ -216,7 +216,7 @@ using Matrix = void (*)(const Me&, std::vector<std::string>&);
 // rank learns how many failed, so all of them pass or fail the test together.
 void run_everywhere(Matrix m) {
   std::vector<std::string> errs;
-  qcclComm_t world = qccl::init_from_mpi(MPI_COMM_WORLD);
+  qcclComm_t world = qk::qccl::init_from_mpi(MPI_COMM_WORLD);
   int wrank = 0, wsize = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   MPI_Comm_size(MPI_COMM_WORLD, &wsize);
@@ -256,7 +256,7 @@ TEST(MpiBackend, MismatchedCountsAreARemoteError) {
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size < 2) GTEST_SKIP() << "needs 2 MPI ranks (run under mpirun -np 4)";
-  qcclComm_t world = qccl::init_from_mpi(MPI_COMM_WORLD);
+  qcclComm_t world = qk::qccl::init_from_mpi(MPI_COMM_WORLD);
   qcclComm_t pair = nullptr;
   int wrank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
@@ -288,7 +288,7 @@ TEST(MpiBackend, MismatchedCountsAreARemoteError) {
 
 // Counts MPI's int cannot carry are refused before any data moves.
 TEST(MpiBackend, CountsBeyondIntAreAnInvalidArgument) {
-  qcclComm_t world = qccl::init_from_mpi(MPI_COMM_WORLD);
+  qcclComm_t world = qk::qccl::init_from_mpi(MPI_COMM_WORLD);
   char dummy[16] = {0};
   size_t huge = size_t(INT_MAX) + 1;
   EXPECT_EQ(qcclAllGather(dummy, dummy, huge, qcclInt8, world, nullptr), qcclInvalidArgument);

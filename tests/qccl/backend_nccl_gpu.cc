@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "qccl/backend/backend.h"
-#include "qccl/comm.h"
-#include "qccl/core/reduce.h"
+#include "backend/backend.h"
+#include "comm.h"
+#include "core/reduce.h"
 #include "ranks.h"
 
 namespace qccl_test {

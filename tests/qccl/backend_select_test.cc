@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "qccl/backend/backend.h"
-#include "qccl/comm.h"
+#include "backend/backend.h"
+#include "comm.h"
 #include "ranks.h"
 
 namespace qccl_test {

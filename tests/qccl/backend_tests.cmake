@@ -4,8 +4,7 @@
 if(MPI_C_FOUND)
   add_executable(qk_qccl_backend_mpi_tests backend_mpi_matrix.cc)
   target_link_libraries(qk_qccl_backend_mpi_tests PRIVATE qk_qccl GTest::gtest Threads::Threads)
-  target_include_directories(qk_qccl_backend_mpi_tests PRIVATE ${PROJECT_SOURCE_DIR}/src
-                             ${PROJECT_SOURCE_DIR}/tests)
+  qk_test_private_includes(qk_qccl_backend_mpi_tests)
   add_test(NAME qccl_backend_mpi_np4
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/backend_mpirun.sh $<TARGET_FILE:qk_qccl_backend_mpi_tests>)
   set_tests_properties(qccl_backend_mpi_np4 PROPERTIES
@@ -13,7 +12,7 @@ if(MPI_C_FOUND)
   # Overhead against MPI_Allreduce called directly (a program, not a test; docs/qccl.md).
   add_executable(qk_qccl_backend_mpi_bench backend_mpi_bench.cc)
   target_link_libraries(qk_qccl_backend_mpi_bench PRIVATE qk_qccl)
-  target_include_directories(qk_qccl_backend_mpi_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  qk_test_private_includes(qk_qccl_backend_mpi_bench)
 else()
   message(STATUS "qccl: MPI backend tests not built (MPI not found)")
 endif()

@@ -7,10 +7,10 @@
 #include <limits>
 
 #include "qccl.h"
-#include "qccl/algo/cost_model.h"
-#include "qccl/bootstrap/bootstrap.h"
-#include "qccl/core/reduce.h"
-#include "qccl/core/settings.h"
+#include "algo/cost_model.h"
+#include "bootstrap/bootstrap.h"
+#include "core/reduce.h"
+#include "core/settings.h"
 #include "qk/base/env.h"
 
 namespace qccl {

@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "qccl/algo/cost_model.h"
-#include "qccl/algo/cost_probe.h"
-#include "qccl/comm.h"
+#include "algo/cost_model.h"
+#include "algo/cost_probe.h"
+#include "comm.h"
 #include "ranks.h"
 
 namespace qccl {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "qccl.h"
-#include "qccl/core/check_data.h"
-#include "qccl/core/reduce.h"
+#include "core/reduce.h"
+#include "qk/qccl/check_data.h"
 #include "ranks.h"
 
 namespace qccl_test {
@@ -22,11 +22,11 @@ inline const qcclDataType_t kAllTypes[] = {qcclInt8,    qcclUint8,  qcclInt16,  
                                            qcclFloat16, qcclBfloat16, qcclFloat32, qcclFloat64};
 inline const qcclRedOp_t kAllOps[] = {qcclSum, qcclProd, qcclMax, qcclMin, qcclAvg};
 
-using qccl::check::get;
-using qccl::check::is_unsigned;
-using qccl::check::reduced;
-using qccl::check::set;
-using qccl::check::value;
+using qk::qccl::check::get;
+using qk::qccl::check::is_unsigned;
+using qk::qccl::check::reduced;
+using qk::qccl::check::set;
+using qk::qccl::check::value;
 
 inline std::vector<char> make_input(int r, size_t count, qcclRedOp_t op, qcclDataType_t t, int salt = 0) {
   std::vector<char> b(count * qccl::dtype_size(t) + 1);

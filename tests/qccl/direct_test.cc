@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "data.h"
-#include "qccl/algo/cost_model.h"
-#include "qccl/comm.h"
-#include "qccl/transport/shared_mem.h"
+#include "algo/cost_model.h"
+#include "comm.h"
+#include "transport/shared_mem.h"
 #include "ranks.h"
 
 namespace qccl_test {

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
-#include "qccl/engine.h"
-#include "qccl/transport/tcp.h"
+#include "engine.h"
+#include "transport/tcp.h"
 
 namespace qccl {
 namespace {

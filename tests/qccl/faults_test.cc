@@ -10,7 +10,7 @@
 #include <regex>
 #include <thread>
 
-#include "qccl/bootstrap/bootstrap.h"
+#include "bootstrap/bootstrap.h"
 #include "ranks.h"
 
 namespace qccl_test {

@@ -13,10 +13,10 @@
 #include <random>
 
 #include "data.h"
-#include "qccl/algo/cost_model.h"
-#include "qccl/algo/ring_order.h"
-#include "qccl/comm.h"
-#include "qccl/topo/comm_topo.h"
+#include "algo/cost_model.h"
+#include "algo/ring_order.h"
+#include "comm.h"
+#include "topo/comm_topo.h"
 #include "ranks.h"
 
 namespace qccl_test {

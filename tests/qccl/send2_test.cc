@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "qccl/core/errors.h"
-#include "qccl/transport/shm.h"
-#include "qccl/transport/tcp.h"
+#include "core/errors.h"
+#include "transport/shm.h"
+#include "transport/tcp.h"
 
 namespace qccl {
 namespace {

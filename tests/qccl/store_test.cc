@@ -10,7 +10,7 @@
 #include <cstring>
 #include <thread>
 
-#include "qccl/bootstrap/store.h"
+#include "bootstrap/store.h"
 #include "qccl/ranks.h"
 #include "qk/base/error.h"
 #include "qk/qccl/store.h"

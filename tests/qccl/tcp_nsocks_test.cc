@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "every_collective.h"
-#include "qccl/comm.h"
+#include "comm.h"
 
 namespace qccl_test {
 namespace {

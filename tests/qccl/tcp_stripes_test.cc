@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "qccl/engine.h"
-#include "qccl/transport/tcp.h"
+#include "engine.h"
+#include "transport/tcp.h"
 
 namespace qccl {
 namespace {

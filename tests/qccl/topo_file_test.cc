@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "qccl/topo/topo_file.h"
+#include "topo/topo_file.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 

@@ -9,10 +9,10 @@
 #include <random>
 
 #include "data.h"
-#include "qccl/algo/cost_model.h"
-#include "qccl/algo/hierarchical.h"
-#include "qccl/comm.h"
-#include "qccl/topo/comm_topo.h"
+#include "algo/cost_model.h"
+#include "algo/hierarchical.h"
+#include "comm.h"
+#include "topo/comm_topo.h"
 #include "ranks.h"
 
 namespace qccl_test {

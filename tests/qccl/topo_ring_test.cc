@@ -12,11 +12,11 @@
 #include <sstream>
 
 #include "common/run_command.h"
-#include "qccl/algo/cost_model.h"
-#include "qccl/topo/comm_topo.h"
-#include "qccl/topo/matrix.h"
-#include "qccl/topo/ring.h"
-#include "qccl/topo/topo_file.h"
+#include "algo/cost_model.h"
+#include "topo/comm_topo.h"
+#include "topo/matrix.h"
+#include "topo/ring.h"
+#include "topo/topo_file.h"
 #include "qk/base/error.h"
 
 namespace {

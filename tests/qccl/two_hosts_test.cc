@@ -16,7 +16,7 @@
 #include <cstdlib>
 
 #include "every_collective.h"
-#include "qccl/comm.h"
+#include "comm.h"
 
 namespace qccl_test {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "qk/tensor/tensor.h"
-#include "tensor/cpu/block_cache.h"
-#include "tensor/cpu/cpu_backend.h"
+#include "cpu/block_cache.h"
+#include "cpu/cpu_backend.h"
 
 namespace qk::cpu {
 namespace {

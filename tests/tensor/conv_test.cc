@@ -12,8 +12,8 @@
 #include "qk/tensor/ops/conv.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/conv.h"
-#include "tensor/cpu/onednn.h"
+#include "cpu/conv.h"
+#include "cpu/onednn.h"
 
 namespace qk {
 namespace {

@@ -10,7 +10,7 @@
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/linalg.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/gemm.h"
+#include "cpu/gemm.h"
 
 namespace qk {
 namespace {

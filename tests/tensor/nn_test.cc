@@ -13,7 +13,7 @@
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/softmax.h"
+#include "cpu/softmax.h"
 
 namespace qk {
 namespace {

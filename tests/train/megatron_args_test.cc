@@ -11,7 +11,7 @@
 #include <set>
 
 #include "megatron_args_test_util.h"
-#include "train/megatron_flag_table.h"
+#include "megatron_flag_table.h"
 
 namespace qk::test {
 namespace {

@@ -24,10 +24,11 @@ nn::SafetensorsFile load_fixture(const std::string& layout, DType dtype) {
 }
 
 // Builds the layout's model with the fixture's parameters and checks it.
-void check_layout(const std::string& layout, DType dtype, double rtol_logits, double rtol_grad) {
+void check_layout(const std::string& layout, DType dtype, double rtol_logits, double rtol_grad, bool flash = false) {
   const nn::SafetensorsFile f = load_fixture(layout, dtype);
   transformer::TransformerConfig c = test::config_from_metadata(f.metadata);
   c.params_dtype = dtype;
+  c.use_flash_attn = flash;
   GPTModel model(c);
 
   // Exactly the fixture's parameters, by Megatron-core name.
@@ -75,6 +76,11 @@ TEST(GPTParity, LlamaLayoutF32) { check_layout("llama", DType::f32, 1e-5, 1e-5);
 // propagates, so the bound is a few bf16 ulps (2^-8 = 0.4%) of the scale.
 TEST(GPTParity, Gpt2LayoutBf16) { check_layout("gpt2", DType::bf16, 2e-2, 3e-2); }
 TEST(GPTParity, LlamaLayoutBf16) { check_layout("llama", DType::bf16, 2e-2, 3e-2); }
+// --use-flash-attn: the same reference, through the flash kernel.
+TEST(GPTParity, Gpt2LayoutF32Flash) { check_layout("gpt2", DType::f32, 1e-5, 1e-5, true); }
+TEST(GPTParity, LlamaLayoutF32Flash) { check_layout("llama", DType::f32, 1e-5, 1e-5, true); }
+TEST(GPTParity, Gpt2LayoutBf16Flash) { check_layout("gpt2", DType::bf16, 2e-2, 3e-2, true); }
+TEST(GPTParity, LlamaLayoutBf16Flash) { check_layout("llama", DType::bf16, 2e-2, 3e-2, true); }
 
 }  // namespace
 }  // namespace qk

@@ -9,8 +9,9 @@
 namespace qk::transformer {
 namespace {
 
-TransformerConfig tiny(bool llama) {
+TransformerConfig tiny(bool llama, bool flash = false) {
   TransformerConfig c;
+  c.use_flash_attn = flash;
   c.num_layers = 2;
   c.hidden_size = 64;
   c.num_attention_heads = 4;
@@ -35,9 +36,9 @@ double max_abs_diff(const Tensor& a, const Tensor& b) { return amax(abs(a - b)).
 
 // Prompt of 5, a chunk of 3 (a multi-token step against a cache: bottom-right
 // causal alignment), then single tokens up to 16.
-void check_generation_equals_full_forward(bool llama) {
+void check_generation_equals_full_forward(bool llama, bool flash = false) {
   manual_seed(31);
-  GPTModel model(tiny(llama));
+  GPTModel model(tiny(llama, flash));
   model->eval();
   Generator g(32);
   const Tensor tokens = randint(0, 100, {2, 16}, DType::i64, g);
@@ -68,6 +69,11 @@ void check_generation_equals_full_forward(bool llama) {
 
 TEST(KVCache, GenerationEqualsFullForwardGpt2) { check_generation_equals_full_forward(false); }
 TEST(KVCache, GenerationEqualsFullForwardLlama) { check_generation_equals_full_forward(true); }
+// The flash kernel's bottom-right causal alignment against the cache.
+TEST(KVCache, GenerationEqualsFullForwardFlash) {
+  check_generation_equals_full_forward(false, true);
+  check_generation_equals_full_forward(true, true);
+}
 
 TEST(KVCache, GenerationEqualsFullForwardBf16) {
   TransformerConfig c = tiny(true);

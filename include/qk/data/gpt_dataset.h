@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "qk/data/indexed_dataset.h"
+#include "qk/data/token_sequences.h"
 
 namespace qk::data {
 
@@ -36,9 +37,18 @@ SplitName parse_split_name(const std::string& s);  // "train" | "valid" | "test"
 // n documents -> 4 bounds [0, a, b, n].
 std::vector<int64_t> split_bounds(const std::string& split, int64_t num_documents);
 
+// What a trainer draws samples from: a GptDataset or a blend of them.
+class GptSamples {
+ public:
+  virtual ~GptSamples() = default;
+  virtual size_t size() const = 0;
+  // sequence_length + 1 tokens (add_extra_token) of sample i.
+  virtual std::vector<int64_t> sample(size_t i) const = 0;
+};
+
 struct GptDatasetOptions {
   int64_t sequence_length = 1024;
-  int64_t num_samples = 1;
+  int64_t num_samples = 1;  // 0: one epoch (Megatron's num_samples=None)
   uint32_t seed = 1234;
   std::string split = "969,30,1";
   SplitName split_name = SplitName::kTrain;
@@ -50,13 +60,14 @@ struct GptDatasetOptions {
   int32_t pad_id = -1;  // for a padded last sample (valid split without drop)
 };
 
-class GptDataset {
+class GptDataset : public GptSamples {
  public:
-  GptDataset(const IndexedDataset& ds, const GptDatasetOptions& o);
+  // `ds` (an IndexedDataset, MockGptSequences, ...) must outlive the dataset.
+  GptDataset(const TokenSequences& ds, const GptDatasetOptions& o);
 
   // Samples available (>= the requested number; whole epochs are indexed).
-  size_t size() const { return shuffle_index_.size(); }
-  std::vector<int64_t> sample(size_t i) const;
+  size_t size() const override { return shuffle_index_.size(); }
+  std::vector<int64_t> sample(size_t i) const override;
 
   const std::vector<int32_t>& document_index() const { return document_index_; }
   // (document-index position, offset) pairs, size() + 1 of them (flattened).
@@ -73,7 +84,7 @@ class GptDataset {
   bool load_cache();
   void save_cache() const;
 
-  const IndexedDataset& ds_;
+  const TokenSequences& ds_;
   GptDatasetOptions o_;
   int64_t begin_ = 0, end_ = 0, num_epochs_ = 0, tokens_per_epoch_ = 0;
   std::vector<int32_t> document_index_;
@@ -97,25 +108,38 @@ struct BlendEntry {
 };
 std::vector<BlendEntry> parse_data_path(const std::string& data_path);
 
-// Megatron's BlendedDataset over GPT datasets: each prefix of the data path
-// gets ceil(num_samples * weight * 1.005) samples of its own (Megatron's 0.5%
-// margin), and sample i comes from the dataset build_blending_indices picks.
+// Megatron's BlendedDataset over GPT datasets, built as Megatron-Core's
+// BlendedMegatronDatasetBuilder builds one split of a blend:
+//  - weighted entries (normalised): dataset d is asked for
+//    ceil(ceil(num_samples * w_d) * 1.005) samples (the 0.5% mid-level
+//    surplus) and the blend has sum_d ceil(num_samples * w_d) samples;
+//  - unweighted prefixes (BlendedGptDataset::by_size): one epoch of each,
+//    weighted by their sample counts, min(num_samples, their total) samples.
+// Sample i is sample dataset_sample_index[i] of dataset dataset_index[i], the
+// dataset build_blending_indices picks.
 //
 //   qk::data::BlendedGptDataset b(qk::data::parse_data_path("0.3 a_text_document 0.7 b_text_document"), o);
 //   auto s = b.sample(0);
-class BlendedGptDataset {
+class BlendedGptDataset : public GptSamples {
  public:
   BlendedGptDataset(const std::vector<BlendEntry>& entries, const GptDatasetOptions& o);
-  size_t size() const { return dataset_index_.size(); }
-  std::vector<int64_t> sample(size_t i) const;
+  static std::unique_ptr<BlendedGptDataset> by_size(const std::vector<std::string>& prefixes,
+                                                    const GptDatasetOptions& o);
+  size_t size() const override { return dataset_index_.size(); }
+  std::vector<int64_t> sample(size_t i) const override;
   size_t num_datasets() const { return datasets_.size(); }
   const GptDataset& dataset(size_t d) const { return *datasets_.at(d); }
+  const std::vector<double>& weights() const { return weights_; }
   const std::vector<int16_t>& dataset_index() const { return dataset_index_; }
   const std::vector<int64_t>& dataset_sample_index() const { return dataset_sample_index_; }
 
  private:
+  BlendedGptDataset() = default;
+  void add(const std::string& prefix, const GptDatasetOptions& o);
+  void build(int64_t size);
   std::vector<std::unique_ptr<IndexedDataset>> indexed_;
   std::vector<std::unique_ptr<GptDataset>> datasets_;
+  std::vector<double> weights_;
   std::vector<int16_t> dataset_index_;
   std::vector<int64_t> dataset_sample_index_;
 };

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "qk/base/file_io.h"
+#include "qk/data/token_sequences.h"
 
 namespace qk::data {
 
@@ -85,29 +86,29 @@ class IndexedDatasetBuilder {
 
 // Read-only, memory-mapped, validated on open: a bad file raises IoError
 // naming the file and what is wrong, never a crash later.
-class IndexedDataset {
+class IndexedDataset : public TokenSequences {
  public:
   explicit IndexedDataset(const std::string& prefix);
 
-  const std::string& prefix() const { return prefix_; }
+  const std::string& prefix() const override { return prefix_; }
   DType dtype() const { return dtype_; }
-  size_t num_sequences() const { return num_sequences_; }
+  size_t num_sequences() const override { return num_sequences_; }
   // Documents = document-index entries - 1.
   size_t num_documents() const { return num_doc_indices_ - 1; }
-  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_tokens() const override { return num_tokens_; }
 
-  int32_t sequence_length(size_t i) const;
+  int32_t sequence_length(size_t i) const override;
   int64_t sequence_pointer(size_t i) const;
   // Entry k is the first sequence of document k; entry num_documents() is the end.
   int64_t document_index(size_t k) const;
-  std::vector<int32_t> sequence_lengths() const;
+  std::vector<int32_t> sequence_lengths() const override;
   std::vector<int64_t> sequence_pointers() const;
   std::vector<int64_t> document_indices() const;
 
   // Tokens of sequence i from `offset`, `length` of them (all the rest when
   // absent), widened to int64 (Megatron's get(idx, offset, length)).
   std::vector<int64_t> get(size_t i, size_t offset = 0,
-                           std::optional<size_t> length = std::nullopt) const;
+                           std::optional<size_t> length = std::nullopt) const override;
   // All sequences of document k, concatenated.
   std::vector<int64_t> document(size_t k) const;
   // The raw bytes of sequence i in the file's dtype.

@@ -54,12 +54,14 @@ class Tokenizer {
 struct TokenizerOptions {
   // "HuggingFaceTokenizer" (tokenizer.json, or a folder holding one),
   // "GPT2BPETokenizer" (vocab_file + merge_file), "SentencePieceTokenizer"
-  // (model = an spm .model file; needs a build with libsentencepiece).
+  // (model = an spm .model file; needs a build with libsentencepiece),
+  // "NullTokenizer" (vocab_size ids plus end-of-document, for pre-tokenised text).
   // Empty: the files say which (see infer_tokenizer_type).
   std::string type = {};
   std::string model = {};       // --tokenizer-model
   std::string vocab_file = {};  // --vocab-file
   std::string merge_file = {};  // --merge-file
+  int64_t vocab_size = 0;       // --vocab-size (NullTokenizer)
 };
 
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerOptions& o);
@@ -69,6 +71,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerOptions& o);
 // tokenizer.json, any other model file a SentencePiece model. Throws
 // ValueError when the files are missing or say two things at once.
 std::string infer_tokenizer_type(const TokenizerOptions& o);
+
+// Megatron's NullTokenizer: text is token ids separated by spaces; ids
+// 0..vocab_size-1 plus end-of-document = vocab_size (vocab_size() is V + 1).
+std::unique_ptr<Tokenizer> make_null_tokenizer(int64_t vocab_size);
 
 // Megatron's _vocab_size_with_padding: the smallest multiple of
 // divisible_by * tensor_parallel_size that is >= vocab_size.

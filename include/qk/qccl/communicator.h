@@ -59,6 +59,12 @@ class Communicator {
   // Joins the job (blocking, bounded by the timeout); throws qk::Error on failure.
   static std::unique_ptr<Communicator> init(int nranks, const qcclUniqueId& id, int rank,
                                             const CommOptions& opts = {});
+  // Collective over this communicator, queued behind its earlier calls:
+  // ranks passing the same color >= 0 form a new communicator, ordered by key
+  // (then by rank), as qcclCommSplit; a negative color takes part and gets
+  // nullptr. The new one has its own progress thread, so its calls never
+  // queue behind this one's. opts.timeout_s 0: this communicator's deadline.
+  std::unique_ptr<Communicator> split(int color, int key, const CommOptions& opts = {});
   ~Communicator();  // finishes queued work, then destroys the communicator
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -88,6 +94,8 @@ class Communicator {
 
  private:
   Communicator() = default;
+  // Takes ownership of `comm` and starts its progress thread.
+  static std::unique_ptr<Communicator> adopt(qcclComm_t comm);
   void loop();
 
   qcclComm_t comm_ = nullptr;

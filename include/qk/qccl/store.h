@@ -91,6 +91,10 @@ class Store {
   double timeout_s_;
 };
 
+// A fresh job token (32 hex digits from the kernel's random source), for a
+// StoreServer and the clients that will meet there (`qk run` makes one per job).
+std::string random_store_token();
+
 // The keys a wait found missing, from a TimeoutError thrown by Store::wait:
 // the message ends with "missing keys: a, b, c".
 std::vector<std::string> missing_keys_of(const std::string& message);

@@ -8,9 +8,11 @@
 //
 // A Tensor is a cheap handle (shared pointer) to a TensorImpl: storage,
 // offset, sizes, strides, dtype. Views share storage. The methods in the
-// "differentiable" block are defined by the autograd layer (link
-// qianka::autograd), like PyTorch's Tensor methods are by its autograd; the
-// tensor layer itself never looks inside AutogradMeta.
+// "differentiable" block record onto the autograd tape when the program links
+// qianka::autograd, and are the plain ops when it does not (the tensor
+// library links alone); they reach the layer above through hooks it installs
+// (qk/tensor/autograd_hooks.h). The tensor layer never looks inside
+// AutogradMeta.
 #pragma once
 
 #include <cstdint>
@@ -107,7 +109,7 @@ class Tensor {
   Tensor& copy_(const Tensor& src);
   void bump_version() const { ++checked().version; }
 
-  // ---- differentiable (defined in qianka::autograd) ----
+  // ---- differentiable (with qianka::autograd linked) ----
   Tensor view(const Shape& shape) const;
   Tensor reshape(const Shape& shape) const;
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
@@ -129,7 +131,11 @@ class Tensor {
   Tensor mean() const;
   Tensor mean(const Shape& dims, bool keepdim = false) const;
 
-  // ---- autograd state (defined in qianka::autograd) ----
+  // ---- autograd state ----
+  // requires_grad_, set_grad and register_post_accumulate_grad_hook give a
+  // tensor autograd state, so only the autograd layer defines them: a program
+  // that calls them links qianka::autograd. grad() and backward() throw an
+  // error saying so when it does not.
   bool requires_grad() const;
   // Makes this leaf tensor track gradients; returns *this.
   Tensor& requires_grad_(bool on = true);

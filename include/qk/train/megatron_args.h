@@ -383,6 +383,13 @@ std::vector<int64_t> moe_layer_pattern(const MegatronArgs& a);
 // and the "---- end of arguments ----" footer.
 std::string format_megatron_args(const MegatronArgs& a, const std::string& title = "arguments");
 
+// The arguments as a JSON object keyed by Megatron's argument names, values
+// typed (null for None), e.g. {"num_layers": 6, "bf16": true, "lr": 0.0003, ...};
+// checkpoints keep them. from_json fills the names it finds and keeps the
+// defaults of the rest; ValueError names a value of the wrong type.
+std::string megatron_args_to_json(const MegatronArgs& a);
+MegatronArgs megatron_args_from_json(const std::string& json);
+
 // --help: every flag grouped as Megatron's arguments.py groups them, each with its
 // value type, default, status in this build and one line of help.
 std::string megatron_help(const std::string& program = "qk pretrain-gpt");

@@ -3,6 +3,8 @@
 
 #include "qk/train/checkpoint.h"
 #include "qk/train/exit_signal.h"
+#include "qk/train/gemm_peak.h"
+#include "qk/train/gpt_pretrain.h"
 #include "qk/train/loss_scaler.h"
 #include "qk/train/lr_schedule.h"
 #include "qk/train/metrics_log.h"

@@ -114,7 +114,12 @@ struct TransformerConfig {
   DType params_dtype = DType::f32;
 
   // ---- parallelism (ModelParallelConfig) ----
+  // The model's split: GPTModel built with a tensor-parallel group of this size
+  // (qk/transformer/tensor_parallel.h); it also pads the vocabulary.
   int64_t tensor_model_parallel_size = 1;
+  // --sequence-parallel: norms and dropout on sequence shards between the
+  // tensor-parallel layers (validate() turns it off at tensor-parallel size 1).
+  bool sequence_parallel = false;
 
   // --swiglu: gated_linear_unit with SiLU.
   void set_swiglu() {

@@ -8,6 +8,8 @@
 //   loss.backward();
 //   model->named_parameters();   // "embedding.word_embeddings.weight", "decoder.layers.0. ...", ...
 //
+//   GPTModel split(config_tp2, tp_group);            // tensor parallel (qk/transformer/tensor_parallel.h)
+//
 //   model->eval();                                   // generation with a KV cache
 //   auto cache = model->make_kv_cache(1, 128);
 //   qk::Tensor next = model->forward_step(prompt, cache);   // logits of the new positions
@@ -25,8 +27,11 @@
 
 #include <vector>
 
+#include "qk/dist/process_group.h"
 #include "qk/nn/container.h"
 #include "qk/nn/embedding.h"
+#include "qk/parallel/layers.h"
+#include "qk/parallel/sharding.h"
 #include "qk/transformer/layers.h"
 
 namespace qk::transformer {
@@ -36,13 +41,25 @@ namespace qk::transformer {
 class LanguageModelEmbeddingImpl : public nn::Module {
  public:
   explicit LanguageModelEmbeddingImpl(const TransformerConfig& config);
+  // Tensor parallel: the word embedding is vocabulary-parallel over `tp`
+  // (registered under the same name); under config.sequence_parallel the
+  // output is this rank's sequence shard [B, T/tp, C], its dropout drawn
+  // from `sp_dropout_generator`.
+  LanguageModelEmbeddingImpl(const TransformerConfig& config, std::shared_ptr<dist::ProcessGroup> tp,
+                             Generator* sp_dropout_generator);
   // tokens [B, T]; position_ids [B, T] or [T] (undefined: offset .. offset+T-1).
   Tensor forward(const Tensor& tokens, const Tensor& position_ids = Tensor(), int64_t offset = 0);
+  // The word embedding table: whole, or this rank's rows under tensor parallelism.
+  const Tensor& word_embedding_weight() const;
 
-  nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr};
+  nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr};  // word_embeddings: empty under TP
+  parallel::VocabParallelEmbedding vocab_parallel_word_embeddings{nullptr};  // only under TP
 
  private:
   double dropout_;
+  std::shared_ptr<dist::ProcessGroup> tp_;
+  bool sequence_parallel_ = false;
+  Generator* sp_dropout_generator_ = nullptr;
 };
 QK_MODULE(LanguageModelEmbedding);
 
@@ -56,16 +73,27 @@ class TransformerBlockImpl : public nn::Module {
 
   nn::ModuleList layers;
   Norm final_layernorm{nullptr};
+  // Dropout's generators for every layer (AttentionContext); null: the default one.
+  Generator* attention_dropout_generator = nullptr;
+  Generator* hidden_dropout_generator = nullptr;
 
  private:
   std::vector<std::shared_ptr<TransformerLayerImpl>> typed_layers_;
 };
 QK_MODULE(TransformerBlock);
 
-class GPTModelImpl : public nn::Module {
+class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
  public:
   // Validates a copy of `config` (ValueError naming the field).
   explicit GPTModelImpl(const TransformerConfig& config, const TransformerLayerSpec& spec = gpt_layer_local_spec());
+  // Tensor parallel over `tp` (Megatron's TP, and SP with
+  // config.sequence_parallel): vocabulary-parallel embedding and output
+  // layer, the layers of gpt_layer_tensor_parallel_spec, the loss by
+  // vocabulary-parallel cross entropy (logits never gathered). Same names,
+  // and with the same seed the same full weights, as the unsplit model
+  // (qk/transformer/tensor_parallel.h). config.tensor_model_parallel_size
+  // must be tp's size; every rank of tp passes the same config and seed.
+  GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist::ProcessGroup> tp);
 
   // tokens [B, T] i64 (T <= max_position_embeddings with learned positions);
   // position_ids [B, T] feed the learned position embedding only (RoPE uses
@@ -79,29 +107,52 @@ class GPTModelImpl : public nn::Module {
   // cache.length()+T_new-1 against everything cached, appends their keys and
   // values, advances the cache and returns their logits [B, T_new, V_padded]
   // f32. No autograd. Needs eval() when the config has dropout.
-  Tensor forward_step(const Tensor& tokens, KVCache& cache);
+  // last_only: only the last position's logits [B, 1, V_padded] (a prompt
+  // step of sampling needs no more, and the output layer is the largest GEMM).
+  Tensor forward_step(const Tensor& tokens, KVCache& cache, bool last_only = false);
   // An empty cache sized for this model (dtype = params_dtype).
   KVCache make_kv_cache(int64_t batch_size, int64_t max_length) const;
 
   // The final hidden states [B, T, C] (after final_layernorm), for callers
-  // that compute their own head or loss.
+  // that compute their own head or loss ([B, T/tp, C], this rank's sequence
+  // shard, under sequence parallelism).
   Tensor hidden_states(const Tensor& tokens, const Tensor& position_ids = Tensor());
-  // [B, T, C] -> [B, T, V_padded] f32 logits through the output layer.
+  // hidden_states' output -> [B, T, V_padded] f32 logits through the output
+  // layer (gathered over the vocabulary under tensor parallelism).
   Tensor logits(const Tensor& hidden);
-  // output_layer.weight, or the word embedding when tied.
+  // output_layer.weight, or the word embedding when tied (this rank's
+  // vocabulary rows [V_padded/tp, C] under tensor parallelism).
   const Tensor& output_weight() const;
 
   const TransformerConfig& config() const { return config_; }
+  // The tensor-parallel group (null for the unsplit model).
+  const std::shared_ptr<dist::ProcessGroup>& tensor_parallel_group() const { return tp_; }
+  // The per-rank generator of attention dropout and of sequence-parallel
+  // dropout (Megatron's model-parallel RNG: the default generator's seed at
+  // construction + 2718 + tp rank); null for the unsplit model. Its state
+  // belongs in a checkpoint next to the default generator's.
+  Generator* tensor_parallel_generator() const { return tp_rng_.get(); }
+
+  // parallel::TensorParallelModule: the shards are the children's; under
+  // sequence parallelism the layer norms' gradients are partial.
+  std::vector<std::pair<std::string, parallel::ShardSpec>> shard_specs() const override { return {}; }
+  std::vector<std::string> partial_gradient_parameters() const override;
 
   LanguageModelEmbedding embedding{nullptr};
   TransformerBlock decoder{nullptr};
-  nn::Linear output_layer{nullptr};  // empty when tied
+  nn::Linear output_layer{nullptr};  // empty when tied or tensor parallel
+  parallel::ColumnParallelLinear parallel_output_layer{nullptr};  // "output_layer" under TP (untied)
 
  private:
   Tensor run(const Tensor& tokens, const Tensor& position_ids, KVCache* cache);
   void check_tokens(const Tensor& tokens, int64_t offset) const;
+  // This rank's vocabulary columns of the logits [B, T, V_padded/tp] f32
+  // (the full sequence: gathered first under sequence parallelism).
+  Tensor vocab_parallel_logits(const Tensor& hidden);
 
   TransformerConfig config_;
+  std::shared_ptr<dist::ProcessGroup> tp_;
+  std::shared_ptr<Generator> tp_rng_;
 };
 QK_MODULE(GPTModel);
 

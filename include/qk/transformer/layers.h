@@ -58,6 +58,12 @@ struct AttentionContext {
   // attend to every cached position; null in training.
   KVCache* cache = nullptr;
   int64_t layer = 0;
+  // Dropout's generators (null: the default one). Tensor parallelism passes
+  // a per-rank generator for attention dropout (each rank holds other heads)
+  // and, under sequence parallelism, for hidden dropout (other tokens), as
+  // Megatron's model-parallel RNG tracker does.
+  Generator* attention_dropout_generator = nullptr;
+  Generator* hidden_dropout_generator = nullptr;
 };
 
 // The interfaces a layer spec's factories return.

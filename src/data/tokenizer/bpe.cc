@@ -10,7 +10,7 @@
 // merge, an incremental rank array so each merge re-looks-up only the two
 // neighbouring pairs, and a per-thread direct-mapped cache of short pieces
 // (natural text repeats a few thousand words most of the time).
-#include "data/tokenizer/bpe.h"
+#include "tokenizer/bpe.h"
 
 #include <fmt/format.h>
 
@@ -20,7 +20,7 @@
 #include <cstring>
 #include <queue>
 
-#include "data/tokenizer/unicode.h"
+#include "tokenizer/unicode.h"
 #include "qk/base/error.h"
 
 namespace qk::data {

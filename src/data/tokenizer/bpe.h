@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/tokenizer/pretokenize.h"
+#include "tokenizer/pretokenize.h"
 #include "qk/data/tokenizer.h"
 
 namespace qk::data {

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 
-#include "data/tokenizer/pretokenize.h"
-#include "data/tokenizer/unicode.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/unicode.h"
 #include "qk/base/error.h"
 
 namespace qk::data {

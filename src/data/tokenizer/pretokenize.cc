@@ -10,9 +10,9 @@
 // The character classes are JavaScript's (tools/gen_unicode_tables.js), the
 // engine js-tiktoken uses; Oniguruma (Hugging Face) differs only in \s for
 // U+001C..U+001F and U+0085. Malformed UTF-8 bytes count as "other".
-#include "data/tokenizer/pretokenize.h"
+#include "tokenizer/pretokenize.h"
 
-#include "data/tokenizer/unicode.h"
+#include "tokenizer/unicode.h"
 #include "qk/base/error.h"
 
 namespace qk::data {

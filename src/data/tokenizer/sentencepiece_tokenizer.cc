@@ -13,7 +13,7 @@
 // order), encodes the pieces between them with the model and emits the
 // special ids; detokenize() writes each special token surrounded by spaces.
 // We do the same, so ids and .bin files equal Megatron's.
-#include "data/tokenizer/sentencepiece.h"
+#include "tokenizer/sentencepiece.h"
 
 #include <fmt/format.h>
 

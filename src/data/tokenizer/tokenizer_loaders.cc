@@ -7,10 +7,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/tokenizer/bpe.h"
-#include "data/tokenizer/json_fields.h"
-#include "data/tokenizer/sentencepiece.h"
-#include "data/tokenizer/unicode.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/json_fields.h"
+#include "tokenizer/sentencepiece.h"
+#include "tokenizer/unicode.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/data/tokenizer.h"
@@ -252,8 +252,12 @@ std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerOptions& o) {
     return load_hf_tokenizer(o.model);
   }
   if (type == "SentencePieceTokenizer") return load_sentencepiece(o.model);
+  if (type == "NullTokenizer") {
+    QK_CHECK(o.vocab_size > 0, "NullTokenizer needs --vocab-size (the number of ids before end-of-document)");
+    return make_null_tokenizer(o.vocab_size);
+  }
   QK_THROW(ValueError, "unknown tokenizer type '", type,
-           "'; expected HuggingFaceTokenizer, GPT2BPETokenizer or SentencePieceTokenizer");
+           "'; expected HuggingFaceTokenizer, GPT2BPETokenizer, SentencePieceTokenizer or NullTokenizer");
 }
 
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tp) {

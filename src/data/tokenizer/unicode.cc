@@ -1,4 +1,4 @@
-#include "data/tokenizer/unicode.h"
+#include "tokenizer/unicode.h"
 
 #include <map>
 #include <vector>
@@ -11,7 +11,7 @@ struct Range {
   Cat cat;
 };
 constexpr Range kRanges[] = {
-#include "data/tokenizer/unicode_tables.inc"
+#include "tokenizer/unicode_tables.inc"
 };
 
 // Two-level table: 4352 blocks of 256 code points, identical blocks shared.

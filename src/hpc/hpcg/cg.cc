@@ -1,5 +1,5 @@
 // CG and the validation tests (see cg.h).
-#include "hpc/hpcg/cg.h"
+#include "hpcg/cg.h"
 
 #include <cfloat>
 #include <cmath>

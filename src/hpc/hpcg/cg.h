@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "hpc/hpcg/kernels.h"
+#include "hpcg/kernels.h"
 
 namespace qk::hpc::hpcg {
 

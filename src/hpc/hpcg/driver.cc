@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "hpc/hpcg/cg.h"
+#include "hpcg/cg.h"
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
 #include "qk/hpc/hpcg.h"

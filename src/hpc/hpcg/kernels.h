@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "hpc/hpcg/problem.h"
+#include "hpcg/problem.h"
 
 namespace qk::hpc::hpcg {
 

@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include "hpc/hpcg/kernels.h"
+#include "hpcg/kernels.h"
 #include "qk/base/thread_pool.h"
 
 namespace qk::hpc::hpcg {

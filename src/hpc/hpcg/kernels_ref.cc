@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "hpc/hpcg/kernels.h"
+#include "hpcg/kernels.h"
 
 namespace qk::hpc::hpcg {
 

@@ -1,5 +1,5 @@
 // Problem generation and halo exchange for HPCG (see problem.h).
-#include "hpc/hpcg/problem.h"
+#include "hpcg/problem.h"
 
 #include <algorithm>
 #include <cmath>

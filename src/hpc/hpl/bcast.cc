@@ -16,7 +16,7 @@
 // instead of after it. Receivers block only when they need the panel.
 #include <vector>
 
-#include "hpc/hpl/panel.h"
+#include "hpl/panel.h"
 #include "qk/base/error.h"
 
 namespace qk::hpc::hpl {

@@ -10,11 +10,11 @@
 #include <fstream>
 #include <thread>
 
-#include "hpc/hpl/grid.h"
-#include "hpc/hpl/matgen.h"
-#include "hpc/hpl/panel.h"
-#include "hpc/hpl/solve.h"
-#include "hpc/hpl/update.h"
+#include "hpl/grid.h"
+#include "hpl/matgen.h"
+#include "hpl/panel.h"
+#include "hpl/solve.h"
+#include "hpl/update.h"
 #include "qk/base/error.h"
 #include "qk/base/timer.h"
 

@@ -1,5 +1,5 @@
 // Process grid construction (see grid.h).
-#include "hpc/hpl/grid.h"
+#include "hpl/grid.h"
 
 #include "qk/base/error.h"
 

@@ -1,5 +1,5 @@
 // HPL's random matrix generator (see matgen.h).
-#include "hpc/hpl/matgen.h"
+#include "hpl/matgen.h"
 
 namespace qk::hpc::hpl {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "hpc/hpl/grid.h"
+#include "hpl/grid.h"
 
 namespace qk::hpc::hpl {
 

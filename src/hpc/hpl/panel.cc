@@ -9,7 +9,7 @@
 // sub-panels; below NBMIN columns the same three orders run column by column
 // with PFACT. Left, Crout and Right perform the same arithmetic, in different
 // orders (see docs/hpc.md).
-#include "hpc/hpl/panel.h"
+#include "hpl/panel.h"
 
 #include <cblas.h>
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hpc/hpl/grid.h"
+#include "hpl/grid.h"
 
 namespace qk::hpc::hpl {
 

@@ -5,7 +5,7 @@
 // partial sums of its own columns in `acc`, so one sum over the process row
 // (plus b from the process column that holds it) yields the right-hand side.
 // The owner solves the triangle and broadcasts x_j to everyone.
-#include "hpc/hpl/solve.h"
+#include "hpl/solve.h"
 
 #include <cblas.h>
 
@@ -13,7 +13,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "hpc/hpl/matgen.h"
+#include "hpl/matgen.h"
 
 namespace qk::hpc::hpl {
 

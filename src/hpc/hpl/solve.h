@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "hpc/hpl/grid.h"
+#include "hpl/grid.h"
 
 namespace qk::hpc::hpl {
 

@@ -6,7 +6,7 @@
 // jb slots are the new rows k..k+jb (U, needed by every process row for the
 // DGEMM, as in HPL's "long" swap that spreads U); the other d slots are the
 // rows displaced below the block, which only their owners write back.
-#include "hpc/hpl/update.h"
+#include "hpl/update.h"
 
 #include <cblas.h>
 

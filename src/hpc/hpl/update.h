@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hpc/hpl/panel.h"
+#include "hpl/panel.h"
 
 namespace qk::hpc::hpl {
 

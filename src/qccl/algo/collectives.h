@@ -17,8 +17,8 @@
 #include <cstddef>
 #include <span>
 
-#include "qccl/algo/cost_model.h"
-#include "qccl/comm.h"
+#include "algo/cost_model.h"
+#include "comm.h"
 
 namespace qccl {
 

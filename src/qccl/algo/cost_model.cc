@@ -1,4 +1,4 @@
-#include "qccl/algo/cost_model.h"
+#include "algo/cost_model.h"
 
 #include <algorithm>
 #include <cmath>

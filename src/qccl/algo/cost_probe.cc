@@ -1,4 +1,4 @@
-#include "qccl/algo/cost_probe.h"
+#include "algo/cost_probe.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,10 +6,10 @@
 #include <limits>
 #include <vector>
 
-#include "qccl/algo/collectives.h"
-#include "qccl/algo/ring_order.h"
-#include "qccl/core/debug.h"
-#include "qccl/engine.h"
+#include "algo/collectives.h"
+#include "algo/ring_order.h"
+#include "core/debug.h"
+#include "engine.h"
 
 namespace qccl {
 

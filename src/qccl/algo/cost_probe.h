@@ -9,8 +9,8 @@
 
 #include <vector>
 
-#include "qccl/algo/cost_model.h"
-#include "qccl/comm.h"
+#include "algo/cost_model.h"
+#include "comm.h"
 
 namespace qccl {
 

@@ -1,4 +1,4 @@
-#include "qccl/algo/direct.h"
+#include "algo/direct.h"
 
 #include <unistd.h>
 #if defined(__x86_64__)
@@ -9,11 +9,11 @@
 #include <cstring>
 #include <vector>
 
-#include "qccl/algo/collectives.h"
-#include "qccl/algo/ring_order.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/reduce.h"
-#include "qccl/transport/shared_mem.h"
+#include "algo/collectives.h"
+#include "algo/ring_order.h"
+#include "core/debug.h"
+#include "core/reduce.h"
+#include "transport/shared_mem.h"
 #include "qk/base/env.h"
 
 namespace qccl {
@@ -166,6 +166,10 @@ bool direct_all_reduce(Call& call, const char* send, char* recv, size_t count, s
   }
   run(call, xs);
   ++c.direct_calls;
+  // Our share went through every peer's buffers: read from each, stored into each.
+  const uint64_t moved = static_cast<uint64_t>(seg.len) * es * static_cast<uint64_t>(n - 1);
+  c.bytes_received.fetch_add(moved, std::memory_order_relaxed);
+  c.bytes_sent.fetch_add(moved, std::memory_order_relaxed);
   return true;
 }
 

@@ -17,7 +17,7 @@
 
 #include <cstddef>
 
-#include "qccl/engine.h"
+#include "engine.h"
 
 namespace qccl {
 

@@ -1,14 +1,14 @@
 // Hierarchical all-reduce; see hierarchical.h and Note [hierarchical reduction order].
-#include "qccl/algo/hierarchical.h"
+#include "algo/hierarchical.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "qccl/algo/cost_model.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/reduce.h"
-#include "qccl/engine.h"
-#include "qccl/topo/comm_topo.h"
+#include "algo/cost_model.h"
+#include "core/debug.h"
+#include "core/reduce.h"
+#include "engine.h"
+#include "topo/comm_topo.h"
 
 namespace qccl {
 

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "qccl.h"
-#include "qccl/comm.h"
+#include "comm.h"
 
 namespace qccl {
 

@@ -1,12 +1,12 @@
 // The flat ring's order; see ring_order.h and Note [ring order].
-#include "qccl/algo/ring_order.h"
+#include "algo/ring_order.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "qccl/comm.h"
-#include "qccl/core/reduce.h"
-#include "qccl/topo/comm_topo.h"
+#include "comm.h"
+#include "core/reduce.h"
+#include "topo/comm_topo.h"
 #include "qk/base/error.h"
 
 namespace qccl {

@@ -3,11 +3,11 @@
 // link busy, chunk by chunk, along the topology-aware ring from the root).
 #include <cstring>
 
-#include "qccl/algo/collectives.h"
-#include "qccl/algo/cost_model.h"
-#include "qccl/algo/ring_order.h"
-#include "qccl/core/debug.h"
-#include "qccl/engine.h"
+#include "algo/collectives.h"
+#include "algo/cost_model.h"
+#include "algo/ring_order.h"
+#include "core/debug.h"
+#include "engine.h"
 
 namespace qccl {
 

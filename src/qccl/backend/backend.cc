@@ -1,18 +1,18 @@
 // Choosing a communicator's backend (QCCL_BACKEND) and the registry of the
 // backends other libraries add.
-#include "qccl/backend/backend.h"
+#include "backend/backend.h"
 
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "qccl/comm.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/errors.h"
+#include "comm.h"
+#include "core/debug.h"
+#include "core/errors.h"
 #include "qk/base/env.h"
 
 #ifdef QK_HAVE_MPI
-#include "qccl/backend/mpi.h"
+#include "backend/mpi.h"
 #endif
 
 namespace qccl {

@@ -20,7 +20,7 @@
 #include <span>
 
 #include "qccl.h"
-#include "qccl/algo/collectives.h"
+#include "algo/collectives.h"
 
 namespace qccl {
 

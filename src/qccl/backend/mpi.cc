@@ -1,6 +1,6 @@
 // The MPI backend (QCCL_BACKEND=mpi): each qccl call becomes the matching
 // MPI call on an MPI communicator with the same ranks in the same order.
-#include "qccl/backend/mpi.h"
+#include "backend/mpi.h"
 
 #include <fmt/ranges.h>
 
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "qccl/comm.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/errors.h"
-#include "qccl/core/reduce.h"
+#include "comm.h"
+#include "core/debug.h"
+#include "core/errors.h"
+#include "core/reduce.h"
 
 namespace qccl {
 
@@ -242,7 +242,7 @@ class MpiBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_mpi_backend(qcclComm& c) {
-  ensure_mpi_initialized();
+  qk::qccl::ensure_mpi_initialized();
   int wrank = 0, wsize = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
   MPI_Comm_size(MPI_COMM_WORLD, &wsize);

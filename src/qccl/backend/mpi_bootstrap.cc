@@ -4,12 +4,12 @@
 #include <mutex>
 #include <string>
 
-#include "qccl/backend/mpi.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/errors.h"
+#include "backend/mpi.h"
+#include "core/debug.h"
+#include "core/errors.h"
 #include "qk/base/launch_vars.h"
 
-namespace qccl {
+namespace qk::qccl {
 
 namespace {
 
@@ -41,13 +41,13 @@ void ensure_mpi_initialized() {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
-  QK_CHECK_AS(UsageError, !finalized, "MPI was already finalised: create qccl's MPI "
+  QK_CHECK_AS(::qccl::UsageError, !finalized, "MPI was already finalised: create qccl's MPI "
               "communicators between MPI_Init and MPI_Finalize");
   int provided = 0;
   if (inited) {
     MPI_Query_thread(&provided);
   } else {
-    QK_CHECK_AS(UsageError, launched_by_mpi(),
+    QK_CHECK_AS(::qccl::UsageError, launched_by_mpi(),
                 "qccl's MPI bootstrap and QCCL_BACKEND=mpi need MPI ranks, but this process was "
                 "not started by mpirun or srun (no OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID); "
                 "run it under mpirun, or unset QCCL_BACKEND");
@@ -91,9 +91,9 @@ qcclComm_t init_from_mpi(MPI_Comm comm, const qcclConfig_t* config) {
   qcclComm_t c = nullptr;
   qcclResult_t rc = qcclCommInitRankConfig(&c, size, id, rank, &cfg);
   if (rc != qcclSuccess)
-    QK_THROW(qk::IoError, "qccl::init_from_mpi on MPI rank ", rank, " of ", size, ": ",
+    QK_THROW(qk::IoError, "qk::qccl::init_from_mpi on MPI rank ", rank, " of ", size, ": ",
              qcclGetErrorString(rc), ": ", qcclGetLastError(nullptr));
   return c;
 }
 
-}  // namespace qccl
+}  // namespace qk::qccl

@@ -1,5 +1,5 @@
 // The native backend: qccl's own algorithms over its engine (algo/).
-#include "qccl/backend/backend.h"
+#include "backend/backend.h"
 
 namespace qccl {
 

@@ -15,11 +15,11 @@
 #include <string>
 #include <thread>
 
-#include "qccl/backend/backend.h"
-#include "qccl/comm.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/errors.h"
-#include "qccl/core/reduce.h"
+#include "backend/backend.h"
+#include "comm.h"
+#include "core/debug.h"
+#include "core/errors.h"
+#include "core/reduce.h"
 
 namespace qccl {
 

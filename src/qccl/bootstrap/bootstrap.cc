@@ -1,4 +1,4 @@
-#include "qccl/bootstrap/bootstrap.h"
+#include "bootstrap/bootstrap.h"
 
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -10,8 +10,8 @@
 #include <functional>
 #include <thread>
 
-#include "qccl/core/debug.h"
-#include "qccl/core/settings.h"
+#include "core/debug.h"
+#include "core/settings.h"
 #include "qk/base/env.h"
 
 namespace qccl {

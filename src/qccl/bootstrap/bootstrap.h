@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "qccl.h"
-#include "qccl/bootstrap/socket.h"
+#include "bootstrap/socket.h"
 
 namespace qccl {
 

@@ -1,4 +1,4 @@
-#include "qccl/bootstrap/socket.h"
+#include "bootstrap/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <thread>
 
-#include "qccl/core/debug.h"
+#include "core/debug.h"
 #include "qk/base/env.h"
 
 namespace qccl {

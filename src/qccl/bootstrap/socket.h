@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "qccl/core/errors.h"
+#include "core/errors.h"
 
 namespace qccl {
 

@@ -1,6 +1,6 @@
 // The rendezvous key-value store: wire format, server (one thread polling
 // every connection) and client.
-#include "qccl/bootstrap/store.h"
+#include "bootstrap/store.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,9 +15,9 @@
 #include <map>
 #include <thread>
 
-#include "qccl/bootstrap/socket.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/errors.h"
+#include "bootstrap/socket.h"
+#include "core/debug.h"
+#include "core/errors.h"
 #include "qk/base/error.h"
 #include "qk/qccl/store.h"
 

@@ -2,14 +2,24 @@
 // unique id, the store carries it to the others.
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "bootstrap/bootstrap.h"
 #include "qk/base/error.h"
 #include "qk/qccl/store.h"
 
 namespace qk::qccl {
+
+std::string random_store_token() {
+  std::string hex;
+  for (uint8_t b : ::qccl::random_token()) hex += fmt::format("{:02x}", b);
+  return hex;
+}
 
 qcclUniqueId exchange_unique_id(Store& store, int nranks, int rank, const std::string& prefix,
                                 double timeout_s) {

@@ -1,4 +1,4 @@
-#include "qccl/core/debug.h"
+#include "core/debug.h"
 
 #include <mutex>
 

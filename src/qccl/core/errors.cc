@@ -1,4 +1,4 @@
-#include "qccl/core/errors.h"
+#include "core/errors.h"
 
 namespace qccl {
 

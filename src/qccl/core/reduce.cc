@@ -1,4 +1,4 @@
-#include "qccl/core/reduce.h"
+#include "core/reduce.h"
 
 #include <algorithm>
 #include <cmath>

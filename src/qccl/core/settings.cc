@@ -1,4 +1,4 @@
-#include "qccl/core/settings.h"
+#include "core/settings.h"
 
 #include "qk/base/env.h"
 #include "qk/base/error.h"

@@ -1,15 +1,15 @@
-#include "qccl/topo/comm_topo.h"
+#include "topo/comm_topo.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
 
-#include "qccl/comm.h"
-#include "qccl/core/debug.h"
-#include "qccl/core/errors.h"
-#include "qccl/engine.h"
-#include "qccl/topo/detect.h"
+#include "comm.h"
+#include "core/debug.h"
+#include "core/errors.h"
+#include "engine.h"
+#include "topo/detect.h"
 
 namespace qccl::topo {
 

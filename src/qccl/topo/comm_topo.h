@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "qccl/topo/ring.h"
-#include "qccl/topo/topology.h"
+#include "topo/ring.h"
+#include "topo/topology.h"
 
 struct qcclComm;
 

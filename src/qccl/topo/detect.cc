@@ -3,7 +3,7 @@
 // "PCIe bridge" (PIX), so each tree of PCI-to-PCI bridges below a host bridge
 // becomes one pci_switch node here. Cascaded switches therefore read PIX
 // rather than PXB; a topology file can describe them exactly.
-#include "qccl/topo/detect.h"
+#include "topo/detect.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -11,9 +11,9 @@
 #include <map>
 #include <mutex>
 
-#include "qccl/core/debug.h"
-#include "qccl/topo/nvml.h"
-#include "qccl/topo/topo_file.h"
+#include "core/debug.h"
+#include "topo/nvml.h"
+#include "topo/topo_file.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 

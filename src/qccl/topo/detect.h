@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "qccl/topo/topology.h"
+#include "topo/topology.h"
 
 namespace qccl::topo {
 

@@ -1,4 +1,4 @@
-#include "qccl/topo/matrix.h"
+#include "topo/matrix.h"
 
 #include <fmt/format.h>
 

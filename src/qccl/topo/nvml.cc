@@ -1,6 +1,6 @@
 // NVML through dlopen: only the handful of entry points detection needs, with
 // their ABI declared here (nvml.h is not needed to build).
-#include "qccl/topo/nvml.h"
+#include "topo/nvml.h"
 
 #include <dlfcn.h>
 

@@ -6,7 +6,7 @@
 // are unavoidable and enough, so each group becomes one contiguous stretch,
 // solved the same way. A group that does not split is searched exhaustively
 // (branch and bound) up to kExactMax devices, else greedily with 2-opt.
-#include "qccl/topo/ring.h"
+#include "topo/ring.h"
 
 #include <fmt/format.h>
 

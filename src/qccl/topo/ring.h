@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "qccl/topo/topology.h"
+#include "topo/topology.h"
 
 namespace qccl::topo {
 

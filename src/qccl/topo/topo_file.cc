@@ -1,7 +1,7 @@
 // Reading and writing the topology file. The reader is strict: unknown keys,
 // wrong JSON types and unknown enum values are errors naming the field, so a
 // typo never silently becomes a default.
-#include "qccl/topo/topo_file.h"
+#include "topo/topo_file.h"
 
 #include <fmt/format.h>
 

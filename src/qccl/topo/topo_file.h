@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "qccl/topo/topology.h"
+#include "topo/topology.h"
 
 namespace qccl::topo {
 

@@ -4,7 +4,7 @@
 // bonded link, then the PCI tree: PIX (at most one switch), PXB (several
 // switches), PHB (through the host bridge), NODE (between host bridges of one
 // NUMA node), SYS (across NUMA nodes), and NET across hosts.
-#include "qccl/topo/topology.h"
+#include "topo/topology.h"
 
 #include <fmt/format.h>
 

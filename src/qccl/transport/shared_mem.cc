@@ -1,4 +1,4 @@
-#include "qccl/transport/shared_mem.h"
+#include "transport/shared_mem.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "qccl/core/errors.h"
+#include "core/errors.h"
 #include "qk/base/error.h"
 
 namespace qccl {

@@ -1,4 +1,4 @@
-#include "qccl/transport/shm.h"
+#include "transport/shm.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,8 +12,8 @@
 #include <atomic>
 #include <cstring>
 
-#include "qccl/core/debug.h"
-#include "qccl/transport/shared_mem.h"
+#include "core/debug.h"
+#include "transport/shared_mem.h"
 #include "qk/base/env.h"
 
 namespace qccl {

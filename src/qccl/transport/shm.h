@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "qccl/bootstrap/socket.h"
-#include "qccl/transport/conn.h"
+#include "bootstrap/socket.h"
+#include "transport/conn.h"
 
 namespace qccl {
 

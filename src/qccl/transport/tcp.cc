@@ -1,4 +1,4 @@
-#include "qccl/transport/tcp.h"
+#include "transport/tcp.h"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -1,5 +1,5 @@
 // Large-block reuse for the CPU allocator (see block_cache.h).
-#include "tensor/cpu/block_cache.h"
+#include "cpu/block_cache.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

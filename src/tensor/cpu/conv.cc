@@ -1,6 +1,6 @@
 // CPU convolution: geometry, the bias gradient, and the choice between
 // oneDNN and im2col (see Note [Conv algorithm choice] in conv.h).
-#include "tensor/cpu/conv.h"
+#include "cpu/conv.h"
 
 #include <string>
 
@@ -8,7 +8,7 @@
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/onednn.h"
+#include "cpu/onednn.h"
 
 namespace qk::cpu {
 

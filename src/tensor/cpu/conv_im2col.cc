@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "qk/base/thread_pool.h"
-#include "tensor/cpu/conv.h"
-#include "tensor/cpu/gemm.h"
+#include "cpu/conv.h"
+#include "cpu/gemm.h"
 
 namespace qk::cpu {
 

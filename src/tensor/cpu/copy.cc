@@ -1,6 +1,6 @@
 // Strided copy with dtype conversion, and fill.
-#include "tensor/cpu/kernels.h"
-#include "tensor/cpu/loops.h"
+#include "cpu/kernels.h"
+#include "cpu/loops.h"
 
 #include <cstring>
 

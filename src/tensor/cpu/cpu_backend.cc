@@ -1,6 +1,6 @@
 // The CPU backend: 64-byte aligned host memory with live/peak accounting;
 // large blocks are reused through a BlockCache (block_cache.h).
-#include "tensor/cpu/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 
 #include <sys/sysinfo.h>
 
@@ -12,7 +12,7 @@
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/base/timer.h"
-#include "tensor/cpu/block_cache.h"
+#include "cpu/block_cache.h"
 
 namespace qk::cpu {
 

@@ -2,11 +2,11 @@
 // when word i % 4 of Philox(seed, offset + i / 4) maps below 1-p, so the mask
 // depends only on (seed, offset), never on the thread count. Counters are
 // generated 16 at a time, lane-parallel.
-#include "tensor/cpu/dropout.h"
+#include "cpu/dropout.h"
 
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/generator.h"
-#include "tensor/cpu/norm_lanes.h"
+#include "cpu/norm_lanes.h"
 
 namespace qk::cpu {
 namespace {

@@ -1,8 +1,8 @@
 // Elementwise CPU kernels: binary, unary, their derivatives, clamp, where.
 #include <cmath>
 
-#include "tensor/cpu/kernels.h"
-#include "tensor/cpu/loops.h"
+#include "cpu/kernels.h"
+#include "cpu/loops.h"
 
 namespace qk::cpu {
 

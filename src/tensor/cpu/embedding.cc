@@ -2,12 +2,12 @@
 // (any dtype). The backward adds grad rows into dweight [V, D]; to avoid
 // write races without atomics, each task owns a range of vocabulary rows and
 // scans all indices (indices are few next to M * D multiply-adds).
-#include "tensor/cpu/embedding.h"
+#include "cpu/embedding.h"
 
 #include <cstring>
 
 #include "qk/base/thread_pool.h"
-#include "tensor/cpu/norm_lanes.h"
+#include "cpu/norm_lanes.h"
 
 namespace qk::cpu {
 namespace {

@@ -1,7 +1,7 @@
 // CPU matrix products: strided operands to BLAS without copies where the
 // layout allows (f32 through oneDNN's sgemm when built with it, f64 and the
 // fallback through OpenBLAS), f16/bf16 through f32, batches across threads.
-#include "tensor/cpu/gemm.h"
+#include "cpu/gemm.h"
 
 #include <cblas.h>
 

@@ -2,13 +2,13 @@
 // around the indexed dim; cat and index_select move whole rows of `inner`
 // elements with memcpy (any dtype); index_add adds them. gather and
 // scatter_add index element by element, one run of the last dim at a time.
-#include "tensor/cpu/index.h"
+#include "cpu/index.h"
 
 #include <cstring>
 
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/norm_lanes.h"
+#include "cpu/norm_lanes.h"
 
 namespace qk::cpu {
 namespace {

@@ -1,4 +1,4 @@
-#include "tensor/cpu/loops.h"
+#include "cpu/loops.h"
 
 namespace qk::cpu {
 

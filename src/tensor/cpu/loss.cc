@@ -6,15 +6,15 @@
 // Positions whose target is ignore_index contribute 0 and are not counted;
 // mean divides by the number of counted positions (PyTorch's rule; NaN when
 // every target is ignored, as PyTorch).
-#include "tensor/cpu/loss.h"
+#include "cpu/loss.h"
 
 #include <cmath>
 #include <vector>
 
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/norm_lanes.h"
-#include "tensor/cpu/softmax.h"
+#include "cpu/norm_lanes.h"
+#include "cpu/softmax.h"
 
 namespace qk::cpu {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/norm.h"
-#include "tensor/cpu/norm_lanes.h"
+#include "cpu/norm.h"
+#include "cpu/norm_lanes.h"
 
 namespace qk::cpu {
 namespace {

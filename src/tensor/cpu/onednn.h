@@ -15,7 +15,7 @@
 
 #include <tuple>
 
-#include "tensor/cpu/conv.h"
+#include "cpu/conv.h"
 
 namespace qk::cpu::onednn {
 

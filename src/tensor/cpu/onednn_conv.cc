@@ -1,5 +1,5 @@
 // oneDNN convolution primitives with a per-shape cache (see onednn.h).
-#include "tensor/cpu/onednn.h"
+#include "cpu/onednn.h"
 
 #include "qk/base/error.h"
 
@@ -20,7 +20,7 @@
 #include "qk/base/env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/conv.h"
+#include "cpu/conv.h"
 
 namespace qk::cpu::onednn {
 

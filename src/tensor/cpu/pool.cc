@@ -1,5 +1,5 @@
 // CPU pooling kernels: one (n, c) plane per task, windows as PyTorch's.
-#include "tensor/cpu/pool.h"
+#include "cpu/pool.h"
 
 #include <algorithm>
 #include <cmath>

@@ -10,7 +10,7 @@
 
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/kernels.h"
+#include "cpu/kernels.h"
 
 namespace qk::cpu {
 

@@ -6,14 +6,14 @@
 //   inner > 1: tiles of D x (up to 64 inner positions), so each pass runs
 //     along contiguous inner elements.
 // Numerically stable: the row max is subtracted before exp.
-#include "tensor/cpu/softmax.h"
+#include "cpu/softmax.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "qk/base/thread_pool.h"
-#include "tensor/cpu/norm_lanes.h"
+#include "cpu/norm_lanes.h"
 
 namespace qk::cpu {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
-#include "tensor/cpu/index.h"
+#include "cpu/index.h"
 
 namespace qk::cpu {
 namespace {

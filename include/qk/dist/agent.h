@@ -8,6 +8,14 @@
 //   node/<i>      node i joined (value: its host and nproc)
 //   failed        the first failure's description; every agent watches it
 //   done/<i>      node i's workers all exited 0
+//
+// `qk run` is a thin front end over it; a program can launch a job the same way:
+//
+//   qk::dist::AgentOptions o;
+//   o.nproc_per_node = 4;
+//   o.max_restarts = 2;
+//   o.command = {"./train", "--epochs", "3"};
+//   int status = qk::dist::run_agent(o);   // as `qk run --nproc-per-node 4 ...`
 #pragma once
 
 #include <string>

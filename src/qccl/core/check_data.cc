@@ -1,24 +1,20 @@
-// Exact inputs and serial references for checking collectives, shared by
-// `qk perf` (its #wrong column) and the qccl tests. Inputs are small
-// integers (products of 1, 2 and -1), so the exact result does not depend on
-// the order of reduction: every algorithm and every rank must produce exactly
-// the reference bits.
-#pragma once
+// Exact inputs and references for checking collectives (qk/qccl/check_data.h).
+#include "qk/qccl/check_data.h"
 
 #include <cmath>
-#include <cstddef>
 #include <cstdint>
 
-#include "qccl.h"
-#include "qccl/core/reduce.h"
+#include "core/reduce.h"
 
-namespace qccl::check {
+namespace qk::qccl::check {
 
-inline bool is_unsigned(qcclDataType_t t) {
+size_t element_size(qcclDataType_t t) { return ::qccl::dtype_valid(t) ? ::qccl::dtype_size(t) : 0; }
+
+bool is_unsigned(qcclDataType_t t) {
   return t == qcclUint8 || t == qcclUint16 || t == qcclUint32 || t == qcclUint64;
 }
 
-inline double get(const void* p, qcclDataType_t t, size_t i) {
+double get(const void* p, qcclDataType_t t, size_t i) {
   switch (t) {
     case qcclInt8: return static_cast<const int8_t*>(p)[i];
     case qcclUint8: return static_cast<const uint8_t*>(p)[i];
@@ -28,16 +24,15 @@ inline double get(const void* p, qcclDataType_t t, size_t i) {
     case qcclUint32: return static_cast<const uint32_t*>(p)[i];
     case qcclInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case qcclUint64: return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
-    case qcclFloat16: return qccl::half_to_float(static_cast<const uint16_t*>(p)[i]);
-    case qcclBfloat16: return qccl::bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case qcclFloat16: return ::qccl::half_to_float(static_cast<const uint16_t*>(p)[i]);
+    case qcclBfloat16: return ::qccl::bf16_to_float(static_cast<const uint16_t*>(p)[i]);
     case qcclFloat32: return static_cast<const float*>(p)[i];
     case qcclFloat64: return static_cast<const double*>(p)[i];
     default: return 0;
   }
 }
 
-// Integers wrap (through int64), as the kernels' arithmetic does.
-inline void set(void* p, qcclDataType_t t, size_t i, double v) {
+void set(void* p, qcclDataType_t t, size_t i, double v) {
   int64_t iv = static_cast<int64_t>(v);
   switch (t) {
     case qcclInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(iv); break;
@@ -48,16 +43,15 @@ inline void set(void* p, qcclDataType_t t, size_t i, double v) {
     case qcclUint32: static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(iv); break;
     case qcclInt64: static_cast<int64_t*>(p)[i] = iv; break;
     case qcclUint64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(iv); break;
-    case qcclFloat16: static_cast<uint16_t*>(p)[i] = qccl::float_to_half(static_cast<float>(v)); break;
-    case qcclBfloat16: static_cast<uint16_t*>(p)[i] = qccl::float_to_bf16(static_cast<float>(v)); break;
+    case qcclFloat16: static_cast<uint16_t*>(p)[i] = ::qccl::float_to_half(static_cast<float>(v)); break;
+    case qcclBfloat16: static_cast<uint16_t*>(p)[i] = ::qccl::float_to_bf16(static_cast<float>(v)); break;
     case qcclFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
     case qcclFloat64: static_cast<double*>(p)[i] = v; break;
     default: break;
   }
 }
 
-// Input element i of rank r for a reduction with op.
-inline double value(int r, size_t i, qcclRedOp_t op, qcclDataType_t t, int salt = 0) {
+double value(int r, size_t i, qcclRedOp_t op, qcclDataType_t t, int salt) {
   if (op == qcclProd) {
     double v = ((r + i + salt) % 3 == 0) ? 2 : 1;
     if (!is_unsigned(t) && (r * 3 + i) % 4 == 0) v = -v;
@@ -67,8 +61,7 @@ inline double value(int r, size_t i, qcclRedOp_t op, qcclDataType_t t, int salt 
   return is_unsigned(t) ? m : m - 4;
 }
 
-// The reduction over ranks [0, n) of element i (before rounding to the type).
-inline double reduced(int n, size_t i, qcclRedOp_t op, qcclDataType_t t, int salt = 0) {
+double reduced(int n, size_t i, qcclRedOp_t op, qcclDataType_t t, int salt) {
   double acc = value(0, i, op, t, salt);
   for (int r = 1; r < n; ++r) {
     double v = value(r, i, op, t, salt);
@@ -87,4 +80,4 @@ inline double reduced(int n, size_t i, qcclRedOp_t op, qcclDataType_t t, int sal
   return acc;
 }
 
-}  // namespace qccl::check
+}  // namespace qk::qccl::check

@@ -1,0 +1,95 @@
+// `qk checkpoint export`: write a model in another checkpoint format.
+//
+//   qk checkpoint export --format hf --load gpt2/ --out gpt2-bf16/ --dtype bf16
+//   qk checkpoint export --format hf --load big/ --out big-sharded/ --max-shard-size 2GB
+//
+// --load: what qk::transformer::load_gpt_for_inference reads (for now a
+// Hugging Face folder, so this converts dtypes and sharding; qianka's own
+// checkpoints join there). The tokenizer files found with the source are
+// copied along, so the folder is complete for transformers and `qk generate`.
+#include <fmt/format.h>
+
+#include <cctype>
+#include <filesystem>
+#include <memory>
+
+#include "command.h"
+#include "qk/base/error.h"
+#include "qk/base/timer.h"
+#include "qk/transformer/hf_checkpoint.h"
+#include "qk/transformer/pretrained.h"
+
+namespace qk::cli {
+namespace {
+
+struct ExportCli {
+  std::string format = "hf", load, out, dtype = "auto", max_shard_size = "0";
+};
+
+constexpr std::pair<const char*, double> kSizeUnits[] = {
+    {"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+    {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+
+// "0", "500MB", "5GB", "2GiB", "123456" -> bytes (transformers' max_shard_size spelling).
+int64_t parse_size(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  QK_CHECK(i > 0 && std::isdigit(static_cast<unsigned char>(s[0])), "--max-shard-size '", s,
+           "': expected a size such as 5GB, 500MB or 0 (one file)");
+  const double value = std::stod(s.substr(0, i));
+  const std::string unit = s.substr(i);
+  double scale = 0;
+  for (const auto& [name, factor] : kSizeUnits)
+    if (unit == name) scale = factor;
+  QK_CHECK(scale > 0, "--max-shard-size '", s, "': unknown unit '", unit, "'; use B, KB, MB, GB, KiB, MiB or GiB");
+  return static_cast<int64_t>(value * scale);
+}
+
+void run_export(const ExportCli& c) {
+  QK_CHECK(c.format == "hf", "--format '", c.format, "' is not supported; qk exports hf (Hugging Face)");
+  QK_CHECK_AS(IoError, std::filesystem::exists(c.load), "--load '", c.load, "' does not exist");
+  Timer timer;
+  const transformer::LoadedGpt m = transformer::load_gpt_for_inference(c.load);
+  transformer::HfExportOptions o;
+  if (c.dtype != "auto") o.dtype = parse_dtype(c.dtype);
+  o.max_shard_bytes = parse_size(c.max_shard_size);
+  o.eos_token_ids = m.eos_token_ids;
+  o.bos_token_id = m.bos_token_id;
+  if (o.eos_token_ids.empty() && m.tokenizer) {
+    // config.json names the EOS id transformers' generate() stops at.
+    const int32_t eod = data::load_tokenizer(*m.tokenizer)->eod();
+    if (eod >= 0) o.eos_token_ids = {eod};
+  }
+  transformer::export_hf(*m.model, c.out, o);
+  std::vector<std::string> tokenizer_files;
+  if (m.tokenizer) tokenizer_files = transformer::copy_tokenizer_files(*m.tokenizer, c.out);
+  const DType dtype = o.dtype.value_or(m.config.params_dtype);
+  fmt::print("exported {} ({} layers, hidden {}, vocabulary {}) from {} ({}) as {} to {} in {:.1f} s{}\n",
+             transformer::to_string(transformer::hf_architecture_for(m.config)), m.config.num_layers,
+             m.config.hidden_size, m.config.vocab_size, c.load, m.format, dtype_name(dtype), c.out, timer.seconds(),
+             tokenizer_files.empty() ? std::string("; no tokenizer files to copy")
+                                     : fmt::format("; tokenizer: {}", fmt::join(tokenizer_files, ", ")));
+}
+
+void setup_checkpoint(CLI::App& app) {
+  app.require_subcommand(1);
+  CLI::App* e = app.add_subcommand("export", "Write a model as a Hugging Face folder (config.json + safetensors)");
+  auto c = std::make_shared<ExportCli>();
+  e->add_option("--format", c->format, "Output format: hf (transformers' GPT2LMHeadModel / LlamaForCausalLM)")
+      ->capture_default_str();
+  e->add_option("--load", c->load, "The model to export (a Hugging Face folder)")->required();
+  e->add_option("--out", c->out, "Folder to write (created if missing)")->required();
+  e->add_option("--dtype", c->dtype, "dtype of the written weights (auto: as loaded)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "f16"}))
+      ->capture_default_str();
+  e->add_option("--max-shard-size", c->max_shard_size,
+                "Split the weights into shards of at most this size (e.g. 5GB; 0: one model.safetensors)")
+      ->capture_default_str();
+  e->callback([c] { run_export(*c); });
+}
+
+}  // namespace
+
+QK_REGISTER_COMMAND(checkpoint, "Convert model checkpoints (export --format hf)", setup_checkpoint);
+
+}  // namespace qk::cli

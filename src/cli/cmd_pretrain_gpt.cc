@@ -1,0 +1,54 @@
+// `qk pretrain-gpt`: Megatron-LM's pretrain_gpt.py with its own arguments.
+//
+//   qk pretrain-gpt --num-layers 6 --hidden-size 512 --num-attention-heads 8 --seq-length 256
+//       --micro-batch-size 4 --global-batch-size 8 --train-iters 100 --lr 3e-4
+//       --tokenizer-type HuggingFaceTokenizer --tokenizer-model tok.json
+//       --data-path 1.0 data/docs_text_document --split 949,50,1 --save ckpt --load ckpt
+//   qk run --nproc-per-node 2 -- qk pretrain-gpt ...      # data-parallel
+//   qk pretrain-gpt --help                                # every flag, grouped as arguments.py
+//
+// The arguments go to qk::train::parse_megatron_args as they are (an unknown
+// flag names the closest known one; a flag whose feature is not built says
+// so); the run is qk::train::pretrain_gpt (qk/train/gpt_pretrain.h).
+#include <cstdio>
+
+#include "command.h"
+#include "qk/dist/launch_env.h"
+#include "qk/train/gpt_pretrain.h"
+#include "qk/train/megatron_args.h"
+
+namespace qk::cli {
+namespace {
+
+void run_pretrain_gpt(const std::vector<std::string>& argv) {
+  const dist::LaunchEnv env = dist::launch_env();
+  train::MegatronArgsOptions o;
+  o.world_size = env.world_size;
+  o.rank = env.rank;
+  const train::ParsedMegatronArgs p = train::parse_megatron_args(argv, o);
+  if (p.help) {
+    std::fputs(train::megatron_help("qk pretrain-gpt").c_str(), stdout);
+    return;
+  }
+  train::PretrainGptOptions run;
+  run.notes = p.notes;
+  train::pretrain_gpt(p.args, run);
+}
+
+void setup_pretrain_gpt(CLI::App& app) {
+  // Every argument is Megatron's: CLI11 only hands them over.
+  app.set_help_flag();
+  app.allow_extras();
+  app.prefix_command();
+  app.footer("Megatron-LM's pretrain_gpt.py arguments; run 'qk pretrain-gpt --help' for all of them.");
+  app.callback([&app] { run_pretrain_gpt(app.remaining()); });
+}
+
+}  // namespace
+
+// QK_REGISTER_COMMAND spells the name as an identifier; this one has a dash.
+static Registrar qk_cli_registrar_pretrain_gpt("pretrain-gpt",
+                                               "Pre-train a GPT/Llama model with Megatron-LM's arguments",
+                                               setup_pretrain_gpt);
+
+}  // namespace qk::cli

@@ -1,0 +1,280 @@
+// pretrain_gpt: Megatron-LM's pretrain() for the GPT model on the pieces of
+// gpt_pretrain.h, in Megatron's order (initialize, model and optimizer,
+// checkpoint, data, train with evaluation, final validation and test).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "qk/base/env.h"
+#include "qk/base/error.h"
+#include "qk/base/fault.h"
+#include "qk/base/file_io.h"
+#include "qk/base/log.h"
+#include "qk/base/thread_pool.h"
+#include "qk/dist/launch_env.h"
+#include "qk/dist/process_group.h"
+#include "qk/tensor/generator.h"
+#include "qk/train/gemm_peak.h"
+#include "qk/train/gpt_pretrain.h"
+#include "qk/transformer/gpt_model.h"
+
+namespace qk::train {
+namespace {
+
+constexpr const char* kRunFormat = "qk-pretrain-gpt-v1";
+
+std::string datetime_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+// The data-parallel job of this process (Megatron's initialize_megatron):
+// qk run's or torchrun's environment, and one compute thread per core of
+// this node's share, as torchrun leaves OMP_NUM_THREADS when it starts
+// several processes per node.
+struct World {
+  int rank = 0, size = 1;
+  DataParallel dp;
+};
+
+World join_world(const MegatronArgs& a) {
+  const dist::LaunchEnv env = dist::launch_env();
+  QK_CHECK(env.world_size == a.world_size, "the arguments were validated for ", a.world_size,
+           " ranks but this job has ", env.world_size, " (", env.source,
+           "); parse them with MegatronArgsOptions{.world_size = launch_env().world_size}");
+  World w;
+  if (env.world_size > 1) {
+    if (!dist::is_initialized())
+      dist::init(dist::InitOptions().timeout(60.0 * static_cast<double>(a.distributed_timeout_minutes)));
+    w.rank = dist::rank();
+    w.size = dist::world_size();
+    w.dp.group = &dist::group();
+  }
+  if (env.local_world_size > 1 && !env::get_raw("QK_NUM_THREADS")) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    set_num_threads(std::max(1, cores / env.local_world_size));
+  }
+  return w;
+}
+
+double params_norm(const MixedPrecisionOptimizer& opt) {
+  // Megatron's calc_params_l2_norm: over the fp32 main parameters.
+  double sq = 0;
+  for (const Tensor& p : opt.main_params()) {
+    const Tensor c = p.detach().to(DType::f32).contiguous();
+    const float* d = c.data_ptr<float>();
+    for (int64_t i = 0; i < c.numel(); ++i) sq += static_cast<double>(d[i]) * d[i];
+  }
+  return std::sqrt(sq);
+}
+
+double mask_sum(const Tensor& mask) {
+  const float* m = mask.data_ptr<float>();
+  double s = 0;
+  for (int64_t i = 0; i < mask.numel(); ++i) s += m[i];
+  return s;
+}
+
+// The GEMM rate every rank gets while all of them run at once (what a
+// training step shares the cores with), averaged over ranks.
+GemmPeak measure_peak(const World& w, DType dtype) {
+  if (w.dp.group) w.dp.group->barrier();
+  GemmPeak p;
+  try {
+    p = measure_gemm_peak(1024, dtype);
+  } catch (const Error&) {
+    p = measure_gemm_peak(1024, DType::f32);  // a dtype without its own GEMM: the f32 rate
+  }
+  if (w.dp.group) {
+    Tensor v = from_vector<double>({p.flops}, {1});
+    w.dp.group->all_reduce(v);
+    p.flops = v.data_ptr<double>()[0] / w.size;
+  }
+  return p;
+}
+
+}  // namespace
+
+PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& o) {
+  QK_CHECK(a.pipeline_model_parallel_size == 1 && a.tensor_model_parallel_size == 1 &&
+               a.context_parallel_size == 1 && a.expert_model_parallel_size == 1,
+           "pretrain_gpt runs data parallelism only (tensor, pipeline, context and expert sizes 1)");
+  const World world = join_world(a);
+  const bool lead = world.rank == 0;
+  const auto print = o.print ? o.print : [](const std::string& s) {
+    std::fputs((s + "\n").c_str(), stdout);
+    std::fflush(stdout);
+  };
+  auto say = [&](const std::string& s) {
+    if (lead) print(s);
+  };
+  auto say_datetime = [&](const std::string& what) { say(fmt::format("[{}] datetime: {} ", what, datetime_now())); };
+
+  say(format_megatron_args(a));
+  if (lead)
+    for (const auto& n : o.notes) QK_INFO("{}", n);
+  PretrainGptResult result;
+  result.output_dir = a.save.value_or(o.default_output_dir);
+  say(fmt::format("> metrics (metrics.jsonl) and loss/learning-rate curves (training_curves.png) go to {}{}",
+                  result.output_dir, a.save ? " (--save)" : " (no --save given)"));
+  if (lead) make_dirs(result.output_dir);
+
+  // ---- tokenizer and model
+  say(fmt::format("> building {} tokenizer ...", a.tokenizer_type.value_or("?")));
+  const std::unique_ptr<data::Tokenizer> tokenizer = build_tokenizer(a);
+  if (a.vocab_size && *a.tokenizer_type != "NullTokenizer" && lead)
+    QK_INFO("--vocab-size {}: only NullTokenizer reads it (as in Megatron); the vocabulary is the tokenizer's {} ids",
+            *a.vocab_size, tokenizer->vocab_size());
+  const transformer::TransformerConfig cfg = gpt_transformer_config(a, tokenizer->vocab_size());
+  const int64_t padded = cfg.padded_vocab_size();
+  say(fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})", tokenizer->vocab_size(),
+                  padded - tokenizer->vocab_size(), padded));
+
+  // Megatron's _set_random_seed: seed + 100 x pipeline rank (0 here), the
+  // same on every data-parallel rank, so the replicas start equal.
+  manual_seed(static_cast<uint64_t>(a.seed));
+  transformer::GPTModel model(cfg);
+  for (const Tensor& p : model->parameters()) result.num_parameters += p.numel();
+  say(fmt::format(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}",
+                  result.num_parameters));
+
+  MixedPrecisionOptimizer opt(megatron_param_groups(*model), gpt_optimizer(a), gpt_loss_scaler(a),
+                              gpt_mixed_precision_options(a));
+  OptimizerParamScheduler sched(&opt.optimizer(), gpt_scheduler_options(a), opt.group_schedules());
+  TrainerOptions to = gpt_trainer_options(a, lead ? result.output_dir : "");
+  to.flops_per_sample = transformer::num_floating_point_operations(cfg, 1);
+  to.args_json = megatron_args_to_json(a);
+  to.curve_title = fmt::format("GPT {} layers, hidden {}, {} heads, sequence {}", cfg.num_layers, cfg.hidden_size,
+                               cfg.num_attention_heads, cfg.seq_length);
+  Trainer trainer(*model, opt, sched, to, world.dp);
+  say_datetime("after model, optimizer, and learning rate scheduler are built");
+
+  // ---- checkpoint
+  if (a.load) {
+    if (const auto loaded = trainer.load()) {
+      say(fmt::format("  successfully loaded checkpoint from {} [ t 1/1, p 1/1 ] at iteration {}", loaded->where,
+                      trainer.progress().iteration));
+    } else {
+      QK_CHECK(!a.exit_on_missing_checkpoint, "--exit-on-missing-checkpoint: no checkpoint in --load ", *a.load);
+      say(fmt::format("WARNING: could not find a checkpoint in {}\n    will not load any checkpoints and will start "
+                      "from random",
+                      *a.load));
+    }
+  }
+
+  // ---- data: rank 0 builds (and caches) the indices first, as Megatron does
+  say("> building train, validation, and test datasets ...");
+  GptDatasets data;
+  if (lead) data = build_gpt_datasets(a, *tokenizer);
+  if (world.dp.group) world.dp.group->barrier();
+  if (!lead) data = build_gpt_datasets(a, *tokenizer);
+  say(data.description);
+  const GptBatchOptions bo = gpt_batch_options(a, *tokenizer);
+  const int64_t micro = a.micro_batch_size.value_or(1);
+  GptBatchIterator train_it(data.train, trainer.progress().consumed_train_samples, micro, world.rank, world.size, bo,
+                            "train");
+  const bool do_valid = data.valid && a.eval_iters > 0;
+  const bool do_test = data.test && a.eval_iters > 0;
+  std::optional<GptBatchIterator> valid_it;
+  if (do_valid)
+    valid_it.emplace(data.valid, trainer.progress().consumed_valid_samples, micro, world.rank, world.size, bo,
+                     "validation");
+  say_datetime("after dataloaders are built");
+
+  if (o.measure_gemm_peak) {
+    const GemmPeak peak = measure_peak(world, cfg.params_dtype);
+    result.gemm_peak_flops = peak.flops;
+    say(fmt::format("> GEMM peak: {:.4f} TFLOP/s per rank ({}^3 {} matmul, median of 5, all {} ranks at once; "
+                    "what MFU is measured against)",
+                    peak.flops / 1e12, peak.n, dtype_name(peak.dtype), world.size));
+  }
+
+  // ---- the loop
+  auto forward = [&](GptBatchIterator& it) {
+    const GptBatch b = it.next();
+    Tensor loss = model->forward(b.tokens, b.position_ids, b.labels, b.loss_mask);
+    const double value = loss.item<double>(), tokens = mask_sum(b.loss_mask);
+    // --check-for-nan-in-loss-and-grad (Megatron's default): a fatal error.
+    QK_CHECK_AS(ValueError, !a.check_for_nan_in_loss_and_grad || std::isfinite(value), "Rank ", world.rank,
+                ": found ", std::isnan(value) ? "NaN" : "Inf", " in local forward loss calculation at iteration ",
+                trainer.progress().iteration + 1, " (--no-check-for-nan-in-loss-and-grad skips such iterations)");
+    return MicroBatchOutput{loss, {{"lm loss", {value * tokens, tokens}}}};
+  };
+  TrainerCallbacks cb;
+  cb.train_step = [&](int64_t) { return forward(train_it); };
+  if (do_valid) cb.valid_step = [&](int64_t) { return forward(*valid_it); };
+  cb.on_step = [&](int64_t iteration, const StepStats& st) {
+    // Without a loss scaler a skipped step means non-finite gradients, which
+    // Megatron's DDP reports as an error while the check is on.
+    QK_CHECK_AS(ValueError, !(st.skipped && !opt.scaler() && a.check_for_nan_in_loss_and_grad), "Rank ",
+                world.rank, ": found NaN or Inf in the gradients at iteration ", iteration,
+                " (--no-check-for-nan-in-loss-and-grad skips such iterations)");
+    fault::point("step", iteration);
+  };
+  cb.on_log = [&](const LogStats& s) {
+    if (!lead) return;
+    IterationLineExtras x;
+    x.log_throughput = a.log_throughput;
+    if (a.log_params_norm) x.params_norm = params_norm(opt);
+    print(megatron_iteration_line(s, x));
+    print(throughput_line(s, world.size, result.gemm_peak_flops));
+  };
+  cb.on_eval = [&](const EvalStats& e) {
+    say(megatron_validation_block(fmt::format("iteration {}", e.iteration), e.metrics));
+  };
+  cb.on_save = [&](const CheckpointInfo& c) {
+    print(fmt::format("  successfully saved checkpoint from iteration {:7d} to {} [ t 1/1, p 1/1 ]",
+                      trainer.progress().iteration, c.path));
+  };
+  cb.user_state = [&] {
+    return nlohmann::json{{"format", kRunFormat},
+                          {"tokenizer_vocab_size", tokenizer->vocab_size()},
+                          {"padded_vocab_size", padded},
+                          {"model", cfg.summary()}}
+        .dump();
+  };
+
+  say("training ...");
+  result.train = trainer.train(cb);
+  switch (result.train.exit_reason) {
+    case ExitReason::signal: say_datetime("exiting program after receiving SIGTERM."); return result;
+    case ExitReason::exit_interval:
+      say_datetime(fmt::format("exiting program at iteration {}", result.train.progress.iteration));
+      return result;
+    case ExitReason::exit_duration:
+      say_datetime(fmt::format("exiting program after {} minutes", a.exit_duration_in_mins.value_or(0)));
+      return result;
+    case ExitReason::finished: break;
+  }
+  say_datetime("after training is done");
+
+  // ---- Megatron's final evaluation: validation continues where it was, test from its start
+  const int64_t iteration = result.train.progress.iteration;
+  if (do_valid) {
+    result.final_valid = trainer.evaluate(cb.valid_step);
+    say(megatron_validation_block(fmt::format("iteration {} on validation set", iteration),
+                                  result.final_valid->metrics));
+  }
+  if (do_test) {
+    GptBatchIterator test_it(data.test, 0, micro, world.rank, world.size, bo, "test");
+    EvalStats e;
+    e.iteration = iteration;
+    model->eval();
+    e.metrics = trainer.runner().forward_only([&](int64_t) { return forward(test_it); },
+                                              a.eval_iters * trainer.num_microbatches());
+    model->train();
+    result.final_test = e;
+    say(megatron_validation_block(fmt::format("iteration {} on test set", iteration), e.metrics));
+  }
+  return result;
+}
+
+}  // namespace qk::train
