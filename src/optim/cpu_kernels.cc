@@ -15,7 +15,7 @@ namespace cpu {
 namespace {
 
 // Elements per task: enough work (~tens of microseconds) to amortise the
-// hand-off to a pool thread.
+// hand-off to a pool thread (not measured against other grains).
 constexpr int64_t kGrain = 1 << 15;
 
 template <typename T, bool kMomentum, bool kNesterov, bool kFirst>

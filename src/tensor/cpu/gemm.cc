@@ -87,7 +87,8 @@ void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   }
 }
 
-// Below this many flops per thread, splitting costs more than it saves.
+// Below this many flops per thread, splitting costs more than it saves
+// (the 96^3 and the 128^3 below are not measured; bench/gemm_bench.cc would show it).
 constexpr double kFlopsPerThread = 2.0 * 96 * 96 * 96;
 
 }  // namespace
@@ -99,7 +100,8 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
 #if defined(QK_HAVE_DNNL) && defined(_OPENMP)
   // f32: oneDNN's JIT sgemm. Debian's OpenBLAS falls back to its generic
   // (Prescott) kernels on CPUs it does not recognise, such as these virtual
-  // Xeons, and runs up to 5x slower there (docs/benchmarks.md). oneDNN
+  // Xeons, and runs up to 5x slower there (512^3 on the 2-core development
+  // VM: docs/benchmarks.md, "Training step"). oneDNN
   // threads the call itself over an OpenMP team sized like our pool.
   if constexpr (std::is_same_v<T, float>) {
     if (use_dnnl_sgemm()) {
@@ -189,6 +191,7 @@ void bmm_into(const Tensor& a, const Tensor& b, const Tensor& out, T beta) {
     for (int64_t i = 0; i < batch; ++i) one(i);
     return;
   }
+  // Grain: not measured (docs/tensor.md, "Threads").
   int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(65536.0 / flops));
   parallel_for(0, batch, grain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) one(i);
