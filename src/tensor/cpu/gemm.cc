@@ -1,6 +1,7 @@
 // CPU matrix products: strided operands to BLAS without copies where the
 // layout allows (f32 through oneDNN's sgemm when built with it, f64 and the
-// fallback through OpenBLAS), f16/bf16 through f32, batches across threads.
+// fallback through OpenBLAS), bf16 through oneDNN's bf16 matmul where the CPU
+// has it, f16 (and bf16 elsewhere) through f32, batches across threads.
 #include "tensor/cpu/gemm.h"
 
 #include <cblas.h>
@@ -13,6 +14,7 @@
 #include "qk/base/env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
+#include "tensor/cpu/onednn_matmul.h"
 
 #if defined(QK_HAVE_DNNL) && defined(_OPENMP)
 #include <omp.h>
@@ -147,6 +149,61 @@ template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const 
 
 namespace {
 
+// The stored [rows, cols] block (leading dimension ld) of a bf16 operand as
+// a dense f32 matrix [rows, cols].
+Tensor widen_block(const BFloat16* p, int64_t rows, int64_t cols, int64_t ld) {
+  Tensor out = empty({rows, cols});
+  float* o = out.data_ptr<float>();
+  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)),
+               [&](int64_t lo, int64_t hi) {
+                 for (int64_t r = lo; r < hi; ++r)
+                   for (int64_t j = 0; j < cols; ++j)
+                     o[r * cols + j] = static_cast<float>(p[r * ld + j]);
+               });
+  return out;
+}
+
+}  // namespace
+
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
+               const BFloat16* b, int64_t ldb, bool accumulate, void* c, DType c_dtype,
+               int64_t ldc) {
+  QK_INTERNAL_ASSERT(c_dtype == DType::f32 || c_dtype == DType::bf16);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum
+    if (accumulate) return;
+    for (int64_t i = 0; i < m; ++i)
+      std::memset(static_cast<char*>(c) + i * ldc * dtype_size(c_dtype), 0,
+                  n * dtype_size(c_dtype));
+    return;
+  }
+  if (onednn::has_bf16_matmul()) {
+    onednn::MatmulShape s{ta, tb, m, n, k, DType::bf16, c_dtype, accumulate};
+    onednn::matmul(s, a, lda, b, ldb, c, ldc);
+    return;
+  }
+  // No native bf16 here: widen the operands and multiply in f32.
+  Tensor a32 = ta ? widen_block(a, k, m, lda) : widen_block(a, m, k, lda);
+  Tensor b32 = tb ? widen_block(b, n, k, ldb) : widen_block(b, k, n, ldb);
+  const int64_t lda32 = ta ? m : k, ldb32 = tb ? k : n;
+  if (c_dtype == DType::f32) {
+    gemm<float>(ta, tb, m, n, k, 1.0f, a32.data_ptr<float>(), lda32, b32.data_ptr<float>(), ldb32,
+                accumulate ? 1.0f : 0.0f, static_cast<float*>(c), ldc);
+    return;
+  }
+  auto* cb = static_cast<BFloat16*>(c);
+  Tensor c32 = accumulate ? widen_block(cb, m, n, ldc) : empty({m, n});
+  gemm<float>(ta, tb, m, n, k, 1.0f, a32.data_ptr<float>(), lda32, b32.data_ptr<float>(), ldb32,
+              accumulate ? 1.0f : 0.0f, c32.data_ptr<float>(), n);
+  const float* cp = c32.data_ptr<float>();
+  parallel_for(0, m, std::max<int64_t>(1, 16384 / n), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      for (int64_t j = 0; j < n; ++j) cb[i * ldc + j] = BFloat16(cp[i * n + j]);
+  });
+}
+
+namespace {
+
 // Below this many flops per matrix, run whole matrices of a batch on
 // different threads rather than splitting each one.
 constexpr double kSplitGemmFlops = 2.0 * 128 * 128 * 128;
@@ -169,6 +226,21 @@ Batched<T> as_blas(const Tensor& t) {
   return {c, c.data_ptr<T>(), rows * cols, BlasOperand{false, std::max<int64_t>(cols, 1)}};
 }
 
+// Runs gemm_one(i) for each matrix i of a batch of `batch` products of
+// `flops` each: one after another (each one threaded) when they are large,
+// whole matrices on different threads when they are small.
+template <typename F>
+void for_each_matrix(int64_t batch, double flops, F&& gemm_one) {
+  if (batch == 1 || flops >= kSplitGemmFlops || in_parallel_region()) {
+    for (int64_t i = 0; i < batch; ++i) gemm_one(i);
+    return;
+  }
+  int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(65536.0 / flops));
+  parallel_for(0, batch, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) gemm_one(i);
+  });
+}
+
 // out [B,M,N] (contiguous) = a [B,M,K] x b [B,K,N], float or double.
 template <typename T>
 void bmm_into(const Tensor& a, const Tensor& b, const Tensor& out, T beta) {
@@ -180,25 +252,44 @@ void bmm_into(const Tensor& a, const Tensor& b, const Tensor& out, T beta) {
     return;
   }
   Batched<T> A = as_blas<T>(a), B = as_blas<T>(b);
-  auto one = [&](int64_t i) {
+  for_each_matrix(batch, 2.0 * m * n * k, [&](int64_t i) {
     gemm<T>(A.op.trans, B.op.trans, m, n, k, T(1), A.data + i * A.batch_stride, A.op.ld,
             B.data + i * B.batch_stride, B.op.ld, beta, c + i * m * n, n);
-  };
-  double flops = 2.0 * m * n * k;
-  if (batch == 1 || flops >= kSplitGemmFlops || in_parallel_region()) {
-    for (int64_t i = 0; i < batch; ++i) one(i);
-    return;
-  }
-  int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(65536.0 / flops));
-  parallel_for(0, batch, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) one(i);
   });
+}
+
+// bf16 a [B,M,K] x b [B,K,N] (+ bias [N]) -> bf16 [B,M,N] through oneDNN's
+// bf16 matmul (has_bf16_matmul()): f32 accumulation, one rounding at the end.
+Tensor bmm_bf16(const Tensor& a, const Tensor& b, const Tensor& bias) {
+  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  Tensor out = empty({batch, m, n}, TensorOptions(DType::bf16).device(a.device()));
+  if (out.numel() == 0) return out;
+  if (k == 0) {  // an empty sum: the bias alone
+    if (bias.defined()) out.copy_(bias);
+    else out.zero_();
+    return out;
+  }
+  Batched<BFloat16> A = as_blas<BFloat16>(a), B = as_blas<BFloat16>(b);
+  Tensor bias_c = bias.defined() ? ops::contiguous(bias) : Tensor();
+  onednn::MatmulShape s{A.op.trans, B.op.trans, m, n, k, DType::bf16, DType::bf16};
+  s.has_bias = bias.defined();
+  s.bias = bias.defined() ? bias.dtype() : DType::f32;
+  BFloat16* c = out.data_ptr<BFloat16>();
+  for_each_matrix(batch, 2.0 * m * n * k, [&](int64_t i) {
+    onednn::matmul(s, A.data + i * A.batch_stride, A.op.ld, B.data + i * B.batch_stride, B.op.ld,
+                   c + i * m * n, n, bias_c.defined() ? bias_c.raw_data() : nullptr);
+  });
+  return out;
 }
 
 // Reduced floats multiply in f32 (f32 accumulation) and round once at the end.
 Tensor bmm_any(const Tensor& a, const Tensor& b, const Tensor& bias_rows) {
   const int64_t batch = a.size(0), m = a.size(1), n = b.size(2);
   DType dt = a.dtype();
+  if (dt == DType::bf16 && onednn::has_bf16_matmul() &&
+      (!bias_rows.defined() || bias_rows.dtype() == DType::bf16 ||
+       bias_rows.dtype() == DType::f32))
+    return bmm_bf16(a, b, bias_rows);
   if (is_reduced_float(dt)) {
     Tensor bias32 = bias_rows.defined() ? ops::cast(bias_rows, DType::f32) : Tensor();
     return ops::cast(bmm_any(ops::cast(a, DType::f32), ops::cast(b, DType::f32), bias32), dt);
