@@ -51,15 +51,35 @@ int blas_int(int64_t v, const char* what) {
 #if defined(QK_HAVE_DNNL) && defined(_OPENMP)
 namespace {
 QK_ENV_STRING(env_gemm, "QK_GEMM", "auto",
-              "f32 GEMM engine: auto (oneDNN when built with it), onednn or openblas.");
-bool use_dnnl_sgemm() {
-  static const bool use = [] {
+              "f32 GEMM engine: auto (oneDNN: its matmul primitive for large x.W^T products "
+              "on several threads, its sgemm otherwise), sgemm (oneDNN's sgemm only) or "
+              "openblas.");
+enum class F32Engine { auto_, sgemm, openblas };
+F32Engine f32_engine() {
+  static const F32Engine e = [] {
     std::string v = env_gemm.get();
-    QK_CHECK(v == "auto" || v == "onednn" || v == "openblas", "QK_GEMM='", v,
-             "': expected auto, onednn or openblas");
-    return v != "openblas";
+    QK_CHECK(v == "auto" || v == "onednn" || v == "sgemm" || v == "openblas", "QK_GEMM='", v,
+             "': expected auto, sgemm or openblas");
+    return v == "openblas" ? F32Engine::openblas
+                           : v == "sgemm" ? F32Engine::sgemm : F32Engine::auto_;
   }();
-  return use;
+  return e;
+}
+
+// Note [f32 matmul primitive]: on 2 threads oneDNN's sgemm splits A . B^T
+// (the layout of every linear layer's forward) less well than its brgemm
+// matmul primitive: GPT-2 124M's forward products at 256 tokens ran at
+// 186-191 GFLOP/s by CPU time with sgemm and 204-213 with the primitive, and
+// 256x768x3072 (fc2) at 140 against 209-213; for A . B and A^T . B sgemm
+// was as fast or faster (the dW products: 198-217 against 167-211), and on
+// one thread the two are equal. Below kPrimitiveFlops the primitive's
+// one-off creation (a JIT per shape) is not worth it.
+constexpr double kPrimitiveFlops = 2.0 * 128 * 128 * 128;
+bool use_matmul_primitive(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                          float beta) {
+  return f32_engine() == F32Engine::auto_ && !ta && tb && alpha == 1.0f &&
+         (beta == 0.0f || beta == 1.0f) && !in_parallel_region() && num_threads() > 1 &&
+         2.0 * static_cast<double>(m) * n * k >= kPrimitiveFlops;
 }
 }  // namespace
 #endif
@@ -104,7 +124,12 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   // Xeons, and runs up to 5x slower there (docs/benchmarks.md). oneDNN
   // threads the call itself over an OpenMP team sized like our pool.
   if constexpr (std::is_same_v<T, float>) {
-    if (use_dnnl_sgemm()) {
+    if (use_matmul_primitive(ta, tb, m, n, k, alpha, beta)) {
+      onednn::MatmulShape s{ta, tb, m, n, k, DType::f32, DType::f32, beta == 1.0f};
+      onednn::matmul(s, a, lda, b, ldb, c, ldc);
+      return;
+    }
+    if (f32_engine() != F32Engine::openblas) {
       omp_set_num_threads(in_parallel_region() ? 1 : num_threads());
       dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                                     beta, c, ldc);
