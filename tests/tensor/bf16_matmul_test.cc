@@ -88,8 +88,9 @@ TEST(Bf16Matmul, LinearBackwardProductsMatchF32) {
   EXPECT_TRUE(all_close(f32(w.grad()), w32.grad(), kBf16Rtol, 1e-4));
 }
 
-TEST(Bf16Matmul, RawGemmWithF32ResultAndAccumulation) {
-  // gemm_bf16 (the fused cross entropy's GEMM): f32 out, then C += A B.
+TEST(Bf16Matmul, RawGemmWithF32ResultAccumulationAndAddend) {
+  // gemm_bf16 (the fused cross entropy's GEMM): f32 out, C += A B, and a
+  // bf16 C = addend + A B.
   Generator g(6);
   for (int layout = 0; layout < 4; ++layout) {
     const bool ta = layout & 1, tb = layout & 2;
@@ -107,6 +108,10 @@ TEST(Bf16Matmul, RawGemmWithF32ResultAndAccumulation) {
     cpu::gemm_bf16(ta, tb, m, n, k, a.data_ptr<BFloat16>(), a.size(1), b.data_ptr<BFloat16>(),
                    b.size(1), false, cb.raw_data(), DType::bf16, n);
     EXPECT_TRUE(all_close(f32(cb), ref, kBf16Rtol, 1e-5 * k)) << "layout " << layout;
+    // bf16 C = f32 addend + product, rounded once.
+    cpu::gemm_bf16(ta, tb, m, n, k, a.data_ptr<BFloat16>(), a.size(1), b.data_ptr<BFloat16>(),
+                   b.size(1), false, cb.raw_data(), DType::bf16, n, c0.data_ptr<float>());
+    EXPECT_TRUE(all_close(f32(cb), add(c0, ref), kBf16Rtol, 1e-5 * k)) << "layout " << layout;
   }
 }
 

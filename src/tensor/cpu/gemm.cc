@@ -192,36 +192,49 @@ Tensor widen_block(const BFloat16* p, int64_t rows, int64_t cols, int64_t ld) {
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
                const BFloat16* b, int64_t ldb, bool accumulate, void* c, DType c_dtype,
-               int64_t ldc) {
+               int64_t ldc, const float* addend) {
   QK_INTERNAL_ASSERT(c_dtype == DType::f32 || c_dtype == DType::bf16);
+  QK_INTERNAL_ASSERT(!(accumulate && addend != nullptr));
   if (m == 0 || n == 0) return;
-  if (k == 0) {  // an empty sum
+  const size_t csize = dtype_size(c_dtype);
+  if (k == 0) {  // an empty sum: C, the addend or zeros
     if (accumulate) return;
-    for (int64_t i = 0; i < m; ++i)
-      std::memset(static_cast<char*>(c) + i * ldc * dtype_size(c_dtype), 0,
-                  n * dtype_size(c_dtype));
+    for (int64_t i = 0; i < m; ++i) {
+      char* row = static_cast<char*>(c) + i * ldc * csize;
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = addend != nullptr ? addend[i * n + j] : 0.0f;
+        if (c_dtype == DType::f32) reinterpret_cast<float*>(row)[j] = v;
+        else reinterpret_cast<BFloat16*>(row)[j] = BFloat16(v);
+      }
+    }
     return;
   }
   if (onednn::has_bf16_matmul()) {
     onednn::MatmulShape s{ta, tb, m, n, k, DType::bf16, c_dtype, accumulate};
-    onednn::matmul(s, a, lda, b, ldb, c, ldc);
+    s.has_addend = addend != nullptr;
+    onednn::matmul(s, a, lda, b, ldb, c, ldc, nullptr, addend);
     return;
   }
-  // No native bf16 here: widen the operands and multiply in f32.
+  // No native bf16 here: widen the operands and multiply in f32 into an f32
+  // C (the caller's, or a dense copy rounded at the end).
   Tensor a32 = ta ? widen_block(a, k, m, lda) : widen_block(a, m, k, lda);
   Tensor b32 = tb ? widen_block(b, n, k, ldb) : widen_block(b, k, n, ldb);
   const int64_t lda32 = ta ? m : k, ldb32 = tb ? k : n;
-  if (c_dtype == DType::f32) {
-    gemm<float>(ta, tb, m, n, k, 1.0f, a32.data_ptr<float>(), lda32, b32.data_ptr<float>(), ldb32,
-                accumulate ? 1.0f : 0.0f, static_cast<float*>(c), ldc);
-    return;
+  Tensor c32;
+  float* cp = static_cast<float*>(c);
+  int64_t ldc32 = ldc;
+  if (c_dtype == DType::bf16) {
+    c32 = accumulate ? widen_block(static_cast<BFloat16*>(c), m, n, ldc) : empty({m, n});
+    cp = c32.data_ptr<float>();
+    ldc32 = n;
   }
-  auto* cb = static_cast<BFloat16*>(c);
-  Tensor c32 = accumulate ? widen_block(cb, m, n, ldc) : empty({m, n});
+  if (addend != nullptr)
+    for (int64_t i = 0; i < m; ++i) std::copy(addend + i * n, addend + (i + 1) * n, cp + i * ldc32);
   gemm<float>(ta, tb, m, n, k, 1.0f, a32.data_ptr<float>(), lda32, b32.data_ptr<float>(), ldb32,
-              accumulate ? 1.0f : 0.0f, c32.data_ptr<float>(), n);
-  const float* cp = c32.data_ptr<float>();
-  parallel_for(0, m, std::max<int64_t>(1, 16384 / n), [&](int64_t lo, int64_t hi) {
+              accumulate || addend != nullptr ? 1.0f : 0.0f, cp, ldc32);
+  if (c_dtype == DType::f32) return;
+  auto* cb = static_cast<BFloat16*>(c);
+  parallel_for(0, m, std::max<int64_t>(1, 16384 / n), [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
       for (int64_t j = 0; j < n; ++j) cb[i * ldc + j] = BFloat16(cp[i * n + j]);
   });

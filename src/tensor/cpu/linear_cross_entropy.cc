@@ -14,13 +14,18 @@
 //
 // Note [Chunk size]: chunks are rows, each with the whole vocabulary (the
 // softmax needs the row's full logsumexp before any gradient), so dW is
-// accumulated over chunks: each extra chunk re-reads W twice more and reads
-// and writes the f32 dW once more (for GPT-2, 154 + 2 x 154 MB). Fewer,
-// larger chunks are therefore faster, at the price of the chunk's memory.
-// kLogitsChunkBytes = 32 MiB (the L3 size of the machines here, 8 MB x 4 of
-// the unfused layer's [256, 50257] logits, log-probs and gradient at
-// 256 tokens) gives 2 chunks of 128 rows for GPT-2 at 256 tokens: see
-// bench/llm_ops_bench.cc for the time against the chunk size.
+// accumulated over chunks: each extra chunk streams W through the three
+// GEMMs once more and reads and writes the f32 dW once more (for GPT-2,
+// 3 x 77-154 MB + 2 x 154 MB). Fewer, larger chunks are faster, at the price
+// of the chunk's memory. Measured for GPT-2 at 256 tokens (2 threads, CPU
+// time per call): f32 285-308 ms in one chunk, 295-312 in two, 338 in
+// three, 453 in eight; bf16 163-170 in one, 182-187 in two (195-208 before
+// the last chunk's product took over dW's final rounding).
+// kLogitsChunkBytes = 64 MiB of f32 logits keeps that case in one chunk
+// (51 MB, against 3 x 51 MB of logits, log-probs and their gradient in the
+// unfused layer) and bounds larger ones: 4096 tokens of a 32000 vocabulary
+// run in 8 chunks of 512 rows, where the extra traffic is a few percent of
+// the GEMMs' time.
 #include "tensor/cpu/linear_cross_entropy.h"
 
 #include <cmath>
@@ -36,7 +41,7 @@
 namespace qk::cpu {
 namespace {
 
-constexpr int64_t kLogitsChunkBytes = int64_t{32} << 20;
+constexpr int64_t kLogitsChunkBytes = int64_t{64} << 20;
 
 // The counted rows: index, target and weight of each.
 struct Rows {
@@ -146,12 +151,13 @@ ops::LinearCrossEntropyResult lce_impl(const Tensor& hidden, const Tensor& weigh
                        : std::max<int64_t>(1, kLogitsChunkBytes / (V * int64_t(sizeof(A))));
   const int64_t chunks = (n + max_rows - 1) / max_rows;
   const int64_t per = (n + chunks - 1) / chunks;  // balanced chunks
-  // dW accumulates in A across chunks: straight into the result for f32/f64
-  // (and for a single chunk), else in an f32 buffer cast at the end.
+  // dW accumulates in A across chunks: straight into the result for f32/f64,
+  // in an f32 buffer for bf16 (with more than one chunk).
   Tensor dw_acc;
   if (o.grad_weight) {
     res.grad_weight = empty({V, C}, opts);
-    dw_acc = (kLow && chunks > 1) ? empty({V, C}, TensorOptions(dtype_of_v<A>)) : res.grad_weight;
+    dw_acc = !kLow ? res.grad_weight
+                   : chunks > 1 ? empty({V, C}, TensorOptions(dtype_of_v<A>)) : Tensor();
   }
   Tensor logits = empty({per, V}, TensorOptions(dtype_of_v<A>));
   Tensor low = kLow && grad ? empty({per, V}, opts) : Tensor();
@@ -201,15 +207,21 @@ ops::LinearCrossEntropyResult lce_impl(const Tensor& hidden, const Tensor& weigh
       }
     }
     if (o.grad_weight) {  // 4.
-      if (kLow && chunks == 1)
-        gemm_into<T, T>(true, false, V, C, r, dl, V, hc, C, false, res.grad_weight.data_ptr<T>(),
-                        C);
-      else
-        gemm_into<T, A>(true, false, V, C, r, dl, V, hc, C, chunk > 0, dw_acc.data_ptr<A>(), C);
+      const bool first = chunk == 0, last = c0 + r >= n;
+      if constexpr (kLow) {
+        // f32 partial sums over the chunks; the last chunk's product adds
+        // them and rounds to bf16 in the same pass.
+        if (last) {
+          gemm_bf16(true, false, V, C, r, dl, V, hc, C, false, res.grad_weight.data_ptr<T>(),
+                    DType::bf16, C, first ? nullptr : dw_acc.data_ptr<A>());
+        } else {
+          gemm_into<T, A>(true, false, V, C, r, dl, V, hc, C, !first, dw_acc.data_ptr<A>(), C);
+        }
+      } else {
+        gemm_into<T, A>(true, false, V, C, r, dl, V, hc, C, !first, dw_acc.data_ptr<A>(), C);
+      }
     }
   }
-  if (o.grad_weight && dw_acc.raw_data() != res.grad_weight.raw_data())
-    res.grad_weight.copy_(dw_acc);
   double total = 0;
   for (double v : loss) total += v;
   res.loss = scalar_tensor(total, dtype_of_v<A>);

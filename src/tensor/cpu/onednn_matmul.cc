@@ -63,15 +63,18 @@ memory::desc matrix_md(int64_t rows, int64_t cols, bool trans, int64_t ld, DType
 
 struct Entry {
   dnnl::matmul prim;
-  memory::desc a, b, c, bias, pad;
+  memory::desc a, b, c, bias, addend, pad;
   std::string impl;
 };
 
-using Key = std::array<int64_t, 13>;
+using Key = std::array<int64_t, 14>;
 
 Key make_key(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t ldc) {
-  return {s.trans_a, s.trans_b, s.m, s.n, s.k, lda, ldb, ldc, static_cast<int64_t>(s.ab),
-          static_cast<int64_t>(s.c), s.accumulate, s.has_bias, static_cast<int64_t>(s.bias)};
+  return {s.trans_a,  s.trans_b, s.m,
+          s.n,        s.k,       lda,
+          ldb,        ldc,       static_cast<int64_t>(s.ab),
+          static_cast<int64_t>(s.c), s.accumulate, s.has_bias,
+          static_cast<int64_t>(s.bias), s.has_addend};
 }
 
 std::shared_ptr<Entry> build(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t ldc) {
@@ -83,11 +86,13 @@ std::shared_ptr<Entry> build(const MatmulShape& s, int64_t lda, int64_t ldb, int
   // mapped (oneDNN's own is malloc'ed and freed around every call).
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (s.accumulate) {
-    dnnl::post_ops po;
-    po.append_sum(1.f);
-    attr.set_post_ops(po);
+  dnnl::post_ops po;
+  if (s.accumulate) po.append_sum(1.f);
+  if (s.has_addend) {
+    e->addend = memory::desc({s.m, s.n}, memory::data_type::f32, Dims{s.n, 1});
+    po.append_binary(dnnl::algorithm::binary_add, e->addend);
   }
+  attr.set_post_ops(po);
   dnnl::matmul::primitive_desc pd;
   if (s.has_bias) {
     e->bias = memory::desc({1, s.n}, dnnl_type(s.bias), Dims{s.n, 1});
@@ -149,9 +154,9 @@ bool has_bf16_matmul() {
 }
 
 void matmul(const MatmulShape& s, const void* a, int64_t lda, const void* b, int64_t ldb, void* c,
-            int64_t ldc, const void* bias) {
+            int64_t ldc, const void* bias, const float* addend) {
   QK_INTERNAL_ASSERT(engine() != nullptr && s.m > 0 && s.n > 0 && s.k > 0);
-  QK_INTERNAL_ASSERT(s.has_bias == (bias != nullptr));
+  QK_INTERNAL_ASSERT(s.has_bias == (bias != nullptr) && s.has_addend == (addend != nullptr));
   try {
     std::shared_ptr<Entry> e = entry(s, lda, ldb, ldc);
     const dnnl::engine& eng = *engine();
@@ -160,6 +165,11 @@ void matmul(const MatmulShape& s, const void* a, int64_t lda, const void* b, int
         {DNNL_ARG_WEIGHTS, memory(e->b, eng, const_cast<void*>(b))},
         {DNNL_ARG_DST, memory(e->c, eng, c)}};
     if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(e->bias, eng, const_cast<void*>(bias)));
+    if (addend != nullptr) {
+      const int post_op = s.accumulate ? 1 : 0;  // after the sum, when there is one
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1,
+                   memory(e->addend, eng, const_cast<float*>(addend)));
+    }
     Tensor pad;
     if (e->pad.get_size() > 0) {
       pad = empty({static_cast<int64_t>(e->pad.get_size())}, TensorOptions(DType::u8));
@@ -198,7 +208,7 @@ namespace qk::cpu::onednn {
 bool has_bf16_matmul() { return false; }
 
 void matmul(const MatmulShape&, const void*, int64_t, const void*, int64_t, void*, int64_t,
-            const void*) {
+            const void*, const float*) {
   QK_THROW(Error, "matmul: this build of qianka has no oneDNN; bf16 products run through f32");
 }
 

@@ -32,13 +32,15 @@ struct MatmulShape {
   bool accumulate = false;      // C += product (beta = 1) instead of C = product
   bool has_bias = false;        // + bias[N] on every row
   DType bias = DType::f32;      // dtype of the bias: bf16 or f32
+  bool has_addend = false;      // + an f32 [M,N] matrix (dense, row-major)
 };
 
 // Runs the product on oneDNN's OpenMP team (qk::num_threads() threads, one
 // inside a parallel region). lda/ldb/ldc are leading dimensions as stored.
-// m, n, k > 0.
+// m, n, k > 0. The addend (when s.has_addend) is added in f32 before C's
+// rounding: a bf16 C = f32 partial sums + product, in one pass.
 void matmul(const MatmulShape& s, const void* a, int64_t lda, const void* b, int64_t ldb, void* c,
-            int64_t ldc, const void* bias = nullptr);
+            int64_t ldc, const void* bias = nullptr, const float* addend = nullptr);
 
 // oneDNN's name of the kernel it runs for that product, e.g.
 // "brg:avx512_core_bf16" (benchmarks and logs; tests must not depend on it).

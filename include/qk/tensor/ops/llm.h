@@ -31,7 +31,7 @@ struct LinearCrossEntropyOptions {
   bool grad_hidden = false;  // also return d loss / d hidden
   bool grad_weight = false;  // also return d loss / d weight
   // Rows of logits computed at a time; 0 picks it from the vocabulary size
-  // (about 32 MiB of f32 logits: see linear_cross_entropy.cc). Tests set it
+  // (64 MiB of f32 logits: Note [Chunk size] in linear_cross_entropy.cc). Tests set it
   // small to run several chunks.
   int64_t chunk_rows = 0;
 };
