@@ -10,8 +10,10 @@
 //   QK_NUM_THREADS=1 build/release/bench/llm_ops_bench --benchmark_filter=Gemm
 //   bench/llm_ops_compare.sh     # with the PyTorch peer, 1 and 2 threads
 //
-// Counters: GFLOPS (2 M N K per product), %peak (of the f32 1024^3 product
-// measured at start-up, as `qk check` does), GB/s (bytes each op must move).
+// Counters (of the fastest iteration, as the peer reports its best round):
+// GFLOPS (2 M N K per product), %peak (of the f32 1024^3 product measured at
+// start-up as `qk check` does: the median of 5), GB/s (bytes each op must
+// move); the "cpu" ones by CPU time.
 // A bf16 GEMM's label is the kernel oneDNN picked for it ("brg:avx512_core_bf16"
 // or an AMX one; "f32 fallback" on CPUs without native bf16).
 #include <benchmark/benchmark.h>
@@ -51,8 +53,10 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// The fastest single call by each clock, as the peer takes the best of its
+// rounds (a loaded machine only ever slows a call down).
 struct Elapsed {
-  double wall = 0, cpu = 0;  // seconds; cpu already divided by the thread count
+  double wall = 1e300, cpu = 1e300;  // seconds; cpu already divided by the thread count
 };
 
 // Times f() once into `e`.
@@ -61,8 +65,9 @@ void timed(Elapsed& e, F&& f) {
   const double c0 = process_cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   f();
-  e.wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  e.cpu += (process_cpu_seconds() - c0) / num_threads();
+  e.wall = std::min(e.wall,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  e.cpu = std::min(e.cpu, (process_cpu_seconds() - c0) / num_threads());
 }
 
 // ---- the GEMM peak, as `qk check` measures it (and by CPU time) ----
@@ -78,7 +83,7 @@ Peak peak_gflops(DType dt) {
   ops::mm(p, q);
   std::vector<double> walls, cpus;
   for (int i = 0; i < 5; ++i) {
-    Elapsed e;
+    Elapsed e;  // one call
     timed(e, [&] { ops::mm(p, q); });
     walls.push_back(e.wall);
     cpus.push_back(e.cpu);
@@ -152,10 +157,9 @@ GemmCase make_case(const Linear& l, Product p, DType dt, Generator& g) {
   return c;
 }
 
-// GFLOPS and %peak from the time the iterations' products took (excluding
-// the benchmark loop's own work), by wall clock and by CPU time.
-void set_gemm_counters(benchmark::State& st, double flops_per_iter, const Elapsed& e) {
-  const double flops = flops_per_iter * static_cast<double>(st.iterations());
+// GFLOPS and %peak of the fastest iteration (excluding the benchmark loop's
+// own work), by wall clock and by CPU time.
+void set_gemm_counters(benchmark::State& st, double flops, const Elapsed& e) {
   st.counters["GFLOPS"] = flops / e.wall / 1e9;
   st.counters["%peak"] = 100.0 * flops / e.wall / 1e9 / f32_peak().wall;
   st.counters["cpuGFLOPS"] = flops / e.cpu / 1e9;
@@ -193,6 +197,7 @@ void BM_GptStepGemms(benchmark::State& st, DType dt, bool with_lm_head) {
       flops += 2.0 * cases.back().first.m * cases.back().first.n * cases.back().first.k * l.count;
     }
   }
+  for (const auto& [c, count] : cases) c.run();  // warm-up: primitives, allocator cache
   Elapsed total;
   for (auto _ : st)
     timed(total, [&] {
@@ -223,6 +228,7 @@ void BM_LinearCrossEntropy(benchmark::State& st, DType dt, bool fused) {
     loss.backward();
     return loss;
   };
+  step();  // warm-up: primitives, and the allocator's cache of the large blocks
   Elapsed total;
   for (auto _ : st) timed(total, [&] { benchmark::DoNotOptimize(step().raw_data()); });
   const double flops = 3 * 2.0 * kTokens * kHidden * kVocab;
@@ -231,8 +237,7 @@ void BM_LinearCrossEntropy(benchmark::State& st, DType dt, bool fused) {
 
 // ---- elementwise fused ops and norms: bytes moved per forward + backward ----
 
-void set_bytes(benchmark::State& st, double bytes_per_iter, const Elapsed& e) {
-  const double bytes = bytes_per_iter * static_cast<double>(st.iterations());
+void set_bytes(benchmark::State& st, double bytes, const Elapsed& e) {
   st.counters["GB/s"] = bytes / e.wall / 1e9;
   st.counters["cpuGB/s"] = bytes / e.cpu / 1e9;
 }
@@ -343,12 +348,14 @@ void register_all() {
       benchmark::RegisterBenchmark(
           ("GptStepGemms/" + std::string(lm ? "with_lm_head" : "blocks") + "/" + d).c_str(),
           [dt, lm](benchmark::State& st) { BM_GptStepGemms(st, dt, lm); })
+          ->Iterations(3)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     for (bool fused : {true, false})
       benchmark::RegisterBenchmark(
           ("LinearCrossEntropy/" + std::string(fused ? "fused" : "unfused") + "/" + d).c_str(),
           [dt, fused](benchmark::State& st) { BM_LinearCrossEntropy(st, dt, fused); })
+          ->Iterations(4)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     benchmark::RegisterBenchmark(("Rotary/" + d).c_str(),

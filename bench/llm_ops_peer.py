@@ -5,7 +5,7 @@
       /usr/bin/python3 bench/llm_ops_peer.py THREADS [--qk-json FILE] [--filter REGEX]
 
 Prints, per benchmark of llm_ops_bench, the wall and CPU-time figures
-(GFLOP/s for products, GB/s for the rest), best of 5 rounds, with
+(GFLOP/s for products, GB/s for the rest) of the fastest call, with
 torch.set_num_threads(THREADS). With --qk-json (llm_ops_bench's
 --benchmark_format=json output from the same run), prints both side by side
 with the ratio qk / torch. bench/llm_ops_compare.sh runs the pair.
@@ -31,19 +31,19 @@ DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
 def best(fn, threads, reps=None):
-    """(wall, CPU/threads) seconds per call, each the best of 5 rounds."""
+    """(wall, CPU/threads) seconds of the fastest call by each clock, over
+    5 rounds of reps calls (llm_ops_bench reports its fastest iteration)."""
     fn()
     if reps is None:  # about 0.2 s per round
         t = time.perf_counter()
         fn()
         reps = max(1, int(0.2 / max(time.perf_counter() - t, 1e-6)))
     wall, cpu = float("inf"), float("inf")
-    for _ in range(5):
+    for _ in range(5 * reps):
         t, c = time.perf_counter(), time.process_time()
-        for _ in range(reps):
-            fn()
-        wall = min(wall, (time.perf_counter() - t) / reps)
-        cpu = min(cpu, (time.process_time() - c) / reps / threads)
+        fn()
+        wall = min(wall, time.perf_counter() - t)
+        cpu = min(cpu, (time.process_time() - c) / threads)
     return wall, cpu
 
 
@@ -158,7 +158,7 @@ def main():
     if "--qk-json" in sys.argv:
         with open(sys.argv[sys.argv.index("--qk-json") + 1]) as f:
             for b in json.load(f)["benchmarks"]:
-                name = b["name"].replace("/real_time", "")
+                name = re.sub(r"/(iterations:\d+|real_time)", "", b["name"])
                 unit = "GFLOPS" if "GFLOPS" in b else "GB/s"
                 peak = f" {b['%peak_cpu']:.0f}% of peak" if "%peak_cpu" in b else ""
                 qk[name] = (b.get(unit, 0.0), b.get("cpu" + unit, 0.0), b.get("label", "") + peak)
