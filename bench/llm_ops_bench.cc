@@ -28,7 +28,6 @@
 #include "qk/autograd/functions.h"
 #include "qk/autograd/llm_ops.h"
 #include "qk/base/error.h"
-#include "qk/base/openmp_env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/optim/optim.h"
 #include "qk/tensor/generator.h"
@@ -384,7 +383,6 @@ void register_all() {
 }  // namespace qk
 
 int main(int argc, char** argv) {
-  qk::reexec_with_passive_openmp(argv);  // as `qk` does
   benchmark::Initialize(&argc, argv);
   qk::register_all();
   const qk::Peak bf16 = qk::peak_gflops(qk::DType::bf16);

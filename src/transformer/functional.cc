@@ -1,15 +1,13 @@
-// The transformer's compute steps: unfused reference compositions and the
-// seams where the fused ops plug in.
+// The transformer's compute steps: the fused ops and their unfused references.
 //
 // Note [Fused-op seams]: core_attention, apply_rotary_embedding,
 // mlp_activation and output_loss are the only places the model reaches these
-// computations. Each names the fused op of qk/autograd/llm_ops.h (LLM_API.md)
-// that replaces its unfused body, with the same arguments:
-//   core_attention (use_flash)  -> flash_attention(q, k, v, {causal, scale, dropout_p, training, generator})
-//   apply_rotary_embedding      -> rotary_embedding(x, cos, sin)
-//   mlp_activation (SwiGLU)     -> swiglu(x)
+// computations; each runs the fused op of qk/autograd/llm_ops.h:
+//   core_attention (use_flash)  -> flash_attention (else unfused_attention)
+//   apply_rotary_embedding      -> rotary_embedding
+//   mlp_activation (SwiGLU)     -> swiglu (other gated units: unfused)
 //   output_loss                 -> linear_cross_entropy(hidden, weight, labels, loss_mask / sum(loss_mask))
-// The unfused bodies stay as the references the fused ops are tested against.
+// The unfused_* functions stay as the references the fused ops are tested against.
 #include "qk/transformer/functional.h"
 
 #include <algorithm>
@@ -127,8 +125,7 @@ RotaryTables rotary_tables(const TransformerConfig& config, int64_t offset, int6
 }
 
 Tensor apply_rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  // Seam (Note [Fused-op seams]): return rotary_embedding(x, cos, sin);
-  return unfused_rotary_embedding(x, cos, sin);
+  return rotary_embedding(x, cos, sin);
 }
 
 Tensor unfused_rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
@@ -152,12 +149,21 @@ Tensor mlp_activation(const Tensor& x, Activation a, bool gated_linear_unit) {
   if (!gated_linear_unit) return activation(x, a);
   QK_CHECK(x.size(-1) % 2 == 0, "mlp_activation: a gated linear unit needs an even width, got ",
            shape_str(x.shape()));
-  // Seam (Note [Fused-op seams]): if (a == Activation::silu) return swiglu(x);
+  if (a == Activation::silu) return swiglu(x);
+  return unfused_mlp_activation(x, a, true);
+}
+
+Tensor unfused_mlp_activation(const Tensor& x, Activation a, bool gated_linear_unit) {
+  if (!gated_linear_unit) return activation(x, a);
   const std::vector<Tensor> parts = chunk(x, 2, -1);
   return activation(parts[0], a) * parts[1];
 }
 
-Tensor output_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask) {
+namespace {
+
+// Megatron's sum(loss * mask) / sum(mask) as per-token weights mask / sum(mask).
+Tensor checked_token_weight(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                            const Tensor& loss_mask) {
   QK_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
            "output_loss: expected hidden [N, C] and weight [V, C], got ", shape_str(hidden.shape()), " and ",
            shape_str(weight.shape()));
@@ -166,11 +172,23 @@ Tensor output_loss(const Tensor& hidden, const Tensor& weight, const Tensor& lab
   QK_CHECK(!loss_mask.defined() || loss_mask.shape() == labels.shape(), "output_loss: loss_mask ",
            loss_mask.defined() ? shape_str(loss_mask.shape()) : "", " must match labels ",
            shape_str(labels.shape()));
-  // Megatron's sum(loss * mask) / sum(mask) as per-token weights mask / sum(mask).
   const int64_t n = labels.size(0);
-  const Tensor token_weight = loss_mask.defined() ? loss_mask.to(DType::f32) / sum(loss_mask.to(DType::f32))
-                                                  : full({n}, 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
-  // Seam (Note [Fused-op seams]): return linear_cross_entropy(hidden, weight, labels, token_weight);
+  return loss_mask.defined() ? loss_mask.to(DType::f32) / sum(loss_mask.to(DType::f32))
+                             : full({n}, 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
+}
+
+}  // namespace
+
+Tensor output_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask) {
+  // The fused kernel covers f32, bf16 and f64; f16 (no fast CPU path anywhere) takes the reference.
+  if (hidden.dtype() == DType::f16 || weight.dtype() == DType::f16)
+    return unfused_output_loss(hidden, weight, labels, loss_mask);
+  return linear_cross_entropy(hidden, weight, labels, checked_token_weight(hidden, weight, labels, loss_mask));
+}
+
+Tensor unfused_output_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                           const Tensor& loss_mask) {
+  const Tensor token_weight = checked_token_weight(hidden, weight, labels, loss_mask);
   const Tensor logits = linear(hidden, weight).to(DType::f32);
   return sum(cross_entropy(logits, labels, -100, 0.0, ops::Reduction::none) * token_weight);
 }

@@ -28,6 +28,9 @@ TEST(Rotary, MatchesMegatronPartialOffsetInterpolated) {
   EXPECT_TRUE(test::all_close(out, f.tensors.at("out"), 1e-6, 1e-6));
   // The pass-through dims are untouched.
   EXPECT_EQ(max_abs_diff(out.narrow(3, 4, 4), f.tensors.at("x").narrow(3, 4, 4)), 0.0);
+  // The model's path (the fused kernel) gives the same.
+  const Tensor fused = apply_rotary_embedding(f.tensors.at("x"), f.tensors.at("cos"), f.tensors.at("sin"));
+  EXPECT_TRUE(test::all_close(fused, f.tensors.at("out"), 1e-6, 1e-6));
 }
 
 TEST(Rotary, TablesFromConfig) {
@@ -138,6 +141,32 @@ TEST(OutputLoss, MaskedMeanOfTokenLosses) {
               (sum(losses * mask) / 4.0).item<double>(), 1e-6);
   EXPECT_NEAR(output_loss(hidden, weight, labels).item<double>(), mean(losses).item<double>(), 1e-6);
   EXPECT_THROW(output_loss(hidden, weight, labels.narrow(0, 0, 5)), ValueError);
+}
+
+// The model's chunked loss against the whole-logits reference, value and gradients.
+TEST(OutputLoss, FusedEqualsUnfused) {
+  manual_seed(45);
+  const Tensor labels = from_vector<int64_t>({1, 2, -100, 4, 5, 9, 0}, {7});
+  const Tensor mask = from_vector<float>({1, 0, 1, 1, 1, 1, 1}, {7});
+  Tensor h1 = randn({7, 8}).requires_grad_(), w1 = randn({11, 8}).requires_grad_();
+  Tensor h2 = h1.detach().clone().requires_grad_(), w2 = w1.detach().clone().requires_grad_();
+  const Tensor fused = output_loss(h1, w1, labels, mask), ref = unfused_output_loss(h2, w2, labels, mask);
+  EXPECT_NEAR(fused.item<double>(), ref.item<double>(), 1e-5);
+  (fused * 3.0).backward();
+  (ref * 3.0).backward();
+  EXPECT_LT(max_abs_diff(h1.grad(), h2.grad()), 1e-5);
+  EXPECT_LT(max_abs_diff(w1.grad(), w2.grad()), 1e-5);
+}
+
+TEST(MlpActivation, SwigluEqualsUnfused) {
+  manual_seed(46);
+  Tensor x1 = randn({3, 5, 14}).requires_grad_();
+  Tensor x2 = x1.detach().clone().requires_grad_();
+  const Tensor a = mlp_activation(x1, Activation::silu, true), b = unfused_mlp_activation(x2, Activation::silu, true);
+  EXPECT_LT(max_abs_diff(a, b), 1e-6);
+  sum(a * a).backward();
+  sum(b * b).backward();
+  EXPECT_LT(max_abs_diff(x1.grad(), x2.grad()), 1e-5);
 }
 
 }  // namespace

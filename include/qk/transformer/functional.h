@@ -69,13 +69,19 @@ Tensor unfused_rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor
 // The MLP non-linearity on linear_fc1's output: act(x), or with
 // gated_linear_unit act(x[..., :F]) * x[..., F:] (SwiGLU for silu).
 Tensor mlp_activation(const Tensor& x, Activation activation, bool gated_linear_unit);
+// The reference composition (chunk, activation, multiply) the fused swiglu is checked against.
+Tensor unfused_mlp_activation(const Tensor& x, Activation activation, bool gated_linear_unit);
 
 // The language-model loss from the final hidden states: hidden [N, C],
 // weight [V, C] (output layer or tied embedding), labels [N] i64, loss_mask
 // [N] (any floating dtype; undefined: all ones). Returns Megatron's
 // sum(loss * loss_mask) / sum(loss_mask) as an f32 scalar, the cross entropy
 // taken over f32 logits.
+// Runs the chunked linear_cross_entropy (the [N, V] logits never held whole).
 Tensor output_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
                    const Tensor& loss_mask = Tensor());
+// The reference: the whole f32 logits, then cross entropy.
+Tensor unfused_output_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                           const Tensor& loss_mask = Tensor());
 
 }  // namespace qk::transformer
