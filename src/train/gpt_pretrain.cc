@@ -25,7 +25,7 @@
 namespace qk::train {
 namespace {
 
-constexpr const char* kRunFormat = "qk-pretrain-gpt-v1";
+constexpr const char* kRunFormat = kPretrainGptFormat;
 
 std::string datetime_now() {
   const std::time_t t = std::time(nullptr);

@@ -146,6 +146,10 @@ std::string megatron_validation_block(const std::string& prefix, const std::map<
 
 // ---- the whole run
 
+// The `user` state pretrain_gpt writes into every checkpoint: {"format": this,
+// "tokenizer_vocab_size", "padded_vocab_size", "model": config summary}.
+inline constexpr const char* kPretrainGptFormat = "qk-pretrain-gpt-v1";
+
 struct PretrainGptOptions {
   // Info lines for the log (the no-op notes of parse_megatron_args).
   std::vector<std::string> notes = {};
