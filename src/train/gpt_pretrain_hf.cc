@@ -48,7 +48,8 @@ std::string mlp_field(const TransformerConfig& t, bool gpt2) {
     case Activation::openai_gelu: return "activation_function = gelu_new (--openai-gelu)";
     case Activation::gelu: return "activation_function = gelu (the default: neither --swiglu nor --openai-gelu)";
     default:
-      return fmt::format("activation_function = {} (no Megatron flag builds it)", transformer::to_string(t.activation_func));
+      return fmt::format("activation_function = {} (no Megatron flag builds it)",
+                         transformer::to_string(t.activation_func));
   }
 }
 
@@ -74,7 +75,8 @@ void check_flags_match_hf_config(const MegatronArgs& a, const TransformerConfig&
                             : "model_type = llama (RoPE: --position-embedding-type rope)";
   expect(ours.position_embedding_type == t.position_embedding_type,
          fmt::format("--position-embedding-type {}", transformer::to_string(ours.position_embedding_type)), layout);
-  expect(ours.normalization == t.normalization, fmt::format("--normalization {}", transformer::to_string(ours.normalization)),
+  expect(ours.normalization == t.normalization,
+         fmt::format("--normalization {}", transformer::to_string(ours.normalization)),
          fmt::format("model_type = {} ({})", gpt2 ? "gpt2" : "llama", transformer::to_string(t.normalization)));
   expect(ours.gated_linear_unit == t.gated_linear_unit && ours.activation_func == t.activation_func, mlp_flags(ours),
          mlp_field(t, gpt2));
@@ -85,8 +87,9 @@ void check_flags_match_hf_config(const MegatronArgs& a, const TransformerConfig&
   // Head groups and head size follow from the sizes above unless given: report them on their own only.
   const bool heads_match = ours.hidden_size == t.hidden_size && ours.num_attention_heads == t.num_attention_heads;
   expect(!heads_match || ours.num_query_groups == t.num_query_groups,
-         a.group_query_attention ? fmt::format("--num-query-groups {}", ours.num_query_groups)
-                                 : fmt::format("no --group-query-attention ({} key/value heads)", ours.num_query_groups),
+         a.group_query_attention
+             ? fmt::format("--num-query-groups {}", ours.num_query_groups)
+             : fmt::format("no --group-query-attention ({} key/value heads)", ours.num_query_groups),
          gpt2 ? fmt::format("n_head = {} (GPT-2 has no grouped-query attention)", t.num_query_groups)
               : fmt::format("num_key_value_heads = {}", t.num_query_groups));
   expect(!heads_match || ours.kv_channels == t.kv_channels,
@@ -100,7 +103,8 @@ void check_flags_match_hf_config(const MegatronArgs& a, const TransformerConfig&
          gpt2 ? "model_type = gpt2 (its Conv1D layers have biases: drop --disable-bias-linear)"
               : "attention_bias = false, mlp_bias = false (--disable-bias-linear)");
   expect(ours.add_qkv_bias == t.add_qkv_bias, "--add-qkv-bias", name("no separate qkv bias", "attention_bias = false"));
-  expect(same_number(ours.layernorm_epsilon, t.layernorm_epsilon), fmt::format("--norm-epsilon {}", ours.layernorm_epsilon),
+  expect(same_number(ours.layernorm_epsilon, t.layernorm_epsilon),
+         fmt::format("--norm-epsilon {}", ours.layernorm_epsilon),
          fmt::format("{} = {}", name("layer_norm_epsilon", "rms_norm_eps"), t.layernorm_epsilon));
   expect(ours.share_embeddings_and_output_weights == t.share_embeddings_and_output_weights,
          ours.share_embeddings_and_output_weights ? "tied output weights (no --untie-embeddings-and-output-weights)"
@@ -130,7 +134,8 @@ void check_flags_match_hf_config(const MegatronArgs& a, const TransformerConfig&
 
   if (bad.empty()) return;
   QK_THROW(ValueError, "--load '", dir, "' is a Hugging Face folder (", transformer::to_string(hf.info.architecture),
-           "), and fine-tuning from it needs the flags to build its model; they differ:\n  ", fmt::format("{}", fmt::join(bad, "\n  ")));
+           "), and fine-tuning from it needs the flags to build its model; they differ:\n  ",
+           fmt::format("{}", fmt::join(bad, "\n  ")));
 }
 
 std::string load_hf_weights_for_finetune(const MegatronArgs& a, transformer::GPTModelImpl& model,

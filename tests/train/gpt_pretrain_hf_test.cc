@@ -32,7 +32,8 @@ Argv gpt2_tiny_flags() {
 // the fixtures' tokenizer has 300 ids.
 std::string mismatch(const Argv& flags, const std::string& fixture, int64_t vocab = 300) {
   const auto a = train::parse_megatron_args(flags, options()).args;
-  return error_of([&] { train::check_flags_match_hf_config(a, train::gpt_transformer_config(a, vocab), kFixtures + fixture); });
+  return error_of(
+      [&] { train::check_flags_match_hf_config(a, train::gpt_transformer_config(a, vocab), kFixtures + fixture); });
 }
 
 TEST(GptPretrainHf, MatchingFlagsAreAccepted) {
@@ -102,14 +103,19 @@ TEST(GptPretrainHf, WeightsLoadWithMegatronsVocabularyPadding) {
     EXPECT_EQ(mine[item.key()].contiguous().to_vector<float>(), item.value().contiguous().to_vector<float>())
         << item.key();
   const Tensor emb = mine["embedding.word_embeddings.weight"];
-  EXPECT_EQ(emb.narrow(0, 383, 1).contiguous().to_vector<float>(), emb.narrow(0, 299, 1).contiguous().to_vector<float>());
+  EXPECT_EQ(emb.narrow(0, 383, 1).contiguous().to_vector<float>(),
+            emb.narrow(0, 299, 1).contiguous().to_vector<float>());
 
   // A mismatch leaves the model as it was.
-  const auto wrong = train::parse_megatron_args(gpt2_tiny_flags() + Argv{"--max-position-embeddings", "32"}, options()).args;
+  const auto wrong =
+      train::parse_megatron_args(gpt2_tiny_flags() + Argv{"--max-position-embeddings", "32"}, options()).args;
   transformer::GPTModel other(train::gpt_transformer_config(wrong, 300));
-  const std::vector<float> before = other->state_dict()["embedding.word_embeddings.weight"].contiguous().to_vector<float>();
+  auto embedding_of = [](transformer::GPTModel& m) {
+    return m->state_dict()["embedding.word_embeddings.weight"].contiguous().to_vector<float>();
+  };
+  const std::vector<float> before = embedding_of(other);
   EXPECT_THROW(train::load_hf_weights_for_finetune(wrong, *other, kFixtures + "gpt2_tiny"), ValueError);
-  EXPECT_EQ(other->state_dict()["embedding.word_embeddings.weight"].contiguous().to_vector<float>(), before);
+  EXPECT_EQ(embedding_of(other), before);
 }
 
 }  // namespace
