@@ -1,12 +1,14 @@
 // `qk checkpoint export`: write a model in another checkpoint format.
 //
+//   qk checkpoint export --format hf --load ckpt --out hf/          # a qk pretrain-gpt --save folder
 //   qk checkpoint export --format hf --load gpt2/ --out gpt2-bf16/ --dtype bf16
 //   qk checkpoint export --format hf --load big/ --out big-sharded/ --max-shard-size 2GB
 //
-// --load: what qk::transformer::load_gpt_for_inference reads (for now a
-// Hugging Face folder, so this converts dtypes and sharding; qianka's own
-// checkpoints join there). The tokenizer files found with the source are
-// copied along, so the folder is complete for transformers and `qk generate`.
+// --load: what qk::train::load_gpt_for_inference reads (a pre-training
+// checkpoint, or a Hugging Face folder to convert its dtype and sharding).
+// The padding rows of the vocabulary are dropped; the checkpoint's tokenizer
+// files are copied along, so the folder is complete for transformers and
+// `qk generate`.
 #include <fmt/format.h>
 
 #include <cctype>
@@ -17,7 +19,7 @@
 #include "qk/base/error.h"
 #include "qk/base/timer.h"
 #include "qk/transformer/hf_checkpoint.h"
-#include "qk/transformer/pretrained.h"
+#include "qk/train/pretrained.h"
 
 namespace qk::cli {
 namespace {
@@ -49,7 +51,7 @@ void run_export(const ExportCli& c) {
   QK_CHECK(c.format == "hf", "--format '", c.format, "' is not supported; qk exports hf (Hugging Face)");
   QK_CHECK_AS(IoError, std::filesystem::exists(c.load), "--load '", c.load, "' does not exist");
   Timer timer;
-  const transformer::LoadedGpt m = transformer::load_gpt_for_inference(c.load);
+  const train::LoadedGpt m = train::load_gpt_for_inference(c.load);
   transformer::HfExportOptions o;
   if (c.dtype != "auto") o.dtype = parse_dtype(c.dtype);
   o.max_shard_bytes = parse_size(c.max_shard_size);
@@ -62,13 +64,17 @@ void run_export(const ExportCli& c) {
   }
   transformer::export_hf(*m.model, c.out, o);
   std::vector<std::string> tokenizer_files;
-  if (m.tokenizer) tokenizer_files = transformer::copy_tokenizer_files(*m.tokenizer, c.out);
+  if (m.tokenizer) tokenizer_files = train::copy_tokenizer_files(*m.tokenizer, c.out);
   const DType dtype = o.dtype.value_or(m.config.params_dtype);
   fmt::print("exported {} ({} layers, hidden {}, vocabulary {}) from {} ({}) as {} to {} in {:.1f} s{}\n",
              transformer::to_string(transformer::hf_architecture_for(m.config)), m.config.num_layers,
-             m.config.hidden_size, m.config.vocab_size, c.load, m.format, dtype_name(dtype), c.out, timer.seconds(),
-             tokenizer_files.empty() ? std::string("; no tokenizer files to copy")
-                                     : fmt::format("; tokenizer: {}", fmt::join(tokenizer_files, ", ")));
+             m.config.hidden_size, m.config.vocab_size, m.source,
+             m.format == "qk" ? fmt::format("qk pretrain-gpt, iteration {}", m.iteration) : m.format,
+             dtype_name(dtype), c.out, timer.seconds(),
+             !m.tokenizer ? fmt::format("; no tokenizer copied: {}", m.tokenizer_note)
+             : tokenizer_files.empty()
+                 ? fmt::format("; {} has no files to copy", m.tokenizer->type)
+                 : fmt::format("; tokenizer: {}", fmt::join(tokenizer_files, ", ")));
 }
 
 void setup_checkpoint(CLI::App& app) {
@@ -77,7 +83,10 @@ void setup_checkpoint(CLI::App& app) {
   auto c = std::make_shared<ExportCli>();
   e->add_option("--format", c->format, "Output format: hf (transformers' GPT2LMHeadModel / LlamaForCausalLM)")
       ->capture_default_str();
-  e->add_option("--load", c->load, "The model to export (a Hugging Face folder)")->required();
+  e->add_option("--load", c->load,
+                "The model to export: a qk pretrain-gpt --save folder (its newest checkpoint), one iter_ folder, or "
+                "a Hugging Face folder")
+      ->required();
   e->add_option("--out", c->out, "Folder to write (created if missing)")->required();
   e->add_option("--dtype", c->dtype, "dtype of the written weights (auto: as loaded)")
       ->check(CLI::IsMember({"auto", "f32", "bf16", "f16"}))

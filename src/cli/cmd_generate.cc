@@ -1,11 +1,13 @@
 // `qk generate`: sample a continuation of a prompt from a trained model,
 // streaming the text as it is produced.
 //
-//   qk generate --load gpt2/ --prompt "Once upon a time" --max-new-tokens 64 --temperature 0.8 --top-k 40
+//   qk generate --load ckpt --prompt "Once upon a time" --max-new-tokens 64 --temperature 0.8 --top-k 40
 //   qk generate --load hf/ --prompt "..." --tokenizer-type GPT2BPETokenizer --vocab-file v.json --merge-file m.txt
 //
-// --load: what qk::transformer::load_gpt_for_inference reads (a Hugging Face
-// folder). The tokenizer: the flags when given, else the folder's files.
+// --load: what qk::train::load_gpt_for_inference reads (a `qk pretrain-gpt
+// --save` folder, one of its iter_ folders, or a Hugging Face folder). The
+// tokenizer: the flags when given, else the checkpoint's (its arguments, or
+// the folder's files).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,7 +21,7 @@
 #include "qk/base/file_io.h"
 #include "qk/base/thread_pool.h"
 #include "qk/transformer/generate.h"
-#include "qk/transformer/pretrained.h"
+#include "qk/train/pretrained.h"
 
 namespace qk::cli {
 namespace {
@@ -92,13 +94,12 @@ void run_generate(const GenerateCli& c) {
   QK_CHECK_AS(IoError, std::filesystem::exists(c.load), "--load '", c.load, "' does not exist");
   QK_CHECK(c.prompt.empty() || c.prompt_file.empty(), "give --prompt or --prompt-file, not both");
   QK_CHECK(c.top_p > 0 && c.top_p <= 1, "--top-p must be in (0, 1] (1: no limit), got ", c.top_p);
-  transformer::LoadedGpt m = transformer::load_gpt_for_inference(c.load, {.dtype = parse_dtype_flag(c.dtype)});
+  train::LoadedGpt m = train::load_gpt_for_inference(c.load, {.dtype = parse_dtype_flag(c.dtype)});
 
   data::TokenizerOptions topt = c.tokenizer;
   if (!c.tokenizer_flags) {
-    QK_CHECK(m.tokenizer.has_value(), "'", c.load, "' has no tokenizer files (vocab.json + merges.txt, ",
-             "tokenizer.json or tokenizer.model); give --tokenizer-type and --vocab-file/--merge-file or ",
-             "--tokenizer-model");
+    QK_CHECK(m.tokenizer.has_value(), m.tokenizer_note, "; give the tokenizer flags: --tokenizer-type with ",
+             "--vocab-file/--merge-file or --tokenizer-model (or --vocab-size for NullTokenizer)");
     topt = *m.tokenizer;
   }
   const auto tok = data::load_tokenizer(topt);
@@ -145,7 +146,9 @@ void run_generate(const GenerateCli& c) {
 
 void setup_generate(CLI::App& app) {
   auto c = std::make_shared<GenerateCli>();
-  app.add_option("--load", c->load, "Model folder (a Hugging Face folder: config.json + model.safetensors)")
+  app.add_option("--load", c->load,
+                 "Model: a qk pretrain-gpt --save folder (its newest checkpoint), one iter_ folder, or a Hugging Face "
+                 "folder (config.json + model.safetensors)")
       ->required();
   app.add_option("--prompt", c->prompt, "Text to continue (empty: start from BOS/EOD)");
   app.add_option("--prompt-file", c->prompt_file, "Read the prompt from this file")->check(CLI::ExistingFile);

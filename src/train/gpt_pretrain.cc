@@ -21,11 +21,12 @@
 #include "qk/train/gemm_peak.h"
 #include "qk/train/gpt_pretrain.h"
 #include "qk/transformer/gpt_model.h"
+#include "qk/transformer/hf_checkpoint.h"
 
 namespace qk::train {
 namespace {
 
-constexpr const char* kRunFormat = "qk-pretrain-gpt-v1";
+constexpr const char* kRunFormat = kPretrainGptFormat;
 
 std::string datetime_now() {
   const std::time_t t = std::time(nullptr);
@@ -138,6 +139,11 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say(fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})", tokenizer->vocab_size(),
                   padded - tokenizer->vocab_size(), padded));
 
+  // --load of a Hugging Face folder: the flags must build its model (checked
+  // before building ours, so a mismatch fails fast).
+  const bool load_hf = a.load && transformer::is_hf_folder(*a.load);
+  if (load_hf) check_flags_match_hf_config(a, cfg, *a.load);
+
   // Megatron's _set_random_seed: seed + 100 x pipeline rank (0 here), the
   // same on every data-parallel rank, so the replicas start equal.
   manual_seed(static_cast<uint64_t>(a.seed));
@@ -145,12 +151,16 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   for (const Tensor& p : model->parameters()) result.num_parameters += p.numel();
   say(fmt::format(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}",
                   result.num_parameters));
+  // Its weights, before the optimizer copies them; then iteration 0 and a
+  // fresh optimizer, as --finetune.
+  if (load_hf) say(load_hf_weights_for_finetune(a, *model, *a.load));
 
   MixedPrecisionOptimizer opt(megatron_param_groups(*model), gpt_optimizer(a), gpt_loss_scaler(a),
                               gpt_mixed_precision_options(a));
   OptimizerParamScheduler sched(&opt.optimizer(), gpt_scheduler_options(a), opt.group_schedules());
   TrainerOptions to = gpt_trainer_options(a, lead ? result.output_dir : "");
   to.flops_per_sample = transformer::num_floating_point_operations(cfg, 1);
+  if (load_hf) to.load.clear();
   to.args_json = megatron_args_to_json(a);
   to.curve_title = fmt::format("GPT {} layers, hidden {}, {} heads, sequence {}", cfg.num_layers, cfg.hidden_size,
                                cfg.num_attention_heads, cfg.seq_length);
@@ -158,7 +168,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say_datetime("after model, optimizer, and learning rate scheduler are built");
 
   // ---- checkpoint
-  if (a.load) {
+  if (a.load && !load_hf) {
     if (const auto loaded = trainer.load()) {
       say(fmt::format("  successfully loaded checkpoint from {} [ t 1/1, p 1/1 ] at iteration {}", loaded->where,
                       trainer.progress().iteration));

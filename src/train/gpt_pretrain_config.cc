@@ -26,7 +26,9 @@ transformer::TransformerConfig gpt_transformer_config(const MegatronArgs& a, int
   c.add_bias_linear = a.add_bias_linear;
   // validate_args turns add_qkv_bias on with the linear biases; alone it is refused (not built).
   c.add_qkv_bias = a.add_qkv_bias && !a.add_bias_linear;
+  QK_CHECK(!(a.swiglu && a.openai_gelu), "--openai-gelu and --swiglu: give one (the MLP is either GELU or SwiGLU)");
   if (a.swiglu) c.set_swiglu();
+  if (a.openai_gelu) c.activation_func = transformer::Activation::openai_gelu;
   c.normalization = transformer::parse_normalization(a.normalization);
   c.qk_layernorm = a.qk_layernorm;
   c.init_method_std = a.init_method_std;

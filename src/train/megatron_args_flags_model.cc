@@ -61,6 +61,8 @@ void add_model_flags(std::vector<FlagSpec>& t) {
        QK_FIELD(apply_residual_connection_post_layernorm), kTrue, {},
        "Take the residual after the layer norm (original BERT ordering)."},
       {kNetworkSize, "--swiglu", QK_FIELD(swiglu), kTrue, {}, "Gated linear unit with SiLU instead of GELU."},
+      {kNetworkSize, "--openai-gelu", QK_FIELD(openai_gelu), kTrue, {},
+       "OpenAI's tanh approximation of GeLU (GPT-2's, transformers' gelu_new) instead of the erf GeLU."},
       {kNetworkSize, "--untie-embeddings-and-output-weights", QK_FIELD(untie_embeddings_and_output_weights), kTrue,
        {}, "Separate output layer weights instead of the word embeddings."},
       {kNetworkSize, "--multi-latent-attention", QK_FIELD(multi_latent_attention), kTrue, {},

@@ -34,6 +34,7 @@
 #include "qk/train/mixed_precision_optimizer.h"
 #include "qk/train/trainer.h"
 #include "qk/transformer/config.h"
+#include "qk/transformer/gpt_model.h"
 
 namespace qk::train {
 
@@ -144,7 +145,24 @@ std::string throughput_line(const LogStats& s, int world_size, double gemm_peak_
 // PREFIX | lm loss value: 5.400000E+00 | lm loss PPL: 2.214064E+02 | ", a dashed line.
 std::string megatron_validation_block(const std::string& prefix, const std::map<std::string, double>& metrics);
 
+// ---- fine-tuning from Hugging Face weights (--load HF_FOLDER)
+
+// Checks the model the flags build (`from_flags`, gpt_transformer_config)
+// against the config.json of the Hugging Face folder `dir`: every mismatch is
+// listed in one ValueError naming the flag and the config.json field.
+void check_flags_match_hf_config(const MegatronArgs& a, const transformer::TransformerConfig& from_flags,
+                                 const std::string& dir);
+// check_flags_match_hf_config, then the folder's weights into `model` (the
+// vocabulary padded by repeating its last row, as Megatron's checkpoint
+// converter does; dtypes converted). Returns a line for the log.
+std::string load_hf_weights_for_finetune(const MegatronArgs& a, transformer::GPTModelImpl& model,
+                                         const std::string& dir);
+
 // ---- the whole run
+
+// The `user` state pretrain_gpt writes into every checkpoint: {"format": this,
+// "tokenizer_vocab_size", "padded_vocab_size", "model": config summary}.
+inline constexpr const char* kPretrainGptFormat = "qk-pretrain-gpt-v1";
 
 struct PretrainGptOptions {
   // Info lines for the log (the no-op notes of parse_megatron_args).

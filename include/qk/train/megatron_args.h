@@ -70,6 +70,7 @@ struct MegatronArgs {
   bool apply_layernorm_1p = false;
   bool apply_residual_connection_post_layernorm = false;
   bool swiglu = false;
+  bool openai_gelu = false;  // GPT-2's tanh GELU (transformers' gelu_new)
   bool untie_embeddings_and_output_weights = false;
   bool multi_latent_attention = false;
   bool qk_layernorm = false;  // Megatron lists it in its 'vision' group
