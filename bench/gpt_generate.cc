@@ -12,13 +12,11 @@
 #include <string>
 
 #include "qk/autograd/functions.h"
-#include "qk/base/openmp_env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/base/timer.h"
 #include "qk/transformer/generate.h"
 
 int main(int argc, char** argv) {
-  qk::reexec_with_passive_openmp(argv);  // as `qk` does
   int threads = 1;
   int64_t layers = 12, hidden = 768, heads = 12, groups = 0, vocab = 50257, prompt = 32, new_tokens = 64, batch = 1;
   int64_t top_k = 0;

@@ -25,9 +25,11 @@ pkg_check_modules(SENTENCEPIECE QUIET IMPORTED_TARGET sentencepiece)
 # (qianka::qccl_nccl). Found under CUDAToolkit's directories or NCCL_HOME.
 # qiankaConfig.cmake sets QK_WITH_CUDA when the installed qianka has it.
 set(QK_HAVE_NCCL OFF)
+set(QK_HAVE_CUDA OFF)
 if(QK_WITH_CUDA)
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND)
+    set(QK_HAVE_CUDA ON)  # `qk check` reports it (src/CMakeLists.txt: qk_config)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ENV NCCL_HOME ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
     find_library(NCCL_LIBRARY nccl HINTS ENV NCCL_HOME ${CUDAToolkit_LIBRARY_DIR}
                  ${CUDAToolkit_LIBRARY_ROOT} PATH_SUFFIXES lib lib64)

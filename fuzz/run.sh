@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (fuzz/CMakeLists.txt, clang + ASan + UBSan) and
 # runs each for a bounded time from its committed seed corpus fuzz/corpus/<target>/.
 # Exits 1 when a target crashes (the input is saved in BUILD/artifacts/), 77
-# when clang++ (or $QK_FUZZ_CXX) is missing (ctest reports a skip).
+# when clang++ (or $QK_FUZZ_CXX) is missing (ctest reports a skip; under CI=true
+# a failure: tests/common/reference_tool.sh).
 #   bash fuzz/run.sh [--seconds S_EACH] [--build-dir DIR] [--targets "a b"]
 set -euo pipefail
 SRC="$(cd "$(dirname "$0")" && pwd)"
@@ -19,8 +20,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 if ! command -v "$CLANGXX" >/dev/null; then
-  echo "fuzz/run.sh: SKIPPED: $CLANGXX not found; install clang (scripts/setup.sh does) to run the libFuzzer targets"
-  exit 77
+  # shellcheck source=../tests/common/reference_tool.sh
+  . "$SRC/../tests/common/reference_tool.sh"
+  missing_reference_tool "fuzz/run.sh: $CLANGXX not found; install clang and libclang-rt-14-dev (scripts/setup.sh does) to run the libFuzzer targets"
 fi
 mkdir -p "$BUILD"
 if [ ! -f "$BUILD/build.ninja" ]; then

@@ -43,5 +43,8 @@ std::vector<std::string> fuzz_seeds() {
   j["post_processor"] = {{"type", "TemplateProcessing"},
                          {"single", {{{"SpecialToken", {{"id", "<|endoftext|>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
                          {"special_tokens", {{"<|endoftext|>", {{"ids", {299}}}}}}};
-  return {gpt2_style, j.dump(), "{}", "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}"};
+  return {gpt2_style, j.dump(), "{}", "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}",
+          // Inputs that once crashed the loader (kept as regressions):
+          // a wrong JSON type escaped as nlohmann's type_error.
+          "{\"model\": {\"type\": false, \"vocab\": {}, \"merges\": []}}"};
 }

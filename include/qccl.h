@@ -1,11 +1,14 @@
 /* qccl: collective communication between processes, with NCCL's API shape.
  *
- * qccl moves raw host buffers between ranks on one machine (shared memory,
- * single-copy CMA for large messages) and across machines (TCP). Every call
- * has a deadline, so a dead or stalled peer makes the call return an error
- * naming that peer instead of hanging. Calls are blocking: when one returns,
- * its buffers are ready. The `stream` argument exists so NCCL host code
- * compiles unchanged (see qccl_nccl_compat.h); pass NULL.
+ * qccl moves host buffers between ranks on one machine (shared memory,
+ * single-copy CMA for large messages) and across machines (TCP); a program
+ * that links the NCCL backend (qianka::qccl_nccl, built where CMake finds CUDA
+ * and NCCL) passes device buffers too, which go through NCCL on the current
+ * CUDA device (QCCL_BACKEND; docs/qccl.md "Backends"). Every call has a
+ * deadline, so a dead or stalled peer makes the call return an error naming
+ * that peer instead of hanging. Calls are blocking on every backend: when one
+ * returns, its buffers are ready (the NCCL backend enqueues on `stream` and
+ * waits for it). Host-buffer code passes NULL for `stream`.
  *
  *   qcclUniqueId id;
  *   if (rank == 0) qcclGetUniqueId(&id);          // starts the bootstrap root
@@ -17,8 +20,9 @@
  *
  * Environment (all optional): QCCL_COMM_ID=host:port (root address as in
  * NCCL), QCCL_TIMEOUT_S (deadline, default 300), QCCL_TRANSPORT=auto|shm|tcp,
- * QCCL_ALGO=auto|ring|rd|tree, QCCL_DEBUG=WARN|INFO|TRACE,
- * QCCL_DEBUG_SUBSYS=INIT,COLL,NET. docs/qccl.md lists them all.
+ * QCCL_ALGO=auto|ring|rd|pairs|tree|chain|direct|hierarchical,
+ * QCCL_DEBUG=VERSION|WARN|INFO|TRACE, QCCL_DEBUG_SUBSYS=INIT,COLL,P2P,...
+ * (NCCL_DEBUG / NCCL_DEBUG_SUBSYS too). docs/qccl.md lists them all.
  */
 #ifndef QCCL_H_
 #define QCCL_H_
@@ -38,11 +42,11 @@ extern "C" {
 /* Results keep NCCL's numbering so code that prints or compares them ports. */
 typedef enum {
   qcclSuccess = 0,
-  qcclUnhandledCudaError = 1, /* never returned: qccl moves host memory */
+  qcclUnhandledCudaError = 1, /* never returned: CUDA failures are qcclSystemError */
   qcclSystemError = 2,        /* a system call failed (socket, shm, ...) */
   qcclInternalError = 3,      /* a bug in qccl */
   qcclInvalidArgument = 4,    /* a bad pointer, count, type, op or rank */
-  qcclInvalidUsage = 5,       /* a call made in the wrong state (e.g. comm aborted) */
+  qcclInvalidUsage = 5,       /* a call made in the wrong state, or on an aborted comm */
   qcclRemoteError = 6,        /* a peer failed, closed or sent malformed data */
   qcclInProgress = 7,
   qcclTimeout = 8,            /* a deadline passed (QCCL_TIMEOUT_S / config.timeoutS) */
@@ -81,7 +85,9 @@ typedef struct {
 } qcclUniqueId;
 
 typedef struct qcclComm* qcclComm_t;
-/* Placeholder for NCCL's cudaStream_t; qccl calls complete before returning. */
+/* NCCL's cudaStream_t: the NCCL backend enqueues device-buffer calls on it
+ * (NULL: a stream of its own) and waits for it before returning; host
+ * buffers ignore it. */
 typedef void* qcclStream_t;
 
 /* Per-communicator settings. Initialise with QCCL_CONFIG_INITIALIZER; a field
@@ -94,7 +100,8 @@ typedef struct {
   double timeoutS;    /* deadline of every wait; <= 0: QCCL_TIMEOUT_S (default 300) */
   const char* commName; /* shown in logs and flight-recorder dumps; NULL: "qccl" */
   const char* transport; /* "auto", "shm" or "tcp"; NULL: QCCL_TRANSPORT */
-  const char* algo;      /* "auto", "ring", "rd", "tree" or "chain"; NULL: QCCL_ALGO */
+  const char* algo;      /* "auto", "ring", "rd", "pairs", "tree", "chain", "direct" or
+                            "hierarchical"; NULL: QCCL_ALGO */
 } qcclConfig_t;
 
 #define QCCL_CONFIG_MAGIC 0x51434346u
@@ -119,8 +126,9 @@ qcclResult_t qcclCommSplit(qcclComm_t comm, int color, int key, qcclComm_t* newc
 qcclResult_t qcclCommFinalize(qcclComm_t comm);
 qcclResult_t qcclCommDestroy(qcclComm_t comm);
 /* Safe from any thread at any time: calls in progress on `comm` return
- * qcclRemoteError within milliseconds, peers see this rank leave, and the
- * communicator is freed. Never blocks on a peer. */
+ * qcclInvalidUsage within milliseconds, peers see
+ * this rank leave (their calls fail naming it), and the communicator is
+ * freed. Never blocks on a peer. */
 qcclResult_t qcclCommAbort(qcclComm_t comm);
 qcclResult_t qcclCommCount(const qcclComm_t comm, int* count);
 qcclResult_t qcclCommUserRank(const qcclComm_t comm, int* rank);

@@ -36,10 +36,25 @@ std::vector<VarInfo> registered() {
   return r;
 }
 
-std::optional<std::string> get_raw(const char* name) {
+namespace detail {
+// The one getenv of qianka (Note at the top of qk/base/env.h).
+std::optional<std::string> lookup_declared(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return std::nullopt;
   return std::string(v);
+}
+}  // namespace detail
+
+std::optional<std::string> get_raw(const char* name) {
+  bool declared = false;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    for (const auto& v : registry())
+      if (std::string_view(v.name) == name) declared = true;
+  }
+  QK_CHECK_AS(InternalError, declared, "environment variable ", name,
+              " is read but not declared; declare it with QK_ENV_* (qk/base/env.h)");
+  return detail::lookup_declared(name);
 }
 
 int64_t parse_int(const char* name, const std::string& value) {

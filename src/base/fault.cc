@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "qk/base/error.h"
+#include "qk/base/launch_vars.h"
 #include "qk/base/log.h"
 
 namespace qk::fault {
@@ -21,18 +23,18 @@ struct Plan {
   int64_t n = 0;
 };
 
-int64_t env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoll(v, nullptr, 10) : 0;
-}
+QK_ENV_OPTIONAL_STRING(env_fault_kill, "QK_FAULT_KILL",
+                       "Tests: SITE:RANK:N makes rank RANK SIGKILL itself at fault point SITE (its Nth "
+                       "pass, or value N); comma-separated entries apply to successive qk run "
+                       "attempts ('-': none). qk/base/fault.h.");
 
 // This attempt's entry of QK_FAULT_KILL, if it names this rank.
 Plan parse() {
   Plan p;
-  const char* spec = std::getenv("QK_FAULT_KILL");
-  if (!spec || !*spec) return p;
-  const std::string s = spec;
-  const int64_t attempt = env_int("QK_RESTART_COUNT");
+  const std::optional<std::string> spec = env_fault_kill.lookup();
+  if (!spec) return p;
+  const std::string& s = *spec;
+  const int64_t attempt = env::launch::restart_count.lookup().value_or(0);
   size_t begin = 0;
   for (int64_t i = 0; i < attempt && begin != std::string::npos; ++i) {
     begin = s.find(',', begin);
@@ -49,7 +51,7 @@ Plan parse() {
   p.n = std::strtoll(entry.c_str() + c2 + 1, &end, 10);
   QK_CHECK_AS(ValueError, end && *end == '\0', "QK_FAULT_KILL entry '", entry, "': N must be an integer");
   p.site = entry.substr(0, c1);
-  p.armed = rank == env_int("RANK");
+  p.armed = rank == env::launch::rank.lookup().value_or(0);
   return p;
 }
 

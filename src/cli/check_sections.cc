@@ -33,10 +33,16 @@ void print_build_config() {
 #else
   fmt::print("  MPI:           no\n");
 #endif
-#ifdef QK_HAVE_CUDA
-  fmt::print("  CUDA:          yes\n");
+  // What CMake found (cmake/QkDependencies.cmake); tensors stay on the CPU
+  // either way: there is no CUDA tensor backend yet.
+#if defined(QK_HAVE_CUDA) && defined(QK_HAVE_NCCL)
+  fmt::print("  CUDA:          toolkit {} found at build time; NCCL backend built (programs that link "
+             "qianka::qccl_nccl carry device buffers; qk itself does not)\n", QK_CUDA_VERSION);
+#elif defined(QK_HAVE_CUDA)
+  fmt::print("  CUDA:          toolkit {} found at build time; NCCL not found, so no NCCL backend\n",
+             QK_CUDA_VERSION);
 #else
-  fmt::print("  CUDA:          no (toolkit not found at build time)\n");
+  fmt::print("  CUDA:          no (toolkit not found at build time, or QK_WITH_CUDA=OFF)\n");
 #endif
 }
 

@@ -93,12 +93,8 @@ void setup_inspect(CLI::App& app) {
   app.add_flag("--json", c->json, "Print everything, every sequence's tokens included, as JSON");
   app.add_option("--docs", c->docs, "How many documents to show")->capture_default_str();
   app.add_option("--show", c->show, "How many entries of each array to show")->capture_default_str();
-  c->t.type = "";
   add_tokenizer_flags(app, c->t, /*required=*/false);
-  app.callback([c] {
-    if (c->t.type.empty()) c->t.type = c->t.vocab_file.empty() ? "HuggingFaceTokenizer" : "GPT2BPETokenizer";
-    run_inspect(*c);
-  });
+  app.callback([c] { run_inspect(*c); });
 }
 
 QK_REGISTER_DATA_COMMAND(inspect, "inspect", "Summarize a Megatron .bin/.idx dataset", setup_inspect);

@@ -35,6 +35,7 @@
 #include "qccl.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
+#include "qk/base/launch_vars.h"
 #include "qk/base/log.h"
 #include "qk/dist/launch_env.h"
 #include "qk/qccl/check_data.h"
@@ -366,17 +367,21 @@ void run_memcpy(const PerfOptions& o) {
   if (b[0] == 42) fmt::print("#\n");  // uses b so the copies stay observable
 }
 
+QK_ENV_OPTIONAL_INT(env_qk_rank, "QK_RANK", "qk perf: this process's rank, with QK_WORLD_SIZE and "
+                    "QCCL_COMM_ID, for launchers that set neither RANK nor MPI's variables.");
+QK_ENV_OPTIONAL_INT(env_qk_world_size, "QK_WORLD_SIZE", "qk perf: the job size, with QK_RANK.");
+
 // Ranks from a launcher's environment, or 0 when there is none.
 bool launcher_rank(int* rank, int* size) {
-  const char* pairs[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                            {"QK_RANK", "QK_WORLD_SIZE"},
-                            {"PMI_RANK", "PMI_SIZE"}};
+  namespace v = env::launch;
+  const env::Var<int64_t>* pairs[][2] = {
+      {&v::ompi_rank, &v::ompi_size}, {&env_qk_rank, &env_qk_world_size}, {&v::pmi_rank, &v::pmi_size}};
   for (auto& p : pairs) {
-    auto r = env::get_raw(p[0]);
-    auto s = env::get_raw(p[1]);
+    auto r = p[0]->lookup();
+    auto s = p[1]->lookup();
     if (r && s) {
-      *rank = static_cast<int>(env::parse_int(p[0], *r));
-      *size = static_cast<int>(env::parse_int(p[1], *s));
+      *rank = static_cast<int>(*r);
+      *size = static_cast<int>(*s);
       return true;
     }
   }

@@ -47,10 +47,14 @@ void setup_train(CLI::App& app) {
   c->add_option("--num-workers", o->num_workers, "Data loader threads")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  c->add_flag("--resume{auto}", o->resume,
-              "--resume (or --resume=auto): continue from the newest valid OUT/checkpoints/step-* folder, "
-              "skipping corrupt ones (a fresh start when there is none); --resume=PATH: that checkpoint folder "
-              "or .json sidecar");
+  // An option with an optional value, so `--resume auto` (torchrun-style
+  // scripts) works like `--resume` and `--resume=auto`.
+  c->add_option("--resume", o->resume,
+                "--resume, --resume auto or --resume=auto: continue from the newest valid "
+                "OUT/checkpoints/step-* folder, skipping corrupt ones (a fresh start when there is none); "
+                "--resume PATH: that checkpoint folder or .json sidecar. Not given: a fresh start")
+      ->expected(0, 1)
+      ->default_str("auto");
   c->add_option("--checkpoint-every", o->checkpoint_every,
                 "Also checkpoint every N optimizer steps (0: only at each epoch's end)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))

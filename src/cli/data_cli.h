@@ -39,9 +39,8 @@ struct DataRegistrar {
 inline void add_tokenizer_flags(CLI::App& app, qk::data::TokenizerOptions& o, bool required = true) {
   app.add_option("--tokenizer-type", o.type,
                  "HuggingFaceTokenizer (tokenizer.json), GPT2BPETokenizer (vocab.json + merges.txt) "
-                 "or SentencePieceTokenizer (an spm .model)")
-      ->check(CLI::IsMember({"HuggingFaceTokenizer", "GPT2BPETokenizer", "SentencePieceTokenizer"}))
-      ->capture_default_str();
+                 "or SentencePieceTokenizer (an spm .model); by default the files given say which")
+      ->check(CLI::IsMember({"HuggingFaceTokenizer", "GPT2BPETokenizer", "SentencePieceTokenizer"}));
   auto* m = app.add_option("--tokenizer-model", o.model, "tokenizer.json or the folder holding it (HuggingFaceTokenizer); the .model file (SentencePieceTokenizer)");
   auto* v = app.add_option("--vocab-file", o.vocab_file, "GPT-2 vocab.json (GPT2BPETokenizer)");
   app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt (GPT2BPETokenizer)");

@@ -25,7 +25,7 @@ namespace {
 
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr size_t kHeaderBytes = 34;
-constexpr size_t kBufBytes = 1 << 20;
+constexpr size_t kBufBytes = 1 << 20;  // write buffer of the builder; not measured
 
 template <typename T>
 T load(const std::byte* p) {

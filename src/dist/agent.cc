@@ -9,8 +9,8 @@
 #include <cstring>
 #include <memory>
 
-#include "qk/base/env.h"
 #include "qk/base/error.h"
+#include "qk/base/launch_vars.h"
 #include "qk/qccl/store.h"
 #include "worker_group.h"
 
@@ -132,7 +132,7 @@ int run_agent(const AgentOptions& in) {
   QK_CHECK(!o.command.empty(), "qk run: no command given; usage: qk run --nproc-per-node N -- CMD ARGS");
   QK_CHECK(o.master_port >= 0 && o.master_port < 65536, "--master-port: expected 0..65535, got ", o.master_port);
   if (o.token.empty()) {
-    if (auto t = env::get_raw("QK_STORE_TOKEN")) o.token = *t;
+    if (auto t = env::launch::store_token.lookup()) o.token = *t;
   }
   if (o.token.empty()) {
     QK_CHECK(o.nnodes == 1, "--nnodes ", o.nnodes, ": every node needs the same store token; set "

@@ -1,35 +1,38 @@
 #include "qk/dist/launch_env.h"
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 
-#include "qk/base/env.h"
 #include "qk/base/error.h"
+#include "qk/base/launch_vars.h"
 #include "qk/qccl/store.h"
 
 namespace qk::dist {
 namespace {
 
-std::optional<int> get_int(const char* name) {
-  auto v = env::get_raw(name);
-  if (!v || v->empty()) return std::nullopt;
-  return static_cast<int>(env::parse_int(name, *v));
+using IntVar = env::Var<int64_t>;
+
+std::optional<int> get_int(const IntVar& v) {
+  auto x = v.lookup();
+  if (!x) return std::nullopt;
+  QK_CHECK(*x >= INT32_MIN && *x <= INT32_MAX, v.name(), "=", *x, " is out of range");
+  return static_cast<int>(*x);
 }
 
 // Rank, size and local rank under one launcher's names; false if its rank is not set.
-bool read_triple(LaunchEnv& e, const char* rank, const char* size, const char* local, const char* src) {
+bool read_triple(LaunchEnv& e, const IntVar& rank, const IntVar& size, const IntVar& local, const char* src) {
   auto r = get_int(rank);
   if (!r) return false;
   auto s = get_int(size);
-  QK_CHECK(s.has_value(), rank, " is set (", *r, ") but ", size, " is not; the launcher set only half "
-           "of its variables");
-  QK_CHECK(*s >= 1 && *r >= 0 && *r < *s, "Expected 0 <= ", rank, " < ", size, ", got ", *r, " and ", *s);
+  QK_CHECK(s.has_value(), rank.name(), " is set (", *r, ") but ", size.name(),
+           " is not; the launcher set only half of its variables");
+  QK_CHECK(*s >= 1 && *r >= 0 && *r < *s, "Expected 0 <= ", rank.name(), " < ", size.name(), ", got ", *r,
+           " and ", *s);
   e.rank = *r;
   e.world_size = *s;
-  if (local) {
-    if (auto l = get_int(local)) e.local_rank = *l;
-  }
+  if (auto l = get_int(local)) e.local_rank = *l;
   e.source = src;
   return true;
 }
@@ -37,29 +40,30 @@ bool read_triple(LaunchEnv& e, const char* rank, const char* size, const char* l
 }  // namespace
 
 LaunchEnv launch_env() {
+  namespace v = env::launch;
   LaunchEnv e;
   e.source = "none";
-  if (!read_triple(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "RANK") &&
-      !read_triple(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI") &&
-      !read_triple(e, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "PMI") &&
-      !read_triple(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM")) {
+  if (!read_triple(e, v::rank, v::world_size, v::local_rank, "RANK") &&
+      !read_triple(e, v::ompi_rank, v::ompi_size, v::ompi_local_rank, "OMPI") &&
+      !read_triple(e, v::pmi_rank, v::pmi_size, v::pmi_local_rank, "PMI") &&
+      !read_triple(e, v::slurm_rank, v::slurm_size, v::slurm_local_rank, "SLURM")) {
     e.rank = 0;
     e.world_size = 1;
   }
   e.local_world_size = e.world_size;
-  for (const char* n : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
-    if (auto v = get_int(n)) {
-      e.local_world_size = *v;
+  for (const IntVar* n : {&v::local_world_size, &v::ompi_local_size, &v::pmi_local_size})
+    if (auto x = get_int(*n)) {
+      e.local_world_size = *x;
       break;
     }
-  if (auto a = env::get_raw("MASTER_ADDR")) e.master_addr = *a;
-  if (auto p = get_int("MASTER_PORT")) {
+  if (auto a = v::master_addr.lookup()) e.master_addr = *a;
+  if (auto p = get_int(v::master_port)) {
     QK_CHECK(*p > 0 && *p < 65536, "MASTER_PORT: expected a port in 1..65535, got ", *p);
     e.master_port = *p;
   }
-  if (auto t = env::get_raw("QK_STORE_TOKEN")) e.store_token = *t;
-  if (auto q = env::get_raw("QK_RUN")) e.under_qk_run = *q == "1";
-  if (auto c = get_int("QK_RESTART_COUNT")) e.restart_count = *c;
+  if (auto t = v::store_token.lookup()) e.store_token = *t;
+  if (auto q = v::run.lookup()) e.under_qk_run = *q == "1";
+  if (auto c = get_int(v::restart_count)) e.restart_count = *c;
   if (e.under_qk_run) e.source = "qk run";
   return e;
 }

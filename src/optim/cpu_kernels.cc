@@ -15,7 +15,7 @@ namespace cpu {
 namespace {
 
 // Elements per task: enough work (~tens of microseconds) to amortise the
-// hand-off to a pool thread.
+// hand-off to a pool thread (not measured against other grains).
 constexpr int64_t kGrain = 1 << 15;
 
 template <typename T, bool kMomentum, bool kNesterov, bool kFirst>
@@ -55,33 +55,51 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& buf, const 
   sgd_typed<float>(param, grad, buf, a);
 }
 
+// The per-step constants of one Adam update, computed once in double (as
+// PyTorch computes them in Python floats) and rounded to T.
+template <typename T>
+struct AdamConsts {
+  T step_size, inv_bc2_sqrt, b1, b2, omb1, omb2, eps, wd, decay;
+};
+
+// Elements [lo, hi) of one parameter. The pointers are plain arguments, not
+// a lambda's by-reference captures: through those GCC cannot rule out that a
+// store p[i] changes the pointer itself and left the loop scalar.
+template <typename T, bool kDecoupled, bool kAmsgrad>
+void adam_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
+                T* __restrict vmax, int64_t lo, int64_t hi, const AdamConsts<T> c) {
+  for (int64_t i = lo; i < hi; ++i) {
+    T x = p[i];
+    T d = g[i];
+    if constexpr (kDecoupled) x *= c.decay; else d += c.wd * x;
+    T mi = c.b1 * m[i] + c.omb1 * d;
+    T vi = c.b2 * v[i] + c.omb2 * d * d;
+    m[i] = mi;
+    v[i] = vi;
+    T vu = vi;
+    if constexpr (kAmsgrad) {
+      vu = vmax[i] > vi ? vmax[i] : vi;
+      vmax[i] = vu;
+    }
+    p[i] = x - c.step_size * mi / (std::sqrt(vu) * c.inv_bc2_sqrt + c.eps);
+  }
+}
+
 template <typename T, bool kDecoupled, bool kAmsgrad>
 void adam_loop(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamStepArgs& a) {
-  // Scalars computed once in double, as PyTorch computes them in Python floats.
   const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
   const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
-  const T step_size = static_cast<T>(a.lr / bc1);
-  const T inv_bc2_sqrt = static_cast<T>(1.0 / std::sqrt(bc2));
-  const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
-  const T omb1 = static_cast<T>(1.0 - a.beta1), omb2 = static_cast<T>(1.0 - a.beta2);
-  const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
-  const T decay = static_cast<T>(1.0 - a.lr * a.weight_decay);
-  parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      T x = p[i];
-      T d = g[i];
-      if constexpr (kDecoupled) x *= decay; else d += wd * x;
-      T mi = b1 * m[i] + omb1 * d;
-      T vi = b2 * v[i] + omb2 * d * d;
-      m[i] = mi;
-      v[i] = vi;
-      T vu = vi;
-      if constexpr (kAmsgrad) {
-        vu = vmax[i] > vi ? vmax[i] : vi;
-        vmax[i] = vu;
-      }
-      p[i] = x - step_size * mi / (std::sqrt(vu) * inv_bc2_sqrt + eps);
-    }
+  const AdamConsts<T> c{static_cast<T>(a.lr / bc1),
+                        static_cast<T>(1.0 / std::sqrt(bc2)),
+                        static_cast<T>(a.beta1),
+                        static_cast<T>(a.beta2),
+                        static_cast<T>(1.0 - a.beta1),
+                        static_cast<T>(1.0 - a.beta2),
+                        static_cast<T>(a.eps),
+                        static_cast<T>(a.weight_decay),
+                        static_cast<T>(1.0 - a.lr * a.weight_decay)};
+  parallel_for(0, n, kGrain, [=](int64_t lo, int64_t hi) {
+    adam_range<T, kDecoupled, kAmsgrad>(p, g, m, v, vmax, lo, hi, c);
   });
 }
 

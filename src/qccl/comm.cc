@@ -187,6 +187,7 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
   QK_CHECK(nranks >= 1, "Expected nranks >= 1, got ", nranks);
   QK_CHECK(rank >= 0 && rank < nranks, "Expected rank in [0, ", nranks, "), got ", rank);
   qk::Timer timer;
+  log_version_once();
   UniqueIdData uid = decode_unique_id(id);
   auto c = std::make_unique<qcclComm>(flight_recorder_entries());
   c->rank = rank;

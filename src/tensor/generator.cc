@@ -59,6 +59,7 @@ void fill_host(int64_t n, Generator& gen, F&& write_pair) {
   int64_t pairs = (n + 1) / 2;
   uint64_t base = gen.advance(static_cast<uint64_t>(pairs));
   uint64_t seed = gen.seed();
+  // Grain: not measured (docs/tensor.md, "Threads").
   parallel_for(0, pairs, 4096, [&](int64_t lo, int64_t hi) {
     uint32_t w[4];
     for (int64_t p = lo; p < hi; ++p) {

@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "qk/base/error.h"
 
@@ -44,6 +49,52 @@ TEST(Env, RegistryListsDeclaredVariables) {
   for (const auto& v : qk::env::registered())
     if (std::string(v.name) == "QK_TEST_ENV_INT") found = v.default_value == "7";
   EXPECT_TRUE(found);
+}
+
+QK_ENV_OPTIONAL_INT(test_opt, "QK_TEST_ENV_OPT", "test variable without a default");
+
+TEST(Env, OptionalVariablesAreReadAsTheyAreNow) {
+  ::unsetenv("QK_TEST_ENV_OPT");
+  EXPECT_FALSE(test_opt.lookup().has_value());
+  ::setenv("QK_TEST_ENV_OPT", "", 1);
+  EXPECT_FALSE(test_opt.lookup().has_value());  // empty is unset
+  ::setenv("QK_TEST_ENV_OPT", "3", 1);
+  EXPECT_EQ(test_opt.lookup(), 3);
+  ::setenv("QK_TEST_ENV_OPT", "4", 1);
+  EXPECT_EQ(test_opt.lookup(), 4);  // not cached
+  ::setenv("QK_TEST_ENV_OPT", "x", 1);
+  EXPECT_THROW(test_opt.lookup(), qk::ValueError);
+  ::unsetenv("QK_TEST_ENV_OPT");
+  std::string shown;
+  for (const auto& v : qk::env::registered())
+    if (std::string(v.name) == "QK_TEST_ENV_OPT") shown = v.default_value;
+  EXPECT_EQ(shown, "unset");
+}
+
+// get_raw is for declared variables only: a raw read of anything else is a bug.
+TEST(Env, RawReadsOfUndeclaredNamesAreRefused) {
+  ::setenv("QK_TEST_ENV_INT", "5", 1);
+  EXPECT_EQ(qk::env::get_raw("QK_TEST_ENV_INT"), "5");
+  ::unsetenv("QK_TEST_ENV_INT");
+  EXPECT_THROW(qk::env::get_raw("QK_TEST_ENV_NEVER_DECLARED"), qk::InternalError);
+}
+
+// The registry is the only reader: no getenv in the sources but its own.
+TEST(Env, NoRawGetenvOutsideTheRegistry) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> offenders;
+  for (const char* dir : {"/src", "/include"})
+    for (const auto& f : fs::recursive_directory_iterator(std::string(QK_SOURCE_DIR) + dir)) {
+      const std::string path = f.path().string();
+      if (!f.is_regular_file() || path.ends_with("/src/base/env.cc")) continue;
+      if (!path.ends_with(".cc") && !path.ends_with(".h")) continue;
+      std::ifstream in(path);
+      std::stringstream text;
+      text << in.rdbuf();
+      if (text.str().find("getenv(") != std::string::npos) offenders.push_back(path);
+    }
+  EXPECT_TRUE(offenders.empty()) << "raw getenv in " << ::testing::PrintToString(offenders)
+                                 << "; declare the variable with QK_ENV_* (qk/base/env.h)";
 }
 
 }  // namespace

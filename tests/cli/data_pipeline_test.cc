@@ -46,6 +46,36 @@ TEST(DataCli, TokenizerEncodeDecodeRoundTrip) {
   EXPECT_NE(oob.output.find("outside the vocabulary"), std::string::npos) << oob.output;
 }
 
+// Without --tokenizer-type the files say which tokenizer it is: a tokenizer.json,
+// or GPT-2's vocab.json + merges.txt (here: the same BPE written both ways).
+TEST(DataCli, TokenizerTypeComesFromTheFiles) {
+  TempDir dir("cli_tok_type");
+  const std::string typed = train_tokenizer(dir);
+  const json tok = json::parse(qk::read_file(dir / "tok.json"));
+  qk::atomic_write_file(dir / "vocab.json", tok["model"]["vocab"].dump());
+  std::string merges = "#version: 0.2\n";
+  for (const auto& m : tok["model"]["merges"]) merges += m.get<std::string>() + "\n";
+  qk::atomic_write_file(dir / "merges.txt", merges);
+  qk::atomic_write_file(dir / "in.txt", "Hello, world! the quick brown fox 123\n");
+  const std::string in = " --json --input '" + (dir / "in.txt") + "'";
+  auto want = run_qk("tokenizer encode " + typed + in);
+  ASSERT_EQ(want.exit_code, 0) << want.output;
+  auto hf = run_qk("tokenizer encode --tokenizer-model '" + (dir / "tok.json") + "'" + in);
+  EXPECT_EQ(hf.exit_code, 0) << hf.output;
+  EXPECT_EQ(hf.output, want.output);
+  auto gpt2 = run_qk("tokenizer encode --vocab-file '" + (dir / "vocab.json") + "' --merge-file '" +
+                     (dir / "merges.txt") + "'" + in);
+  EXPECT_EQ(gpt2.exit_code, 0) << gpt2.output;
+  EXPECT_EQ(gpt2.output, want.output);
+  auto both = run_qk("tokenizer encode --tokenizer-model '" + (dir / "tok.json") + "' --vocab-file '" +
+                     (dir / "vocab.json") + "'" + in);
+  EXPECT_EQ(both.exit_code, 1) << both.output;
+  EXPECT_NE(both.output.find("name two tokenizers"), std::string::npos) << both.output;
+  auto none = run_qk("tokenizer encode" + in);
+  EXPECT_EQ(none.exit_code, 1) << none.output;
+  EXPECT_NE(none.output.find("no tokenizer given"), std::string::npos) << none.output;
+}
+
 TEST(DataCli, PreprocessInspectAndSamples) {
   TempDir dir("cli_pre");
   const std::string tok = train_tokenizer(dir);

@@ -127,10 +127,19 @@ TEST(TrainCifar10, ResumeKeepsEpochNumberingAndDataOrder) {
   ASSERT_EQ(ref.size(), 2u) << full.output;
   EXPECT_DOUBLE_EQ(ep[0].train_loss, ref[1].train_loss) << resumed.output << "\n---\n" << full.output;
   EXPECT_DOUBLE_EQ(ep[0].val_acc, ref[1].val_acc);
-  // A finished run resumed again has nothing left to do, and says so.
-  const auto again = run_qk(train_args(dir, 2, "--resume"));
-  ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_TRUE(epoch_lines(again.output).empty()) << again.output;
+  // A finished run resumed again has nothing left to do, and says so; in the
+  // spelling of torchrun-style scripts (`--resume auto`) too, and with the
+  // value before other flags.
+  for (const char* flag : {"--resume", "--resume auto", "--resume=auto"}) {
+    const auto again = run_qk(train_args(dir, 2, flag));
+    ASSERT_EQ(again.exit_code, 0) << flag << "\n" << again.output;
+    EXPECT_TRUE(epoch_lines(again.output).empty()) << flag << "\n" << again.output;
+    EXPECT_NE(again.output.find("resumed from"), std::string::npos) << flag << "\n" << again.output;
+  }
+  const std::string rest = train_args(dir, 2).substr(std::string("train cifar10 ").size());
+  const auto before_flags = run_qk("train cifar10 --resume auto " + rest);
+  ASSERT_EQ(before_flags.exit_code, 0) << before_flags.output;
+  EXPECT_NE(before_flags.output.find("resumed from"), std::string::npos) << before_flags.output;
 }
 
 TEST(TrainCifar10, ResnetCheckpointIntoSimpleCnnFailsClearly) {

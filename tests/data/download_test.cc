@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/reference_tool.h"
 #include "data/test_util.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
@@ -142,7 +143,7 @@ class Download : public ::testing::Test {
 
 #define START_SERVER(server, dir)                                                     \
   LocalHttpServer server(dir);                                                        \
-  if (!server.ok()) GTEST_SKIP() << "could not start `python3 -m http.server` (python3 missing?)"
+  if (!server.ok()) QK_MISSING_REFERENCE_TOOL("could not start `python3 -m http.server` (python3 missing?)")
 
 TEST_F(Download, FetchesVerifiesAndUnpacks) {
   Served s("dl_ok");
@@ -260,7 +261,7 @@ TEST(DownloadPieces, ArchiveCannotWriteOutsideItsFolder) {
       "mk(d + '/link.tgz', 'ln', '/etc/passwd')\n";
   qk::atomic_write_file(t / "mk.py", py);
   if (std::system(("python3 '" + (t / "mk.py") + "' '" + t.path() + "'").c_str()) != 0)
-    GTEST_SKIP() << "python3 not available";
+    QK_MISSING_REFERENCE_TOOL("python3 (Debian: python3)");
   qk::make_dirs(t / "out");
   for (const char* a : {"dotdot.tgz", "abs.tgz", "link.tgz"})
     EXPECT_THROW(qk::data::extract_archive(t / a, t / "out"), qk::IoError) << a;

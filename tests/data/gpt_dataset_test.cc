@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "common/reference_tool.h"
 #include "numpy_random.h"
 #include "data/test_util.h"
 #include "qk/base/error.h"
@@ -32,7 +33,7 @@ std::string run(const std::string& cmd) {
 }
 
 TEST(NumpyRandomState, ShuffleMatchesNumpy) {
-  if (!have_numpy()) GTEST_SKIP() << "/usr/bin/python3 with numpy not found";
+  if (!have_numpy()) QK_MISSING_REFERENCE_TOOL("/usr/bin/python3 with numpy (Debian: python3-numpy)");
   const std::string py =
       "import numpy as np\n"
       "rs = np.random.RandomState(1234)\n"
@@ -95,7 +96,7 @@ std::string fmt_cmd(const std::string& prefix, const Case& c) {
 class GptDatasetVsMegatronPython : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GptDatasetVsMegatronPython, SameIndicesAndSamples) {
-  if (!have_numpy()) GTEST_SKIP() << "/usr/bin/python3 with numpy not found";
+  if (!have_numpy()) QK_MISSING_REFERENCE_TOOL("/usr/bin/python3 with numpy (Debian: python3-numpy)");
   const std::string prefix = qk::test::megatron_fixture("megatron_u16_text_document");
   if (!qk::file_exists(prefix + ".idx")) GTEST_SKIP() << "Megatron fixtures not found";
   const Case c = GetParam();

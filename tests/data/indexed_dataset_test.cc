@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/reference_tool.h"
 #include "data/test_util.h"
 #include "qk/base/error.h"
 
@@ -109,7 +110,7 @@ TEST(IndexedDataset, RoundTripWithEmptyDocuments) {
 }
 
 TEST(IndexedDataset, NumpyReaderFromFormatDescriptionReadsOurFiles) {
-  if (!qk::file_exists("/usr/bin/python3")) GTEST_SKIP() << "/usr/bin/python3 not found";
+  if (!qk::file_exists("/usr/bin/python3")) QK_MISSING_REFERENCE_TOOL("/usr/bin/python3 (Debian: python3)");
   TempDir dir("idx_numpy");
   for (DType t : {DType::kUint16, DType::kInt32, DType::kInt64}) {
     const std::string p = write_small(dir, t);
@@ -122,7 +123,8 @@ TEST(IndexedDataset, NumpyReaderFromFormatDescriptionReadsOurFiles) {
     size_t n;
     while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
     int rc = ::pclose(f);
-    if (out.find("No module named 'numpy'") != std::string::npos) GTEST_SKIP() << "no numpy";
+    if (out.find("No module named 'numpy'") != std::string::npos)
+      QK_MISSING_REFERENCE_TOOL("python3 with numpy (Debian: python3-numpy)");
     ASSERT_EQ(rc, 0) << out;
     json j = json::parse(out);
     IndexedDataset ds(p);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/reference_tool.h"
 #include "data/test_util.h"
 #include "tokenizer/sentencepiece.h"
 #include "qk/base/error.h"
@@ -31,12 +32,13 @@ int run(const std::string& cmd, std::string* out = nullptr) {
 
 bool have_spm_tools() { return run("command -v spm_train >/dev/null && command -v spm_encode >/dev/null") == 0; }
 
-#define QK_SKIP_WITHOUT_SPM()                                                                      \
-  if (!qk::data::sentencepiece_available())                                                        \
-    GTEST_SKIP() << "qk was built without libsentencepiece; install libsentencepiece-dev "         \
-                    "(scripts/setup.sh) and reconfigure";                                          \
-  if (!have_spm_tools())                                                                           \
-  GTEST_SKIP() << "spm_train/spm_encode not found; install the 'sentencepiece' package (scripts/setup.sh)"
+#define QK_SKIP_WITHOUT_SPM()                                                                  \
+  if (!qk::data::sentencepiece_available())                                                    \
+    QK_MISSING_REFERENCE_TOOL("qk was built without libsentencepiece; install libsentencepiece-dev " \
+                              "(scripts/setup.sh) and reconfigure");                           \
+  if (!have_spm_tools())                                                                       \
+  QK_MISSING_REFERENCE_TOOL("spm_train/spm_encode not found; install the 'sentencepiece' package " \
+                            "(scripts/setup.sh)")
 
 // The training text: varied text with one sentence per line, as spm_train reads it.
 std::string training_text() { return qk::data::make_varied_text(160 * 1024, 21); }

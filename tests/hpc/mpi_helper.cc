@@ -2,10 +2,20 @@
 //   mpirun -np 4 qk_hpc_mpi_helper hpl n=257 nb=32 p=2 q=2 depth=1 bcast=1
 // Rank 0 prints "RESULT passed=<0|1> scaled=<residual>"; exit 0 when PASSED,
 // 1 when FAILED, 2 on an error (printed).
+//
+// Only rank 0 exits with the verdict, after flushing what it printed: when a
+// rank exits non-zero, mpirun kills the others at once. Every rank used to
+// exit 1 on a failed check, and where Open MPI gives the ranks a pipe rather
+// than a pty (a chroot without /dev/pts), rank 0's stdout is fully buffered:
+// a rank 0 still between MPI_Finalize and its exit (a loaded machine) was
+// killed with the RESULT line the test looks for unwritten. (Reproduced by
+// delaying rank 0's exit with stdout fully buffered: RESULT lost every time
+// before this change, kept after.)
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "qk/base/error.h"
 #include "qk/hpc/comm.h"
@@ -17,10 +27,11 @@ namespace {
 std::map<std::string, std::string> parse_kv(int argc, char** argv) {
   std::map<std::string, std::string> kv;
   for (int i = 2; i < argc; ++i) {
-    std::string s = argv[i];
-    auto eq = s.find('=');
-    if (eq == std::string::npos) kv[s] = "1";
-    else kv[s.substr(0, eq)] = s.substr(eq + 1);
+    const std::string_view s = argv[i];
+    const size_t eq = s.find('=');
+    // A bare key means key=1.
+    kv.insert_or_assign(std::string(s.substr(0, eq)), eq == std::string_view::npos ? std::string(1, '1')
+                                                                                    : std::string(s.substr(eq + 1)));
   }
   return kv;
 }
@@ -55,8 +66,10 @@ int run_hpl_case(const qk::hpc::Comm& world, const std::map<std::string, std::st
     double sum = 0;
     for (double v : r.x) sum += v;
     std::printf("XSUM %.17g\n", sum);
+    std::fflush(stdout);
+    return r.passed ? 0 : 1;
   }
-  return r.passed ? 0 : 1;
+  return 0;
 }
 
 int run_hpcg_case(const qk::hpc::Comm& world, const std::map<std::string, std::string>& kv) {
@@ -81,8 +94,10 @@ int run_hpcg_case(const qk::hpc::Comm& world, const std::map<std::string, std::s
     std::printf("HISTORY");
     for (double h : r.residual_history) std::printf(" %.17g", h);
     std::printf("\n");
+    std::fflush(stdout);
+    return r.valid ? 0 : 1;
   }
-  return r.valid ? 0 : 1;
+  return 0;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "common/fixtures.h"
+#include "common/reference_tool.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/nn/nn.h"
@@ -146,7 +147,7 @@ TEST(Safetensors, ReadsAFileWrittenByPython) {
 // json and prints the values. Skipped where Debian's python3-torch is absent.
 TEST(Safetensors, PythonReadsOurFile) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "/usr/bin/python3 with torch not available (scripts/setup.sh installs python3-torch)";
+    QK_MISSING_REFERENCE_TOOL("/usr/bin/python3 with torch (Debian: python3-torch)");
   auto path = temp_path("for_python.safetensors");
   nn::save_safetensors(path, sample_tensors(), {{"writer", "qianka"}});
   std::string cmd = "/usr/bin/python3 " + std::string(QK_SOURCE_DIR) + "/tests/fixtures/gen_nn.py --read " + path;

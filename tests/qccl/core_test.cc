@@ -10,6 +10,8 @@
 #include "algo/cost_model.h"
 #include "bootstrap/bootstrap.h"
 #include "core/reduce.h"
+#include "core/settings.h"
+#include "qk/base/env.h"
 
 namespace qccl {
 namespace {
@@ -121,6 +123,17 @@ TEST(CostModel, SmallMessagesUseRecursiveDoublingLargeUseRing) {
   // A forced algorithm that does not apply to the collective falls back to the model.
   EXPECT_EQ(choose(shm, "tree", Coll::kAllReduce, 4, 8), Algo::kAllPairs);
   EXPECT_THROW(choose(shm, "fastest", Coll::kAllReduce, 4, 8), qk::ValueError);
+}
+
+// `qk check --env` and docs/qccl.md show QCCL_ALGO's help: it names every algorithm.
+TEST(CostModel, QcclAlgoHelpNamesEveryAlgorithm) {
+  forced_algo();  // settings.cc, which declares the variable, is linked
+  std::string help;
+  for (const auto& v : qk::env::registered())
+    if (std::string(v.name) == "QCCL_ALGO") help = v.help;
+  ASSERT_FALSE(help.empty());
+  for (const AlgoDesc& d : algorithms())
+    EXPECT_NE(help.find(std::string(" ") + d.name), std::string::npos) << d.name << " missing from: " << help;
 }
 
 TEST(Api, InvalidArgumentsAreReportedWithAMessage) {

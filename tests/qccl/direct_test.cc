@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "data.h"
+#include "algo/cost_model.h"
 #include "comm.h"
 #include "transport/shared_mem.h"
 #include "ranks.h"
@@ -90,6 +91,22 @@ void check_exact(const Rank& me, qcclComm_t comm, bool expect_direct) {
         }
 }
 
+// "Auto" goes direct in place of a ring the cost model chose, and which
+// algorithm a measured model chooses depends on the machine (a fast
+// reduction makes recursive doubling win on Zen 5). These figures make the
+// ring the choice from 64 KiB on for 2-4 ranks anywhere: static links and a
+// slow reduction (0.1 GB/s), which recursive doubling pays log2(n) times over.
+// Called in a rank process before it creates its communicator.
+void figures_where_ring_wins() {
+  ::setenv("QCCL_COST_MODEL", "static", 1);
+  ::setenv("QCCL_REDUCE_GBPS", "0.1", 1);
+}
+void require_model_picks_ring(qcclComm_t comm, size_t bytes) {
+  qccl::Algo a = qccl::choose(comm->cost, comm->algo, qccl::Coll::kAllReduce, comm->nranks, bytes);
+  REQUIRE(a == qccl::Algo::kRing, "the model chose ", qccl::algo_name(a), " for ", bytes, " bytes on ",
+          comm->nranks, " ranks, not the ring the test needs");
+}
+
 class Direct : public ::testing::TestWithParam<int> {};
 
 TEST_P(Direct, ForcedIsExactForEveryOp) {
@@ -107,7 +124,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Direct, ::testing::Values(2, 3, 4));
 // ones, and a job where one rank's buffers are plain do not, and stay exact.
 TEST(DirectAuto, OnlyWhenEveryRankSharesItsBuffers) {
   auto r = run_ranks(3, [](const Rank& me) {
+    figures_where_ring_wins();
     qcclComm_t comm = me.init();
+    require_model_picks_ring(comm, 4 << 20);
     auto run = [&](size_t count, bool shared, bool expect) {
       auto in = make_input(me.rank, count, qcclSum, qcclFloat32);
       auto want = reference(me.nranks, count, qcclSum, qcclFloat32);
@@ -166,7 +185,9 @@ TEST(DirectAuto, RandomFloatsAreSummedInRankOrder) {
     return v;
   };
   auto r = run_ranks(4, [&](const Rank& me) {
+    figures_where_ring_wins();
     qcclComm_t comm = me.init();
+    require_model_picks_ring(comm, kCount * 4);
     std::vector<float> want = input(0);
     for (int k = 1; k < me.nranks; ++k) {
       std::vector<float> x = input(k);
@@ -188,8 +209,10 @@ TEST(DirectFaults, KillNineMidCallGivesTheOthersAnError) {
   Options o;
   o.timeout_s = 20;
   auto r = run_ranks(3, [](const Rank& me) {
+    figures_where_ring_wins();
     qcclComm_t comm = me.init();
     constexpr size_t kCount = 1 << 20;
+    require_model_picks_ring(comm, kCount * 4);
     Buf buf(kCount * 4, true);
     std::fill_n(reinterpret_cast<float*>(buf.data()), kCount, 1.0f);
     if (me.rank == 1) sigkill_self_after(300);

@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "common/reference_tool.h"
 #include "common/run_command.h"
 #include "data/test_util.h"
 #include "qk/autograd/functions.h"
-#include "qk/base/env.h"
 #include "qk/base/file_io.h"
 #include "transformer/fixture_params.h"
 
@@ -32,12 +32,8 @@ bool have_torch() {
   static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
   return ok;
 }
-#define QK_REQUIRE_TORCH()                                                                         \
-  if (!have_torch()) {                                                                             \
-    if (env::get_raw("CI").value_or("") == "true")                                                 \
-      FAIL() << "CI=true and /usr/bin/python3 cannot import torch (scripts/setup.sh installs it)"; \
-    GTEST_SKIP() << "/usr/bin/python3 with torch not available";                                   \
-  }
+#define QK_REQUIRE_TORCH() \
+  if (!have_torch()) QK_MISSING_REFERENCE_TOOL("/usr/bin/python3 with torch (Debian: python3-torch)")
 
 TransformerConfig gpt2_config() {
   TransformerConfig c;

@@ -61,7 +61,7 @@ struct DataLoaderOptions {
   bool shuffle = true;
   bool drop_last = false;    // drop the last, smaller batch
   int num_workers = 0;       // background threads; 0: build batches in next()
-  int prefetch_factor = 2;   // batches in flight per worker
+  int prefetch_factor = 2;   // batches in flight per worker (PyTorch's default; not measured)
   uint64_t seed = 0;         // shuffling (seed + epoch) and augmentation
   int64_t num_replicas = 1;  // data-parallel world size: see DistributedSampler
   int64_t rank = 0;

@@ -56,7 +56,8 @@ struct TokenizerOptions {
   // "GPT2BPETokenizer" (vocab_file + merge_file), "SentencePieceTokenizer"
   // (model = an spm .model file; needs a build with libsentencepiece),
   // "NullTokenizer" (vocab_size ids plus end-of-document, for pre-tokenised text).
-  std::string type = "HuggingFaceTokenizer";
+  // Empty: the files say which (see infer_tokenizer_type).
+  std::string type = {};
   std::string model = {};       // --tokenizer-model
   std::string vocab_file = {};  // --vocab-file
   std::string merge_file = {};  // --merge-file
@@ -64,6 +65,12 @@ struct TokenizerOptions {
 };
 
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerOptions& o);
+
+// The type the files name when o.type is empty: vocab_file and merge_file
+// alone are GPT-2's; a model that is a folder or JSON is a Hugging Face
+// tokenizer.json, any other model file a SentencePiece model. Throws
+// ValueError when the files are missing or say two things at once.
+std::string infer_tokenizer_type(const TokenizerOptions& o);
 
 // Megatron's NullTokenizer: text is token ids separated by spaces; ids
 // 0..vocab_size-1 plus end-of-document = vocab_size (vocab_size() is V + 1).

@@ -42,7 +42,7 @@
 namespace qk::dist {
 
 struct DDPOptions {
-  double bucket_cap_mb = 25.0;
+  double bucket_cap_mb = 25.0;   // PyTorch DDP's default; not measured here
   double first_bucket_mb = 1.0;  // PyTorch's _DEFAULT_FIRST_BUCKET_BYTES
   bool broadcast_buffers = true;  // prepare_forward() broadcasts rank 0's buffers
   std::optional<DType> compress;  // bf16 or f16 on the wire; none: the gradients' dtype

@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/json_fields.h"
 #include "tokenizer/sentencepiece.h"
 #include "tokenizer/unicode.h"
 #include "qk/base/error.h"
@@ -53,12 +55,17 @@ std::pair<std::string, std::string> split_merge(std::string_view line, const std
   return {from_byte_level(line.substr(0, sp)), from_byte_level(line.substr(sp + 1))};
 }
 
-void read_vocab_object(const json& v, const std::string& where, BpeSpec& spec) {
-  QK_CHECK(v.is_object(), where, ": the vocabulary must be a JSON object token -> id");
+void read_vocab_object(const JsonField& v, BpeSpec& spec) {
+  v.expect(v.is_object(), "an object token -> id (the vocabulary)");
   spec.vocab.reserve(v.size());
-  for (auto it = v.begin(); it != v.end(); ++it) {
-    QK_CHECK(it.value().is_number_integer(), where, ": token '", it.key(), "' has a non-integer id");
-    spec.vocab.emplace_back(from_byte_level(it.key()), it.value().get<int32_t>());
+  for (auto it = v.json().begin(); it != v.json().end(); ++it) {
+    // The field's name is only built for a message (a vocabulary has ~10^5 entries).
+    const json& id = it.value();
+    const bool plain = id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX;
+    spec.vocab.emplace_back(
+        from_byte_level(it.key()),
+        plain ? id.get<int32_t>()
+              : JsonField(id, spec.source, fmt::format("{}[{}]", v.field(), json(it.key()).dump())).as_id());
   }
 }
 
@@ -77,31 +84,30 @@ int32_t first_known(const BpeSpec& spec, std::initializer_list<const char*> name
 }
 
 // The BOS a TemplateProcessing post-processor puts before a single sequence.
-void read_post_processor(const json& pp, BpeSpec& spec) {
+void read_post_processor(const JsonField& pp, BpeSpec& spec) {
   if (!pp.is_object()) return;
-  const std::string type = pp.value("type", "");
+  const std::string type = pp.string_or("type", "");
   if (type == "Sequence") {
-    for (const auto& p : pp.value("processors", json::array())) read_post_processor(p, spec);
+    for (JsonField p : pp.array_or_empty("processors")) read_post_processor(p, spec);
   } else if (type == "TemplateProcessing") {
-    for (const auto& piece : pp.value("single", json::array())) {
-      if (!piece.contains("SpecialToken")) continue;
-      const std::string id = piece["SpecialToken"].value("id", "");
-      const auto& st = pp.value("special_tokens", json::object());
-      if (st.contains(id))
-        for (const auto& i : st[id].value("ids", json::array())) spec.prefix_ids.push_back(i.get<int32_t>());
-      if (piece != pp["single"].front()) break;  // only a leading special token
+    // The special tokens before the sequence ($A) are a prefix; those after it are not.
+    for (JsonField piece : pp.array_or_empty("single")) {
+      if (!piece.has("SpecialToken")) break;
+      const std::string id = piece.at("SpecialToken").string_or("id", "");
+      const JsonField st = pp.at("special_tokens");
+      if (st.has(id.c_str()))
+        for (JsonField i : st.at(id.c_str()).array_or_empty("ids")) spec.prefix_ids.push_back(i.as_id());
     }
   }
 }
 
 // eos/bos/pad from tokenizer_config.json next to tokenizer.json, as
 // transformers' AutoTokenizer (Megatron's HuggingFaceTokenizer) reads them.
-std::string config_token(const json& cfg, const char* key) {
-  if (!cfg.contains(key)) return {};
-  const json& v = cfg[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return {};
+std::string config_token(const JsonField& cfg, const char* key) {
+  if (!cfg.has(key)) return {};
+  const JsonField v = cfg.at(key);
+  if (v.is_object()) return v.string_or("content", "");
+  return v.as_string();
 }
 
 }  // namespace
@@ -111,7 +117,8 @@ std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::string& vocab_file, const st
            "GPT2BPETokenizer needs --vocab-file (vocab.json) and --merge-file (merges.txt)");
   BpeSpec spec;
   spec.source = vocab_file;
-  read_vocab_object(parse_json_file(vocab_file, "vocab file"), vocab_file, spec);
+  const json vocab = parse_json_file(vocab_file, "vocab file");
+  read_vocab_object(JsonField(vocab, vocab_file, ""), spec);
   QK_CHECK_AS(IoError, file_exists(merge_file), "merge file '", merge_file, "' not found");
   const std::string text = read_file(merge_file);
   size_t line_no = 0;
@@ -142,63 +149,66 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& model) {
   spec.source = path;
   QK_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), path,
            ": no \"model\" object; is this a Hugging Face tokenizer.json?");
-  const json& m = j["model"];
-  const std::string type = m.value("type", "BPE");
+  const JsonField root(j, path, "");
+  const JsonField m = root.at("model");
+  const std::string type = m.string_or("type", "BPE");
   QK_CHECK(type == "BPE", path, ": model type '", type,
            "' is not supported; qk reads byte-level BPE tokenizers (GPT-2, Llama-3, Qwen)");
-  QK_CHECK(!m.value("byte_fallback", false), path,
+  QK_CHECK(!m.bool_or("byte_fallback", false), path,
            ": byte_fallback BPE (SentencePiece-style) is not supported; use a byte-level BPE");
-  QK_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), path, ": normalizer '",
-           j["normalizer"].value("type", "?"), "' is not supported (byte-level BPE has none)");
-  QK_CHECK(m.contains("vocab"), path, ": model has no \"vocab\"");
-  read_vocab_object(m["vocab"], path, spec);
-  const json& merges = m.value("merges", json::array());
-  QK_CHECK(merges.is_array(), path, ": model.merges must be an array");
+  if (root.has("normalizer")) {
+    const JsonField n = root.at("normalizer");
+    QK_THROW(ValueError, path, ": normalizer '", n.is_object() ? n.string_or("type", "?") : n.json().dump(),
+             "' is not supported (byte-level BPE has none)");
+  }
+  read_vocab_object(m.at("vocab"), spec);
+  const JsonField merges = m.array_or_empty("merges");
   spec.merges.reserve(merges.size());
-  for (size_t i = 0; i < merges.size(); ++i) {
-    const json& e = merges[i];
-    const std::string where = fmt::format("{}: merge {}", path, i);
-    if (e.is_string()) {
-      spec.merges.push_back(split_merge(e.get<std::string>(), where));
+  for (JsonField e : merges) {
+    const std::string where = fmt::format("{}: {}", path, e.field());
+    if (e.json().is_string()) {
+      spec.merges.push_back(split_merge(e.as_string(), where));
     } else {
-      QK_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(), where,
-               ": expected \"a b\" or [\"a\", \"b\"]");
-      spec.merges.emplace_back(from_byte_level(e[0].get<std::string>()),
-                               from_byte_level(e[1].get<std::string>()));
+      e.expect(e.json().is_array() && e.size() == 2, "\"a b\" or [\"a\", \"b\"]");
+      spec.merges.emplace_back(from_byte_level(e[0].as_string()), from_byte_level(e[1].as_string()));
     }
   }
-  spec.ignore_merges = m.value("ignore_merges", false);
+  spec.ignore_merges = m.bool_or("ignore_merges", false);
 
   // Pre-tokenizer: ByteLevel with its built-in GPT-2 regex, or a Split regex
   // followed by ByteLevel without one.
-  const json& pre = j.value("pre_tokenizer", json());
-  QK_CHECK(pre.is_object(), path, ": no pre_tokenizer; expected ByteLevel or Sequence[Split, ByteLevel]");
-  const std::string pre_type = pre.value("type", "");
+  QK_CHECK(root.has("pre_tokenizer"), path,
+           ": no pre_tokenizer; expected ByteLevel or Sequence[Split, ByteLevel]");
+  const JsonField pre = root.at("pre_tokenizer");
+  pre.expect_object();
+  const std::string pre_type = pre.string_or("type", "");
   if (pre_type == "ByteLevel") {
-    QK_CHECK(pre.value("use_regex", true), path, ": ByteLevel without a split regex is not supported");
-    QK_CHECK(!pre.value("add_prefix_space", false), path, ": add_prefix_space is not supported");
+    QK_CHECK(pre.bool_or("use_regex", true), path, ": ByteLevel without a split regex is not supported");
+    QK_CHECK(!pre.bool_or("add_prefix_space", false), path, ": add_prefix_space is not supported");
     spec.pattern = SplitPattern::kGpt2;
   } else if (pre_type == "Sequence") {
-    const json& ps = pre.value("pretokenizers", json::array());
-    QK_CHECK(ps.size() == 2 && ps[0].value("type", "") == "Split" && ps[1].value("type", "") == "ByteLevel",
-             path, ": pre_tokenizer Sequence must be [Split, ByteLevel], got ", ps.dump().substr(0, 200));
-    const json& pat = ps[0].value("pattern", json::object());
-    QK_CHECK(pat.contains("Regex") && pat["Regex"].is_string(), path, ": Split needs a Regex pattern");
-    spec.pattern = split_pattern_from_regex(pat["Regex"].get<std::string>());
+    const JsonField ps = pre.array_or_empty("pretokenizers");
+    QK_CHECK(ps.size() == 2 && ps[0].is_object() && ps[0].string_or("type", "") == "Split" &&
+                 ps[1].is_object() && ps[1].string_or("type", "") == "ByteLevel",
+             path, ": pre_tokenizer Sequence must be [Split, ByteLevel], got ", ps.json().dump().substr(0, 200));
+    QK_CHECK(ps[0].has("pattern") && ps[0].at("pattern").has("Regex"), path, ": Split needs a Regex pattern");
+    spec.pattern = split_pattern_from_regex(ps[0].at("pattern").at("Regex").as_string());
   } else {
     QK_THROW(ValueError, path, ": pre_tokenizer type '", pre_type,
              "' is not supported; expected ByteLevel or Sequence[Split, ByteLevel]");
   }
 
-  for (const auto& a : j.value("added_tokens", json::array())) {
-    QK_CHECK(a.contains("id") && a.contains("content"), path, ": added token without id/content");
-    spec.added.push_back({a["content"].get<std::string>(), a["id"].get<int32_t>(), a.value("special", true)});
+  for (JsonField a : root.array_or_empty("added_tokens")) {
+    a.expect_object();
+    spec.added.push_back({a.at("content").as_string(), a.at("id").as_id(), a.bool_or("special", true)});
   }
-  read_post_processor(j.value("post_processor", json()), spec);
+  if (root.has("post_processor")) read_post_processor(root.at("post_processor"), spec);
 
-  json cfg = json::object();
+  json cfg_json = json::object();
   const std::string cfg_path = (fs::path(path).parent_path() / "tokenizer_config.json").string();
-  if (file_exists(cfg_path)) cfg = parse_json_file(cfg_path, "tokenizer config");
+  if (file_exists(cfg_path)) cfg_json = parse_json_file(cfg_path, "tokenizer config");
+  const JsonField cfg(cfg_json, cfg_path, "");
+  cfg.expect_object();
   auto pick = [&](const char* key, std::initializer_list<const char*> fallbacks) {
     std::string name = config_token(cfg, key);
     if (!name.empty()) {
@@ -214,18 +224,39 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& model) {
   return std::make_unique<BpeTokenizer>(std::move(spec));
 }
 
+std::string infer_tokenizer_type(const TokenizerOptions& o) {
+  const bool gpt2_files = !o.vocab_file.empty() || !o.merge_file.empty();
+  QK_CHECK(!(gpt2_files && !o.model.empty()), "--tokenizer-model '", o.model,
+           "' and --vocab-file/--merge-file name two tokenizers; give one, or say which with --tokenizer-type");
+  if (gpt2_files) return "GPT2BPETokenizer";
+  QK_CHECK(!o.model.empty(), "no tokenizer given: pass --tokenizer-model (tokenizer.json, its folder or an spm "
+           ".model) or --vocab-file and --merge-file (GPT-2)");
+  namespace fs = std::filesystem;
+  if (fs::is_directory(o.model) || fs::path(o.model).extension() == ".json") return "HuggingFaceTokenizer";
+  if (fs::path(o.model).extension() == ".model") return "SentencePieceTokenizer";
+  // Another name: a JSON document starts with '{'; an spm model is a protobuf.
+  QK_CHECK_AS(IoError, file_exists(o.model), "tokenizer model '", o.model, "' not found");
+  std::string head(64, '\0');
+  std::ifstream f(o.model, std::ios::binary);
+  f.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(f.gcount()));
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && head[first] == '{' ? "HuggingFaceTokenizer" : "SentencePieceTokenizer";
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const TokenizerOptions& o) {
-  if (o.type == "GPT2BPETokenizer") return load_gpt2_bpe(o.vocab_file, o.merge_file);
-  if (o.type == "HuggingFaceTokenizer") {
+  const std::string type = o.type.empty() ? infer_tokenizer_type(o) : o.type;
+  if (type == "GPT2BPETokenizer") return load_gpt2_bpe(o.vocab_file, o.merge_file);
+  if (type == "HuggingFaceTokenizer") {
     QK_CHECK(!o.model.empty(), "HuggingFaceTokenizer needs --tokenizer-model (tokenizer.json or its folder)");
     return load_hf_tokenizer(o.model);
   }
-  if (o.type == "SentencePieceTokenizer") return load_sentencepiece(o.model);
-  if (o.type == "NullTokenizer") {
+  if (type == "SentencePieceTokenizer") return load_sentencepiece(o.model);
+  if (type == "NullTokenizer") {
     QK_CHECK(o.vocab_size > 0, "NullTokenizer needs --vocab-size (the number of ids before end-of-document)");
     return make_null_tokenizer(o.vocab_size);
   }
-  QK_THROW(ValueError, "unknown tokenizer type '", o.type,
+  QK_THROW(ValueError, "unknown tokenizer type '", type,
            "'; expected HuggingFaceTokenizer, GPT2BPETokenizer, SentencePieceTokenizer or NullTokenizer");
 }
 

@@ -35,6 +35,7 @@
 namespace qk::hpc::hpcg {
 namespace {
 
+// Rows per task of the threaded kernels (--threads > 1): not measured.
 constexpr int64_t kGrain = 4096;
 constexpr int kLeft = 12, kSelf = 13, kRight = 14;  // slots of x-1, x, x+1
 
@@ -60,7 +61,10 @@ inline void gs_row(const Level& a, const double* r, double* x, int64_t i) {
 
 // Four doubles, loaded and stored unaligned (AVX2 or half an AVX-512 register).
 typedef double V4 __attribute__((vector_size(32), aligned(8)));
-constexpr int64_t kBlock = 16;  // points per register block (4 x V4)
+// Points per register block (4 x V4). With the line-stencil storage the
+// blocks made `qk hpcg` 2.61x the reference path (docs/benchmarks.md, HPC,
+// 2-core development VM); 16 against other widths was not measured.
+constexpr int64_t kBlock = 16;
 
 // For points lo <= ix < hi of line l (in a fixed-offset mode):
 //   kGs:  out[ix] = (r[i] - sum over slots except skip1, skip2 of v x) / diag

@@ -85,7 +85,7 @@ double predict_us(const CostModel& m, Coll coll, Algo a, int nranks, size_t byte
 // when it applies to `coll`, else the cheapest by the model.
 Algo choose(const CostModel& m, const std::string& forced, Coll coll, int nranks, size_t bytes);
 
-// Chunk size of the pipelined chain (broadcast, reduce).
+// Chunk size of the pipelined chain (broadcast, reduce); not measured.
 constexpr size_t kChainChunk = 256 << 10;
 
 }  // namespace qccl

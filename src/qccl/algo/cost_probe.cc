@@ -22,6 +22,9 @@ constexpr size_t kBulkBytes = 1 << 20;  // large enough to see bandwidth, on shm
 // bulks at up to 1.4x the link rate on the loaded 2-core VM.
 constexpr int kTrain = 4;
 // Trains: one untimed warm-up, then at least kMinTrains timed (link_figures()).
+// Counts and budgets: set so the probe stays a few ms per communicator
+// (docs/qccl.md, QCCL_COST_MODEL); their accuracy against larger ones was
+// not measured.
 constexpr int kMinPings = 8, kMaxPings = 32, kMinTrains = 1, kMaxTrains = 4;
 constexpr double kPingBudgetUs = 500, kBulkBudgetUs = 2000;  // per pair: at most 3 pairs per rank
 enum : uint64_t { kDone = 0, kPing = 1, kBulk = 2 };

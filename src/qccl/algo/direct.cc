@@ -23,11 +23,15 @@ namespace {
 QK_ENV_INT(env_direct, "QCCL_DIRECT", 1,
            "1: all-reduces on qcclMemAlloc buffers of ranks on one host go direct (each rank "
            "reduces its share straight between the ranks' buffers); 0: never.");
+// 64 KiB: the shared-buffer check costs a malloc'd all-reduce ~0.7 us there
+// (7%) and nothing measurable from 256 KiB (docs/qccl.md "Shared buffers",
+// the 2-core development VM).
 QK_ENV_INT(env_direct_min, "QCCL_DIRECT_MIN_BYTES", 64 << 10,
            "Smallest all-reduce (bytes) that checks for shared buffers (QCCL_ALGO=direct: any size).");
 
 // Elements are reduced a chunk at a time into a buffer that stays in cache,
-// which is then stored into every rank's receive buffer.
+// which is then stored into every rank's receive buffer (32 KiB: an L1 data
+// cache; not measured against other sizes).
 constexpr size_t kChunkBytes = 32 << 10;
 
 // From this size results go out with non-temporal stores to receive buffers
@@ -35,7 +39,8 @@ constexpr size_t kChunkBytes = 32 << 10;
 // ordinary stores would first read every destination line (64 MiB, 2 ranks:
 // 5.0 GB/s bus bandwidth with ordinary stores, 7.1 streamed). In place the
 // lines were just read for the reduction, and streaming them is slower (8.6
-// GB/s ordinary, 5.4 streamed).
+// GB/s ordinary, 5.4 streamed; `qk perf all_reduce -R 1` on the 2-core
+// development VM, Intel Xeon).
 constexpr size_t kStreamFrom = 4 << 20;
 
 enum : uint32_t { kShared = 1, kCanMap = 2 };

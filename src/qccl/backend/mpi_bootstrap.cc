@@ -7,7 +7,7 @@
 #include "backend/mpi.h"
 #include "core/debug.h"
 #include "core/errors.h"
-#include "qk/base/env.h"
+#include "qk/base/launch_vars.h"
 
 namespace qk::qccl {
 
@@ -30,12 +30,9 @@ void finalize_at_exit() {
 }  // namespace
 
 bool launched_by_mpi() {
-  const char* pairs[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                            {"PMI_RANK", "PMI_SIZE"},
-                            {"SLURM_PROCID", "SLURM_NTASKS"}};
-  for (auto& p : pairs)
-    if (qk::env::get_raw(p[0]) && qk::env::get_raw(p[1])) return true;
-  return false;
+  namespace v = qk::env::launch;
+  return (v::ompi_rank.lookup() && v::ompi_size.lookup()) || (v::pmi_rank.lookup() && v::pmi_size.lookup()) ||
+         (v::slurm_rank.lookup() && v::slurm_size.lookup());
 }
 
 void ensure_mpi_initialized() {

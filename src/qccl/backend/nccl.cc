@@ -157,7 +157,12 @@ class NcclBackend final : public Backend {
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) check_cuda(e, call, c_);
       }
-      if (c_.aborted.load()) abort_with(ncclInvalidUsage, "qcclCommAbort");
+      if (c_.aborted.load()) {  // qcclCommAbort: qcclInvalidUsage, as on the native engine
+        ncclCommAbort(nc_);
+        nc_ = nullptr;
+        QK_THROW(UsageError, call, " on comm '", c_.name, "' rank ", c_.rank,
+                 " was interrupted: the communicator was aborted (qcclCommAbort)");
+      }
       if (dl.expired()) {
         ncclCommAbort(nc_);
         nc_ = nullptr;

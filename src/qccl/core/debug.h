@@ -1,11 +1,13 @@
-// qccl's logging: QCCL_DEBUG=WARN|INFO|TRACE and QCCL_DEBUG_SUBSYS=INIT,COLL,NET,P2P
-// (comma-separated; ALL by default), written through the base logger so the
-// rank prefix and time stamps are shared with the rest of qianka.
+// qccl's lines, through qianka's one logger (qk/base/log.h), in NCCL's
+// vocabulary: QCCL_WARN is a warn line, QCCL_INFO a debug line and
+// QCCL_TRACE a trace line, each naming its NCCL subsystem (INIT, COLL, P2P,
+// SHM, NET, ...). So QCCL_DEBUG=INFO (or NCCL_DEBUG=INFO, or
+// QK_LOG_LEVEL=debug) shows the INFO lines, and QCCL_DEBUG_SUBSYS=COLL (or
+// NCCL_DEBUG_SUBSYS, QK_LOG_SUBSYS) limits them to collectives.
 //
 //   QCCL_INFO("INIT", "rank {} -> peer {} via {}", rank, peer, transport);
 //
-// The level is checked before any formatting. WARN lines are shown unless
-// QCCL_DEBUG=NONE; INFO and TRACE lines only when asked for.
+// The level is checked before any formatting.
 #pragma once
 
 #include <fmt/format.h>
@@ -14,17 +16,14 @@
 
 namespace qccl {
 
-bool log_on(qk::logging::Level lvl, const char* subsys);
-// Re-reads QCCL_DEBUG / QCCL_DEBUG_SUBSYS (tests).
-void log_reload();
+// With QCCL_DEBUG=VERSION (or NCCL_DEBUG=VERSION): one line naming qccl's
+// version, the first time a communicator is created in this process.
+void log_version_once();
 
 }  // namespace qccl
 
-#define QCCL_LOG(LVL, SUBSYS, ...)                                                     \
-  do {                                                                                 \
-    if (::qccl::log_on(::qk::logging::Level::LVL, SUBSYS))                                 \
-      ::qk::logging::write(::qk::logging::Level::LVL, SUBSYS, ::fmt::format(__VA_ARGS__));     \
-  } while (0)
-#define QCCL_WARN(SUBSYS, ...) QCCL_LOG(warn, SUBSYS, __VA_ARGS__)
-#define QCCL_INFO(SUBSYS, ...) QCCL_LOG(info, SUBSYS, __VA_ARGS__)
-#define QCCL_TRACE(SUBSYS, ...) QCCL_LOG(trace, SUBSYS, __VA_ARGS__)
+#define QCCL_WARN(SUBSYS, ...) QK_LOG_SUB(::qk::logging::Level::warn, SUBSYS, __VA_ARGS__)
+#define QCCL_INFO(SUBSYS, ...) QK_LOG_SUB(::qk::logging::Level::debug, SUBSYS, __VA_ARGS__)
+#define QCCL_TRACE(SUBSYS, ...) QK_LOG_SUB(::qk::logging::Level::trace, SUBSYS, __VA_ARGS__)
+// Whether QCCL_INFO lines of SUBSYS are shown (for work done only to log it).
+#define QCCL_INFO_ON(SUBSYS) ::qk::logging::enabled(::qk::logging::Level::debug, SUBSYS)

@@ -154,7 +154,7 @@ void reduce_f16like(void* dst, const void* a, const void* b, size_t n, qcclRedOp
   auto* d = static_cast<uint16_t*>(dst);
   const auto* x = static_cast<const uint16_t*>(a);
   const auto* y = static_cast<const uint16_t*>(b);
-  constexpr size_t kBlock = 256;
+  constexpr size_t kBlock = 256;  // 2 KiB of floats on the stack; not measured
   float fx[kBlock], fy[kBlock];
   for (size_t base = 0; base < n; base += kBlock) {
     size_t m = std::min(kBlock, n - base);

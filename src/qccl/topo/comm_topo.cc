@@ -127,7 +127,7 @@ void agree_on_ring(qcclComm& c, CommTopo& t) {
 
 void attach(qcclComm& c) {
   bool want_topo = !topo_file_setting().empty() || !topo_dump_file_setting().empty() ||
-                   log_on(qk::logging::Level::info, "INIT");
+                   QCCL_INFO_ON("INIT");
   std::vector<uint64_t> hashes;
   for (const auto& p : c.peers) hashes.push_back(p.host_hash);
   bool several = std::any_of(hashes.begin(), hashes.end(), [&](uint64_t h) { return h != hashes[0]; });

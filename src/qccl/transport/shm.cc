@@ -25,7 +25,8 @@ QK_ENV_INT(env_ring_bytes, "QCCL_SHM_RING_BYTES", 1 << 20,
 
 constexpr uint64_t kSegMagic = 0x51434353484d3031ull;  // "QCCSHM01"
 constexpr uint32_t kSegVersion = 2;  // 2: the set-up also probes shared buffers
-// Producers publish at least every slice so the consumer can start early.
+// Producers publish at least every slice so the consumer can start early
+// (64 KiB and the 1 MiB ring: not measured against other sizes).
 constexpr size_t kSlice = 64 << 10;
 
 struct RingCtl {

@@ -14,7 +14,8 @@
 
 namespace qccl {
 
-// Bytes sent on one socket before the stream moves on to the next.
+// Bytes sent on one socket before the stream moves on to the next (not
+// measured against other run lengths).
 constexpr size_t kTcpStripeBytes = 128 << 10;
 constexpr int kMaxTcpSockets = 16;
 

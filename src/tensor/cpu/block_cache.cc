@@ -19,7 +19,8 @@ constexpr size_t kHuge = size_t(2) << 20;
 
 // Blocks of several huge pages are mapped 2 MiB-aligned and marked for
 // transparent huge pages: one fault per 2 MiB instead of per 4 KiB when a
-// block is first touched (and fewer TLB misses in the kernels).
+// block is first touched (and fewer TLB misses in the kernels). The 4 MiB
+// floor was not measured against others (docs/tensor.md, "CPU memory").
 void* map(size_t n) {
   const bool huge = n >= 2 * kHuge;
   const size_t span = huge ? n + kHuge : n;

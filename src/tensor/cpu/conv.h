@@ -3,7 +3,8 @@
 // per-shape choice between them.
 //
 // Note [Conv algorithm choice]: measured on SimpleCNN's layers (bench/
-// conv_bench.cc; numbers in docs/benchmarks.md). With 8 or more input
+// conv_bench.cc on the 2-core development VM, Intel Xeon with AVX-512,
+// 2026-11-30; numbers in docs/benchmarks.md, "GEMM and convolution"). With 8 or more input
 // channels per group, oneDNN in its blocked layouts is 4-10x faster than
 // im2col+GEMM forward and ~5x backward (CPU time, one thread), so f32 uses
 // it. A layer with fewer (SimpleCNN's 3-channel conv1) has little work per

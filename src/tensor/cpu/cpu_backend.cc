@@ -29,7 +29,8 @@ bool cache_enabled() {
 
 // Below this, malloc's own heap reuses memory without faults (ResNet-18 at
 // batch 1, all activations under 1 MiB: no page faults per image through
-// malloc, ~2000 through exact-size blocks evicted and mapped again).
+// malloc, ~2000 through exact-size blocks evicted and mapped again; the
+// 2-core development VM, 2026-11-30, docs/tensor.md "CPU memory").
 constexpr size_t kCacheMinBytes = size_t(1) << 20;
 
 class CpuBackend final : public Backend {

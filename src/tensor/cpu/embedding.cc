@@ -34,6 +34,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     using I = decltype(itag);
     const I* ip = indices.data_ptr<I>();
     check_indices(ip, M, V, "embedding");
+    // Grain: not measured (docs/tensor.md, "Threads").
     parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, D)),
                  [&](int64_t lo, int64_t hi) {
                    for (int64_t i = lo; i < hi; ++i)

@@ -1,6 +1,7 @@
 // CPU matrix products: strided operands to BLAS without copies where the
 // layout allows (f32 through oneDNN's sgemm when built with it, f64 and the
-// fallback through OpenBLAS), f16/bf16 through f32, batches across threads.
+// fallback through OpenBLAS), bf16 through oneDNN's bf16 matmul where the CPU
+// has it, f16 (and bf16 elsewhere) through f32, batches across threads.
 #include "cpu/gemm.h"
 
 #include <cblas.h>
@@ -13,6 +14,7 @@
 #include "qk/base/env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
+#include "cpu/onednn_matmul.h"
 
 #if defined(QK_HAVE_DNNL) && defined(_OPENMP)
 #include <omp.h>
@@ -49,15 +51,35 @@ int blas_int(int64_t v, const char* what) {
 #if defined(QK_HAVE_DNNL) && defined(_OPENMP)
 namespace {
 QK_ENV_STRING(env_gemm, "QK_GEMM", "auto",
-              "f32 GEMM engine: auto (oneDNN when built with it), onednn or openblas.");
-bool use_dnnl_sgemm() {
-  static const bool use = [] {
+              "f32 GEMM engine: auto (oneDNN: its matmul primitive for large x.W^T products "
+              "on several threads, its sgemm otherwise), sgemm (oneDNN's sgemm only) or "
+              "openblas.");
+enum class F32Engine { auto_, sgemm, openblas };
+F32Engine f32_engine() {
+  static const F32Engine e = [] {
     std::string v = env_gemm.get();
-    QK_CHECK(v == "auto" || v == "onednn" || v == "openblas", "QK_GEMM='", v,
-             "': expected auto, onednn or openblas");
-    return v != "openblas";
+    QK_CHECK(v == "auto" || v == "onednn" || v == "sgemm" || v == "openblas", "QK_GEMM='", v,
+             "': expected auto, sgemm or openblas");
+    return v == "openblas" ? F32Engine::openblas
+                           : v == "sgemm" ? F32Engine::sgemm : F32Engine::auto_;
   }();
-  return use;
+  return e;
+}
+
+// Note [f32 matmul primitive]: on 2 threads oneDNN's sgemm splits A . B^T
+// (the layout of every linear layer's forward) less well than its brgemm
+// matmul primitive: GPT-2 124M's forward products at 256 tokens ran at
+// 186-191 GFLOP/s by CPU time with sgemm and 204-213 with the primitive, and
+// 256x768x3072 (fc2) at 140 against 209-213; for A . B and A^T . B sgemm
+// was as fast or faster (the dW products: 198-217 against 167-211), and on
+// one thread the two are equal. Below kPrimitiveFlops the primitive's
+// one-off creation (a JIT per shape) is not worth it.
+constexpr double kPrimitiveFlops = 2.0 * 128 * 128 * 128;
+bool use_matmul_primitive(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                          float beta) {
+  return f32_engine() == F32Engine::auto_ && !ta && tb && alpha == 1.0f &&
+         (beta == 0.0f || beta == 1.0f) && !in_parallel_region() && num_threads() > 1 &&
+         2.0 * static_cast<double>(m) * n * k >= kPrimitiveFlops;
 }
 }  // namespace
 #endif
@@ -87,7 +109,8 @@ void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   }
 }
 
-// Below this many flops per thread, splitting costs more than it saves.
+// Below this many flops per thread, splitting costs more than it saves
+// (the 96^3 and the 128^3 below are not measured; bench/gemm_bench.cc would show it).
 constexpr double kFlopsPerThread = 2.0 * 96 * 96 * 96;
 
 }  // namespace
@@ -99,10 +122,16 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
 #if defined(QK_HAVE_DNNL) && defined(_OPENMP)
   // f32: oneDNN's JIT sgemm. Debian's OpenBLAS falls back to its generic
   // (Prescott) kernels on CPUs it does not recognise, such as these virtual
-  // Xeons, and runs up to 5x slower there (docs/benchmarks.md). oneDNN
+  // Xeons, and runs up to 5x slower there (512^3 on the 2-core development
+  // VM: docs/benchmarks.md, "Training step"). oneDNN
   // threads the call itself over an OpenMP team sized like our pool.
   if constexpr (std::is_same_v<T, float>) {
-    if (use_dnnl_sgemm()) {
+    if (use_matmul_primitive(ta, tb, m, n, k, alpha, beta)) {
+      onednn::MatmulShape s{ta, tb, m, n, k, DType::f32, DType::f32, beta == 1.0f};
+      onednn::matmul(s, a, lda, b, ldb, c, ldc);
+      return;
+    }
+    if (f32_engine() != F32Engine::openblas) {
       omp_set_num_threads(in_parallel_region() ? 1 : num_threads());
       dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                                     beta, c, ldc);
@@ -147,6 +176,74 @@ template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const 
 
 namespace {
 
+// The stored [rows, cols] block (leading dimension ld) of a bf16 operand as
+// a dense f32 matrix [rows, cols].
+Tensor widen_block(const BFloat16* p, int64_t rows, int64_t cols, int64_t ld) {
+  Tensor out = empty({rows, cols});
+  float* o = out.data_ptr<float>();
+  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)),
+               [&](int64_t lo, int64_t hi) {
+                 for (int64_t r = lo; r < hi; ++r)
+                   for (int64_t j = 0; j < cols; ++j)
+                     o[r * cols + j] = static_cast<float>(p[r * ld + j]);
+               });
+  return out;
+}
+
+}  // namespace
+
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
+               const BFloat16* b, int64_t ldb, bool accumulate, void* c, DType c_dtype,
+               int64_t ldc, const float* addend) {
+  QK_INTERNAL_ASSERT(c_dtype == DType::f32 || c_dtype == DType::bf16);
+  QK_INTERNAL_ASSERT(!(accumulate && addend != nullptr));
+  if (m == 0 || n == 0) return;
+  const size_t csize = dtype_size(c_dtype);
+  if (k == 0) {  // an empty sum: C, the addend or zeros
+    if (accumulate) return;
+    for (int64_t i = 0; i < m; ++i) {
+      char* row = static_cast<char*>(c) + i * ldc * csize;
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = addend != nullptr ? addend[i * n + j] : 0.0f;
+        if (c_dtype == DType::f32) reinterpret_cast<float*>(row)[j] = v;
+        else reinterpret_cast<BFloat16*>(row)[j] = BFloat16(v);
+      }
+    }
+    return;
+  }
+  if (onednn::has_bf16_matmul()) {
+    onednn::MatmulShape s{ta, tb, m, n, k, DType::bf16, c_dtype, accumulate};
+    s.has_addend = addend != nullptr;
+    onednn::matmul(s, a, lda, b, ldb, c, ldc, nullptr, addend);
+    return;
+  }
+  // No native bf16 here: widen the operands and multiply in f32 into an f32
+  // C (the caller's, or a dense copy rounded at the end).
+  Tensor a32 = ta ? widen_block(a, k, m, lda) : widen_block(a, m, k, lda);
+  Tensor b32 = tb ? widen_block(b, n, k, ldb) : widen_block(b, k, n, ldb);
+  const int64_t lda32 = ta ? m : k, ldb32 = tb ? k : n;
+  Tensor c32;
+  float* cp = static_cast<float*>(c);
+  int64_t ldc32 = ldc;
+  if (c_dtype == DType::bf16) {
+    c32 = accumulate ? widen_block(static_cast<BFloat16*>(c), m, n, ldc) : empty({m, n});
+    cp = c32.data_ptr<float>();
+    ldc32 = n;
+  }
+  if (addend != nullptr)
+    for (int64_t i = 0; i < m; ++i) std::copy(addend + i * n, addend + (i + 1) * n, cp + i * ldc32);
+  gemm<float>(ta, tb, m, n, k, 1.0f, a32.data_ptr<float>(), lda32, b32.data_ptr<float>(), ldb32,
+              accumulate || addend != nullptr ? 1.0f : 0.0f, cp, ldc32);
+  if (c_dtype == DType::f32) return;
+  auto* cb = static_cast<BFloat16*>(c);
+  parallel_for(0, m, std::max<int64_t>(1, 16384 / n), [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      for (int64_t j = 0; j < n; ++j) cb[i * ldc + j] = BFloat16(cp[i * n + j]);
+  });
+}
+
+namespace {
+
 // Below this many flops per matrix, run whole matrices of a batch on
 // different threads rather than splitting each one.
 constexpr double kSplitGemmFlops = 2.0 * 128 * 128 * 128;
@@ -169,6 +266,22 @@ Batched<T> as_blas(const Tensor& t) {
   return {c, c.data_ptr<T>(), rows * cols, BlasOperand{false, std::max<int64_t>(cols, 1)}};
 }
 
+// Runs gemm_one(i) for each matrix i of a batch of `batch` products of
+// `flops` each: one after another (each one threaded) when they are large,
+// whole matrices on different threads when they are small.
+template <typename F>
+void for_each_matrix(int64_t batch, double flops, F&& gemm_one) {
+  if (batch == 1 || flops >= kSplitGemmFlops || in_parallel_region()) {
+    for (int64_t i = 0; i < batch; ++i) gemm_one(i);
+    return;
+  }
+  // Grain: not measured (docs/tensor.md, "Threads").
+  int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(65536.0 / flops));
+  parallel_for(0, batch, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) gemm_one(i);
+  });
+}
+
 // out [B,M,N] (contiguous) = a [B,M,K] x b [B,K,N], float or double.
 template <typename T>
 void bmm_into(const Tensor& a, const Tensor& b, const Tensor& out, T beta) {
@@ -180,25 +293,44 @@ void bmm_into(const Tensor& a, const Tensor& b, const Tensor& out, T beta) {
     return;
   }
   Batched<T> A = as_blas<T>(a), B = as_blas<T>(b);
-  auto one = [&](int64_t i) {
+  for_each_matrix(batch, 2.0 * m * n * k, [&](int64_t i) {
     gemm<T>(A.op.trans, B.op.trans, m, n, k, T(1), A.data + i * A.batch_stride, A.op.ld,
             B.data + i * B.batch_stride, B.op.ld, beta, c + i * m * n, n);
-  };
-  double flops = 2.0 * m * n * k;
-  if (batch == 1 || flops >= kSplitGemmFlops || in_parallel_region()) {
-    for (int64_t i = 0; i < batch; ++i) one(i);
-    return;
-  }
-  int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(65536.0 / flops));
-  parallel_for(0, batch, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) one(i);
   });
+}
+
+// bf16 a [B,M,K] x b [B,K,N] (+ bias [N]) -> bf16 [B,M,N] through oneDNN's
+// bf16 matmul (has_bf16_matmul()): f32 accumulation, one rounding at the end.
+Tensor bmm_bf16(const Tensor& a, const Tensor& b, const Tensor& bias) {
+  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  Tensor out = empty({batch, m, n}, TensorOptions(DType::bf16).device(a.device()));
+  if (out.numel() == 0) return out;
+  if (k == 0) {  // an empty sum: the bias alone
+    if (bias.defined()) out.copy_(bias);
+    else out.zero_();
+    return out;
+  }
+  Batched<BFloat16> A = as_blas<BFloat16>(a), B = as_blas<BFloat16>(b);
+  Tensor bias_c = bias.defined() ? ops::contiguous(bias) : Tensor();
+  onednn::MatmulShape s{A.op.trans, B.op.trans, m, n, k, DType::bf16, DType::bf16};
+  s.has_bias = bias.defined();
+  s.bias = bias.defined() ? bias.dtype() : DType::f32;
+  BFloat16* c = out.data_ptr<BFloat16>();
+  for_each_matrix(batch, 2.0 * m * n * k, [&](int64_t i) {
+    onednn::matmul(s, A.data + i * A.batch_stride, A.op.ld, B.data + i * B.batch_stride, B.op.ld,
+                   c + i * m * n, n, bias_c.defined() ? bias_c.raw_data() : nullptr);
+  });
+  return out;
 }
 
 // Reduced floats multiply in f32 (f32 accumulation) and round once at the end.
 Tensor bmm_any(const Tensor& a, const Tensor& b, const Tensor& bias_rows) {
   const int64_t batch = a.size(0), m = a.size(1), n = b.size(2);
   DType dt = a.dtype();
+  if (dt == DType::bf16 && onednn::has_bf16_matmul() &&
+      (!bias_rows.defined() || bias_rows.dtype() == DType::bf16 ||
+       bias_rows.dtype() == DType::f32))
+    return bmm_bf16(a, b, bias_rows);
   if (is_reduced_float(dt)) {
     Tensor bias32 = bias_rows.defined() ? ops::cast(bias_rows, DType::f32) : Tensor();
     return ops::cast(bmm_any(ops::cast(a, DType::f32), ops::cast(b, DType::f32), bias32), dt);

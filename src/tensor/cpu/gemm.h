@@ -36,6 +36,16 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
+// C[M,N] = op(A) op(B), or C += op(A) op(B) when accumulate, for bf16 A and
+// B with f32 accumulation; C is f32 or bf16 (c_dtype), rounded once. With
+// an addend (an f32 [M,N] matrix, dense; not with accumulate), C = addend +
+// op(A) op(B) rounded once: the last step of a sum over chunks kept in f32.
+// Runs oneDNN's bf16 matmul where onednn::has_bf16_matmul(), else widens the
+// operands to f32 (a copy of each) and calls gemm<float>.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const BFloat16* a,
+               int64_t lda, const BFloat16* b, int64_t ldb, bool accumulate, void* c,
+               DType c_dtype, int64_t ldc, const float* addend = nullptr);
+
 // Puts OpenBLAS in single-threaded mode (idempotent; gemm() calls it).
 void init_blas();
 

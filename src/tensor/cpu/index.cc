@@ -73,6 +73,7 @@ void index_walk(const Shape& is, const Shape& as, const Shape& ss, int64_t dim,
     }
   };
   if (by_columns) {
+    // Grain: not measured (docs/tensor.md, "Threads").
     parallel_for(0, last, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, rows)),
                  [&](int64_t lo, int64_t hi) { run_rows(0, rows, lo, hi); });
   } else {
@@ -125,6 +126,7 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   const size_t row = static_cast<size_t>(o.inner) * a.itemsize();
   const char* ap = static_cast<const char*>(a.raw_data());
   char* op = static_cast<char*>(out.raw_data());
+  // Grain: not measured (docs/tensor.md, "Threads").
   parallel_for(0, o.outer * k, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, o.inner)),
                [&](int64_t lo, int64_t hi) {
                  for (int64_t t = lo; t < hi; ++t) {

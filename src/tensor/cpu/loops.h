@@ -72,7 +72,8 @@ StridedLayout<N> make_layout(const Shape& shape, const std::array<Tensor, N>& op
 }
 
 // Calls row(ptrs, inner_strides, n) over every innermost row, in parallel.
-// `grain_elems` is the minimum work (elements) per chunk.
+// `grain_elems` is the minimum work (elements) per chunk (the default: not
+// measured; docs/tensor.md, "Threads").
 template <int N, typename Row>
 void for_each_row(const StridedLayout<N>& L, Row&& row, int64_t grain_elems = 32768) {
   const int64_t nd = static_cast<int64_t>(L.shape.size());

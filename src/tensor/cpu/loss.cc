@@ -56,6 +56,7 @@ Tensor ce_forward(const Tensor& lp, const Tensor& target, NCS d, int64_t ignore_
   const I* tp = target.data_ptr<I>();
   std::vector<double> per(static_cast<size_t>(d.N * d.S));
   const double smooth = ls / static_cast<double>(d.C);
+  // Grain: not measured (docs/tensor.md, "Threads").
   parallel_for(0, d.N * d.S, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, d.C)),
                [&](int64_t lo, int64_t hi) {
                  for (int64_t p = lo; p < hi; ++p) {
@@ -105,6 +106,7 @@ Tensor ce_backward(const Tensor& grad_loss, const Tensor& lp, const Tensor& targ
     scale = 1.0 / static_cast<double>(count_targets(target, d.C, ignore_index));
   const A smooth = static_cast<A>(ls / static_cast<double>(d.C));
   const A hit = static_cast<A>(1.0 - ls);
+  // Grain: not measured (docs/tensor.md, "Threads").
   parallel_for(0, d.N * d.S, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, d.C)),
                [&](int64_t lo, int64_t hi) {
                  for (int64_t p = lo; p < hi; ++p) {

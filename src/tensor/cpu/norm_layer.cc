@@ -1,8 +1,16 @@
 // Layer and RMS normalisation on the CPU: x [M, D], one row per position,
 // statistics over the D trailing elements. Rows run in parallel; a row is
-// read twice (statistics, then the write), the second time from L1/L2.
-// The backward sums dweight/dbias into one partial buffer per block of rows
-// (no atomics), then adds the partials.
+// read two or three times (statistics, then the write), after the first from
+// L1/L2. The backward sums dweight/dbias into one partial buffer per block of
+// rows (no atomics), then adds the partials.
+//
+// Note [Row loops]: each block of rows is a function of plain restrict
+// pointers, and the row sums are `omp simd` reductions (lane-wise partial
+// sums, so they vectorise without -ffast-math). Written inside the
+// parallel_for lambdas, with the pointers captured by reference and 16 lane
+// sums kept in arrays, GCC left the reductions scalar or in shuffles and
+// stack spills: over [4096, 512] f32 on one thread layer_norm's forward took
+// 1.6-1.9 ms and its backward 1.1-2.6 ms, against 0.8 ms each now.
 #include <cmath>
 
 #include "qk/base/thread_pool.h"
@@ -34,6 +42,119 @@ std::vector<A> param_or(const Tensor& t, int64_t D, A fill) {
 
 int64_t num_blocks(int64_t M) { return std::max<int64_t>(1, std::min<int64_t>(num_threads(), M)); }
 
+// sum_i (p[i] - c)^2 as lane-wise (vectorised) sums, over the two halves
+// of the row at once: two independent accumulators hide the add latency
+// that one vector accumulator waits on (rms_norm's forward: 0.47 -> 0.35 ms
+// over [4096, 512] f32 on one thread).
+template <typename A, typename T>
+A sum_sq_dev(const T* __restrict p, int64_t n, A c) {
+  const int64_t h = n / 2;
+  A s0 = 0, s1 = 0;
+#pragma omp simd reduction(+ : s0, s1)
+  for (int64_t i = 0; i < h; ++i) {
+    const A d0 = ld<A>(p, i) - c, d1 = ld<A>(p, i + h) - c;
+    s0 += d0 * d0;
+    s1 += d1 * d1;
+  }
+  for (int64_t i = 2 * h; i < n; ++i) {
+    const A d = ld<A>(p, i) - c;
+    s0 += d * d;
+  }
+  return s0 + s1;
+}
+
+// Rows [lo, hi) of layer_norm's forward.
+template <typename T, typename A>
+void layer_norm_rows(const T* __restrict xp, T* __restrict op, const A* __restrict w,
+                     const A* __restrict b, A* __restrict mean, A* __restrict rstd, int64_t lo,
+                     int64_t hi, int64_t D, double eps) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const T* x = xp + r * D;
+    T* y = op + r * D;
+    // Two passes (the mean, then the squares about it): no cancellation for
+    // a large mean, and the second pass reads the row from L1.
+    A s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < D; ++i) s += ld<A>(x, i);
+    const A mu = s / static_cast<A>(D);
+    const A var = sum_sq_dev<A>(x, D, mu) / static_cast<A>(D);
+    const A rs = static_cast<A>(1.0 / std::sqrt(static_cast<double>(var) + eps));
+    mean[r] = mu;
+    rstd[r] = rs;
+    for (int64_t i = 0; i < D; ++i) st(y, i, (ld<A>(x, i) - mu) * rs * w[i] + b[i]);
+  }
+}
+
+// Rows [lo, hi) of layer_norm's backward, dweight/dbias summed into dw/db:
+// per row a = sum g*w, b = sum g*w*xhat, then
+// dx = rstd * (g*w - a/D - xhat * b/D), dw += g*xhat, db += g
+// (xhat recomputed in the second pass: cheaper than storing it).
+template <typename T, typename A>
+void layer_norm_backward_rows(const T* __restrict xp, const T* __restrict gp, T* __restrict dxp,
+                              const A* __restrict w, const A* __restrict mean,
+                              const A* __restrict rstd, A* __restrict dw, A* __restrict db,
+                              int64_t lo, int64_t hi, int64_t D) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const T* x = xp + r * D;
+    const T* g = gp + r * D;
+    T* dx = dxp + r * D;
+    const A mu = mean[r], rs = rstd[r];
+    A a = 0, bsum = 0;
+#pragma omp simd reduction(+ : a, bsum)
+    for (int64_t i = 0; i < D; ++i) {
+      const A gw = ld<A>(g, i) * w[i];
+      a += gw;
+      bsum += gw * ((ld<A>(x, i) - mu) * rs);
+    }
+    const A ma = a / static_cast<A>(D), mb = bsum / static_cast<A>(D);
+    for (int64_t i = 0; i < D; ++i) {
+      const A xh = (ld<A>(x, i) - mu) * rs;
+      const A gi = ld<A>(g, i);
+      st(dx, i, rs * (gi * w[i] - ma - xh * mb));
+      dw[i] += gi * xh;
+      db[i] += gi;
+    }
+  }
+}
+
+// Rows [lo, hi) of rms_norm's forward.
+template <typename T, typename A>
+void rms_norm_rows(const T* __restrict xp, T* __restrict op, const A* __restrict w,
+                   A* __restrict rstd, int64_t lo, int64_t hi, int64_t D, double eps) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const T* x = xp + r * D;
+    T* y = op + r * D;
+    const A ss = sum_sq_dev<A>(x, D, A(0));
+    const A rs = static_cast<A>(1.0 / std::sqrt(static_cast<double>(ss) / D + eps));
+    rstd[r] = rs;
+    for (int64_t i = 0; i < D; ++i) st(y, i, ld<A>(x, i) * rs * w[i]);
+  }
+}
+
+// Rows [lo, hi) of rms_norm's backward: b = sum g*w*xhat, then
+// dx = rstd * (g*w - xhat * b/D), dw += g*xhat.
+template <typename T, typename A>
+void rms_norm_backward_rows(const T* __restrict xp, const T* __restrict gp, T* __restrict dxp,
+                            const A* __restrict w, const A* __restrict rstd, A* __restrict dw,
+                            int64_t lo, int64_t hi, int64_t D) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const T* x = xp + r * D;
+    const T* g = gp + r * D;
+    T* dx = dxp + r * D;
+    const A rs = rstd[r];
+    A bsum = 0;
+#pragma omp simd reduction(+ : bsum)
+    for (int64_t i = 0; i < D; ++i) bsum += ld<A>(g, i) * w[i] * (ld<A>(x, i) * rs);
+    const A mb = bsum / static_cast<A>(D);
+    for (int64_t i = 0; i < D; ++i) {
+      const A xh = ld<A>(x, i) * rs;
+      const A gi = ld<A>(g, i);
+      st(dx, i, rs * (gi * w[i] - xh * mb));
+      dw[i] += gi * xh;
+    }
+  }
+}
+
 template <typename T>
 std::tuple<Tensor, Tensor, Tensor> layer_norm_impl(const Tensor& x, const Shape& nshape,
                                                    const Tensor& weight, const Tensor& bias,
@@ -51,23 +172,8 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_impl(const Tensor& x, const Shape&
   A* rp = rstd.data_ptr<A>();
   const A* wp = w.data();
   const A* bp = b.data();
-  parallel_for(0, M, row_grain(D), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const T* xr = xp + r * D;
-      T* orow = op + r * D;
-      // One pass for both moments, shifted by the row's first value so a
-      // large mean does not cancel the variance.
-      const A shift = ld<A>(xr, 0);
-      A s1, s2;
-      row_sum_sumsq<A>(xr, D, shift, s1, s2);
-      const A m1 = s1 / static_cast<A>(D);
-      const A mu = shift + m1;
-      const A var = std::max(A(0), s2 / static_cast<A>(D) - m1 * m1);
-      const A rs = static_cast<A>(1.0 / std::sqrt(static_cast<double>(var) + eps));
-      mp[r] = mu;
-      rp[r] = rs;
-      for (int64_t i = 0; i < D; ++i) st(orow, i, (ld<A>(xr, i) - mu) * rs * wp[i] + bp[i]);
-    }
+  parallel_for(0, M, row_grain(D), [=](int64_t lo, int64_t hi) {
+    layer_norm_rows<T, A>(xp, op, wp, bp, mp, rp, lo, hi, D, eps);
   });
   return {out, mean, rstd};
 }
@@ -88,22 +194,6 @@ std::vector<Tensor> reduce_partials(const std::vector<A>& part, int64_t nb, int6
   return outs;
 }
 
-// dx = rstd * (g*w - ma - xhat*mb); dw += g*xhat; db += g. The restrict
-// pointers let GCC vectorize without a runtime alias check (which it failed,
-// running the scalar copy of the loop).
-template <typename T, typename A>
-inline void layer_norm_dx_row(const T* __restrict x, const T* __restrict g, const A* __restrict w,
-                              T* __restrict dx, A* __restrict dw, A* __restrict db, int64_t D, A mu,
-                              A rs, A ma, A mb) {
-  for (int64_t k = 0; k < D; ++k) {
-    const A xh = (ld<A>(x, k) - mu) * rs;
-    const A gk = ld<A>(g, k);
-    st(dx, k, rs * (gk * w[k] - ma - xh * mb));
-    dw[k] += gk * xh;
-    db[k] += gk;
-  }
-}
-
 template <typename T>
 std::tuple<Tensor, Tensor, Tensor> layer_norm_backward_impl(const Tensor& grad_out, const Tensor& x,
                                                             const Shape& nshape, const Tensor& mean,
@@ -119,44 +209,17 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward_impl(const Tensor& grad_o
   const T* gp = grad_out.data_ptr<T>();
   T* dxp = dx.data_ptr<T>();
   const A* wp = w.data();
+  const A* mp = mus.data();
+  const A* rp = rss.data();
   const int64_t nb = num_blocks(M);
   std::vector<A> part(static_cast<size_t>(nb * 2 * D), A(0));  // per block: dw[D], db[D]
-  // Per row: a = sum g*w, b = sum g*w*xhat, then
-  // dx = rstd * (g*w - a/D - xhat * b/D), dw += g*xhat, db += g
-  // (xhat recomputed in the second pass: cheaper than storing it).
-  parallel_for(0, nb, 1, [&](int64_t blo, int64_t bhi) {
+  A* pp = part.data();
+  parallel_for(0, nb, 1, [=](int64_t blo, int64_t bhi) {
     for (int64_t blk = blo; blk < bhi; ++blk) {
       int64_t lo, hi;
       block_range(M, nb, blk, lo, hi);
-      A* dw = part.data() + blk * 2 * D;
-      A* db = dw + D;
-      for (int64_t r = lo; r < hi; ++r) {
-        const T* xr = xp + r * D;
-        const T* g = gp + r * D;
-        T* o = dxp + r * D;
-        const A mu = mus[r], rs = rss[r];
-        constexpr int L = kLanes<A>;
-        A sa[L] = {}, sb[L] = {};
-        int64_t i = 0;
-        for (; i + L <= D; i += L)
-          for (int j = 0; j < L; ++j) {
-            const A gw = ld<A>(g, i + j) * wp[i + j];
-            sa[j] += gw;
-            sb[j] += gw * ((ld<A>(xr, i + j) - mu) * rs);
-          }
-        A a = 0, bsum = 0;
-        for (; i < D; ++i) {
-          const A gw = ld<A>(g, i) * wp[i];
-          a += gw;
-          bsum += gw * ((ld<A>(xr, i) - mu) * rs);
-        }
-        for (int j = 0; j < L; ++j) {
-          a += sa[j];
-          bsum += sb[j];
-        }
-        const A ma = a / static_cast<A>(D), mb = bsum / static_cast<A>(D);
-        layer_norm_dx_row(xr, g, wp, o, dw, db, D, mu, rs, ma, mb);
-      }
+      A* dw = pp + blk * 2 * D;
+      layer_norm_backward_rows<T, A>(xp, gp, dxp, wp, mp, rp, dw, dw + D, lo, hi, D);
     }
   });
   const DType pdt = weight.defined() ? weight.dtype() : x.dtype();
@@ -176,16 +239,8 @@ std::pair<Tensor, Tensor> rms_norm_impl(const Tensor& x, const Shape& nshape, co
   T* op = out.data_ptr<T>();
   A* rp = rstd.data_ptr<A>();
   const A* wp = w.data();
-  parallel_for(0, M, row_grain(D), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const T* xr = xp + r * D;
-      T* orow = op + r * D;
-      A s1, s2;
-      row_sum_sumsq<A>(xr, D, A(0), s1, s2);
-      const A rs = static_cast<A>(1.0 / std::sqrt(static_cast<double>(s2) / D + eps));
-      rp[r] = rs;
-      for (int64_t i = 0; i < D; ++i) st(orow, i, ld<A>(xr, i) * rs * wp[i]);
-    }
+  parallel_for(0, M, row_grain(D), [=](int64_t lo, int64_t hi) {
+    rms_norm_rows<T, A>(xp, op, wp, rp, lo, hi, D, eps);
   });
   return {out, rstd};
 }
@@ -203,40 +258,15 @@ std::pair<Tensor, Tensor> rms_norm_backward_impl(const Tensor& grad_out, const T
   const T* gp = grad_out.data_ptr<T>();
   T* dxp = dx.data_ptr<T>();
   const A* wp = w.data();
+  const A* rp = rss.data();
   const int64_t nb = num_blocks(M);
   std::vector<A> part(static_cast<size_t>(nb * D), A(0));
-  parallel_for(0, nb, 1, [&](int64_t blo, int64_t bhi) {
+  A* pp = part.data();
+  parallel_for(0, nb, 1, [=](int64_t blo, int64_t bhi) {
     for (int64_t blk = blo; blk < bhi; ++blk) {
       int64_t lo, hi;
       block_range(M, nb, blk, lo, hi);
-      A* dw = part.data() + blk * D;
-      for (int64_t r = lo; r < hi; ++r) {
-        const T* xr = xp + r * D;
-        const T* g = gp + r * D;
-        T* o = dxp + r * D;
-        const A rs = rss[r];
-        constexpr int L = kLanes<A>;
-        A sb[L] = {};  // sum g*w*xhat
-        int64_t i = 0;
-        for (; i + L <= D; i += L)
-          for (int j = 0; j < L; ++j) {
-            const A xh = ld<A>(xr, i + j) * rs;
-            const A gi = ld<A>(g, i + j);
-            sb[j] += gi * wp[i + j] * xh;
-            dw[i + j] += gi * xh;
-          }
-        A bsum = 0;
-        for (; i < D; ++i) {
-          const A xh = ld<A>(xr, i) * rs;
-          const A gi = ld<A>(g, i);
-          bsum += gi * wp[i] * xh;
-          dw[i] += gi * xh;
-        }
-        for (int j = 0; j < L; ++j) bsum += sb[j];
-        const A mb = bsum / static_cast<A>(D);
-        for (int64_t k = 0; k < D; ++k)
-          st(o, k, rs * (ld<A>(g, k) * wp[k] - ld<A>(xr, k) * rs * mb));
-      }
+      rms_norm_backward_rows<T, A>(xp, gp, dxp, wp, rp, pp + blk * D, lo, hi, D);
     }
   });
   Tensor dweight;

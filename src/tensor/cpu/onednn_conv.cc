@@ -164,9 +164,9 @@ QK_ENV_INT(env_winograd, "QK_CONV_WINOGRAD", 1,
 
 // Note [Winograd]: oneDNN's F(4x4, 3x3) Winograd kernels (jit_wino_4x3) do
 // a 3x3 stride-1 convolution with 2.25x fewer multiplies, forward and both
-// backwards. On ResNet-18 for CIFAR (batch 64, one thread) they took
-// inference from 82 to 120 img/s and training from 32 to 41 (two runs each,
-// same binary); PyTorch's CPU convolutions ask oneDNN for direct ones. The
+// backwards. On ResNet-18 for CIFAR (batch 64, one thread, the 2-core
+// development VM, Intel Xeon with AVX-512) they took inference from 82 to
+// 120 img/s and training from 32 to 41 (two runs each, same binary); PyTorch's CPU convolutions ask oneDNN for direct ones. The
 // transform rounds differently: the same model's loss agreed to 4 digits,
 // and every parity test (PyTorch fixtures, finite differences) passes with
 // it. convolution_auto leaves the choice per shape to oneDNN (direct where

@@ -20,7 +20,8 @@ namespace {
 
 TensorOptions like(const Tensor& t) { return TensorOptions(t.dtype()).device(t.device()); }
 
-// Runs fn(plane) for each of the N*C planes, grain sized to ~32K elements.
+// Runs fn(plane) for each of the N*C planes, grain sized to ~32K elements
+// (not measured; docs/tensor.md, "Threads").
 template <typename F>
 void for_planes(int64_t planes, int64_t plane_work, F&& fn) {
   int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(plane_work, 1));

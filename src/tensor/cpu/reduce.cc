@@ -110,7 +110,9 @@ void reduce_impl(const Tensor& out, const Tensor& a, const Shape& dims, Acc init
   const T* src = ac.data_ptr<T>();
   T* dst = out.data_ptr<T>();  // out is contiguous, keepdim layout
   if (g.num_out == 1 && g.red_sizes.empty() && g.inner_stride == 1 && g.inner_size > 65536) {
-    // A full reduction of a long run: fixed-size chunks in parallel, then in order.
+    // A full reduction of a long run: fixed-size chunks in parallel, then in
+    // order (fixed, so the result does not depend on the thread count; the
+    // size is not measured).
     constexpr int64_t kChunk = 32768;
     int64_t nchunks = (g.inner_size + kChunk - 1) / kChunk;
     std::vector<Acc> partial(static_cast<size_t>(nchunks), init);
@@ -125,6 +127,7 @@ void reduce_impl(const Tensor& out, const Tensor& a, const Shape& dims, Acc init
     dst[0] = cast_value<T>(finish(r));
     return;
   }
+  // Grain: not measured (docs/tensor.md, "Threads").
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(g.num_red, 1));
   parallel_for(0, g.num_out, grain, [&](int64_t lo, int64_t hi) {
     for (int64_t o = lo; o < hi; ++o)
@@ -179,6 +182,7 @@ void max_min_dim(bool is_max, const Tensor& values, const Tensor& indices, const
     const T* src = ac.data_ptr<T>();
     T* vals = values.data_ptr<T>();
     int64_t* idx = indices.data_ptr<int64_t>();
+    // Grain: not measured (docs/tensor.md, "Threads").
     parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         const T* row = src + r * n;

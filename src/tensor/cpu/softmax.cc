@@ -30,11 +30,14 @@ ODI split_dims(const Shape& s, int64_t dim) {
   return r;
 }
 
+// Columns per tile of the strided (inner > 1) case; not measured against
+// other widths.
 constexpr int64_t kTile = 64;
 
 template <typename T>
 void softmax_rows(const T* xp, T* op, int64_t rows, int64_t D, bool log) {
   using A = acc_t<T>;
+  // Grain: not measured (docs/tensor.md, "Threads").
   parallel_for(0, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)),
                [&](int64_t lo, int64_t hi) {
                  std::vector<A> buf(log ? 0 : D);
@@ -78,6 +81,7 @@ template <typename T>
 void softmax_tiles(const T* xp, T* op, ODI d, bool log) {
   using A = acc_t<T>;
   const int64_t tiles_per = (d.inner + kTile - 1) / kTile;
+  // Grain: not measured (docs/tensor.md, "Threads").
   parallel_for(0, d.outer * tiles_per, std::max<int64_t>(1, 4096 / (d.D * kTile)),
                [&](int64_t lo, int64_t hi) {
                  A mx[kTile], sm[kTile];
@@ -118,6 +122,7 @@ void softmax_tiles(const T* xp, T* op, ODI d, bool log) {
 template <typename T>
 void softmax_bwd_rows(const T* gp, const T* yp, T* dp, int64_t rows, int64_t D, bool log) {
   using A = acc_t<T>;
+  // Grain: not measured (docs/tensor.md, "Threads").
   parallel_for(0, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)),
                [&](int64_t lo, int64_t hi) {
                  for (int64_t r = lo; r < hi; ++r) {

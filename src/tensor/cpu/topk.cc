@@ -24,6 +24,7 @@ bool is_nan(V v) {
 template <typename T>
 void topk_rows(const T* ap, T* vp, int64_t* ip, int64_t rows, int64_t n, int64_t k, bool largest) {
   using A = compute_t<T>;
+  // Grain: not measured (docs/tensor.md, "Threads").
   parallel_for(0, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, n)),
                [&](int64_t lo, int64_t hi) {
                  std::vector<int64_t> order(static_cast<size_t>(n));

@@ -1,5 +1,7 @@
-// Raw matrix products through OpenBLAS (f32/f64 native; f16/bf16 converted to
-// f32, multiplied with f32 accumulation, rounded back).
+// Raw matrix products (f32/f64 through oneDNN's sgemm or OpenBLAS; bf16
+// through oneDNN's bf16 matmul on CPUs with AVX512-BF16 or AMX; f16, and bf16
+// elsewhere, converted to f32). Reduced floats always accumulate in f32 and
+// round once at the end.
 #pragma once
 
 #include "qk/tensor/tensor.h"
