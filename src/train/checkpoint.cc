@@ -55,6 +55,45 @@ ParamSchedulerState scheduler_state(const json& j) {
   return s;
 }
 
+// The parameter a state entry belongs to: the weights are named by it,
+// optimizer entries "KEY/NAME" after it.
+std::string param_of(const std::string& key, bool optimizer) {
+  if (!optimizer) return key;
+  const size_t slash = key.find('/');
+  return slash == std::string::npos ? std::string() : key.substr(slash + 1);
+}
+
+// The shard spec of every entry of `m` that belongs to a sharded parameter.
+parallel::ShardSpecs entry_specs(const nn::TensorMap& m, const TensorParallel& tp, bool optimizer) {
+  parallel::ShardSpecs specs;
+  for (const auto& [k, t] : m)
+    if (auto it = tp.shard_specs.find(param_of(k, optimizer)); it != tp.shard_specs.end()) specs[k] = it->second;
+  return specs;
+}
+
+nn::TensorMap gather_entries(const nn::TensorMap& local, const TensorParallel& tp, bool optimizer) {
+  nn::NamedTensors named;
+  for (const auto& [k, t] : local) named.insert(k, t);  // sorted: the same order on every rank
+  nn::TensorMap whole;
+  for (const auto& item : parallel::gather_shards(named, entry_specs(local, tp, optimizer), *tp.group))
+    whole.emplace(item.key(), item.value());
+  return whole;
+}
+
+nn::TensorMap shard_entries(const nn::TensorMap& whole, const TensorParallel& tp, bool optimizer,
+                            const std::string& where) {
+  nn::NamedTensors named;
+  for (const auto& [k, t] : whole) named.insert(k, t);
+  nn::TensorMap local;
+  try {
+    for (const auto& item : parallel::shard_full(named, entry_specs(whole, tp, optimizer), tp.rank(), tp.size()))
+      local.emplace(item.key(), item.value());
+  } catch (const ValueError& e) {
+    QK_THROW(ValueError, "loading '", where, "' at --tensor-model-parallel-size ", tp.size(), ": ", e.message());
+  }
+  return local;
+}
+
 }  // namespace
 
 std::string iteration_folder(int64_t iteration) { return fmt::format("iter_{:010d}", iteration); }
@@ -72,8 +111,36 @@ std::vector<RngState> gather_rng_states(const DataParallel& dp) {
   return out;
 }
 
-std::string write_train_state(const std::string& dir, const TrainState& s, const CheckpointMeta& m) {
+std::vector<RngState> gather_tensor_parallel_rng_states(const TensorParallel& tp) {
+  if (!tp.generator) return {};
+  const Generator& g = *tp.generator;
+  if (tp.size() == 1) return {{g.seed(), g.offset()}};
+  Tensor mine = from_vector<int64_t>({static_cast<int64_t>(g.seed()), static_cast<int64_t>(g.offset())}, {2});
+  Tensor all = empty({2 * static_cast<int64_t>(tp.size())}, DType::i64);
+  tp.group->all_gather(all, mine);
+  std::vector<RngState> out;
+  const int64_t* a = all.data_ptr<int64_t>();
+  for (int r = 0; r < tp.size(); ++r)
+    out.push_back({static_cast<uint64_t>(a[2 * r]), static_cast<uint64_t>(a[2 * r + 1])});
+  return out;
+}
+
+TrainTensors train_tensors(const TrainState& s, const TensorParallel& tp) {
+  QK_CHECK_AS(ValueError, s.model != nullptr, "train_tensors: no model");
+  TrainTensors t;
+  for (const auto& item : s.model->state_dict()) t.weights.emplace(item.key(), item.value());
+  if (s.optimizer) t.optimizer = s.optimizer->state_by_name();
+  if (!tp.active()) return t;
+  t.weights = gather_entries(t.weights, tp, false);
+  if (t.optimizer) t.optimizer->tensors = gather_entries(t.optimizer->tensors, tp, true);
+  return t;
+}
+
+std::string write_train_state(const std::string& dir, const TrainState& s, const CheckpointMeta& m,
+                              const TrainTensors* tensors) {
   QK_CHECK_AS(ValueError, s.model != nullptr, "write_train_state: no model");
+  std::optional<TrainTensors> own;
+  if (!tensors) tensors = &own.emplace(train_tensors(s));
   json j;
   j["format"] = m.format;
   j["iteration"] = m.progress.iteration;
@@ -81,11 +148,12 @@ std::string write_train_state(const std::string& dir, const TrainState& s, const
   j["consumed_valid_samples"] = m.progress.consumed_valid_samples;
   j["weights"] = m.weights_file;
   const std::string weights = dir + m.weights_file;
-  nn::save(*s.model, weights + ".tmp", m.weights_metadata);
+  nn::save_safetensors(weights + ".tmp", tensors->weights, m.weights_metadata);
   rename_or_throw(weights + ".tmp", weights);
   if (s.optimizer && !m.optimizer_file.empty()) {
+    QK_CHECK_AS(ValueError, tensors->optimizer.has_value(), "write_train_state: the tensors hold no optimizer state");
     const std::string optim_path = dir + m.optimizer_file;
-    s.optimizer->save_state(optim_path + ".tmp");
+    nn::save_safetensors(optim_path + ".tmp", tensors->optimizer->tensors, tensors->optimizer->metadata);
     rename_or_throw(optim_path + ".tmp", optim_path);
     j["optimizer_state"] = m.optimizer_file;
     if (const LossScaler* scaler = s.optimizer->scaler()) j["grad_scaler"] = scaler->state_dict();
@@ -94,18 +162,23 @@ std::string write_train_state(const std::string& dir, const TrainState& s, const
   json rng = json::array();
   for (const RngState& r : m.rng) rng.push_back({{"seed", r.seed}, {"offset", r.offset}});
   j["rng"] = rng;
+  if (!m.tp_rng.empty()) {
+    json tp_rng = json::array();
+    for (const RngState& r : m.tp_rng) tp_rng.push_back({{"seed", r.seed}, {"offset", r.offset}});
+    j["tp_rng"] = tp_rng;
+  }
   j["args"] = parse_json(m.args_json, "The checkpoint's arguments");
   j["user"] = parse_json(m.user_json, "The checkpoint's user state");
   return j.dump(1);
 }
 
 CheckpointInfo save_checkpoint(const CheckpointDir& ckpts, const std::string& name, const TrainState& s,
-                               const CheckpointMeta& m) {
+                               const CheckpointMeta& m, const TrainTensors* tensors) {
   CheckpointWriter w = ckpts.begin(name);
   const std::string weights_path = w.file(m.weights_file);
   // The writer's private folder, with its trailing '/'.
   const std::string folder = weights_path.substr(0, weights_path.size() - m.weights_file.size());
-  return w.commit(write_train_state(folder, s, m));
+  return w.commit(write_train_state(folder, s, m, tensors));
 }
 
 LoadedCheckpoint load_train_state(const std::string& dir, const std::string& json_text, const std::string& where,
@@ -125,6 +198,9 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
     m.user_json = j.contains("user") ? j.at("user").dump() : "null";
     for (const json& r : j.value("rng", json::array()))
       m.rng.push_back({r.at("seed").get<uint64_t>(), r.at("offset").get<uint64_t>()});
+    for (const json& r : j.value("tp_rng", json::array()))
+      m.tp_rng.push_back({r.at("seed").get<uint64_t>(), r.at("offset").get<uint64_t>()});
+    const bool sharded = o.tp && o.tp->active();
     QK_CHECK_AS(IoError, m.progress.iteration >= 0 && m.progress.consumed_train_samples >= 0,
                 "Checkpoint '", where, "' is inconsistent: iteration ", m.progress.iteration, ", consumed samples ",
                 m.progress.consumed_train_samples);
@@ -133,7 +209,18 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
       const std::string weights = dir + m.weights_file;
       QK_CHECK_AS(IoError, file_exists(weights), "Checkpoint '", where, "' names weights '", weights,
                   "', which do not exist");
-      nn::load(*s.model, weights);
+      if (sharded) {
+        nn::NamedTensors local;
+        for (auto& [k, t] : shard_entries(nn::load_safetensors(weights).tensors, *o.tp, false, weights))
+          local.insert(k, t);
+        try {
+          s.model->load_state_dict(local);
+        } catch (const Error& e) {
+          QK_THROW(ValueError, "loading '", weights, "': ", e.message());
+        }
+      } else {
+        nn::load(*s.model, weights);
+      }
     }
     if (o.finetune) {
       // Megatron's --finetune: the weights only, counting from zero.
@@ -145,7 +232,14 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
       if (s.optimizer) {
         QK_CHECK_AS(IoError, !m.optimizer_file.empty(), "Checkpoint '", where,
                     "' holds no optimizer state (saved with --no-save-optim?); pass --no-load-optim");
-        s.optimizer->load_state(dir + m.optimizer_file);
+        const std::string optim_path = dir + m.optimizer_file;
+        if (sharded) {
+          nn::SafetensorsFile f = nn::load_safetensors(optim_path);
+          s.optimizer->load_state_by_name({shard_entries(f.tensors, *o.tp, true, optim_path), f.metadata},
+                                          optim_path);
+        } else {
+          s.optimizer->load_state(optim_path);
+        }
         if (LossScaler* scaler = s.optimizer->scaler(); scaler && j.contains("grad_scaler"))
           scaler->load_state_dict(j.at("grad_scaler").get<std::map<std::string, double>>());
         out.optimizer_loaded = true;
@@ -160,6 +254,18 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
       const RngState& r = m.rng.front();
       default_generator().set_state(r.seed, r.offset);
       out.rng_loaded = true;
+    }
+    if (!o.no_load_rng && o.tp && o.tp->generator) {
+      // Each tensor-parallel rank's own generator (Megatron's model-parallel
+      // RNG state); from another tensor-parallel size there is no matching
+      // one, and this rank's stays as seeded (dropout masks differ per layout anyway).
+      if (m.tp_rng.size() == static_cast<size_t>(o.tp->size())) {
+        const RngState& r = m.tp_rng[static_cast<size_t>(o.tp->rank())];
+        o.tp->generator->set_state(r.seed, r.offset);
+      } else if (o.tp->rank() == 0 && o.rank == 0) {
+        QK_INFO("checkpoint '{}' holds tensor-parallel dropout generators for {} ranks, this run has {}: they start "
+                "from their seeds", where, m.tp_rng.size(), o.tp->size());
+      }
     }
   } catch (const json::exception& e) {
     QK_THROW(IoError, "Cannot read checkpoint '", where, "': ", e.what(),

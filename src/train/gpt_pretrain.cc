@@ -17,9 +17,11 @@
 #include "qk/base/thread_pool.h"
 #include "qk/dist/launch_env.h"
 #include "qk/dist/process_group.h"
+#include "qk/parallel/parallel_state.h"
 #include "qk/tensor/generator.h"
 #include "qk/train/gemm_peak.h"
 #include "qk/train/gpt_pretrain.h"
+#include "qk/train/model_parallel.h"
 #include "qk/transformer/gpt_model.h"
 #include "qk/transformer/hf_checkpoint.h"
 
@@ -37,13 +39,20 @@ std::string datetime_now() {
   return buf;
 }
 
-// The data-parallel job of this process (Megatron's initialize_megatron):
-// qk run's or torchrun's environment, and one compute thread per core of
-// this node's share, as torchrun leaves OMP_NUM_THREADS when it starts
+// The job of this process (Megatron's initialize_megatron): qk run's or
+// torchrun's environment, Megatron's rank grid over it (the tensor- and
+// data-parallel groups this rank trains in), and one compute thread per core
+// of this node's share, as torchrun leaves OMP_NUM_THREADS when it starts
 // several processes per node.
 struct World {
   int rank = 0, size = 1;
-  DataParallel dp;
+  std::shared_ptr<parallel::ParallelState> ps;    // null for one rank
+  std::shared_ptr<dist::ProcessGroup> tp, dp;     // this rank's groups (null for one rank)
+  dist::ProcessGroup* job = nullptr;              // every rank (null for one rank)
+  int tp_size() const { return tp ? tp->size() : 1; }
+  int dp_rank() const { return dp ? dp->rank() : 0; }
+  int dp_size() const { return dp ? dp->size() : 1; }
+  DataParallel data_parallel() const { return {dp.get(), nullptr}; }
 };
 
 World join_world(const MegatronArgs& a) {
@@ -57,7 +66,16 @@ World join_world(const MegatronArgs& a) {
       dist::init(dist::InitOptions().timeout(60.0 * static_cast<double>(a.distributed_timeout_minutes)));
     w.rank = dist::rank();
     w.size = dist::world_size();
-    w.dp.group = &dist::group();
+    w.job = &dist::group();
+    parallel::ParallelSizes sizes;
+    sizes.tensor_model_parallel_size = static_cast<int>(a.tensor_model_parallel_size);
+    sizes.pipeline_model_parallel_size = static_cast<int>(a.pipeline_model_parallel_size);
+    sizes.context_parallel_size = static_cast<int>(a.context_parallel_size);
+    sizes.expert_model_parallel_size = static_cast<int>(a.expert_model_parallel_size);
+    sizes.expert_tensor_parallel_size = static_cast<int>(a.expert_tensor_parallel_size.value_or(0));
+    w.ps = parallel::ParallelState::create(dist::group(), sizes);
+    w.tp = w.ps->group(parallel::GroupKind::tp);
+    w.dp = w.ps->group(parallel::GroupKind::dp);
   }
   if (env.local_world_size > 1 && !env::get_raw("QK_NUM_THREADS")) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -67,14 +85,24 @@ World join_world(const MegatronArgs& a) {
 }
 
 double params_norm(const MixedPrecisionOptimizer& opt) {
-  // Megatron's calc_params_l2_norm: over the fp32 main parameters.
-  double sq = 0;
-  for (const Tensor& p : opt.main_params()) {
-    const Tensor c = p.detach().to(DType::f32).contiguous();
+  // Megatron's calc_params_l2_norm: over the fp32 main parameters, each
+  // tensor-parallel shard once (summed over the group), replicated ones once.
+  // Collective over the tensor-parallel group.
+  const TensorParallel& tp = opt.tensor_parallel();
+  double sq[2] = {0, 0};  // shards, replicated
+  for (size_t i = 0; i < opt.main_params().size(); ++i) {
+    const Tensor c = opt.main_params()[i].detach().to(DType::f32).contiguous();
     const float* d = c.data_ptr<float>();
-    for (int64_t i = 0; i < c.numel(); ++i) sq += static_cast<double>(d[i]) * d[i];
+    double s = 0;
+    for (int64_t j = 0; j < c.numel(); ++j) s += static_cast<double>(d[j]) * d[j];
+    sq[tp.active() && tp.is_shard(opt.names()[i]) ? 0 : 1] += s;
   }
-  return std::sqrt(sq);
+  if (tp.active()) {
+    Tensor shards = from_vector<double>({sq[0]}, {1});
+    tp.group->all_reduce(shards);
+    sq[0] = shards.data_ptr<double>()[0];
+  }
+  return std::sqrt(sq[0] + sq[1]);
 }
 
 double mask_sum(const Tensor& mask) {
@@ -84,19 +112,34 @@ double mask_sum(const Tensor& mask) {
   return s;
 }
 
+// The padded vocabulary of the checkpoint --load resumes from (0: none,
+// or not one of pretrain_gpt's). It is a multiple of
+// --make-vocab-size-divisible-by x the tensor-parallel size it was saved
+// at, so another layout would pad differently.
+int64_t checkpoint_padded_vocab(const MegatronArgs& a) {
+  if (!a.load) return 0;
+  const std::optional<CheckpointInfo> c = find_checkpoint(*a.load);
+  if (!c) return 0;
+  const nlohmann::json j = nlohmann::json::parse(c->meta, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("user") || !j["user"].is_object()) return 0;
+  const nlohmann::json& u = j["user"];
+  if (u.value("format", std::string()) != kRunFormat) return 0;
+  return u.value("padded_vocab_size", int64_t{0});
+}
+
 // The GEMM rate every rank gets while all of them run at once (what a
 // training step shares the cores with), averaged over ranks.
 GemmPeak measure_peak(const World& w, DType dtype) {
-  if (w.dp.group) w.dp.group->barrier();
+  if (w.job) w.job->barrier();
   GemmPeak p;
   try {
     p = measure_gemm_peak(1024, dtype);
   } catch (const Error&) {
     p = measure_gemm_peak(1024, DType::f32);  // a dtype without its own GEMM: the f32 rate
   }
-  if (w.dp.group) {
+  if (w.job) {
     Tensor v = from_vector<double>({p.flops}, {1});
-    w.dp.group->all_reduce(v);
+    w.job->all_reduce(v);
     p.flops = v.data_ptr<double>()[0] / w.size;
   }
   return p;
@@ -105,9 +148,9 @@ GemmPeak measure_peak(const World& w, DType dtype) {
 }  // namespace
 
 PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& o) {
-  QK_CHECK(a.pipeline_model_parallel_size == 1 && a.tensor_model_parallel_size == 1 &&
-               a.context_parallel_size == 1 && a.expert_model_parallel_size == 1,
-           "pretrain_gpt runs data parallelism only (tensor, pipeline, context and expert sizes 1)");
+  QK_CHECK(a.pipeline_model_parallel_size == 1 && a.context_parallel_size == 1 && a.expert_model_parallel_size == 1,
+           "pretrain_gpt runs tensor and data parallelism (--pipeline-model-parallel-size, "
+           "--context-parallel-size and --expert-model-parallel-size must be 1)");
   const World world = join_world(a);
   const bool lead = world.rank == 0;
   const auto print = o.print ? o.print : [](const std::string& s) {
@@ -122,6 +165,11 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say(format_megatron_args(a));
   if (lead)
     for (const auto& n : o.notes) QK_INFO("{}", n);
+  if (world.ps) {
+    std::string layout = world.ps->layout().format();
+    while (!layout.empty() && layout.back() == '\n') layout.pop_back();
+    say("> " + layout);
+  }
   PretrainGptResult result;
   result.output_dir = a.save.value_or(o.default_output_dir);
   say(fmt::format("> metrics (metrics.jsonl) and loss/learning-rate curves (training_curves.png) go to {}{}",
@@ -134,7 +182,21 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   if (a.vocab_size && *a.tokenizer_type != "NullTokenizer" && lead)
     QK_INFO("--vocab-size {}: only NullTokenizer reads it (as in Megatron); the vocabulary is the tokenizer's {} ids",
             *a.vocab_size, tokenizer->vocab_size());
-  const transformer::TransformerConfig cfg = gpt_transformer_config(a, tokenizer->vocab_size());
+  transformer::TransformerConfig cfg = gpt_transformer_config(a, tokenizer->vocab_size());
+  if (const int64_t rows = checkpoint_padded_vocab(a);
+      rows > 0 && rows != cfg.padded_vocab_size() && !a.padded_vocab_size) {
+    // Saved at another tensor-parallel size: keep the checkpoint's rows so
+    // its whole tensors load as they are and training continues on them.
+    QK_CHECK(rows % a.tensor_model_parallel_size == 0, "the checkpoint in --load ", *a.load, " has ", rows,
+             " vocabulary rows, which --tensor-model-parallel-size ", a.tensor_model_parallel_size,
+             " does not divide; load it at a tensor size that does");
+    MegatronArgs with_rows = a;
+    with_rows.padded_vocab_size = rows;
+    cfg = gpt_transformer_config(with_rows, tokenizer->vocab_size());
+    say(fmt::format("> the checkpoint in --load pads the vocabulary to {} rows (saved at another tensor-parallel "
+                    "size); this run keeps them (as --padded-vocab-size {} would)",
+                    rows, rows));
+  }
   const int64_t padded = cfg.padded_vocab_size();
   say(fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})", tokenizer->vocab_size(),
                   padded - tokenizer->vocab_size(), padded));
@@ -145,9 +207,12 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   if (load_hf) check_flags_match_hf_config(a, cfg, *a.load);
 
   // Megatron's _set_random_seed: seed + 100 x pipeline rank (0 here), the
-  // same on every data-parallel rank, so the replicas start equal.
+  // same on every data-parallel and tensor-parallel rank, so the replicas
+  // start equal and the shards cut one full initialisation (the per-rank
+  // dropout generator of tensor parallelism is seeded from it).
   manual_seed(static_cast<uint64_t>(a.seed));
-  transformer::GPTModel model(cfg);
+  const int tp_size = world.tp_size();
+  transformer::GPTModel model = tp_size > 1 ? transformer::GPTModel(cfg, world.tp) : transformer::GPTModel(cfg);
   for (const Tensor& p : model->parameters()) result.num_parameters += p.numel();
   say(fmt::format(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}",
                   result.num_parameters));
@@ -155,8 +220,14 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   // fresh optimizer, as --finetune.
   if (load_hf) say(load_hf_weights_for_finetune(a, *model, *a.load));
 
+  ModelParallel mp;
+  mp.world = world.job;
+  if (tp_size > 1) mp.tp = tensor_parallel_of(*model, world.tp.get(), model->tensor_parallel_generator());
   MixedPrecisionOptimizer opt(megatron_param_groups(*model), gpt_optimizer(a), gpt_loss_scaler(a),
                               gpt_mixed_precision_options(a));
+  // Clipping and the inf check over the whole model, the partial gradients
+  // (sequence-parallel norms, q/k norms) summed over the group.
+  if (mp.tp.active()) opt.set_tensor_parallel(mp.tp);
   OptimizerParamScheduler sched(&opt.optimizer(), gpt_scheduler_options(a), opt.group_schedules());
   TrainerOptions to = gpt_trainer_options(a, lead ? result.output_dir : "");
   to.flops_per_sample = transformer::num_floating_point_operations(cfg, 1);
@@ -164,14 +235,14 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   to.args_json = megatron_args_to_json(a);
   to.curve_title = fmt::format("GPT {} layers, hidden {}, {} heads, sequence {}", cfg.num_layers, cfg.hidden_size,
                                cfg.num_attention_heads, cfg.seq_length);
-  Trainer trainer(*model, opt, sched, to, world.dp);
+  Trainer trainer(*model, opt, sched, to, world.data_parallel(), mp);
   say_datetime("after model, optimizer, and learning rate scheduler are built");
 
   // ---- checkpoint
   if (a.load && !load_hf) {
     if (const auto loaded = trainer.load()) {
-      say(fmt::format("  successfully loaded checkpoint from {} [ t 1/1, p 1/1 ] at iteration {}", loaded->where,
-                      trainer.progress().iteration));
+      say(fmt::format("  successfully loaded checkpoint from {} [ t 1/{}, p 1/1 ] at iteration {}", loaded->where,
+                      tp_size, trainer.progress().iteration));
     } else {
       QK_CHECK(!a.exit_on_missing_checkpoint, "--exit-on-missing-checkpoint: no checkpoint in --load ", *a.load);
       say(fmt::format("WARNING: could not find a checkpoint in {}\n    will not load any checkpoints and will start "
@@ -184,18 +255,18 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say("> building train, validation, and test datasets ...");
   GptDatasets data;
   if (lead) data = build_gpt_datasets(a, *tokenizer);
-  if (world.dp.group) world.dp.group->barrier();
+  if (world.job) world.job->barrier();
   if (!lead) data = build_gpt_datasets(a, *tokenizer);
   say(data.description);
   const GptBatchOptions bo = gpt_batch_options(a, *tokenizer);
   const int64_t micro = a.micro_batch_size.value_or(1);
-  GptBatchIterator train_it(data.train, trainer.progress().consumed_train_samples, micro, world.rank, world.size, bo,
+  GptBatchIterator train_it(data.train, trainer.progress().consumed_train_samples, micro, world.dp_rank(), world.dp_size(), bo,
                             "train");
   const bool do_valid = data.valid && a.eval_iters > 0;
   const bool do_test = data.test && a.eval_iters > 0;
   std::optional<GptBatchIterator> valid_it;
   if (do_valid)
-    valid_it.emplace(data.valid, trainer.progress().consumed_valid_samples, micro, world.rank, world.size, bo,
+    valid_it.emplace(data.valid, trainer.progress().consumed_valid_samples, micro, world.dp_rank(), world.dp_size(), bo,
                      "validation");
   say_datetime("after dataloaders are built");
 
@@ -230,19 +301,20 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     fault::point("step", iteration);
   };
   cb.on_log = [&](const LogStats& s) {
-    if (!lead) return;
     IterationLineExtras x;
     x.log_throughput = a.log_throughput;
-    if (a.log_params_norm) x.params_norm = params_norm(opt);
+    if (a.log_params_norm) x.params_norm = params_norm(opt);  // collective: before the other ranks leave
+    if (!lead) return;
     print(megatron_iteration_line(s, x));
     print(throughput_line(s, world.size, result.gemm_peak_flops));
+    if (!s.comm.empty()) print(traffic_line(s.comm));
   };
   cb.on_eval = [&](const EvalStats& e) {
     say(megatron_validation_block(fmt::format("iteration {}", e.iteration), e.metrics));
   };
   cb.on_save = [&](const CheckpointInfo& c) {
-    print(fmt::format("  successfully saved checkpoint from iteration {:7d} to {} [ t 1/1, p 1/1 ]",
-                      trainer.progress().iteration, c.path));
+    print(fmt::format("  successfully saved checkpoint from iteration {:7d} to {} [ t 1/{}, p 1/1 ]",
+                      trainer.progress().iteration, c.path, tp_size));
   };
   cb.user_state = [&] {
     return nlohmann::json{{"format", kRunFormat},
@@ -274,7 +346,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
                                   result.final_valid->metrics));
   }
   if (do_test) {
-    GptBatchIterator test_it(data.test, 0, micro, world.rank, world.size, bo, "test");
+    GptBatchIterator test_it(data.test, 0, micro, world.dp_rank(), world.dp_size(), bo, "test");
     EvalStats e;
     e.iteration = iteration;
     model->eval();

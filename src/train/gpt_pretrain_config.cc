@@ -50,12 +50,16 @@ transformer::TransformerConfig gpt_transformer_config(const MegatronArgs& a, int
   c.share_embeddings_and_output_weights = !a.untie_embeddings_and_output_weights;
   c.params_dtype = a.bf16 ? DType::bf16 : a.fp16 ? DType::f16 : DType::f32;
   c.tensor_model_parallel_size = a.tensor_model_parallel_size;
+  c.sequence_parallel = a.sequence_parallel;  // validate: off at tensor size 1
   if (a.padded_vocab_size) {
-    // --padded-vocab-size: pad to exactly that many rows.
-    const int64_t want = padded_vocab_size(a, tokenizer_vocab_size);
-    c.make_vocab_size_divisible_by = want;
-    QK_CHECK(transformer::vocab_size_with_padding(tokenizer_vocab_size, want, 1) == want, "--padded-vocab-size ",
-             want, " must be >= the tokenizer's ", tokenizer_vocab_size, " ids");
+    // --padded-vocab-size: pad to exactly that many rows (a multiple of
+    // want / tp times tp), which every tensor-parallel rank splits evenly.
+    const int64_t want = padded_vocab_size(a, tokenizer_vocab_size), tp = a.tensor_model_parallel_size;
+    QK_CHECK(want % tp == 0, "--padded-vocab-size (", want, ") must be divisible by --tensor-model-parallel-size (",
+             tp, "): each rank holds an equal block of vocabulary rows");
+    c.make_vocab_size_divisible_by = want / tp;
+    QK_CHECK(transformer::vocab_size_with_padding(tokenizer_vocab_size, want / tp, tp) == want,
+             "--padded-vocab-size ", want, " must be >= the tokenizer's ", tokenizer_vocab_size, " ids");
   }
   c.validate();
   return c;

@@ -54,6 +54,24 @@ std::string throughput_line(const LogStats& s, int world_size, double gemm_peak_
   return l;
 }
 
+std::string traffic_line(const std::vector<GroupVolume>& comm) {
+  auto mb = [](double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); };
+  std::string l = " [qk] bytes per iteration:";
+  for (const GroupVolume& v : comm) {
+    std::string kinds;
+    auto kind = [&](const char* name, double b) {
+      if (b > 0) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", name, mb(b));
+    };
+    kind("all-reduce", v.all_reduce);
+    kind("all-gather", v.all_gather);
+    kind("reduce-scatter", v.reduce_scatter);
+    kind("other", v.other);
+    l += fmt::format(" {} {} in {:.0f} calls ({}), {} sent |", v.group, mb(v.bytes()), v.calls,
+                     kinds.empty() ? "none" : kinds, mb(v.wire_sent));
+  }
+  return l;
+}
+
 std::string megatron_validation_block(const std::string& prefix, const std::map<std::string, double>& metrics) {
   std::string line = fmt::format(" validation loss at {} | ", prefix);
   for (const auto& [key, value] : metrics) {

@@ -162,7 +162,8 @@ FlagInfo info_of(const FlagSpec& f) {
   if (const detail::StatusRule* r = detail::find_status_rule(f.flag)) {
     i.status = r->status;
     i.status_text = r->status == FlagStatus::kNoop ? std::string(r->what) : detail::not_yet_text(*r);
-    if (r->status == FlagStatus::kSupported) i.status_text = "other values: " + i.status_text;
+    // A supported row without refused values only carries a note (e.g. --sequence-parallel at tensor size 1).
+    if (r->status == FlagStatus::kSupported) i.status_text = r->fine ? "other values: " + i.status_text : "";
     i.status_depends_on_value = r->fine != nullptr;
   }
   return i;

@@ -259,7 +259,7 @@ void check_megatron_flag_status(ParsedMegatronArgs& p) {
       p.notes.push_back(as_given + ": no effect here; " + std::string(r->what));
     } else if (r->fine ? !r->fine(p.args) : r->status == FlagStatus::kNotYet) {
       refused.push_back(as_given + ": " + detail::not_yet_text(*r));
-    } else if (!r->accepted_note.empty()) {
+    } else if (!r->accepted_note.empty() && (!r->note_when || r->note_when(p.args))) {
       p.notes.push_back(as_given + ": " + std::string(r->accepted_note));
     }
   }

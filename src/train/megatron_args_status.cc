@@ -5,11 +5,11 @@
 // values it names (e.g. a tokenizer type this build cannot read). A "no-op" row
 // accepts the flag with one info line saying what it means here.
 //
-// Defaults as of issue 15 (GPT/Llama on one tensor/pipeline rank): not yet for
-// tensor/sequence/pipeline/context/expert parallelism, MoE, MLA, the distributed
-// optimizer, overlapped reductions and activation recompute (issues 16-18);
-// --sequence-parallel is accepted at tensor size 1, where Megatron turns it
-// off.
+// As of issue 16's tensor and sequence parallelism (GPT/Llama over tensor x
+// data-parallel ranks): not yet for pipeline/context/expert parallelism, MoE,
+// MLA, the distributed optimizer, overlapped reductions and activation
+// recompute (issues 16-18); --sequence-parallel at tensor size 1 is turned
+// off with a note, as Megatron does.
 #include <set>
 
 #include "megatron_flag_table.h"
@@ -34,11 +34,10 @@ constexpr std::string_view kNoTensorBoard =
 std::vector<StatusRule> build_rules() {
   std::vector<StatusRule> r = {
       // ---- parallelism (issues 16, 17, 18)
-      {"--tensor-model-parallel-size", kNotYet, "tensor parallelism", kIssue16,
-       [](const A& a) { return a.tensor_model_parallel_size == 1; }, "this build runs tensor size 1"},
-      {"--sequence-parallel", kNotYet, "sequence parallelism", kIssue16,
-       [](const A& a) { return a.tensor_model_parallel_size == 1; }, "this build runs tensor size 1",
-       "turned off because --tensor-model-parallel-size is 1 (Megatron warns and does the same)"},
+      // --tensor-model-parallel-size is supported (no row).
+      {"--sequence-parallel", kSupported, "sequence parallelism", kIssue16, nullptr, {},
+       "turned off because --tensor-model-parallel-size is 1 (Megatron warns and does the same)",
+       [](const A& a) { return a.tensor_model_parallel_size == 1; }},
       {"--context-parallel-size", kNotYet, "context parallelism", kIssue16,
        [](const A& a) { return a.context_parallel_size == 1; }, "this build runs context size 1"},
       {"--pipeline-model-parallel-size", kNotYet, "pipeline parallelism", kIssue17,

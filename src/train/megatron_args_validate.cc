@@ -244,7 +244,8 @@ void validate_model(MegatronArgs& a) {
   positive(*a.max_position_embeddings, "--max-position-embeddings");
   const int64_t h = *a.hidden_size, heads = *a.num_attention_heads;
 
-  if (!a.ffn_hidden_size) {
+  const bool ffn_default = !a.ffn_hidden_size;
+  if (ffn_default) {
     // Megatron's SwiGLU rule keeps the parameter count near the 4h MLP, a multiple of 64.
     a.ffn_hidden_size = a.swiglu ? static_cast<int64_t>((4.0 * static_cast<double>(h) * 2 / 3) / 64) * 64 : 4 * h;
   }
@@ -265,6 +266,9 @@ void validate_model(MegatronArgs& a) {
            tp, ")");
   QK_CHECK(groups % tp == 0, "--num-query-groups (", groups, ") must be divisible by --tensor-model-parallel-size (",
            tp, ")");
+  QK_CHECK(*a.ffn_hidden_size % tp == 0, "--ffn-hidden-size (", *a.ffn_hidden_size,
+           ") must be divisible by --tensor-model-parallel-size (", tp, ")",
+           ffn_default ? " (the default from --hidden-size; give --ffn-hidden-size)" : "");
 
   QK_CHECK(a.seq_length.has_value(), "--seq-length is required");
   positive(*a.seq_length, "--seq-length");
@@ -278,6 +282,9 @@ void validate_model(MegatronArgs& a) {
   // Megatron turns sequence parallelism off at tensor size 1 (the status
   // check notes it when the flag was given).
   if (a.tensor_model_parallel_size == 1) a.sequence_parallel = false;
+  QK_CHECK(!a.sequence_parallel || *a.seq_length % a.tensor_model_parallel_size == 0, "--seq-length (",
+           *a.seq_length, ") must be divisible by --tensor-model-parallel-size (", a.tensor_model_parallel_size,
+           ") with --sequence-parallel: each rank holds an equal block of the sequence");
   QK_CHECK(!a.tp_comm_overlap || a.sequence_parallel, "--tp-comm-overlap needs --sequence-parallel");
   if (!a.add_bias_linear) a.bias_gelu_fusion = false;
   if (a.add_bias_linear) a.add_qkv_bias = true;

@@ -81,6 +81,8 @@ struct StatusRule {
   // An info line when the flag is given and `fine` holds (e.g. what
   // Megatron itself does with --sequence-parallel at tensor size 1).
   std::string_view accepted_note = {};
+  // When set, accepted_note is given only when this holds (e.g. tensor size 1).
+  bool (*note_when)(const MegatronArgs&) = nullptr;
 };
 const std::vector<StatusRule>& status_rules();
 const StatusRule* find_status_rule(std::string_view flag);

@@ -189,24 +189,87 @@ void MixedPrecisionOptimizer::all_reduce_grads(dist::ProcessGroup& pg) {
   }
 }
 
+void MixedPrecisionOptimizer::set_tensor_parallel(TensorParallel tp) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < names_.size(); ++i) index[names_[i]] = i;
+  sharded_.assign(names_.size(), 0);
+  for (const auto& [name, spec] : tp.shard_specs)
+    if (auto it = index.find(name); it != index.end()) sharded_[it->second] = 1;  // frozen shards: not ours
+  partial_.clear();
+  for (const std::string& name : tp.partial_gradients) {
+    const auto it = index.find(name);
+    QK_CHECK_AS(ValueError, it != index.end(), "MixedPrecisionOptimizer::set_tensor_parallel: '", name,
+                "' has a partial gradient but is not a parameter of this optimizer");
+    partial_.push_back(it->second);
+  }
+  tp_ = std::move(tp);
+}
+
+// Megatron's _allreduce_layernorm_grads on the fp32 main gradients (after
+// the data-parallel reduction; sums commute with its average). A parameter
+// without a gradient here adds zeros, so every rank reduces the same buffer.
+void MixedPrecisionOptimizer::sum_partial_grads() {
+  if (!tp_.active() || partial_.empty()) return;
+  int64_t total = 0;
+  for (size_t i : partial_) total += main_[i].numel();
+  Tensor flat = zeros({total}, TensorOptions(DType::f32));
+  int64_t at = 0;
+  for (size_t i : partial_) {
+    const Tensor g = main_[i].grad();
+    if (g.defined()) ops::copy_(ops::narrow(flat, 0, at, g.numel()), ops::reshape(g, {g.numel()}));
+    at += main_[i].numel();
+  }
+  tp_.group->all_reduce(flat);
+  at = 0;
+  for (size_t i : partial_) {
+    const Tensor part = ops::reshape(ops::narrow(flat, 0, at, main_[i].numel()), main_[i].shape());
+    if (Tensor g = main_[i].grad(); g.defined()) {
+      ops::copy_(g, part);
+      g.bump_version();
+    } else {
+      main_[i].set_grad(ops::contiguous(part));
+    }
+    at += main_[i].numel();
+  }
+}
+
 OptimizerStepResult MixedPrecisionOptimizer::step() {
   collect_grads();
   NoGradGuard no_grad;
+  sum_partial_grads();
   std::vector<Tensor> grads;
-  for (const Tensor& m : main_) {
-    Tensor g = m.grad();
+  std::vector<char> shard;
+  for (size_t i = 0; i < main_.size(); ++i) {
+    Tensor g = main_[i].grad();
     if (!g.defined()) continue;
     QK_CHECK_AS(ValueError, g.dtype() == DType::f32 && g.is_contiguous(),
                 "MixedPrecisionOptimizer: gradients of fp32 parameters must be contiguous f32");
     grads.push_back(g);
+    shard.push_back(tp_.active() && sharded_[i]);
   }
   OptimizerStepResult r;
   collected_ = false;
-  std::vector<kernels::Span> spans;
-  for (const Tensor& g : grads) spans.push_back({g.data_ptr<float>(), g.numel()});
+  std::vector<kernels::Span> spans, shard_spans, replicated_spans;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const kernels::Span s{grads[i].data_ptr<float>(), grads[i].numel()};
+    spans.push_back(s);
+    (shard[i] ? shard_spans : replicated_spans).push_back(s);
+  }
   // One pass: unscale, look for inf/NaN, sum the squares for the norm.
   const float inv = scaler_ ? scaler_->inv_scale() : 1.0f;
-  const kernels::UnscaleResult u = kernels::unscale_check_and_norm(spans, inv);
+  kernels::UnscaleResult u;
+  if (!tp_.active()) {
+    u = kernels::unscale_check_and_norm(spans, inv);
+  } else {
+    // Shards: squares and inf/NaN summed over the group; replicated
+    // parameters (equal on every rank) counted once.
+    const kernels::UnscaleResult s = kernels::unscale_check_and_norm(shard_spans, inv);
+    const kernels::UnscaleResult rep = kernels::unscale_check_and_norm(replicated_spans, inv);
+    Tensor both = from_vector<double>({s.sum_squares, s.found_inf || rep.found_inf ? 1.0 : 0.0}, {2});
+    tp_.group->all_reduce(both);
+    u.sum_squares = both.data_ptr<double>()[0] + rep.sum_squares;
+    u.found_inf = both.data_ptr<double>()[1] > 0;
+  }
   if (scaler_ || o_.skip_nonfinite) {
     r.found_inf = u.found_inf;
     if (scaler_) scaler_->update(r.found_inf);
@@ -220,7 +283,15 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
     const double coeff = o_.clip_grad / (r.grad_norm + 1.0e-6);
     if (coeff < 1.0) kernels::scale(spans, static_cast<float>(coeff));
   }
-  if (o_.log_num_zeros_in_grad) r.num_zeros_in_grad = kernels::count_zeros(spans);
+  if (o_.log_num_zeros_in_grad) {
+    if (!tp_.active()) {
+      r.num_zeros_in_grad = kernels::count_zeros(spans);
+    } else {
+      Tensor z = from_vector<int64_t>({kernels::count_zeros(shard_spans)}, {1});
+      tp_.group->all_reduce(z);
+      r.num_zeros_in_grad = z.data_ptr<int64_t>()[0] + kernels::count_zeros(replicated_spans);
+    }
+  }
   for (const Tensor& g : grads) g.bump_version();
   inner_->step();
   if (copies_) {
@@ -244,6 +315,16 @@ void MixedPrecisionOptimizer::reload_model_params() {
 }
 
 void MixedPrecisionOptimizer::save_state(const std::string& path, const nn::Metadata& extra) const {
+  const StateByName s = state_by_name(extra);
+  nn::save_safetensors(path, s.tensors, s.metadata);
+}
+
+void MixedPrecisionOptimizer::load_state(const std::string& path) {
+  const nn::SafetensorsFile f = nn::load_safetensors(path);
+  load_state_by_name({f.tensors, f.metadata}, path);
+}
+
+MixedPrecisionOptimizer::StateByName MixedPrecisionOptimizer::state_by_name(const nn::Metadata& extra) const {
   const optim::OptimizerState s = inner_->state_dict();
   nn::TensorMap tensors;
   nn::Metadata meta = extra;
@@ -273,11 +354,10 @@ void MixedPrecisionOptimizer::save_state(const std::string& path, const nn::Meta
   }
   for (size_t i = 0; i < names_.size(); ++i)
     if (!main_[i].is_same(model_[i])) tensors["main_param/" + names_[i]] = main_[i];
-  nn::save_safetensors(path, tensors, meta);
+  return {std::move(tensors), std::move(meta)};
 }
 
-void MixedPrecisionOptimizer::load_state(const std::string& path) {
-  const nn::SafetensorsFile f = nn::load_safetensors(path);
+void MixedPrecisionOptimizer::load_state_by_name(const StateByName& f, const std::string& path) {
   const auto fmt = f.metadata.find("format");
   QK_CHECK_AS(IoError, fmt != f.metadata.end() && fmt->second == kStateFormat, "'", path,
               "' is not an optimizer state written by qk::train (no format=", kStateFormat, " metadata)");

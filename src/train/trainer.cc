@@ -54,6 +54,8 @@ const std::set<std::string>& train_fields() {
   return f;
 }
 
+bool is_train_field(const std::string& key) { return train_fields().count(key) || key.rfind("comm/", 0) == 0; }
+
 std::map<std::string, double> record_of(const LogStats& s) {
   std::map<std::string, double> r = s.losses;
   r["consumed_samples"] = static_cast<double>(s.consumed_samples);
@@ -71,6 +73,17 @@ std::map<std::string, double> record_of(const LogStats& s) {
   if (s.tflops_per_rank > 0) r["tflops_per_rank"] = s.tflops_per_rank;
   r["peak_memory_bytes"] = static_cast<double>(s.peak_memory_bytes);
   r["comm_wait_ms"] = s.comm_wait_ms;
+  for (const GroupVolume& v : s.comm) {
+    const std::string k = "comm/" + v.group + "/";
+    r[k + "bytes"] = v.bytes();
+    r[k + "all_reduce_bytes"] = v.all_reduce;
+    r[k + "all_gather_bytes"] = v.all_gather;
+    r[k + "reduce_scatter_bytes"] = v.reduce_scatter;
+    r[k + "other_bytes"] = v.other;
+    r[k + "calls"] = v.calls;
+    r[k + "wire_bytes_sent"] = v.wire_sent;
+    r[k + "wire_bytes_received"] = v.wire_received;
+  }
   return r;
 }
 
@@ -87,8 +100,14 @@ const char* exit_reason_name(ExitReason r) {
 }
 
 Trainer::Trainer(nn::Module& model, MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
-                 TrainerOptions o, DataParallel dp)
-    : model_(model), opt_(optimizer), sched_(scheduler), o_(std::move(o)), dp_(dp), start_s_(now_seconds()) {
+                 TrainerOptions o, DataParallel dp, ModelParallel mp)
+    : model_(model),
+      opt_(optimizer),
+      sched_(scheduler),
+      o_(std::move(o)),
+      dp_(dp),
+      mp_(std::move(mp)),
+      start_s_(now_seconds()) {
   QK_CHECK_AS(ValueError, (o_.train_iters > 0) != (o_.train_samples > 0),
               "Give exactly one of --train-iters and --train-samples (got ", o_.train_iters, " and ",
               o_.train_samples, ")");
@@ -106,6 +125,8 @@ Trainer::Trainer(nn::Module& model, MixedPrecisionOptimizer& optimizer, Optimize
       opt_, dp_,
       StepRunnerOptions{.num_microbatches = k, .autocast = o_.autocast, .reduce_metrics = o_.reduce_metrics});
   runner_->set_scheduler(&sched_, o_.global_batch_size);
+  traffic_.add("tp", mp_.tp.group);
+  traffic_.add("dp", dp_.group);
 }
 
 Trainer::~Trainer() = default;
@@ -119,20 +140,21 @@ std::optional<LoadedCheckpoint> Trainer::load() {
       lo.no_load_rng = o_.no_load_rng;
       lo.finetune = o_.finetune;
       lo.rank = dp_.rank();
+      lo.tp = &mp_.tp;
       out = load_train_state(c->path + "/", c->meta, c->path, {&model_, &opt_, &sched_}, lo);
       progress_ = out->meta.progress;
       loaded_user_ = out->meta.user_json;
       loaded_ = true;
     }
   }
-  if (dp_.size() > 1) {
+  if (const DataParallel all = job(); all.size() > 1) {
     // Every rank must stand at rank 0's iteration: ranks reading different
     // folders (no shared filesystem) would train apart.
     Tensor range = from_vector<int64_t>({progress_.iteration, -progress_.iteration}, {2});
-    dp_.group->all_reduce(range, dist::ReduceOp::max);
+    all.group->all_reduce(range, dist::ReduceOp::max);
     const int64_t hi = range.data_ptr<int64_t>()[0], lo = -range.data_ptr<int64_t>()[1];
     QK_CHECK_AS(ValueError, hi == lo, "The ranks resumed at different iterations (", lo, " to ", hi,
-                "; this is rank ", dp_.rank(), " at ", progress_.iteration,
+                "; this is rank ", all.rank(), " at ", progress_.iteration,
                 "): every rank must read the same checkpoints; is '", o_.load, "' on a filesystem all nodes share?");
   }
   return out;
@@ -162,17 +184,25 @@ std::optional<CheckpointInfo> Trainer::save(const TrainerCallbacks& cb) {
   m.args_json = o_.args_json;
   if (cb.user_state) m.user_json = cb.user_state();
   if (o_.no_save_optim) m.optimizer_file.clear();
-  std::optional<CheckpointInfo> info;
+  const TrainState st{&model_, o_.no_save_optim ? nullptr : &opt_, o_.no_save_optim ? nullptr : &sched_};
+  // The tensor-parallel group of data-parallel rank 0 puts its shards
+  // together (the other replicas hold the same); rank 0 of the job writes.
+  std::optional<TrainTensors> whole;
   if (dp_.rank() == 0) {
-    const TrainState st{&model_, o_.no_save_optim ? nullptr : &opt_, o_.no_save_optim ? nullptr : &sched_};
-    info = save_checkpoint(CheckpointDir(o_.save, o_.keep_checkpoints), iteration_folder(progress_.iteration), st, m);
+    whole = train_tensors(st, mp_.tp);
+    if (!o_.no_save_rng) m.tp_rng = gather_tensor_parallel_rng_states(mp_.tp);
+  }
+  std::optional<CheckpointInfo> info;
+  if (job().rank() == 0) {
+    info = save_checkpoint(CheckpointDir(o_.save, o_.keep_checkpoints), iteration_folder(progress_.iteration), st, m,
+                           whole ? &*whole : nullptr);
     // Megatron's tracker file, for people and scripts that look for it.
     atomic_write_file(o_.save + "/latest_checkpointed_iteration.txt", std::to_string(progress_.iteration) + "\n");
     QK_DEBUG("saved checkpoint {} at iteration {}", info->path, progress_.iteration);
     if (cb.on_save) cb.on_save(*info);
     write_curves();
   }
-  if (dp_.size() > 1) dp_.group->barrier();
+  if (const DataParallel all = job(); all.size() > 1) all.group->barrier();
   return info;
 }
 
@@ -183,7 +213,7 @@ void Trainer::write_curves() const {
   for (const MetricsLog::Record& r : metrics_->records()) {
     const double x = static_cast<double>(r.iteration);
     for (const auto& [k, v] : r.values) {
-      if (r.kind == "train" && !train_fields().count(k)) {
+      if (r.kind == "train" && !is_train_field(k)) {
         train[k].label = k;
         train[k].x.push_back(x), train[k].y.push_back(v);
       } else if (r.kind == "valid" && k != "consumed_valid_samples" && k != "seconds") {
@@ -203,7 +233,8 @@ void Trainer::write_curves() const {
 
 TrainResult Trainer::train(const TrainerCallbacks& cb) {
   QK_CHECK_AS(ValueError, static_cast<bool>(cb.train_step), "Trainer::train: no train_step callback");
-  const bool lead = dp_.rank() == 0;
+  const DataParallel all = job();
+  const bool lead = all.rank() == 0;
   if (lead && !o_.metrics_file.empty())
     metrics_ = std::make_unique<MetricsLog>(o_.metrics_file, loaded_ ? progress_.iteration : -1);
   std::optional<ExitSignal> signal;
@@ -223,7 +254,9 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
   };
   while (progress_.iteration < train_iters_ &&
          (o_.train_samples == 0 || progress_.consumed_train_samples < o_.train_samples)) {
+    traffic_.begin_step();
     const StepStats st = runner_->step(cb.train_step);
+    traffic_.end_step();
     ran = true;
     saved = false;
     progress_.iteration += 1;
@@ -259,9 +292,10 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
       s.samples_per_second = static_cast<double>(in_interval * o_.global_batch_size) / std::max(secs, 1e-9);
       s.tokens_per_second = s.samples_per_second * static_cast<double>(o_.tokens_per_sample);
       if (o_.flops_per_sample > 0)
-        s.tflops_per_rank = o_.flops_per_sample * s.samples_per_second / (1e12 * dp_.size());
+        s.tflops_per_rank = o_.flops_per_sample * s.samples_per_second / (1e12 * all.size());
       s.peak_memory_bytes = peak_rss_bytes();
       s.comm_wait_ms = st.comm_wait_ms;
+      s.comm = traffic_.take();
       if (metrics_) metrics_->write("train", s.iteration, record_of(s));
       if (cb.on_log) cb.on_log(s);
       interval.restart();
@@ -281,7 +315,7 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
     }
 
     // Megatron's checkpoint_and_decide_exit, in its order.
-    if (signal && signal->received_any(dp_)) {
+    if (signal && signal->received_any(all)) {
       do_save();
       result.exit_reason = ExitReason::signal;
       break;
@@ -290,7 +324,7 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
     if (o_.exit_duration_in_mins > 0) {
       const bool late = (now_seconds() - start_s_) / 60.0 > o_.exit_duration_in_mins;
       Tensor done = from_vector<int64_t>({late ? int64_t{1} : int64_t{0}}, {1});
-      if (dp_.size() > 1) dp_.group->all_reduce(done, dist::ReduceOp::max);
+      if (all.size() > 1) all.group->all_reduce(done, dist::ReduceOp::max);
       if (done.data_ptr<int64_t>()[0]) {
         if (!saved) do_save();
         result.exit_reason = ExitReason::exit_duration;
@@ -299,7 +333,7 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
     }
     if (o_.exit_interval > 0 && progress_.iteration % o_.exit_interval == 0) {
       if (!saved) do_save();
-      if (dp_.size() > 1) dp_.group->barrier();
+      if (all.size() > 1) all.group->barrier();
       result.exit_reason = ExitReason::exit_interval;
       break;
     }

@@ -77,6 +77,52 @@ TEST(GptPretrain, ModelFlagsMapOntoTheTransformerConfig) {
   EXPECT_EQ(g.params_dtype, DType::f32);
 }
 
+// Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by
+// x the tensor-parallel size; --padded-vocab-size is exact at any size that
+// divides it, and an error naming both flags at one that does not.
+TEST(GptPretrain, PaddedVocabularySplitsOverTensorParallelRanks) {
+  auto c = train::gpt_transformer_config(validated(tiny() + Argv{"--tensor-model-parallel-size", "2"}, 2), 4097);
+  EXPECT_EQ(c.padded_vocab_size(), 4352);  // a multiple of 128 x 2
+  EXPECT_EQ(c.tensor_model_parallel_size, 2);
+  c = train::gpt_transformer_config(validated(tiny() + Argv{"--padded-vocab-size", "4352"}), 4097);
+  EXPECT_EQ(c.padded_vocab_size(), 4352);
+  c = train::gpt_transformer_config(
+      validated(tiny() + Argv{"--padded-vocab-size", "4224", "--tensor-model-parallel-size", "2"}, 2), 4097);
+  EXPECT_EQ(c.padded_vocab_size(), 4224);
+  EXPECT_EQ(error_of([&] {
+              train::gpt_transformer_config(
+                  validated(tiny() + Argv{"--padded-vocab-size", "4226", "--tensor-model-parallel-size", "4"}, 4),
+                  4097);
+            }),
+            "--padded-vocab-size (4226) must be divisible by --tensor-model-parallel-size (4): each rank holds an "
+            "equal block of vocabulary rows");
+  // --sequence-parallel reaches the model only above tensor size 1.
+  EXPECT_TRUE(train::gpt_transformer_config(
+                  validated(tiny() + Argv{"--tensor-model-parallel-size", "2", "--sequence-parallel"}, 2), 100)
+                  .sequence_parallel);
+  EXPECT_FALSE(train::gpt_transformer_config(validated(tiny() + Argv{"--sequence-parallel"}), 100).sequence_parallel);
+}
+
+// The bytes line after each iteration line: per group, the calls' buffers by
+// kind and what the wire carried.
+TEST(GptPretrain, TrafficLineNamesEachGroupsBytes) {
+  train::GroupVolume tp;
+  tp.group = "tp";
+  tp.all_gather = 1.5e6;
+  tp.reduce_scatter = 1.5e6;
+  tp.all_reduce = 0.25e6;
+  tp.calls = 30;
+  tp.wire_sent = 1.6e6;
+  train::GroupVolume dp;
+  dp.group = "dp";
+  dp.all_reduce = 2.1e6;
+  dp.calls = 2;
+  dp.wire_sent = 2.1e6;
+  EXPECT_EQ(train::traffic_line({tp, dp}),
+            " [qk] bytes per iteration: tp 3.25 MB in 30 calls (all-reduce 0.25 MB, all-gather 1.50 MB, "
+            "reduce-scatter 1.50 MB), 1.60 MB sent | dp 2.10 MB in 2 calls (all-reduce 2.10 MB), 2.10 MB sent |");
+}
+
 TEST(GptPretrain, OptimizerScheduleAndScalerFollowTheFlags) {
   auto a = validated(tiny() + Argv{"--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--min-lr", "1e-4",
                                    "--weight-decay", "0.1", "--clip-grad", "0.5"});

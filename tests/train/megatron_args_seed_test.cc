@@ -15,7 +15,8 @@ namespace {
 
 using train::FlagStatus;
 
-// Issue 15's status for each seed flag; the lead flips these (and the table in
+// Each seed flag's status: issue 15's, with tensor and sequence parallelism
+// flipped by issue 16; flipped here (and in the table in
 // src/train/megatron_args_status.cc) as issues 16-18 land.
 const std::set<std::string>& expected_not_yet() {
   static const std::set<std::string> s = {
@@ -25,11 +26,9 @@ const std::set<std::string>& expected_not_yet() {
       "--moe-router-topk-scaling-factor", "--moe-aux-loss-coeff", "--moe-expert-capacity-factor",
       "--moe-device-level-capacity", "--moe-device-level-aux-loss-coeff", "--moe-comm-aux-loss-coeff",
       "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-grouped-gemm",
-      "--use-distributed-optimizer", "--sequence-parallel", "--recompute-granularity",
-      "--recompute-method",
+      "--use-distributed-optimizer", "--recompute-granularity", "--recompute-method",
       "--recompute-num-layers", "--num-layers-per-virtual-pipeline-stage", "--multi-latent-attention",
-      "--overlap-grad-reduce", "--moe-shared-expert-overlap", "--tensor-model-parallel-size",
-      "--pipeline-model-parallel-size"};
+      "--overlap-grad-reduce", "--moe-shared-expert-overlap", "--pipeline-model-parallel-size"};
   return s;
 }
 const std::set<std::string>& expected_noop() {
@@ -75,12 +74,10 @@ TEST(MegatronSeedArgs, EveryFlagAcceptedOrRefusedAsItsStatusSays) {
 
       const std::string err = parse_error(practice() + flag, 2);
       const bool refused = !err.empty();
-      // A switch refused only in layouts this build lacks: --sequence-parallel
-      // at tensor size 1, which Megatron turns off (one note says so).
-      const bool accepted_switch = i.status == FlagStatus::kNotYet && i.status_depends_on_value && flag.size() == 1;
-      if (accepted_switch) {
-        EXPECT_FALSE(refused) << err;
-      } else if (i.status == FlagStatus::kNotYet && i.status_depends_on_value) {
+      // --sequence-parallel at the practice tensor size 1: Megatron turns it
+      // off, and one note says so.
+      const bool noted_switch = flag[0] == "--sequence-parallel";
+      if (i.status == FlagStatus::kNotYet && i.status_depends_on_value) {
         // The seed's value-dependent refusals are sizes: 1 is this build's layout, more needs the feature.
         const std::string v = flag.size() > 1 ? flag[1] : "";
         EXPECT_EQ(refused, v != "1") << err;
@@ -96,7 +93,7 @@ TEST(MegatronSeedArgs, EveryFlagAcceptedOrRefusedAsItsStatusSays) {
         EXPECT_NE(err.find("is not built yet"), std::string::npos) << err;
       } else {
         const auto p = train::parse_megatron_args(practice() + flag, options(2));
-        EXPECT_EQ(p.notes.size(), i.status == FlagStatus::kNoop || accepted_switch ? 1u : 0u);
+        EXPECT_EQ(p.notes.size(), i.status == FlagStatus::kNoop || noted_switch ? 1u : 0u);
         if (!p.notes.empty()) {
           EXPECT_EQ(p.notes[0].find(flag[0]), 0u) << p.notes[0];
         }
@@ -141,8 +138,7 @@ TEST(MegatronSeedArgs, PracticeLaunchParsesToTheExpectedFields) {
   Argv training;
   for (const auto& line : s.arrays.at("TRAINING_ARGS")) {
     const Argv f = expand_line(line);
-    // --sequence-parallel is "not yet" only above tensor size 1.
-    if (!expected_not_yet().count(f[0]) || f[0] == "--sequence-parallel") training = training + f;
+    if (!expected_not_yet().count(f[0])) training = training + f;
   }
   const Argv argv = expand_array(s.arrays.at("MODEL_ARGS")) + Argv{"--num-attention-heads", "8"} + training +
                     expand_array(s.arrays.at("REGULARIZATION_ARGS")) +
@@ -254,16 +250,20 @@ TEST(MegatronSeedArgs, MoeArgsAreRefusedUntilMoeLands) {
   EXPECT_EQ(err.find("--moe-permute-fusion"), std::string::npos) << "a no-op, not refused";
 }
 
-TEST(MegatronSeedArgs, ParallelSizesAboveOneAreRefusedWithTheFeatureAndIssue) {
+TEST(MegatronSeedArgs, ParallelSizesAboveOneAreRefusedWithTheFeatureAndIssueButTensorRuns) {
   EXPECT_EQ(parse_error(practice() + Argv{"--pipeline-model-parallel-size", "2"}, 2),
             "--pipeline-model-parallel-size 2: pipeline parallelism is not built yet (issue 17); this build "
             "runs pipeline size 1");
-  EXPECT_EQ(parse_error(practice() + Argv{"--tensor-model-parallel-size", "2"}, 2),
-            "--tensor-model-parallel-size 2: tensor parallelism is not built yet (issue 16); this build runs "
-            "tensor size 1");
   EXPECT_EQ(parse_error(practice() + Argv{"--context-parallel-size=4"}, 4),
             "--context-parallel-size 4: context parallelism is not built yet (issue 16); this build runs "
             "context size 1");
+  // Tensor parallelism runs (issue 16), with sequence parallelism on top.
+  EXPECT_EQ(parse_error(practice() + Argv{"--tensor-model-parallel-size", "2", "--sequence-parallel"}, 4), "");
+  const auto p = train::parse_megatron_args(practice() + Argv{"--tensor-model-parallel-size", "2",
+                                                              "--sequence-parallel"}, options(4));
+  EXPECT_TRUE(p.args.sequence_parallel);
+  EXPECT_EQ(p.args.data_parallel_size, 2);
+  EXPECT_TRUE(p.notes.empty()) << p.notes[0];
   // Size 1 everywhere is this build's layout.
   EXPECT_EQ(parse_error(practice() + Argv{"--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size",
                                           "1", "--expert-model-parallel-size", "1", "--context-parallel-size", "1"},

@@ -67,6 +67,33 @@ TEST(MegatronArgsValidate, GlobalBatchAgainstMicroBatchAndDataParallelSize) {
   QK_EXPECT_PARSE_ERROR(practice() + Argv{"--micro-batch-size", "0"}, "--micro-batch-size must be positive, got 0");
 }
 
+// Tensor-parallel sizes that do not split the model: errors naming both flags.
+TEST(MegatronArgsValidate, TensorParallelSizesThatDoNotSplitNameTheFlags) {
+  EXPECT_EQ(validate_error(practice() + Argv{"--tensor-model-parallel-size", "3"}, 3),
+            "--num-attention-heads (8) must be divisible by --tensor-model-parallel-size (3)");
+  EXPECT_EQ(validate_error(practice() + Argv{"--group-query-attention", "--num-query-groups", "2",
+                                             "--tensor-model-parallel-size", "4"},
+                           4),
+            "--num-query-groups (2) must be divisible by --tensor-model-parallel-size (4)");
+  EXPECT_EQ(validate_error(practice() + Argv{"--ffn-hidden-size", "1346", "--tensor-model-parallel-size", "4"}, 4),
+            "--ffn-hidden-size (1346) must be divisible by --tensor-model-parallel-size (4)");
+  // SwiGLU's default width int(8h/3/64)*64 is 640 for hidden 256, which 3 ranks do not split.
+  EXPECT_EQ(validate_error(practice() + Argv{"--hidden-size", "256", "--num-attention-heads", "6", "--kv-channels",
+                                             "32", "--tensor-model-parallel-size", "3"},
+                           3),
+            "--ffn-hidden-size (640) must be divisible by --tensor-model-parallel-size (3) (the default from "
+            "--hidden-size; give --ffn-hidden-size)");
+  EXPECT_EQ(validate_error(practice() + Argv{"--seq-length", "1022", "--tensor-model-parallel-size", "4",
+                                             "--sequence-parallel"},
+                           4),
+            "--seq-length (1022) must be divisible by --tensor-model-parallel-size (4) with --sequence-parallel: "
+            "each rank holds an equal block of the sequence");
+  // Without --sequence-parallel any sequence length splits (the heads do).
+  EXPECT_EQ(validated(practice() + Argv{"--seq-length", "1022", "--tensor-model-parallel-size", "4"}, 4)
+                .data_parallel_size,
+            1);
+}
+
 TEST(MegatronArgsValidate, RequiredSizes) {
   const Argv t = practice_training();
   EXPECT_EQ(parse_error(t + Argv{"--hidden-size", "8"}), "--num-layers is required");

@@ -7,9 +7,19 @@
 // The JSON: {"format", "iteration", "consumed_train_samples",
 // "consumed_valid_samples", "weights", "optimizer_state", "scheduler",
 // "grad_scaler" (the loss scaler), "rng": [{"seed", "offset"} per data-parallel rank],
+// "tp_rng": [the same per tensor-parallel rank: its dropout generator],
 // "args": the run's arguments, "user": the caller's own state}.
-// Nothing depends on how the model was split over ranks, so a later
-// tensor- or pipeline-parallel run can gather or scatter the same files.
+// Nothing depends on how the model was split over ranks: under tensor
+// parallelism the shards of the weights, the fp32 main weights and the
+// optimizer's moments are gathered into whole tensors on save
+// (train_tensors) and each rank cuts its shards on load (LoadOptions::tp),
+// so a checkpoint saved at one tensor x data-parallel layout loads at any other.
+//
+//   // tensor parallel: every rank of tp gathers, one rank of the job writes
+//   const qk::train::TrainTensors whole = qk::train::train_tensors(st, tp);
+//   m.tp_rng = qk::train::gather_tensor_parallel_rng_states(tp);
+//   if (job_rank == 0) qk::train::save_checkpoint(ckpts, name, st, m, &whole);
+//   ... load_train_state(dir, json, where, st, {.rank = dp.rank(), .tp = &tp});
 //
 //   qk::train::TrainState st{model.get(), &opt, &sched};
 //   qk::train::CheckpointMeta m;
@@ -31,6 +41,7 @@
 #include "qk/nn/safetensors.h"
 #include "qk/train/lr_schedule.h"
 #include "qk/train/mixed_precision_optimizer.h"
+#include "qk/train/model_parallel.h"
 #include "qk/train/step_runner.h"
 
 namespace qk::train {
@@ -60,6 +71,7 @@ struct CheckpointMeta {
   std::string format = kTrainCheckpointFormat;
   TrainProgress progress;
   std::vector<RngState> rng;        // one per data-parallel rank (gather_rng_states)
+  std::vector<RngState> tp_rng;     // one per tensor-parallel rank (gather_tensor_parallel_rng_states)
   std::string args_json = "{}";     // the run's arguments, a JSON value
   std::string user_json = "null";   // the caller's own state, a JSON value
   std::string weights_file = "model.safetensors";
@@ -73,13 +85,29 @@ std::string iteration_folder(int64_t iteration);
 // Every data-parallel rank's default-generator state, rank order. Collective.
 std::vector<RngState> gather_rng_states(const DataParallel& dp);
 
+// Every tensor-parallel rank's dropout-generator state, rank order (empty
+// without a generator). Collective over tp.group.
+std::vector<RngState> gather_tensor_parallel_rng_states(const TensorParallel& tp);
+
+// What a checkpoint stores of a TrainState's model and optimizer: whole
+// tensors by name. Without tensor parallelism the model's state dict and
+// the optimizer's state as they are; with it, every shard gathered
+// (collective: every rank of tp.group calls it).
+struct TrainTensors {
+  nn::TensorMap weights;
+  std::optional<MixedPrecisionOptimizer::StateByName> optimizer;  // when the TrainState has one
+};
+TrainTensors train_tensors(const TrainState& s, const TensorParallel& tp = {});
+
 // Writes the weights and optimizer files into `dir` (each under a temporary
 // name, then renamed) and returns the checkpoint's JSON, which names them.
-std::string write_train_state(const std::string& dir, const TrainState& s, const CheckpointMeta& m);
+// `tensors`: what train_tensors gathered (null: the TrainState's own).
+std::string write_train_state(const std::string& dir, const TrainState& s, const CheckpointMeta& m,
+                              const TrainTensors* tensors = nullptr);
 
 // A committed step folder ROOT/name. Run by one rank.
 CheckpointInfo save_checkpoint(const CheckpointDir& ckpts, const std::string& name, const TrainState& s,
-                               const CheckpointMeta& m);
+                               const CheckpointMeta& m, const TrainTensors* tensors = nullptr);
 
 struct LoadOptions {
   bool load_model = true;
@@ -87,6 +115,10 @@ struct LoadOptions {
   bool no_load_rng = false;
   bool finetune = false;       // weights only; iteration and consumed samples back to 0
   int rank = 0;                // whose RNG state this process takes
+  // Tensor parallelism: each rank keeps its shards of the whole tensors and
+  // takes its rank's dropout generator (when the checkpoint has one per rank
+  // of this size; another layout's generators are left as seeded).
+  const TensorParallel* tp = nullptr;
 };
 
 struct LoadedCheckpoint {

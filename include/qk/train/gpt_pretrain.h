@@ -141,6 +141,11 @@ std::string megatron_iteration_line(const LogStats& s, const IterationLineExtras
 // qianka's line after it: tokens/s, achieved TFLOP/s and MFU per rank against
 // the measured GEMM peak, peak memory.
 std::string throughput_line(const LogStats& s, int world_size, double gemm_peak_flops);
+// qianka's line of the bytes each process group moved per iteration of the
+// interval (LogStats::comm): " [qk] bytes per iteration: tp 12.58 MB in 30
+// calls (all-reduce 12.58 MB), 12.58 MB sent | dp 2.10 MB in 2 calls
+// (all-reduce 2.10 MB), 2.10 MB sent |".
+std::string traffic_line(const std::vector<GroupVolume>& comm);
 // Megatron's evaluate_and_print_results: a dashed line, " validation loss at
 // PREFIX | lm loss value: 5.400000E+00 | lm loss PPL: 2.214064E+02 | ", a dashed line.
 std::string megatron_validation_block(const std::string& prefix, const std::map<std::string, double>& metrics);
@@ -183,12 +188,17 @@ struct PretrainGptResult {
   int64_t num_parameters = 0;
 };
 
-// Megatron's pretrain(): joins the data-parallel job described by qk run's
-// (or torchrun's) environment, builds tokenizer, model, optimizer, schedule
-// and data from the validated arguments, resumes from --load, trains with
-// periodic evaluation and checkpoints, then evaluates the validation and
-// test splits. `a` must come from parse_megatron_args / validate_megatron_args
-// with this job's world size.
+// Megatron's pretrain(): joins the job described by qk run's (or
+// torchrun's) environment and builds Megatron's rank grid over it
+// (--tensor-model-parallel-size x data-parallel ranks; the layout printed
+// once), builds tokenizer, model (tensor-parallel above size 1, with
+// --sequence-parallel), optimizer, schedule and data (sampled by
+// data-parallel rank: the tensor-parallel ranks of a data-parallel group read
+// the same micro-batches) from the validated arguments, resumes from --load
+// (a checkpoint of any tensor x data-parallel layout), trains with periodic
+// evaluation and checkpoints, then evaluates the validation and test splits.
+// `a` must come from parse_megatron_args / validate_megatron_args with this
+// job's world size.
 PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& o = {});
 
 }  // namespace qk::train

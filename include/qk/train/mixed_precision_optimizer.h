@@ -18,6 +18,12 @@
 // else clip (coefficient clip_grad / (norm + 1e-6) when below 1), step the
 // inner optimizer on the fp32 main weights and round them into the model's
 // bf16/f16 weights. An fp32 model's main weights are its own weights.
+//
+// Under tensor parallelism (set_tensor_parallel) the step first sums the
+// partial gradients over the group (Megatron's _allreduce_layernorm_grads);
+// the norm counts each shard once (its squares summed over the group) and
+// each replicated parameter once, and inf/NaN on any rank skips the step on
+// every rank (get_grad_norm_fp32 and found_inf over the model-parallel group).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +42,7 @@
 #include "qk/optim/sgd.h"
 #include "qk/train/loss_scaler.h"
 #include "qk/train/lr_schedule.h"
+#include "qk/train/model_parallel.h"
 
 namespace qk::train {
 
@@ -99,7 +106,13 @@ class MixedPrecisionOptimizer {
   // Data parallelism without DDP: averages the gradients over `pg` in one
   // flat fp32 all-reduce (collective: every rank, once per step).
   void all_reduce_grads(dist::ProcessGroup& pg);
+  // Collective over the tensor-parallel group when one is set.
   OptimizerStepResult step();
+
+  // Tensor parallelism (see the top of this file): every rank of tp.group
+  // calls step() together. The names must be this optimizer's parameters.
+  void set_tensor_parallel(TensorParallel tp);
+  const TensorParallel& tensor_parallel() const { return tp_; }
 
   // The inner optimizer, over the fp32 main parameters (schedulers set its rates).
   optim::Optimizer& optimizer() { return *inner_; }
@@ -121,11 +134,22 @@ class MixedPrecisionOptimizer {
   // names, not positions.
   void save_state(const std::string& path, const nn::Metadata& extra = {}) const;
   void load_state(const std::string& path);
+  // The same state in memory (what save_state writes, load_state reads):
+  // under tensor parallelism this rank's shards, which checkpoints gather
+  // and scatter by the parameter name after the '/'. `where` names the
+  // source in errors.
+  struct StateByName {
+    nn::TensorMap tensors;
+    nn::Metadata metadata;
+  };
+  StateByName state_by_name(const nn::Metadata& extra = {}) const;
+  void load_state_by_name(const StateByName& state, const std::string& where);
   // Main weights from the model's weights (after loading weights only).
   void reload_model_params();
 
  private:
   void collect_grads();
+  void sum_partial_grads();
   Tensor flat_grad_view(size_t i) const;
   void ensure_flat_grads();
   std::vector<ParamGroupSpec> groups_;
@@ -139,6 +163,9 @@ class MixedPrecisionOptimizer {
   std::vector<int64_t> offsets_;
   std::vector<char> accumulated_;  // per param: flat_grads_ holds a gradient this step
   bool collected_ = false;
+  TensorParallel tp_;
+  std::vector<char> sharded_;         // per param: a tensor-parallel shard
+  std::vector<size_t> partial_;       // params whose gradients are summed over tp
 };
 
 }  // namespace qk::train

@@ -28,6 +28,12 @@
 // last checkpoint unless one was just written. Rank 0 writes checkpoints,
 // the metrics file and the curves; all ranks read checkpoints and must
 // agree on the iteration they resumed at.
+//
+// With model parallelism (ModelParallel, qk/train/model_parallel.h) the
+// data-parallel group is one of several: rank 0 of mp.world writes, all of
+// its ranks agree on the iteration and on exits, checkpoints gather and
+// scatter tensor-parallel shards by name, and LogStats::comm reports the
+// bytes each group moved per iteration.
 #pragma once
 
 #include <csignal>
@@ -44,7 +50,9 @@
 #include "qk/train/lr_schedule.h"
 #include "qk/train/metrics_log.h"
 #include "qk/train/mixed_precision_optimizer.h"
+#include "qk/train/model_parallel.h"
 #include "qk/train/step_runner.h"
+#include "qk/train/traffic_meter.h"
 
 namespace qk::train {
 
@@ -96,9 +104,10 @@ struct LogStats {
   int64_t nan_iterations = 0;            // skipped with a non-finite loss, in the interval
   double samples_per_second = 0;
   double tokens_per_second = 0;          // 0 without tokens_per_sample
-  double tflops_per_rank = 0;            // 0 without flops_per_sample
+  double tflops_per_rank = 0;            // 0 without flops_per_sample; over every rank of the job
   uint64_t peak_memory_bytes = 0;        // this process's peak RSS
   double comm_wait_ms = 0;               // DDP wait of this iteration
+  std::vector<GroupVolume> comm;         // per iteration of the interval: "dp", "tp" (groups of 2+ ranks)
 };
 
 struct EvalStats {
@@ -130,7 +139,7 @@ struct TrainResult {
 class Trainer {
  public:
   Trainer(nn::Module& model, MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
-          TrainerOptions o, DataParallel dp = {});
+          TrainerOptions o, DataParallel dp = {}, ModelParallel mp = {});
   ~Trainer();
 
   // Resumes from options().load when it holds a checkpoint (every rank; the
@@ -152,11 +161,15 @@ class Trainer {
 
  private:
   void write_curves() const;
+  // Every rank of the job (the data-parallel group without model parallelism).
+  DataParallel job() const { return {job_group(mp_, dp_.group), nullptr}; }
   nn::Module& model_;
   MixedPrecisionOptimizer& opt_;
   OptimizerParamScheduler& sched_;
   TrainerOptions o_;
   DataParallel dp_;
+  ModelParallel mp_;
+  TrafficMeter traffic_;
   std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<MetricsLog> metrics_;
   TrainProgress progress_;

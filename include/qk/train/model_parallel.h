@@ -1,0 +1,60 @@
+// Model parallelism as the training loop sees it (what Megatron's training.py
+// asks of mpu): the tensor-parallel group and which parameters are shards of
+// it, for the optimizer's gradient norm and inf check, for the gradients that
+// are partial on each rank, for checkpoints that store whole tensors by name,
+// and for the per-rank dropout generator a resume must restore.
+//
+//   auto ps = qk::parallel::ParallelState::create(qk::dist::group(), sizes);
+//   auto tp = ps->group(qk::parallel::GroupKind::tp);
+//   qk::transformer::GPTModel model(config, tp);
+//   qk::train::ModelParallel mp;
+//   mp.tp = qk::train::tensor_parallel_of(*model, tp.get(), model->tensor_parallel_generator());
+//   mp.world = &qk::dist::group();
+//   qk::train::MixedPrecisionOptimizer opt(qk::train::megatron_param_groups(*model), ...);
+//   opt.set_tensor_parallel(mp.tp);           // TP-aware norm, inf check, partial gradients
+//   qk::train::Trainer trainer(*model, opt, sched, o, {.group = ps->group(qk::parallel::GroupKind::dp).get()}, mp);
+//
+// Without model parallelism every member is empty and nothing changes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "qk/dist/process_group.h"
+#include "qk/nn/module.h"
+#include "qk/parallel/sharding.h"
+#include "qk/tensor/generator.h"
+
+namespace qk::train {
+
+struct TensorParallel {
+  dist::ProcessGroup* group = nullptr;         // null: no tensor parallelism
+  parallel::ShardSpecs shard_specs;            // parameter name -> how it is split over the group
+  std::vector<std::string> partial_gradients;  // replicated parameters whose gradients are summed over the group
+  Generator* generator = nullptr;              // per-rank dropout generator (null: none)
+
+  int size() const { return group ? group->size() : 1; }
+  int rank() const { return group ? group->rank() : 0; }
+  bool active() const { return size() > 1; }
+  bool is_shard(const std::string& name) const { return shard_specs.count(name) > 0; }
+};
+
+// The shards and partial-gradient parameters of a model built from
+// qk/parallel layers (parallel::TensorParallelModule), over `group`.
+TensorParallel tensor_parallel_of(nn::Module& model, dist::ProcessGroup* group, Generator* generator = nullptr);
+
+// The ranks of a job beyond its data-parallel group.
+struct ModelParallel {
+  TensorParallel tp;
+  // Every rank of the job (null: the data-parallel group is the whole job).
+  // All ranks agree on the resumed iteration and on exit decisions over it,
+  // and its rank 0 writes checkpoints, metrics and curves.
+  dist::ProcessGroup* world = nullptr;
+};
+
+// The job's ranks: `mp.world`, else the data-parallel group (null: one rank).
+inline dist::ProcessGroup* job_group(const ModelParallel& mp, dist::ProcessGroup* dp) {
+  return mp.world ? mp.world : dp;
+}
+
+}  // namespace qk::train

@@ -1,0 +1,259 @@
+// `qk pretrain-gpt` with tensor and sequence parallelism, ranks as processes
+// under `qk run`: TP=2, TP=2 with SP and TP=2 x DP=2 train like one rank; a
+// checkpoint saved at TP=2 continues at TP=1 and at TP=2 x DP=2 on the
+// uninterrupted run's losses; a SIGKILLed rank of a TP=2 x DP=2 run resumes
+// bit-identically; sizes that do not split are errors naming the flags.
+//
+// Tolerances (f32; the shards add their products and the vocabulary-parallel
+// softmax its sums in another order): losses per step within a relative
+// 1e-5 (measured: about 1e-7), grad norms 1e-4; final weights after 10 AdamW
+// steps at lr 3e-3 within a relative 1e-4 per tensor (Frobenius; measured
+// 2e-5) and 3e-4 absolute per entry (a tenth of one step; measured 3e-5:
+// Adam turns the rounding of a near-zero gradient into up to a whole step).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_qk.h"
+#include "qk/base/file_io.h"
+#include "qk/nn/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using qk::test::run_qk;
+using Argv = std::vector<std::string>;
+
+const fs::path kRoot = fs::path(QK_BINARY_DIR) / "test_tmp" / "pretrain_gpt_parallel" / std::to_string(::getpid());
+
+class RemoveRoot : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Failed()) fs::remove_all(kRoot);
+  }
+};
+const auto* const kRemoveRoot = ::testing::AddGlobalTestEnvironment(new RemoveRoot);
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path p = kRoot / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+Argv operator+(Argv a, const Argv& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::string join(const Argv& argv) {
+  std::string s;
+  for (const auto& a : argv) s += " '" + a + "'";
+  return s;
+}
+
+// 2 layers, hidden 64, 4 heads, SwiGLU width 128, sequence 32, mock data.
+// --vocab-size 4095 (4096 ids with eod) pads to 4096 rows at tensor sizes 1,
+// 2 and 4, so every layout starts from the same full weights.
+Argv tiny(const std::string& vocab = "4095") {
+  return {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
+          "--max-position-embeddings", "32", "--position-embedding-type", "rope", "--normalization", "RMSNorm",
+          "--swiglu", "--disable-bias-linear", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size",
+          vocab, "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "10", "--lr", "3e-3",
+          "--log-interval", "1", "--eval-interval", "5", "--eval-iters", "1", "--attention-dropout", "0",
+          "--hidden-dropout", "0"};
+}
+
+qk::test::RunResult one_rank(const Argv& args) { return run_qk("pretrain-gpt" + join(args), "QK_NUM_THREADS=1"); }
+qk::test::RunResult ranks(int n, const Argv& args, const std::string& env = "") {
+  return run_qk("run --nproc-per-node " + std::to_string(n) + " -- '" + QK_BIN + "' pretrain-gpt" + join(args), env);
+}
+
+// iteration -> record of that kind in DIR/metrics.jsonl (the newest wins).
+std::map<int64_t, nlohmann::json> metrics(const std::string& dir, const std::string& kind) {
+  std::map<int64_t, nlohmann::json> out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == kind) out[j["iteration"].get<int64_t>()] = j;
+  }
+  return out;
+}
+
+void expect_same_losses(const std::string& ref, const std::string& got, int64_t from, int64_t to) {
+  const auto a = metrics(ref, "train"), b = metrics(got, "train");
+  for (int64_t i = from; i <= to; ++i) {
+    ASSERT_TRUE(a.count(i) && b.count(i)) << "iteration " << i << " missing in " << ref << " or " << got;
+    const double x = a.at(i)["lm loss"], y = b.at(i)["lm loss"];
+    EXPECT_NEAR(y, x, 1e-5 * std::abs(x)) << "lm loss at iteration " << i;
+    const double gx = a.at(i)["grad_norm"], gy = b.at(i)["grad_norm"];
+    EXPECT_NEAR(gy, gx, 1e-4 * gx) << "grad norm at iteration " << i;
+  }
+}
+
+// The final checkpoints' weights, tensor by tensor (see the tolerances at the top).
+void expect_close_weights(const std::string& ref_file, const std::string& got_file) {
+  const qk::nn::SafetensorsFile a = qk::nn::load_safetensors(ref_file), b = qk::nn::load_safetensors(got_file);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [name, t] : a.tensors) {
+    ASSERT_TRUE(b.tensors.count(name)) << name;
+    const qk::Tensor& u = b.tensors.at(name);
+    ASSERT_EQ(t.shape(), u.shape()) << name;
+    const float* x = t.data_ptr<float>();
+    const float* y = u.data_ptr<float>();
+    double diff2 = 0, norm2 = 0, max_abs = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double d = static_cast<double>(x[i]) - y[i];
+      diff2 += d * d;
+      norm2 += static_cast<double>(x[i]) * x[i];
+      max_abs = std::max(max_abs, std::abs(d));
+    }
+    EXPECT_LE(std::sqrt(diff2 / norm2), 1e-4) << name;
+    EXPECT_LE(max_abs, 3e-4) << name;
+  }
+}
+
+// The single-rank run every layout is compared with (run once).
+const std::string& single_rank_run() {
+  static const std::string dir = [] {
+    const std::string d = fresh_dir("one");
+    const auto r = one_rank(tiny() + Argv{"--save", d, "--save-interval", "100"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return d;
+  }();
+  return dir;
+}
+
+void expect_layout_equals_one_rank(int nranks, const Argv& layout, const std::string& name,
+                                   const std::vector<std::string>& printed) {
+  const std::string& one = single_rank_run();
+  const std::string dir = fresh_dir(name);
+  const auto r = ranks(nranks, tiny() + layout + Argv{"--save", dir, "--save-interval", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& p : printed) EXPECT_NE(r.output.find(p), std::string::npos) << p << "\n" << r.output;
+  expect_same_losses(one, dir, 1, 10);
+  const auto va = metrics(one, "valid"), vb = metrics(dir, "valid");
+  ASSERT_EQ(vb.size(), 2u);
+  for (const auto& [it, v] : va)
+    EXPECT_NEAR(vb.at(it)["lm loss"].get<double>(), v["lm loss"].get<double>(), 1e-5 * v["lm loss"].get<double>());
+  expect_close_weights(one + "/iter_0000000010/model.safetensors", dir + "/iter_0000000010/model.safetensors");
+  expect_close_weights(one + "/iter_0000000010/optim.safetensors", dir + "/iter_0000000010/optim.safetensors");
+}
+
+TEST(PretrainGptParallel, TensorParallelTwoEqualsOneRank) {
+  expect_layout_equals_one_rank(2, {"--tensor-model-parallel-size", "2"}, "tp2",
+                                {"> parallel layout: world 2 = tp 2 x cp 1 x dp 1 x pp 1",
+                                 " [qk] bytes per iteration: tp ", "(all-reduce ", "[ t 1/2, p 1/1 ]"});
+}
+
+TEST(PretrainGptParallel, SequenceParallelEqualsOneRank) {
+  // Under SP the activations move as all-gathers and reduce-scatters.
+  expect_layout_equals_one_rank(2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, "sp2",
+                                {" [qk] bytes per iteration: tp ", "all-gather ", "reduce-scatter "});
+}
+
+TEST(PretrainGptParallel, TensorTwoTimesDataTwoOnFourRanksEqualsOneRank) {
+  expect_layout_equals_one_rank(4, {"--tensor-model-parallel-size", "2"}, "tp2dp2",
+                                {"> parallel layout: world 4 = tp 2 x cp 1 x dp 2 x pp 1", " | dp "});
+}
+
+// Saved at TP=2 after 5 of 10 iterations, resumed at TP=1 and at TP=2 x DP=2:
+// iterations 6-10 are the uninterrupted TP=1 run's. --vocab-size 4096 (4097
+// ids) pads to 4224 rows at TP=1 but 4352 at TP=2: the reference gets
+// --padded-vocab-size 4352, the resumed TP=1 run takes the rows from the
+// checkpoint and says so.
+TEST(PretrainGptParallel, CheckpointSavedAtTp2ContinuesAtTp1AndAtTp2TimesDp2) {
+  const Argv args = tiny("4096") + Argv{"--save-interval", "5"};
+  const std::string ref = fresh_dir("ckpt_ref"), saved = fresh_dir("ckpt_tp2");
+  auto r = one_rank(args + Argv{"--padded-vocab-size", "4352", "--save", ref});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ranks(2, args + Argv{"--tensor-model-parallel-size", "2", "--save", saved, "--exit-interval", "5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(fs::exists(saved + "/iter_0000000005/optim.safetensors")) << r.output;
+  expect_same_losses(ref, saved, 1, 5);
+
+  const std::string tp1 = fresh_dir("ckpt_at_tp1"), tp2dp2 = fresh_dir("ckpt_at_tp2dp2");
+  fs::copy(saved, tp1, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  fs::copy(saved, tp2dp2, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  r = one_rank(args + Argv{"--save", tp1, "--load", tp1});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + tp1 + "/iter_0000000005 [ t 1/1, p 1/1 ]"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("pads the vocabulary to 4352 rows"), std::string::npos) << r.output;
+  expect_same_losses(ref, tp1, 6, 10);
+  expect_close_weights(ref + "/iter_0000000010/model.safetensors", tp1 + "/iter_0000000010/model.safetensors");
+
+  r = ranks(4, args + Argv{"--tensor-model-parallel-size", "2", "--save", tp2dp2, "--load", tp2dp2});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at iteration 5"), std::string::npos) << r.output;
+  expect_same_losses(ref, tp2dp2, 6, 10);
+  expect_close_weights(ref + "/iter_0000000010/model.safetensors", tp2dp2 + "/iter_0000000010/model.safetensors");
+  expect_close_weights(ref + "/iter_0000000010/optim.safetensors", tp2dp2 + "/iter_0000000010/optim.safetensors");
+}
+
+// Dropout on (attention dropout draws from each tensor-parallel rank's own
+// generator, saved per rank): rank 1 (TP rank 1 of DP group 0) is SIGKILLed
+// at iteration 5 under `qk run --max-restarts`; the job restarts from
+// iteration 3's checkpoint and ends with the uninterrupted run's weights
+// and optimizer state, bit for bit.
+TEST(PretrainGptParallel, KilledRankOfTp2TimesDp2ResumesBitIdentical) {
+  const auto args = [](const std::string& dir) {
+    return Argv{"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
+                "--max-position-embeddings", "32", "--position-embedding-type", "rope", "--normalization",
+                "RMSNorm", "--swiglu", "--disable-bias-linear", "--mock-data", "--tokenizer-type", "NullTokenizer",
+                "--vocab-size", "4096", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "8",
+                "--lr", "3e-3", "--log-interval", "4", "--eval-interval", "4", "--eval-iters", "1",
+                "--tensor-model-parallel-size", "2", "--save", dir, "--load", dir, "--save-interval", "3"};
+  };
+  const std::string ref = fresh_dir("kill_ref"), killed = fresh_dir("kill");
+  const std::string job = "run --nproc-per-node 4 --max-restarts 2 -- '" + std::string(QK_BIN) + "' pretrain-gpt";
+  auto r = run_qk(job + join(args(ref)));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto k = run_qk(job + join(args(killed)), "QK_FAULT_KILL=step:1:5");
+  ASSERT_EQ(k.exit_code, 0) << k.output;
+  EXPECT_NE(k.output.find("rank 1 (local rank 1 on node 0"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("successfully loaded checkpoint from " + killed + "/iter_0000000003 [ t 1/2, p 1/1 ]"),
+            std::string::npos)
+      << k.output;
+  for (const char* f : {"/iter_0000000008/model.safetensors", "/iter_0000000008/optim.safetensors"}) {
+    const std::string want = qk::read_file(ref + f);
+    ASSERT_FALSE(want.empty()) << f;
+    EXPECT_TRUE(qk::read_file(killed + f) == want) << f << " differs from the uninterrupted run's\n" << k.output;
+  }
+}
+
+// Each error names the flags that do not fit, on every rank, before any step.
+TEST(PretrainGptParallel, SizesThatDoNotDivideAreErrorsNamingTheFlags) {
+  const Argv base = tiny() + Argv{"--train-iters", "1"};
+  const std::vector<std::pair<Argv, std::string>> cases = {
+      {{"--tensor-model-parallel-size", "2", "--num-attention-heads", "3", "--kv-channels", "16"},
+       "--num-attention-heads (3) must be divisible by --tensor-model-parallel-size (2)"},
+      {{"--tensor-model-parallel-size", "2", "--group-query-attention", "--num-query-groups", "1"},
+       "--num-query-groups (1) must be divisible by --tensor-model-parallel-size (2)"},
+      {{"--tensor-model-parallel-size", "2", "--ffn-hidden-size", "129"},
+       "--ffn-hidden-size (129) must be divisible by --tensor-model-parallel-size (2)"},
+      {{"--tensor-model-parallel-size", "2", "--padded-vocab-size", "4097"},
+       "--padded-vocab-size (4097) must be divisible by --tensor-model-parallel-size (2)"},
+      {{"--tensor-model-parallel-size", "2", "--sequence-parallel", "--seq-length", "31"},
+       "--seq-length (31) must be divisible by --tensor-model-parallel-size (2) with --sequence-parallel"},
+      {{"--tensor-model-parallel-size", "4"},
+       "world size (2) is not divisible by --tensor-model-parallel-size (4)"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const auto r = ranks(2, base + flags);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << message << "\n" << r.output;
+  }
+  const auto r = ranks(3, base + Argv{"--tensor-model-parallel-size", "2"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("world size (3) is not divisible by --tensor-model-parallel-size (2)"), std::string::npos)
+      << r.output;
+}
+
+}  // namespace
