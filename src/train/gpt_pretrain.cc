@@ -17,6 +17,7 @@
 #include "qk/base/thread_pool.h"
 #include "qk/dist/launch_env.h"
 #include "qk/dist/process_group.h"
+#include "qk/tensor/backend.h"
 #include "qk/tensor/generator.h"
 #include "qk/train/gemm_peak.h"
 #include "qk/train/gpt_pretrain.h"
@@ -65,10 +66,12 @@ World join_world(const MegatronArgs& a) {
   return w;
 }
 
-double params_norm(const MixedPrecisionOptimizer& opt) {
-  // Megatron's calc_params_l2_norm: over the fp32 main parameters.
+double params_norm(MixedPrecisionOptimizer& opt) {
+  // Megatron's calc_params_l2_norm: over the fp32 main parameters (the
+  // distributed optimizer's are shards: its gathered model weights instead).
   double sq = 0;
-  for (const Tensor& p : opt.main_params()) {
+  opt.finish_param_sync();
+  for (const Tensor& p : opt.reduces_own_grads() ? opt.model_params() : opt.main_params()) {
     const Tensor c = p.detach().to(DType::f32).contiguous();
     const float* d = c.data_ptr<float>();
     for (int64_t i = 0; i < c.numel(); ++i) sq += static_cast<double>(d[i]) * d[i];
@@ -146,8 +149,11 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say(fmt::format(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}",
                   result.num_parameters));
 
-  MixedPrecisionOptimizer opt(megatron_param_groups(*model), gpt_optimizer(a), gpt_loss_scaler(a),
-                              gpt_mixed_precision_options(a));
+  const std::unique_ptr<MixedPrecisionOptimizer> optimizer = gpt_build_optimizer(a, *model, world.dp.group);
+  MixedPrecisionOptimizer& opt = *optimizer;
+  say(gpt_theoretical_memory(a, opt, world.size));
+  if (lead)
+    for (const auto& n : gpt_recompute_notes(a)) QK_INFO("{}", n);
   OptimizerParamScheduler sched(&opt.optimizer(), gpt_scheduler_options(a), opt.group_schedules());
   TrainerOptions to = gpt_trainer_options(a, lead ? result.output_dir : "");
   to.flops_per_sample = transformer::num_floating_point_operations(cfg, 1);
@@ -219,6 +225,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
                 " (--no-check-for-nan-in-loss-and-grad skips such iterations)");
     fault::point("step", iteration);
   };
+  bool memory_reported = false;
   cb.on_log = [&](const LogStats& s) {
     if (!lead) return;
     IterationLineExtras x;
@@ -226,6 +233,8 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     if (a.log_params_norm) x.params_norm = params_norm(opt);
     print(megatron_iteration_line(s, x));
     print(throughput_line(s, world.size, result.gemm_peak_flops));
+    if (!memory_reported) print(gpt_memory_report(opt, s.iteration, world.rank));  // Megatron's report_memory
+    memory_reported = true;
   };
   cb.on_eval = [&](const EvalStats& e) {
     say(megatron_validation_block(fmt::format("iteration {}", e.iteration), e.metrics));
@@ -243,6 +252,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   };
 
   say("training ...");
+  reset_peak_memory(kCPU);  // "max allocated" in the memory report: training's high-water mark
   result.train = trainer.train(cb);
   switch (result.train.exit_reason) {
     case ExitReason::signal: say_datetime("exiting program after receiving SIGTERM."); return result;

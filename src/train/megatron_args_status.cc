@@ -6,10 +6,11 @@
 // accepts the flag with one info line saying what it means here.
 //
 // Defaults as of issue 15 (GPT/Llama on one tensor/pipeline rank): not yet for
-// tensor/sequence/pipeline/context/expert parallelism, MoE, MLA, the distributed
-// optimizer, overlapped reductions and activation recompute (issues 16-18);
-// --sequence-parallel is accepted at tensor size 1, where Megatron turns it
-// off.
+// tensor/sequence/pipeline/context/expert parallelism, MoE and MLA (issues
+// 16-18); --sequence-parallel is accepted at tensor size 1, where Megatron
+// turns it off. Issue 16 parts 4-5 added the distributed optimizer, the
+// overlapped gradient reduction and parameter all-gather, and activation
+// recompute.
 #include <set>
 
 #include "megatron_flag_table.h"
@@ -59,16 +60,19 @@ std::vector<StatusRule> build_rules() {
        [](const A& a) { return a.expert_model_parallel_size == 1; }, "this build runs expert size 1"},
       {"--expert-tensor-parallel-size", kNotYet, "expert tensor parallelism", kIssue18,
        [](const A& a) { return a.expert_tensor_parallel_size == 1; }, "this build runs expert tensor size 1"},
-      {"--use-distributed-optimizer", kNotYet, "the distributed optimizer", kIssue16},
-      {"--overlap-grad-reduce", kNotYet, "overlapping the gradient reduction with backward", kIssue16},
-      {"--overlap-param-gather", kNotYet, "overlapping the parameter all-gather with forward", kIssue16},
+      // --use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
+      // --ddp-bucket-size and --recompute-{activations,granularity,method,num-layers}
+      // are supported (issue 16 parts 4 and 5).
       {"--tp-comm-overlap", kNotYet, "tensor-parallel communication overlap", kIssue16},
-      {"--recompute-activations", kNotYet, "activation recompute", kIssue16},
-      {"--recompute-granularity", kNotYet, "activation recompute", kIssue16},
-      {"--recompute-method", kNotYet, "activation recompute", kIssue16},
-      {"--recompute-num-layers", kNotYet, "activation recompute", kIssue16},
-      {"--recompute-modules", kNotYet, "activation recompute", kIssue16},
-      {"--distribute-saved-activations", kNotYet, "activation recompute", kIssue16},
+      {"--recompute-modules", kSupported, "recomputing modules other than the attention core", kNone,
+       [](const A& a) {
+         for (const auto& m : a.recompute_modules.value_or(std::vector<std::string>{}))
+           if (m != "core_attn") return false;
+         return true;
+       },
+       "--recompute-modules core_attn (Megatron's default for selective recompute) is accepted"},
+      {"--distribute-saved-activations", kNotYet, "spreading checkpointed activations over the tensor-parallel group",
+       kIssue16},
       {"--profile", kNotYet, "the --profile timeline", kIssue17},
 
       // ---- mixture of experts and multi-latent attention (issue 18)

@@ -97,6 +97,7 @@ void validate_pipeline(MegatronArgs& a) {
   } else {
     a.overlap_p2p_comm = false;  // Megatron: no p2p overlap without the interleaved schedule
   }
+  positive(a.ddp_bucket_size, "--ddp-bucket-size");
   if (a.overlap_param_gather) {
     QK_CHECK(a.use_distributed_optimizer, "--overlap-param-gather needs --use-distributed-optimizer");
     QK_CHECK(a.overlap_grad_reduce, "--overlap-param-gather needs --overlap-grad-reduce");
@@ -220,9 +221,13 @@ void validate_recompute(MegatronArgs& a) {
     QK_CHECK(a.recompute_granularity == "full", "--distribute-saved-activations needs --recompute-granularity full");
     QK_CHECK(a.recompute_method.has_value(), "--distribute-saved-activations needs --recompute-method");
   }
-  if (a.recompute_granularity == "selective")
+  if (a.recompute_granularity == "selective") {
     QK_CHECK(!a.recompute_method, "--recompute-method ", *a.recompute_method,
              " does not go with --recompute-granularity selective");
+    // TransformerConfig.__post_init__: selective recomputes core attention in every layer.
+    QK_CHECK(!a.recompute_num_layers, "--recompute-num-layers ", *a.recompute_num_layers,
+             " does not go with --recompute-granularity selective");
+  }
   if (a.recompute_granularity == "full") {
     QK_CHECK(a.recompute_method && a.recompute_num_layers,
              "--recompute-granularity full needs --recompute-method and --recompute-num-layers");
