@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -250,6 +251,51 @@ TEST(DistributedOptimizer, ParamGatherOverlapsTheNextForward) {
       opt.finish_param_sync();
       REQUIRE(!opt.buffer().param_sync_pending(), "finish_param_sync waits for every bucket");
     }
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// An inf/NaN that only one rank's shard sees skips the step on every rank,
+// and the gradient norm is the whole model's, the same on each rank and
+// equal to the plain optimizer's.
+TEST(DistributedOptimizer, InfCheckAndGradNormAreGlobal) {
+  const auto r = qk_dist_test::on_ranks(2, "distopt-test", [](const qccl_test::Rank&, dist::ProcessGroup& pg) {
+    auto build = [&](bool distributed, transformer::GPTModel& model) -> std::unique_ptr<train::MixedPrecisionOptimizer> {
+      manual_seed(1234);
+      model = transformer::GPTModel(tiny_gpt(DType::f32));
+      const auto groups = train::megatron_param_groups(*model);
+      const auto make = train::adamw(optim::AdamWOptions(5e-3));
+      if (!distributed) return std::make_unique<train::MixedPrecisionOptimizer>(groups, make, nullptr, train::MixedPrecisionOptions{});
+      return std::make_unique<train::DistributedOptimizer>(*model, groups, make, nullptr, train::MixedPrecisionOptions{},
+                                                           train::DistributedOptimizerOptions{.data_parallel_group = &pg,
+                                                                                              .bucket_size = 3000});
+    };
+    auto step = [&](train::MixedPrecisionOptimizer& opt, transformer::GPTModel& model, bool poison) {
+      opt.zero_grad();
+      gpt_step(model, 2 * pg.rank(), 2).loss.backward();
+      auto* d = dynamic_cast<train::DistributedOptimizer*>(&opt);
+      if (poison && pg.rank() == 1) {
+        // An element rank 0 owns after the reduce-scatter: the first piece of rank 0's shard.
+        const auto& b = d->buffer().buckets().front();
+        d->buffer().grad_data().data_ptr<float>()[b.offset] = std::numeric_limits<float>::infinity();
+      }
+      opt.finish_grad_sync(&pg);
+      return opt.step();
+    };
+    transformer::GPTModel plain_model{nullptr}, dist_model{nullptr};
+    auto plain = build(false, plain_model);
+    auto dist = build(true, dist_model);
+    const auto a = step(*plain, plain_model, false), b = step(*dist, dist_model, false);
+    REQUIRE(a.updated && b.updated, "clean steps update");
+    REQUIRE(std::fabs(a.grad_norm - b.grad_norm) <= 1e-6 * a.grad_norm, "norm ", b.grad_norm, " vs plain ", a.grad_norm);
+    Tensor norms = from_vector<double>({b.grad_norm}, {1}), both = empty({2}, DType::f64);
+    pg.all_gather(both, norms);
+    REQUIRE(both.to_vector<double>()[0] == both.to_vector<double>()[1], "the same norm on both ranks");
+    const std::vector<float> before = dist_model->parameters().front().to_vector<float>();
+    const auto c = step(*dist, dist_model, true);
+    REQUIRE(!c.updated && c.found_inf, "rank ", pg.rank(), " must skip: updated ", c.updated);
+    dist->finish_param_sync();
+    REQUIRE(dist_model->parameters().front().to_vector<float>() == before, "a skipped step changes nothing");
   });
   EXPECT_TRUE(r.ok()) << r.summary();
 }

@@ -88,7 +88,9 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   // Megatron's forward pre-hook: waits for the all-gather of the part's
   // parameters. Install it on the model (GPTModel::set_forward_pre_hook)
   // before the first step; it must run before every part that owns
-  // parameters. The optimizer then leaves the gathers to the forward.
+  // parameters. The optimizer then leaves the gathers to the forward. The
+  // hook refers to this optimizer: no forward may run it after the
+  // optimizer is gone (clear it with set_forward_pre_hook({}) first).
   std::function<void(const nn::Module& part)> forward_pre_hook();
 
   const ParamAndGradBuffer& buffer() const { return *buffer_; }
