@@ -9,6 +9,7 @@
 #include "qk/autograd/autograd.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
+#include "nested_backward.h"
 #include "tensor_hooks.h"
 
 namespace qk::autograd {
@@ -282,6 +283,36 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     seeds.push_back(g);
   }
   with_callbacks([&] { return run_backward(edges, seeds, retain_graph, nullptr); });
+}
+
+std::vector<Tensor> nested_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+                                    const std::vector<Tensor>& inputs) {
+  QK_CHECK(t_callbacks != nullptr, "nested_backward: only inside a running backward (a node's backward function)");
+  QK_CHECK(outputs.size() == grad_outputs.size(), "nested_backward: ", outputs.size(), " outputs but ",
+           grad_outputs.size(), " gradients");
+  std::vector<Edge> edges;
+  std::vector<Tensor> seeds;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined() || !grad_outputs[i].defined()) continue;
+    Edge e = gradient_edge(outputs[i]);
+    if (!e.valid()) continue;
+    edges.push_back(std::move(e));
+    seeds.push_back(grad_outputs[i]);
+  }
+  std::unordered_set<const Node*> capture;
+  std::vector<Edge> in_edges;
+  for (const auto& t : inputs) {
+    in_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
+    if (in_edges.back().valid()) capture.insert(in_edges.back().fn.get());
+  }
+  // Callbacks queued by hooks in here join the outer backward's list.
+  auto captured = run_backward(edges, seeds, /*retain_graph=*/false, &capture);
+  std::vector<Tensor> out;
+  for (const auto& e : in_edges) {
+    auto it = e.valid() ? captured.find(e.fn.get()) : captured.end();
+    out.push_back(it != captured.end() && e.input_nr < it->second.size() ? it->second[e.input_nr] : Tensor());
+  }
+  return out;
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

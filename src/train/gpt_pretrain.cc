@@ -18,6 +18,7 @@
 #include "qk/dist/launch_env.h"
 #include "qk/dist/process_group.h"
 #include "qk/parallel/parallel_state.h"
+#include "qk/tensor/backend.h"
 #include "qk/tensor/generator.h"
 #include "qk/train/gemm_peak.h"
 #include "qk/train/gpt_pretrain.h"
@@ -84,14 +85,17 @@ World join_world(const MegatronArgs& a) {
   return w;
 }
 
-double params_norm(const MixedPrecisionOptimizer& opt) {
+double params_norm(MixedPrecisionOptimizer& opt) {
   // Megatron's calc_params_l2_norm: over the fp32 main parameters, each
-  // tensor-parallel shard once (summed over the group), replicated ones once.
-  // Collective over the tensor-parallel group.
+  // tensor-parallel shard once (summed over the group), replicated ones once;
+  // the distributed optimizer's main parameters are data-parallel pieces, so
+  // its gathered model weights instead. Collective over the tensor-parallel group.
+  opt.finish_param_sync();
   const TensorParallel& tp = opt.tensor_parallel();
+  const std::vector<Tensor>& params = opt.reduces_own_grads() ? opt.model_params() : opt.main_params();
   double sq[2] = {0, 0};  // shards, replicated
-  for (size_t i = 0; i < opt.main_params().size(); ++i) {
-    const Tensor c = opt.main_params()[i].detach().to(DType::f32).contiguous();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor c = params[i].detach().to(DType::f32).contiguous();
     const float* d = c.data_ptr<float>();
     double s = 0;
     for (int64_t j = 0; j < c.numel(); ++j) s += static_cast<double>(d[j]) * d[j];
@@ -223,11 +227,14 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   ModelParallel mp;
   mp.world = world.job;
   if (tp_size > 1) mp.tp = tensor_parallel_of(*model, world.tp.get(), model->tensor_parallel_generator());
-  MixedPrecisionOptimizer opt(megatron_param_groups(*model), gpt_optimizer(a), gpt_loss_scaler(a),
-                              gpt_mixed_precision_options(a));
+  const std::unique_ptr<MixedPrecisionOptimizer> optimizer = gpt_build_optimizer(a, *model, world.dp.get());
+  MixedPrecisionOptimizer& opt = *optimizer;
   // Clipping and the inf check over the whole model, the partial gradients
   // (sequence-parallel norms, q/k norms) summed over the group.
   if (mp.tp.active()) opt.set_tensor_parallel(mp.tp);
+  say(gpt_theoretical_memory(a, opt, world.dp_size()));
+  if (lead)
+    for (const auto& n : gpt_recompute_notes(a)) QK_INFO("{}", n);
   OptimizerParamScheduler sched(&opt.optimizer(), gpt_scheduler_options(a), opt.group_schedules());
   TrainerOptions to = gpt_trainer_options(a, lead ? result.output_dir : "");
   to.flops_per_sample = transformer::num_floating_point_operations(cfg, 1);
@@ -300,6 +307,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
                 " (--no-check-for-nan-in-loss-and-grad skips such iterations)");
     fault::point("step", iteration);
   };
+  bool memory_reported = false;
   cb.on_log = [&](const LogStats& s) {
     IterationLineExtras x;
     x.log_throughput = a.log_throughput;
@@ -308,6 +316,8 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     print(megatron_iteration_line(s, x));
     print(throughput_line(s, world.size, result.gemm_peak_flops));
     if (!s.comm.empty()) print(traffic_line(s.comm));
+    if (!memory_reported) print(gpt_memory_report(opt, s.iteration, world.rank));  // Megatron's report_memory
+    memory_reported = true;
   };
   cb.on_eval = [&](const EvalStats& e) {
     say(megatron_validation_block(fmt::format("iteration {}", e.iteration), e.metrics));
@@ -325,6 +335,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   };
 
   say("training ...");
+  reset_peak_memory(kCPU);  // "max allocated" in the memory report: training's high-water mark
   result.train = trainer.train(cb);
   switch (result.train.exit_reason) {
     case ExitReason::signal: say_datetime("exiting program after receiving SIGTERM."); return result;

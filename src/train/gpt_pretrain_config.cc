@@ -20,6 +20,9 @@ transformer::TransformerConfig gpt_transformer_config(const MegatronArgs& a, int
   c.ffn_hidden_size = a.ffn_hidden_size.value_or(0);  // validate: 4 x hidden or the SwiGLU rule
   c.hidden_dropout = a.hidden_dropout;
   c.attention_dropout = a.attention_dropout;
+  c.recompute_granularity = transformer::parse_recompute_granularity(a.recompute_granularity.value_or(""));
+  c.recompute_method = transformer::parse_recompute_method(a.recompute_method.value_or(""));
+  c.recompute_num_layers = a.recompute_num_layers.value_or(0);
   c.apply_residual_connection_post_layernorm = a.apply_residual_connection_post_layernorm;
   c.layernorm_epsilon = a.norm_epsilon;
   c.layernorm_zero_centered_gamma = a.apply_layernorm_1p;

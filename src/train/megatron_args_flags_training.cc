@@ -187,6 +187,9 @@ void add_training_flags(std::vector<FlagSpec>& t) {
        "Overlap the distributed optimizer's parameter all-gather with forward."},
       {kDistributed, "--use-distributed-optimizer", QK_FIELD(use_distributed_optimizer), kTrue, {},
        "Shard optimizer state over the data-parallel group (ZeRO-1)."},
+      {kDistributed, "--ddp-bucket-size", QK_FIELD(ddp_bucket_size), kStore, {},
+       "Elements per data-parallel gradient bucket (default: max(40M, 1M x DP) with --overlap-grad-reduce, "
+       "else one bucket)."},
       {kDistributed, "--context-parallel-size", QK_FIELD(context_parallel_size), kStore, {},
        "Degree of context parallelism."},
       {kDistributed, "--local-rank", QK_FIELD(local_rank), kStore, {},

@@ -5,11 +5,11 @@
 // values it names (e.g. a tokenizer type this build cannot read). A "no-op" row
 // accepts the flag with one info line saying what it means here.
 //
-// As of issue 16's tensor and sequence parallelism (GPT/Llama over tensor x
-// data-parallel ranks): not yet for pipeline/context/expert parallelism, MoE,
-// MLA, the distributed optimizer, overlapped reductions and activation
-// recompute (issues 16-18); --sequence-parallel at tensor size 1 is turned
-// off with a note, as Megatron does.
+// As of issue 16 (GPT/Llama over tensor x data-parallel ranks; tensor and
+// sequence parallelism, the distributed optimizer, overlapped reductions and
+// activation recompute): not yet for pipeline/context/expert parallelism, MoE
+// and MLA (issues 17-18); --sequence-parallel at tensor size 1 is turned off
+// with a note, as Megatron does.
 #include <set>
 
 #include "megatron_flag_table.h"
@@ -58,16 +58,19 @@ std::vector<StatusRule> build_rules() {
        [](const A& a) { return a.expert_model_parallel_size == 1; }, "this build runs expert size 1"},
       {"--expert-tensor-parallel-size", kNotYet, "expert tensor parallelism", kIssue18,
        [](const A& a) { return a.expert_tensor_parallel_size == 1; }, "this build runs expert tensor size 1"},
-      {"--use-distributed-optimizer", kNotYet, "the distributed optimizer", kIssue16},
-      {"--overlap-grad-reduce", kNotYet, "overlapping the gradient reduction with backward", kIssue16},
-      {"--overlap-param-gather", kNotYet, "overlapping the parameter all-gather with forward", kIssue16},
+      // --use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
+      // --ddp-bucket-size and --recompute-{activations,granularity,method,num-layers}
+      // are supported (issue 16 parts 4 and 5).
       {"--tp-comm-overlap", kNotYet, "tensor-parallel communication overlap", kIssue16},
-      {"--recompute-activations", kNotYet, "activation recompute", kIssue16},
-      {"--recompute-granularity", kNotYet, "activation recompute", kIssue16},
-      {"--recompute-method", kNotYet, "activation recompute", kIssue16},
-      {"--recompute-num-layers", kNotYet, "activation recompute", kIssue16},
-      {"--recompute-modules", kNotYet, "activation recompute", kIssue16},
-      {"--distribute-saved-activations", kNotYet, "activation recompute", kIssue16},
+      {"--recompute-modules", kSupported, "recomputing modules other than the attention core", kNone,
+       [](const A& a) {
+         for (const auto& m : a.recompute_modules.value_or(std::vector<std::string>{}))
+           if (m != "core_attn") return false;
+         return true;
+       },
+       "--recompute-modules core_attn (Megatron's default for selective recompute) is accepted"},
+      {"--distribute-saved-activations", kNotYet, "spreading checkpointed activations over the tensor-parallel group",
+       kIssue16},
       {"--profile", kNotYet, "the --profile timeline", kIssue17},
 
       // ---- mixture of experts and multi-latent attention (issue 18)

@@ -97,10 +97,18 @@ void validate_pipeline(MegatronArgs& a) {
   } else {
     a.overlap_p2p_comm = false;  // Megatron: no p2p overlap without the interleaved schedule
   }
+  positive(a.ddp_bucket_size, "--ddp-bucket-size");
   if (a.overlap_param_gather) {
     QK_CHECK(a.use_distributed_optimizer, "--overlap-param-gather needs --use-distributed-optimizer");
     QK_CHECK(a.overlap_grad_reduce, "--overlap-param-gather needs --overlap-grad-reduce");
   }
+  // Not Megatron's rule: this build's bucketed optimizer does not yet sum its
+  // norm and partial gradients over a tensor-parallel group.
+  QK_CHECK(a.tensor_model_parallel_size == 1 || (!a.use_distributed_optimizer && !a.overlap_grad_reduce),
+           a.use_distributed_optimizer ? "--use-distributed-optimizer" : "--overlap-grad-reduce",
+           " with --tensor-model-parallel-size ", a.tensor_model_parallel_size,
+           " is not supported yet; drop it (the gradients are then averaged over the data-parallel group in one "
+           "all-reduce) or use --tensor-model-parallel-size 1");
 }
 
 void validate_precision(MegatronArgs& a) {
@@ -220,9 +228,13 @@ void validate_recompute(MegatronArgs& a) {
     QK_CHECK(a.recompute_granularity == "full", "--distribute-saved-activations needs --recompute-granularity full");
     QK_CHECK(a.recompute_method.has_value(), "--distribute-saved-activations needs --recompute-method");
   }
-  if (a.recompute_granularity == "selective")
+  if (a.recompute_granularity == "selective") {
     QK_CHECK(!a.recompute_method, "--recompute-method ", *a.recompute_method,
              " does not go with --recompute-granularity selective");
+    // TransformerConfig.__post_init__: selective recomputes core attention in every layer.
+    QK_CHECK(!a.recompute_num_layers, "--recompute-num-layers ", *a.recompute_num_layers,
+             " does not go with --recompute-granularity selective");
+  }
   if (a.recompute_granularity == "full") {
     QK_CHECK(a.recompute_method && a.recompute_num_layers,
              "--recompute-granularity full needs --recompute-method and --recompute-num-layers");

@@ -69,15 +69,13 @@ OptimizerFactory adamw(optim::AdamWOptions o) { return factory<optim::AdamW>(o);
 OptimizerFactory adam(optim::AdamOptions o) { return factory<optim::Adam>(o); }
 OptimizerFactory sgd(optim::SGDOptions o) { return factory<optim::SGD>(o); }
 
-MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroupSpec> groups, const OptimizerFactory& make,
-                                                 std::unique_ptr<LossScaler> scaler, MixedPrecisionOptions o)
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroupSpec> groups, std::unique_ptr<LossScaler> scaler,
+                                                 MixedPrecisionOptions o, NoMainParams)
     : groups_(std::move(groups)), scaler_(std::move(scaler)), o_(o) {
   QK_CHECK_AS(ValueError, !groups_.empty(), "MixedPrecisionOptimizer: no parameter groups");
   QK_CHECK_AS(ValueError, o_.clip_grad >= 0, "clip_grad (--clip-grad) must be >= 0, got ", o_.clip_grad);
-  std::vector<std::vector<Tensor>> main_groups;
   std::set<std::string> seen;
   for (const ParamGroupSpec& g : groups_) {
-    std::vector<Tensor> mg;
     for (const auto& [name, p] : g.params) {
       QK_CHECK_AS(ValueError, p.defined() && is_floating(p.dtype()), "MixedPrecisionOptimizer: parameter '", name,
                   "' is not a floating tensor");
@@ -85,22 +83,29 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroupSpec> gro
                   "' appears twice");
       QK_CHECK_AS(ValueError, p.is_contiguous(), "MixedPrecisionOptimizer: parameter '", name,
                   "' is not contiguous");
-      Tensor main = p;
-      if (is_reduced_float(p.dtype())) {
-        main = ops::cast(p.detach(), DType::f32);  // a fresh fp32 leaf
-        copies_ = true;
-      }
       names_.push_back(name);
       model_.push_back(p);
-      main_.push_back(main);
-      mg.push_back(main);
+      copies_ = copies_ || is_reduced_float(p.dtype());
+    }
+  }
+}
+
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroupSpec> groups, const OptimizerFactory& make,
+                                                 std::unique_ptr<LossScaler> scaler, MixedPrecisionOptions o)
+    : MixedPrecisionOptimizer(std::move(groups), std::move(scaler), o, NoMainParams{}) {
+  std::vector<std::vector<Tensor>> main_groups;
+  size_t i = 0;
+  for (const ParamGroupSpec& g : groups_) {
+    std::vector<Tensor> mg;
+    for (size_t k = 0; k < g.params.size(); ++k, ++i) {
+      const Tensor& p = model_[i];
+      // bf16/f16: a fresh fp32 leaf; fp32: the model's own parameter.
+      main_.push_back(is_reduced_float(p.dtype()) ? ops::cast(p.detach(), DType::f32) : p);
+      mg.push_back(main_.back());
     }
     main_groups.push_back(std::move(mg));
   }
-  inner_ = make(std::move(main_groups));
-  QK_CHECK_AS(ValueError, inner_ && inner_->num_param_groups() == groups_.size(),
-              "MixedPrecisionOptimizer: the optimizer factory must make one group per parameter group (",
-              groups_.size(), ")");
+  init_inner(make, std::move(main_groups));
   int64_t total = 0;
   for (const Tensor& p : model_) {
     offsets_.push_back(total);
@@ -108,6 +113,15 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroupSpec> gro
   }
   offsets_.push_back(total);
   accumulated_.assign(model_.size(), 0);
+}
+
+MixedPrecisionOptimizer::~MixedPrecisionOptimizer() = default;
+
+void MixedPrecisionOptimizer::init_inner(const OptimizerFactory& make, std::vector<std::vector<Tensor>> main_groups) {
+  inner_ = make(std::move(main_groups));
+  QK_CHECK_AS(ValueError, inner_ && inner_->num_param_groups() == groups_.size(),
+              "MixedPrecisionOptimizer: the optimizer factory must make one group per parameter group (",
+              groups_.size(), ")");
 }
 
 std::vector<GroupSchedule> MixedPrecisionOptimizer::group_schedules() const {
@@ -167,6 +181,22 @@ void MixedPrecisionOptimizer::collect_grads() {
   }
 }
 
+void MixedPrecisionOptimizer::finish_grad_sync(dist::ProcessGroup* dp) {
+  if (dp && dp->size() > 1) all_reduce_grads(*dp);
+}
+
+OptimizerMemory MixedPrecisionOptimizer::memory() const {
+  OptimizerMemory m;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    m.weights += static_cast<int64_t>(model_[i].nbytes());
+    if (!main_[i].is_same(model_[i])) m.main_params += static_cast<int64_t>(main_[i].nbytes());
+    if (!flat_grads_.defined() && model_[i].grad().defined()) m.grads += static_cast<int64_t>(model_[i].grad().nbytes());
+  }
+  if (flat_grads_.defined()) m.grads = static_cast<int64_t>(flat_grads_.nbytes());
+  for (const auto& [k, t] : inner_->state_dict().tensors) m.optimizer_state += static_cast<int64_t>(t.nbytes());
+  return m;
+}
+
 void MixedPrecisionOptimizer::all_reduce_grads(dist::ProcessGroup& pg) {
   collect_grads();
   ensure_flat_grads();
@@ -190,6 +220,12 @@ void MixedPrecisionOptimizer::all_reduce_grads(dist::ProcessGroup& pg) {
 }
 
 void MixedPrecisionOptimizer::set_tensor_parallel(TensorParallel tp) {
+  // The bucketed optimizer's main parameters are pieces of the data-parallel
+  // shard, not whole parameters: its partial-gradient sums and norm over a
+  // tensor-parallel group are not written yet.
+  QK_CHECK_AS(ValueError, !tp.active() || !reduces_own_grads(),
+              "tensor parallelism with --use-distributed-optimizer or --overlap-grad-reduce is not supported yet; "
+              "drop one of them (the plain optimizer averages gradients over the data-parallel group)");
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < names_.size(); ++i) index[names_[i]] = i;
   sharded_.assign(names_.size(), 0);
@@ -270,39 +306,50 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
     u.sum_squares = both.data_ptr<double>()[0] + rep.sum_squares;
     u.found_inf = both.data_ptr<double>()[1] > 0;
   }
+  // The distributed optimizer's shards: the inf check and the norm are global.
+  std::vector<double> sums{u.found_inf ? 1.0 : 0.0, u.sum_squares};
+  sum_over_data_parallel(sums);
   if (scaler_ || o_.skip_nonfinite) {
-    r.found_inf = u.found_inf;
+    r.found_inf = sums[0] > 0;
     if (scaler_) scaler_->update(r.found_inf);
     if (r.found_inf) {
       r.grad_norm = std::numeric_limits<double>::quiet_NaN();
       return r;
     }
   }
-  r.grad_norm = std::sqrt(u.sum_squares);
+  r.grad_norm = std::sqrt(sums[1]);
   if (o_.clip_grad > 0) {
     const double coeff = o_.clip_grad / (r.grad_norm + 1.0e-6);
     if (coeff < 1.0) kernels::scale(spans, static_cast<float>(coeff));
   }
   if (o_.log_num_zeros_in_grad) {
+    int64_t zeros = 0;
     if (!tp_.active()) {
-      r.num_zeros_in_grad = kernels::count_zeros(spans);
+      zeros = kernels::count_zeros(spans);
     } else {
       Tensor z = from_vector<int64_t>({kernels::count_zeros(shard_spans)}, {1});
       tp_.group->all_reduce(z);
-      r.num_zeros_in_grad = z.data_ptr<int64_t>()[0] + kernels::count_zeros(replicated_spans);
+      zeros = z.data_ptr<int64_t>()[0] + kernels::count_zeros(replicated_spans);
     }
+    std::vector<double> zeros_count{static_cast<double>(zeros)};
+    sum_over_data_parallel(zeros_count);
+    r.num_zeros_in_grad = static_cast<int64_t>(zeros_count[0]);
   }
   for (const Tensor& g : grads) g.bump_version();
   inner_->step();
-  if (copies_) {
-    for (size_t i = 0; i < model_.size(); ++i) {
-      if (main_[i].is_same(model_[i])) continue;
-      ops::copy_(model_[i], main_[i]);  // round to nearest even
-      model_[i].bump_version();
-    }
-  }
+  update_model_params();
   r.updated = true;
   return r;
+}
+
+void MixedPrecisionOptimizer::update_model_params() {
+  if (!copies_) return;
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    if (main_[i].is_same(model_[i])) continue;
+    ops::copy_(model_[i], main_[i]);  // round to nearest even
+    model_[i].bump_version();
+  }
 }
 
 void MixedPrecisionOptimizer::reload_model_params() {
@@ -324,11 +371,46 @@ void MixedPrecisionOptimizer::load_state(const std::string& path) {
   load_state_by_name({f.tensors, f.metadata}, path);
 }
 
-MixedPrecisionOptimizer::StateByName MixedPrecisionOptimizer::state_by_name(const nn::Metadata& extra) const {
-  const optim::OptimizerState s = inner_->state_dict();
-  nn::TensorMap tensors;
+MixedPrecisionOptimizer::StateByName MixedPrecisionOptimizer::to_state_by_name(const NamedState& st,
+                                                                               const nn::Metadata& extra) const {
   nn::Metadata meta = extra;
   meta["format"] = kStateFormat;
+  for (const auto& [k, v] : st.scalars) meta[k] = number(v);
+  return {st.tensors, std::move(meta)};
+}
+
+MixedPrecisionOptimizer::NamedState MixedPrecisionOptimizer::to_named_state(const StateByName& f,
+                                                                            const std::string& path) const {
+  const auto fmt = f.metadata.find("format");
+  QK_CHECK_AS(IoError, fmt != f.metadata.end() && fmt->second == kStateFormat, "'", path,
+              "' is not an optimizer state written by qk::train (no format=", kStateFormat, " metadata)");
+  const std::set<std::string> known(names_.begin(), names_.end());
+  auto check_name = [&](const std::string& key) {
+    const size_t slash = key.find('/');
+    QK_CHECK_AS(IoError, slash != std::string::npos, "'", path, "': unexpected entry '", key, "'");
+    QK_CHECK_AS(ValueError, known.count(key.substr(slash + 1)), "'", path, "' holds optimizer state for parameter '",
+                key.substr(slash + 1), "', which this model does not have; was it saved from another model?");
+  };
+  NamedState st;
+  for (const auto& [k, t] : f.tensors) {
+    check_name(k);
+    st.tensors[k] = t;
+  }
+  for (const auto& [k, v] : f.metadata) {
+    if (k == "format" || (k.find('/') == std::string::npos && k.rfind("group.", 0) != 0)) continue;
+    if (k.rfind("group.", 0) != 0) check_name(k);
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    QK_CHECK_AS(IoError, !v.empty() && end && *end == '\0', "'", path, "': metadata '", k, "' = '", v,
+                "' is not a number");
+    st.scalars[k] = d;
+  }
+  return st;
+}
+
+MixedPrecisionOptimizer::StateByName MixedPrecisionOptimizer::state_by_name(const nn::Metadata& extra) const {
+  const optim::OptimizerState s = inner_->state_dict();
+  NamedState st;
   // "state.12.exp_avg" -> ("exp_avg", names_[12])
   auto split = [this](const std::string& key, std::string* what) -> const std::string& {
     const size_t dot = key.find('.', 6);
@@ -341,40 +423,34 @@ MixedPrecisionOptimizer::StateByName MixedPrecisionOptimizer::state_by_name(cons
   for (const auto& [k, t] : s.tensors) {
     std::string what;
     const std::string& name = split(k, &what);
-    tensors[what + "/" + name] = t;
+    st.tensors[what + "/" + name] = t;
   }
   for (const auto& [k, v] : s.scalars) {
     if (k.rfind("param_groups.", 0) == 0) {
-      meta["group." + k.substr(13)] = number(v);
+      st.scalars["group." + k.substr(13)] = v;
     } else {
       std::string what;
       const std::string& name = split(k, &what);
-      meta[what + "/" + name] = number(v);
+      st.scalars[what + "/" + name] = v;
     }
   }
   for (size_t i = 0; i < names_.size(); ++i)
-    if (!main_[i].is_same(model_[i])) tensors["main_param/" + names_[i]] = main_[i];
-  return {std::move(tensors), std::move(meta)};
+    if (!main_[i].is_same(model_[i])) st.tensors["main_param/" + names_[i]] = main_[i];
+  return to_state_by_name(st, extra);
 }
 
 void MixedPrecisionOptimizer::load_state_by_name(const StateByName& f, const std::string& path) {
-  const auto fmt = f.metadata.find("format");
-  QK_CHECK_AS(IoError, fmt != f.metadata.end() && fmt->second == kStateFormat, "'", path,
-              "' is not an optimizer state written by qk::train (no format=", kStateFormat, " metadata)");
+  const NamedState st = to_named_state(f, path);
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < names_.size(); ++i) index[names_[i]] = i;
-  // "exp_avg/decoder.weight" -> "state.<index>.exp_avg"; unknown names are an error.
+  // "exp_avg/decoder.weight" -> ("exp_avg", index of decoder.weight)
   auto key_for = [&](const std::string& key) {
     const size_t slash = key.find('/');
-    QK_CHECK_AS(IoError, slash != std::string::npos, "'", path, "': unexpected entry '", key, "'");
-    const auto it = index.find(key.substr(slash + 1));
-    QK_CHECK_AS(ValueError, it != index.end(), "'", path, "' holds optimizer state for parameter '",
-                key.substr(slash + 1), "', which this model does not have; was it saved from another model?");
-    return std::make_pair(key.substr(0, slash), it->second);
+    return std::make_pair(key.substr(0, slash), index.at(key.substr(slash + 1)));
   };
   optim::OptimizerState s;
   std::map<size_t, Tensor> mains;
-  for (const auto& [k, t] : f.tensors) {
+  for (const auto& [k, t] : st.tensors) {
     const auto [what, i] = key_for(k);
     if (what == "main_param") {
       QK_CHECK_AS(ValueError, t.shape() == model_[i].shape(), "'", path, "': main parameter '", names_[i],
@@ -384,12 +460,7 @@ void MixedPrecisionOptimizer::load_state_by_name(const StateByName& f, const std
       s.tensors["state." + std::to_string(i) + "." + what] = t;
     }
   }
-  for (const auto& [k, v] : f.metadata) {
-    if (k == "format" || (k.find('/') == std::string::npos && k.rfind("group.", 0) != 0)) continue;
-    char* end = nullptr;
-    const double d = std::strtod(v.c_str(), &end);
-    QK_CHECK_AS(IoError, !v.empty() && end && *end == '\0', "'", path, "': metadata '", k, "' = '", v,
-                "' is not a number");
+  for (const auto& [k, d] : st.scalars) {
     if (k.rfind("group.", 0) == 0) {
       s.scalars["param_groups." + k.substr(6)] = d;
     } else {

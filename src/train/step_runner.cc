@@ -29,6 +29,9 @@ StepRunner::StepRunner(MixedPrecisionOptimizer& opt, DataParallel dp, StepRunner
   QK_CHECK_AS(ValueError, o_.num_microbatches >= 1, "StepRunner: num_microbatches must be >= 1, got ",
               o_.num_microbatches);
   QK_CHECK_AS(ValueError, !dp_.ddp || dp_.group, "StepRunner: a DDP wrapper needs its process group in DataParallel");
+  QK_CHECK_AS(ValueError, !(dp_.ddp && opt_.reduces_own_grads()),
+              "StepRunner: the distributed optimizer reduces the gradients over its own data-parallel group: pass "
+              "the group without a DDP wrapper");
   QK_CHECK_AS(ValueError, !(dp_.ddp && opt_.options().accumulate_allreduce_grads_in_fp32 && opt_.has_fp32_copies()),
               "accumulate_allreduce_grads_in_fp32 averages the optimizer's own fp32 gradient buffer: pass the "
               "data-parallel process group without a DDP wrapper");
@@ -86,6 +89,7 @@ StepStats StepRunner::step(const ForwardStep& forward_step) {
     std::optional<dist::DistributedDataParallel::NoSync> no_sync;
     if (dp_.ddp && i + 1 < k) no_sync.emplace(*dp_.ddp);
     if (dp_.ddp) dp_.ddp->prepare_forward();
+    opt_.begin_microbatch(i + 1 == k);
     MicroBatchOutput out;
     {
       std::optional<autocast::Guard> amp;
@@ -103,8 +107,8 @@ StepStats StepRunner::step(const ForwardStep& forward_step) {
   StepStats s;
   if (dp_.ddp) {
     s.comm_wait_ms = dp_.ddp->last_step().wait_ms;
-  } else if (dp_.group && dp_.size() > 1) {
-    opt_.all_reduce_grads(*dp_.group);
+  } else {
+    opt_.finish_grad_sync(dp_.group);
   }
   s.lr = opt_.optimizer().lr(0);
   const OptimizerStepResult r = opt_.step();
@@ -121,6 +125,7 @@ StepStats StepRunner::step(const ForwardStep& forward_step) {
 }
 
 std::map<std::string, double> StepRunner::forward_only(const ForwardStep& forward_step, int64_t microbatches) {
+  opt_.finish_param_sync();
   NoGradGuard no_grad;
   std::map<std::string, Metric> sums;
   for (int64_t i = 0; i < microbatches; ++i) {

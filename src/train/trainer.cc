@@ -184,6 +184,8 @@ std::optional<CheckpointInfo> Trainer::save(const TrainerCallbacks& cb) {
   m.args_json = o_.args_json;
   if (cb.user_state) m.user_json = cb.user_state();
   if (o_.no_save_optim) m.optimizer_file.clear();
+  opt_.finish_param_sync();                              // the weights rank 0 writes
+  if (!o_.no_save_optim) opt_.gather_state_for_save(0);  // the distributed optimizer's shards, collective
   const TrainState st{&model_, o_.no_save_optim ? nullptr : &opt_, o_.no_save_optim ? nullptr : &sched_};
   // The tensor-parallel group of data-parallel rank 0 puts its shards
   // together (the other replicas hold the same); rank 0 of the job writes.
@@ -340,6 +342,7 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
   }
   if (result.exit_reason == ExitReason::finished && ran && !saved) do_save();
   if (lead) write_curves();
+  opt_.finish_param_sync();  // the caller reads the final weights
   result.progress = progress_;
   return result;
 }

@@ -35,6 +35,12 @@ constexpr std::pair<const char*, Activation> kActivations[] = {{"gelu", Activati
                                                               {"relu", Activation::relu},
                                                               {"squared_relu", Activation::squared_relu}};
 
+constexpr std::pair<const char*, RecomputeGranularity> kGranularities[] = {
+    {"none", RecomputeGranularity::none}, {"full", RecomputeGranularity::full},
+    {"selective", RecomputeGranularity::selective}};
+constexpr std::pair<const char*, RecomputeMethod> kMethods[] = {
+    {"none", RecomputeMethod::none}, {"uniform", RecomputeMethod::uniform}, {"block", RecomputeMethod::block}};
+
 template <typename E, size_t N>
 const char* name_of(E v, const std::pair<const char*, E> (&choices)[N]) {
   for (const auto& [name, value] : choices)
@@ -57,6 +63,14 @@ PositionEmbeddingType parse_position_embedding_type(std::string_view s) {
   return parse_choice(s, "position_embedding_type", kPositions);
 }
 Activation parse_activation(std::string_view s) { return parse_choice(s, "activation_func", kActivations); }
+RecomputeGranularity parse_recompute_granularity(std::string_view s) {
+  return parse_choice(s.empty() ? "none" : s, "recompute_granularity", kGranularities);
+}
+RecomputeMethod parse_recompute_method(std::string_view s) {
+  return parse_choice(s.empty() ? "none" : s, "recompute_method", kMethods);
+}
+const char* to_string(RecomputeGranularity g) { return name_of(g, kGranularities); }
+const char* to_string(RecomputeMethod m) { return name_of(m, kMethods); }
 const char* to_string(Normalization n) { return name_of(n, kNorms); }
 const char* to_string(PositionEmbeddingType p) { return name_of(p, kPositions); }
 const char* to_string(Activation a) { return name_of(a, kActivations); }
@@ -125,6 +139,20 @@ void TransformerConfig::validate() {
     QK_CHECK(*rotary_seq_len_interpolation_factor > 0,
              "rotary_seq_len_interpolation_factor must be positive, got ",
              *rotary_seq_len_interpolation_factor);
+
+  // TransformerConfig.__post_init__'s recompute rules.
+  if (recompute_granularity == RecomputeGranularity::full) {
+    QK_CHECK(recompute_method != RecomputeMethod::none, "recompute_granularity full needs recompute_method "
+             "(--recompute-method) uniform or block");
+    QK_CHECK(recompute_num_layers >= 1 && recompute_num_layers <= num_layers,
+             "recompute_num_layers (--recompute-num-layers) must be between 1 and the layers per pipeline rank (",
+             num_layers, ") under recompute_granularity full, got ", recompute_num_layers);
+  } else if (recompute_granularity == RecomputeGranularity::selective) {
+    QK_CHECK(recompute_method == RecomputeMethod::none, "recompute_method ", to_string(recompute_method),
+             " is not supported with recompute_granularity selective");
+    QK_CHECK(recompute_num_layers == 0, "recompute_num_layers must be unset under recompute_granularity selective, "
+             "got ", recompute_num_layers);
+  }
 
   check_positive(vocab_size, "vocab_size");
   check_positive(make_vocab_size_divisible_by, "make_vocab_size_divisible_by");

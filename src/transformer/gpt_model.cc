@@ -2,6 +2,10 @@
 // inference path.
 #include "qk/transformer/gpt_model.h"
 
+#include <algorithm>
+
+#include "qk/autograd/autograd.h"
+#include "qk/autograd/checkpoint.h"
 #include "qk/autograd/functions.h"
 #include "qk/parallel/cross_entropy.h"
 #include "qk/parallel/mappings.h"
@@ -81,7 +85,9 @@ Tensor LanguageModelEmbeddingImpl::forward(const Tensor& tokens, const Tensor& p
 
 // ---- TransformerBlock ----
 
-TransformerBlockImpl::TransformerBlockImpl(const TransformerConfig& c, const TransformerLayerSpec& spec) {
+TransformerBlockImpl::TransformerBlockImpl(const TransformerConfig& c, const TransformerLayerSpec& spec)
+    : recompute_granularity_(c.recompute_granularity), recompute_method_(c.recompute_method),
+      recompute_num_layers_(c.recompute_num_layers) {
   layers = register_module("layers", nn::ModuleList());
   for (int64_t i = 0; i < c.num_layers; ++i) {
     auto layer = std::make_shared<TransformerLayerImpl>(c, /*layer_number=*/i + 1, spec);
@@ -91,13 +97,39 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerConfig& c, const Tra
   final_layernorm = register_module("final_layernorm", Norm(c, c.hidden_size));
 }
 
+Tensor TransformerBlockImpl::run_layers(const Tensor& hidden, const AttentionContext& ctx, size_t begin, size_t end,
+                                        bool checkpointed) {
+  if (forward_pre_hook)
+    for (size_t i = begin; i < end; ++i) forward_pre_hook(*typed_layers_[i]);
+  // By value: the region's re-run happens in backward, after this call returned.
+  auto body = [this, ctx, begin, end](const std::vector<Tensor>& in) {
+    AttentionContext c = ctx;
+    Tensor h = in[0];
+    for (size_t i = begin; i < end; ++i) {
+      c.layer = static_cast<int64_t>(i);
+      h = typed_layers_[i]->forward(h, c);
+    }
+    return std::vector<Tensor>{h};
+  };
+  if (!checkpointed) return body({hidden})[0];
+  return autograd::checkpoint(body, {hidden},
+                              {.generators = {ctx.attention_dropout_generator, ctx.hidden_dropout_generator}})[0];
+}
+
 Tensor TransformerBlockImpl::forward(const Tensor& hidden, const RotaryTables& rotary, KVCache* cache) {
   Tensor h = hidden;
-  AttentionContext ctx{rotary, cache, 0, attention_dropout_generator, hidden_dropout_generator};
-  for (size_t i = 0; i < typed_layers_.size(); ++i) {
-    ctx.layer = static_cast<int64_t>(i);
-    h = typed_layers_[i]->forward(h, ctx);
+  const AttentionContext ctx{rotary, cache, 0, attention_dropout_generator, hidden_dropout_generator};
+  const size_t n = typed_layers_.size();
+  const bool full = recompute_granularity_ == RecomputeGranularity::full && is_training() && cache == nullptr &&
+                    autograd::grad_mode_enabled();
+  const auto k = static_cast<size_t>(recompute_num_layers_);
+  if (full && recompute_method_ == RecomputeMethod::uniform) {
+    for (size_t i = 0; i < n; i += k) h = run_layers(h, ctx, i, std::min(i + k, n), true);
+  } else {
+    const size_t checkpointed = full && recompute_method_ == RecomputeMethod::block ? k : 0;
+    for (size_t i = 0; i < n; ++i) h = run_layers(h, ctx, i, i + 1, i < checkpointed);
   }
+  if (forward_pre_hook) forward_pre_hook(*final_layernorm);
   return final_layernorm(h);
 }
 
@@ -184,9 +216,21 @@ void GPTModelImpl::check_tokens(const Tensor& tokens, int64_t offset) const {
              " under --sequence-parallel; make --seq-length a multiple of it");
 }
 
+void GPTModelImpl::set_forward_pre_hook(ForwardPreHook hook) {
+  forward_pre_hook_ = hook;
+  decoder->forward_pre_hook = std::move(hook);
+}
+
+void GPTModelImpl::before_output_layer() const {
+  if (!forward_pre_hook_) return;
+  if (output_layer) forward_pre_hook_(*output_layer);
+  if (parallel_output_layer) forward_pre_hook_(*parallel_output_layer);
+}
+
 Tensor GPTModelImpl::run(const Tensor& tokens, const Tensor& position_ids, KVCache* cache) {
   const int64_t offset = cache ? cache->length() : 0;
   check_tokens(tokens, offset);
+  if (forward_pre_hook_) forward_pre_hook_(*embedding);
   const Tensor h = embedding(tokens, position_ids, offset);
   RotaryTables rotary;
   if (config_.position_embedding_type == PositionEmbeddingType::rope)
@@ -199,6 +243,7 @@ Tensor GPTModelImpl::hidden_states(const Tensor& tokens, const Tensor& position_
 }
 
 Tensor GPTModelImpl::logits(const Tensor& hidden) {
+  before_output_layer();
   if (tp_) return parallel::gather_from_tensor_model_parallel_region(vocab_parallel_logits(hidden), *tp_);
   return linear(hidden, output_weight()).to(DType::f32);
 }
@@ -212,6 +257,7 @@ Tensor GPTModelImpl::forward(const Tensor& tokens, const Tensor& position_ids, c
   QK_CHECK(!loss_mask.defined() || loss_mask.shape() == tokens.shape(), "GPTModel: loss_mask ",
            loss_mask.defined() ? shape_str(loss_mask.shape()) : "", " must match tokens ", shape_str(tokens.shape()));
   const int64_t n = tokens.numel();
+  before_output_layer();
   if (!tp_)
     return output_loss(h.reshape({n, config_.hidden_size}), output_weight(), labels.reshape({n}),
                        loss_mask.defined() ? loss_mask.reshape({n}) : Tensor());

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attention_core.h"
+#include "qk/autograd/checkpoint.h"
 #include "qk/autograd/functions.h"
 #include "qk/nn/init.h"
 #include "qk/tensor/ops/index.h"
@@ -138,7 +139,15 @@ Tensor attention_between_projections(const Tensor& qkv_out, int64_t groups, cons
   o.softmax_in_fp32 = c.attention_softmax_in_fp32;
   o.use_flash = c.use_flash_attn;
   o.generator = ctx.attention_dropout_generator;
-  const Tensor context = core_attention(query, key, value, o);  // [B, T, Hq, D] contiguous
+  // Megatron's selective recompute (core_attention checkpointing): keep
+  // q, k, v and re-run softmax, dropout and P.V in backward. The flash
+  // kernel keeps no attention matrix, so there is nothing to recompute.
+  const bool recompute = c.recompute_granularity == RecomputeGranularity::selective && training && !c.use_flash_attn;
+  const Tensor context =  // [B, T, Hq, D] contiguous
+      recompute ? autograd::checkpoint(
+                      [o](const std::vector<Tensor>& in) { return std::vector<Tensor>{core_attention(in[0], in[1], in[2], o)}; },
+                      {query, key, value}, {.generators = {o.generator}})[0]
+                : core_attention(query, key, value, o);
   return context.reshape({b, t, groups * hpg * d});
 }
 

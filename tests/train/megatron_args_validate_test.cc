@@ -229,8 +229,19 @@ TEST(MegatronArgsValidate, RulesOfRefusedFeatures) {
             "--recompute-granularity full needs --recompute-method and --recompute-num-layers");
   EXPECT_EQ(validate_error(base + Argv{"--recompute-granularity", "selective", "--recompute-method", "block"}),
             "--recompute-method block does not go with --recompute-granularity selective");
+  EXPECT_EQ(validate_error(base + Argv{"--recompute-granularity", "selective", "--recompute-num-layers", "2"}),
+            "--recompute-num-layers 2 does not go with --recompute-granularity selective");
+  EXPECT_EQ(validate_error(base + Argv{"--recompute-method", "uniform", "--recompute-num-layers", "2"}),
+            "--recompute-method uniform needs --recompute-granularity full");
+  EXPECT_EQ(validate_error(base + Argv{"--recompute-granularity", "full", "--recompute-method", "block",
+                                       "--recompute-num-layers", "9"}),
+            "--recompute-num-layers (9) exceeds the layers per pipeline stage (8)");
+  EXPECT_EQ(validated(base + Argv{"--recompute-activations"}).recompute_granularity, "selective");
   EXPECT_EQ(validate_error(base + Argv{"--overlap-param-gather"}),
             "--overlap-param-gather needs --use-distributed-optimizer");
+  EXPECT_EQ(validate_error(base + Argv{"--use-distributed-optimizer", "--overlap-param-gather"}),
+            "--overlap-param-gather needs --overlap-grad-reduce");
+  EXPECT_EQ(validate_error(base + Argv{"--ddp-bucket-size", "0"}), "--ddp-bucket-size must be positive, got 0");
   EXPECT_FALSE(validated(base + Argv{"--sequence-parallel"}).sequence_parallel);  // Megatron: off at TP 1
   a = validated(base + Argv{"--num-experts", "4", "--moe-layer-freq", "([0]*1+[1]*7)"});
   EXPECT_EQ(a.moe_ffn_hidden_size, a.ffn_hidden_size);

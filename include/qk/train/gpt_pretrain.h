@@ -118,6 +118,25 @@ class GptBatchIterator {
 // ---- optimizer, schedule, trainer
 
 OptimizerFactory gpt_optimizer(const MegatronArgs& a);                // --optimizer adam (AdamW) | sgd
+// The MixedPrecisionOptimizer over megatron_param_groups(model), or with
+// --use-distributed-optimizer (or --overlap-grad-reduce alone) a
+// DistributedOptimizer over `dp` (--overlap-grad-reduce,
+// --overlap-param-gather: its forward pre-hook goes on the model,
+// --ddp-bucket-size).
+std::unique_ptr<MixedPrecisionOptimizer> gpt_build_optimizer(const MegatronArgs& a, transformer::GPTModelImpl& model,
+                                                             dist::ProcessGroup* dp);
+// Megatron's report_theoretical_memory line for the weights and optimizer
+// ("Theoretical memory footprints: weight and optimizer=... MB") with the
+// parts per rank, this run's and the other optimizer's.
+std::string gpt_theoretical_memory(const MegatronArgs& a, const MixedPrecisionOptimizer& opt, int data_parallel_size);
+// Megatron's report_memory after the first logged iteration, from the CPU
+// tensor allocator and the optimizer's tensors: "[Rank 0] (after 1
+// iterations) memory (MB) | allocated: ... | max allocated: ... | weights:
+// ... | gradients: ... | main weights: ... | optimizer state: ...".
+std::string gpt_memory_report(const MixedPrecisionOptimizer& opt, int64_t iteration, int rank);
+// Info lines about recompute settings that change nothing here (selective
+// with --use-flash-attn), for the log.
+std::vector<std::string> gpt_recompute_notes(const MegatronArgs& a);
 std::unique_ptr<LossScaler> gpt_loss_scaler(const MegatronArgs& a);   // --fp16 dynamic, --loss-scale constant
 MixedPrecisionOptions gpt_mixed_precision_options(const MegatronArgs& a);
 ParamSchedulerOptions gpt_scheduler_options(const MegatronArgs& a);   // --lr ..., --weight-decay ...

@@ -192,6 +192,7 @@ struct MegatronArgs {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   bool use_distributed_optimizer = false;
+  std::optional<int64_t> ddp_bucket_size;  // elements per gradient bucket
   int64_t context_parallel_size = 1;
   int64_t local_rank = 0;
 

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,6 +80,16 @@ struct MixedPrecisionOptions {
   bool log_num_zeros_in_grad = false;  // --log-num-zeros-in-grad
 };
 
+// Bytes this rank holds for training state, counted from the tensors
+// (Megatron's report_theoretical_memory splits them the same way).
+struct OptimizerMemory {
+  int64_t weights = 0;          // the model's parameters
+  int64_t grads = 0;            // gradient buffers (main grads; the model's .grad where no buffer)
+  int64_t main_params = 0;      // fp32 copies of bf16/f16 weights (an fp32 model's weights are its own)
+  int64_t optimizer_state = 0;  // Adam's moments, SGD's momentum (created by the first step)
+  int64_t total() const { return weights + grads + main_params + optimizer_state; }
+};
+
 struct OptimizerStepResult {
   bool updated = false;
   bool found_inf = false;
@@ -86,15 +97,22 @@ struct OptimizerStepResult {
   int64_t num_zeros_in_grad = -1;  // -1 unless log_num_zeros_in_grad
 };
 
+// The virtual members are what the distributed optimizer (distributed_optimizer.h)
+// changes: where gradients go, how they are reduced, which part of the
+// state this rank holds.
 class MixedPrecisionOptimizer {
  public:
   MixedPrecisionOptimizer(std::vector<ParamGroupSpec> groups, const OptimizerFactory& make,
                           std::unique_ptr<LossScaler> scaler = nullptr, MixedPrecisionOptions o = {});
+  virtual ~MixedPrecisionOptimizer();
   MixedPrecisionOptimizer(const MixedPrecisionOptimizer&) = delete;
   MixedPrecisionOptimizer& operator=(const MixedPrecisionOptimizer&) = delete;
 
   // Drops the model's gradients and zeroes the fp32 main_grad buffer.
-  void zero_grad();
+  virtual void zero_grad();
+  // Before each micro-batch's forward: whether its backward is the step's
+  // last (where an overlapped reduction may start). Nothing here.
+  virtual void begin_microbatch(bool /*last*/) {}
   float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
   LossScaler* scaler() { return scaler_.get(); }
   const LossScaler* scaler() const { return scaler_.get(); }
@@ -102,12 +120,28 @@ class MixedPrecisionOptimizer {
   // After a micro-batch's backward (accumulate_allreduce_grads_in_fp32 with a
   // bf16/f16 model): main_grad += grad in fp32, the model's grad dropped.
   // A no-op otherwise.
-  void accumulate_grads();
+  virtual void accumulate_grads();
   // Data parallelism without DDP: averages the gradients over `pg` in one
   // flat fp32 all-reduce (collective: every rank, once per step).
   void all_reduce_grads(dist::ProcessGroup& pg);
+  // After the last micro-batch's backward (collective): all_reduce_grads
+  // over `dp` when it has more than one rank; the distributed optimizer
+  // finishes its own bucket reductions instead.
+  virtual void finish_grad_sync(dist::ProcessGroup* dp);
+  // Whether the optimizer reduces gradients over its own data-parallel
+  // group (no DDP wrapper may do it too).
+  virtual bool reduces_own_grads() const { return false; }
   // Collective over the tensor-parallel group when one is set.
   OptimizerStepResult step();
+  // The model's parameters hold the last step's values (the distributed
+  // optimizer's all-gather may still be running after step()). Call before
+  // reading them outside a forward the optimizer hooks into.
+  virtual void finish_param_sync() {}
+  // Collective, on every rank, before one rank calls save_state (the
+  // distributed optimizer gathers its shards there).
+  virtual void gather_state_for_save(int /*writer_rank*/) {}
+  // Training state on this rank, from the tensors.
+  virtual OptimizerMemory memory() const;
 
   // Tensor parallelism (see the top of this file): every rank of tp.group
   // calls step() together. The names must be this optimizer's parameters.
@@ -121,7 +155,8 @@ class MixedPrecisionOptimizer {
   // The groups' schedule overrides (wd_mult, max_lr, min_lr), for
   // OptimizerParamScheduler(&opt.optimizer(), options, opt.group_schedules()).
   std::vector<GroupSchedule> group_schedules() const;
-  // Parameter names, model and fp32 main parameters, group by group.
+  // Parameter names, model and fp32 main parameters, group by group (the
+  // distributed optimizer's main parameters: this rank's 1-D shard pieces).
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<Tensor>& model_params() const { return model_; }
   const std::vector<Tensor>& main_params() const { return main_; }
@@ -131,27 +166,47 @@ class MixedPrecisionOptimizer {
   // Checkpoint state by parameter name: "main_param/NAME" (fp32 copies),
   // "KEY/NAME" per-parameter optimizer tensors (exp_avg, ...), metadata
   // "step/NAME" and "group.G.HPARAM". Layout-independent: loading matches
-  // names, not positions.
+  // names, not positions. save_state/load_state write and read
+  // state_by_name's contents.
   void save_state(const std::string& path, const nn::Metadata& extra = {}) const;
   void load_state(const std::string& path);
   // The same state in memory (what save_state writes, load_state reads):
   // under tensor parallelism this rank's shards, which checkpoints gather
-  // and scatter by the parameter name after the '/'. `where` names the
-  // source in errors.
+  // and scatter by the parameter name after the '/'; the distributed
+  // optimizer's whole tensors (after gather_state_for_save) on the writer.
+  // `where` names the source in errors.
   struct StateByName {
     nn::TensorMap tensors;
     nn::Metadata metadata;
   };
-  StateByName state_by_name(const nn::Metadata& extra = {}) const;
-  void load_state_by_name(const StateByName& state, const std::string& where);
+  virtual StateByName state_by_name(const nn::Metadata& extra = {}) const;
+  virtual void load_state_by_name(const StateByName& state, const std::string& where);
   // Main weights from the model's weights (after loading weights only).
-  void reload_model_params();
+  virtual void reload_model_params();
 
- private:
-  void collect_grads();
-  void sum_partial_grads();
-  Tensor flat_grad_view(size_t i) const;
-  void ensure_flat_grads();
+ protected:
+  // For subclasses that build their own main parameters and inner
+  // optimizer (init_inner): checks the groups, fills names_ and model_.
+  struct NoMainParams {};
+  MixedPrecisionOptimizer(std::vector<ParamGroupSpec> groups, std::unique_ptr<LossScaler> scaler,
+                          MixedPrecisionOptions o, NoMainParams);
+  void init_inner(const OptimizerFactory& make, std::vector<std::vector<Tensor>> main_groups);
+  // step()'s parts: main_[i].grad() set to fp32 gradients; the per-rank
+  // sums [found_inf, sum of squares] or [zero count] made global; the new
+  // main weights into the model.
+  virtual void collect_grads();
+  virtual void sum_over_data_parallel(std::vector<double>& /*sums*/) {}
+  virtual void update_model_params();
+  // The state file's contents: tensors "KEY/NAME" (exp_avg, ...,
+  // main_param), numbers "step/NAME" and "group.G.HPARAM".
+  struct NamedState {
+    nn::TensorMap tensors;
+    std::map<std::string, double> scalars;
+  };
+  StateByName to_state_by_name(const NamedState& s, const nn::Metadata& extra) const;
+  // Checks the format and that every NAME is one of names_.
+  NamedState to_named_state(const StateByName& s, const std::string& where) const;
+
   std::vector<ParamGroupSpec> groups_;
   std::vector<std::string> names_;
   std::vector<Tensor> model_, main_;
@@ -159,6 +214,11 @@ class MixedPrecisionOptimizer {
   std::unique_ptr<LossScaler> scaler_;
   MixedPrecisionOptions o_;
   bool copies_ = false;          // model params are bf16/f16: main_ are fp32 copies
+
+ private:
+  void sum_partial_grads();
+  Tensor flat_grad_view(size_t i) const;
+  void ensure_flat_grads();
   Tensor flat_grads_;            // fp32, every parameter's gradient back to back
   std::vector<int64_t> offsets_;
   std::vector<char> accumulated_;  // per param: flat_grads_ holds a gradient this step

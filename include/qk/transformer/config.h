@@ -39,15 +39,26 @@ enum class PositionEmbeddingType { learned_absolute, rope, none };
 // (tanh approximation, --openai-gelu, GPT-2's), silu (with gated_linear_unit:
 // --swiglu), relu, squared_relu (--squared-relu).
 enum class Activation { gelu, openai_gelu, silu, relu, squared_relu };
+// Activation recompute (--recompute-granularity, --recompute-method): none;
+// full: whole layers re-run in backward (uniform: groups of
+// recompute_num_layers layers; block: the first recompute_num_layers layers,
+// one by one); selective: only the attention core (softmax, dropout, P.V).
+enum class RecomputeGranularity { none, full, selective };
+enum class RecomputeMethod { none, uniform, block };
 
 // "LayerNorm"/"RMSNorm", "learned_absolute"/"rope"/"none", "gelu"/"openai_gelu"/...;
 // anything else throws ValueError listing the choices.
 Normalization parse_normalization(std::string_view s);
 PositionEmbeddingType parse_position_embedding_type(std::string_view s);
 Activation parse_activation(std::string_view s);
+// "full"/"selective" ("" or "none": none), "uniform"/"block" ("" or "none": none).
+RecomputeGranularity parse_recompute_granularity(std::string_view s);
+RecomputeMethod parse_recompute_method(std::string_view s);
 const char* to_string(Normalization n);
 const char* to_string(PositionEmbeddingType p);
 const char* to_string(Activation a);
+const char* to_string(RecomputeGranularity g);
+const char* to_string(RecomputeMethod m);
 
 struct TransformerConfig {
   // ---- model architecture ----
@@ -120,6 +131,17 @@ struct TransformerConfig {
   // --sequence-parallel: norms and dropout on sequence shards between the
   // tensor-parallel layers (validate() turns it off at tensor-parallel size 1).
   bool sequence_parallel = false;
+
+  // ---- activation recompute (Megatron's TransformerConfig fields) ----
+  // Only in training with gradients (not in evaluation or generation).
+  // full needs a method and 1 <= recompute_num_layers <= num_layers;
+  // selective takes neither (validate() enforces Megatron's rules). With
+  // use_flash_attn selective recompute has nothing to do: the flash kernel
+  // keeps no attention matrix (Megatron checkpoints core attention only on
+  // its unfused path).
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::none;
+  RecomputeMethod recompute_method = RecomputeMethod::none;
+  int64_t recompute_num_layers = 0;  // 0: unset
 
   // --swiglu: gated_linear_unit with SiLU.
   void set_swiglu() {

@@ -63,7 +63,17 @@ class LanguageModelEmbeddingImpl : public nn::Module {
 };
 QK_MODULE(LanguageModelEmbedding);
 
+// Called with each part of a model right before it runs (Megatron's forward
+// pre-hooks): where the distributed optimizer waits for the all-gather of
+// that part's parameters under --overlap-param-gather.
+using ForwardPreHook = std::function<void(const nn::Module& part)>;
+
 // The decoder stack: layers, then final_layernorm (Megatron's TransformerBlock).
+// In training with gradients, config.recompute_granularity full checkpoints
+// layers (qk/autograd/checkpoint.h) as Megatron's _checkpointed_forward:
+// uniform runs groups of recompute_num_layers layers as one region each;
+// block checkpoints the first recompute_num_layers layers one by one and
+// keeps the rest's activations.
 class TransformerBlockImpl : public nn::Module {
  public:
   TransformerBlockImpl(const TransformerConfig& config, const TransformerLayerSpec& spec);
@@ -76,9 +86,16 @@ class TransformerBlockImpl : public nn::Module {
   // Dropout's generators for every layer (AttentionContext); null: the default one.
   Generator* attention_dropout_generator = nullptr;
   Generator* hidden_dropout_generator = nullptr;
+  // Called before each layer and final_layernorm (empty: none).
+  ForwardPreHook forward_pre_hook;
 
  private:
+  // Layers [begin, end) from `hidden`, as one checkpointed region or plainly.
+  Tensor run_layers(const Tensor& hidden, const AttentionContext& ctx, size_t begin, size_t end, bool checkpointed);
   std::vector<std::shared_ptr<TransformerLayerImpl>> typed_layers_;
+  RecomputeGranularity recompute_granularity_;
+  RecomputeMethod recompute_method_;
+  int64_t recompute_num_layers_;
 };
 QK_MODULE(TransformerBlock);
 
@@ -125,6 +142,10 @@ class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
   const Tensor& output_weight() const;
 
   const TransformerConfig& config() const { return config_; }
+  // Runs `hook` before the embedding, each decoder layer, final_layernorm
+  // and the untied output layer (every part that owns parameters), in
+  // training, evaluation and generation alike. Empty: none.
+  void set_forward_pre_hook(ForwardPreHook hook);
   // The tensor-parallel group (null for the unsplit model).
   const std::shared_ptr<dist::ProcessGroup>& tensor_parallel_group() const { return tp_; }
   // The per-rank generator of attention dropout and of sequence-parallel
@@ -145,6 +166,7 @@ class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
 
  private:
   Tensor run(const Tensor& tokens, const Tensor& position_ids, KVCache* cache);
+  void before_output_layer() const;
   void check_tokens(const Tensor& tokens, int64_t offset) const;
   // This rank's vocabulary columns of the logits [B, T, V_padded/tp] f32
   // (the full sequence: gathered first under sequence parallelism).
@@ -153,6 +175,7 @@ class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
   TransformerConfig config_;
   std::shared_ptr<dist::ProcessGroup> tp_;
   std::shared_ptr<Generator> tp_rng_;
+  ForwardPreHook forward_pre_hook_;
 };
 QK_MODULE(GPTModel);
 
