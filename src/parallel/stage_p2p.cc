@@ -8,9 +8,7 @@ namespace qk::parallel {
 
 void Exchange::wait(Timeline* timeline) {
   if (!state_ || state_->waited) return;
-  // A batch already done costs no time: no span.
-  SpanScope span(state_->work->is_completed() ? nullptr : timeline, receives() ? SpanKind::recv : SpanKind::send,
-                 state_->what);
+  SpanScope span(timeline, receives() ? SpanKind::recv : SpanKind::send, state_->what);
   // The error says which stage and job rank this one was talking to; qccl's
   // message under it names the peer that failed and how.
   try {
@@ -88,10 +86,11 @@ Exchange StageP2P::backward(const Tensor& input_grad, bool recv) {
 
 void StageP2P::keep(const Exchange& e) {
   if (!e.defined()) return;
-  // Completed ones are waited on (which surfaces a failure) and dropped.
-  std::erase_if(kept_, [this](Exchange& k) {
+  // Completed ones are waited on (which surfaces a failure; no span: nothing
+  // waited) and dropped.
+  std::erase_if(kept_, [](Exchange& k) {
     if (!k.done()) return false;
-    k.wait(timeline_);
+    k.wait(nullptr);
     return true;
   });
   kept_.push_back(e);
