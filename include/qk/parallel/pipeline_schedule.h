@@ -110,7 +110,7 @@ class PipelineSchedule {
 
   // One step over num_microbatches micro-batches: forward-only, 1F1B, or
   // interleaved 1F1B (num_model_chunks > 1). Every stage calls it with the
-  // same options (tensor_shape may differ only where the stages agree).
+  // same options.
   PipelineScheduleResult run(const ForwardStepFn& forward_step, const PipelineScheduleOptions& options);
 
   int stage() const { return rank_; }
