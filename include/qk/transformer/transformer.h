@@ -1,5 +1,5 @@
 // The transformer layer in one include: config, functional seams, layers,
-// the GPT model and its KV cache.
+// the GPT model, its pipeline-stage chunks and its KV cache.
 //
 //   #include "qk/transformer/transformer.h"
 //   qk::transformer::TransformerConfig c;  c.num_layers = 2;  ...
@@ -9,5 +9,6 @@
 #include "qk/transformer/config.h"
 #include "qk/transformer/functional.h"
 #include "qk/transformer/gpt_model.h"
+#include "qk/transformer/gpt_pipeline.h"
 #include "qk/transformer/kv_cache.h"
 #include "qk/transformer/layers.h"
