@@ -15,6 +15,7 @@
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/onednn_matmul.h"
+#include "qk/base/signal_mask.h"
 
 #if defined(QK_HAVE_DNNL) && defined(_OPENMP)
 #include <omp.h>
@@ -133,6 +134,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
     }
     if (f32_engine() != F32Engine::openblas) {
       omp_set_num_threads(in_parallel_region() ? 1 : num_threads());
+      const AsyncSignalsBlocked no_signals;  // Note [Signals during JIT GEMM]
       dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                                     beta, c, ldc);
       QK_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed with status ", static_cast<int>(st),

@@ -18,6 +18,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "qk/base/env.h"
+#include "qk/base/signal_mask.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/conv.h"
@@ -69,6 +70,7 @@ void run(const dnnl::primitive& p, const memory::desc& pad, std::unordered_map<i
     buf = empty({static_cast<int64_t>(pad.get_size())}, TensorOptions(DType::u8));
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(pad, runtime()->engine, buf.raw_data()));
   }
+  const AsyncSignalsBlocked no_signals;  // Note [Signals during JIT GEMM]: gemm-based convolutions
   p.execute(runtime()->stream, args);
   runtime()->stream.wait();  // before buf goes
 }

@@ -3,6 +3,7 @@
 
 #include "qk/base/env.h"
 #include "qk/base/error.h"
+#include "qk/base/signal_mask.h"
 
 #if defined(QK_HAVE_DNNL) && defined(_OPENMP)
 
@@ -178,6 +179,7 @@ void matmul(const MatmulShape& s, const void* a, int64_t lda, const void* b, int
     // oneDNN's OpenMP team follows qk's thread count, one thread inside a
     // qk parallel region (Note [One thread pool] in gemm.h).
     omp_set_num_threads(in_parallel_region() ? 1 : num_threads());
+    const AsyncSignalsBlocked no_signals;  // Note [Signals during JIT GEMM]
     e->prim.execute(stream(), args);
     stream().wait();
   } catch (const dnnl::error& err) {
