@@ -102,13 +102,6 @@ void validate_pipeline(MegatronArgs& a) {
     QK_CHECK(a.use_distributed_optimizer, "--overlap-param-gather needs --use-distributed-optimizer");
     QK_CHECK(a.overlap_grad_reduce, "--overlap-param-gather needs --overlap-grad-reduce");
   }
-  // Not Megatron's rule: this build's bucketed optimizer does not yet sum its
-  // norm and partial gradients over a tensor-parallel group.
-  QK_CHECK(a.tensor_model_parallel_size == 1 || (!a.use_distributed_optimizer && !a.overlap_grad_reduce),
-           a.use_distributed_optimizer ? "--use-distributed-optimizer" : "--overlap-grad-reduce",
-           " with --tensor-model-parallel-size ", a.tensor_model_parallel_size,
-           " is not supported yet; drop it (the gradients are then averaged over the data-parallel group in one "
-           "all-reduce) or use --tensor-model-parallel-size 1");
 }
 
 void validate_precision(MegatronArgs& a) {

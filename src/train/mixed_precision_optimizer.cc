@@ -220,23 +220,26 @@ void MixedPrecisionOptimizer::all_reduce_grads(dist::ProcessGroup& pg) {
 }
 
 void MixedPrecisionOptimizer::set_tensor_parallel(TensorParallel tp) {
-  // The bucketed optimizer's main parameters are pieces of the data-parallel
-  // shard, not whole parameters: its partial-gradient sums and norm over a
-  // tensor-parallel group are not written yet.
-  QK_CHECK_AS(ValueError, !tp.active() || !reduces_own_grads(),
-              "tensor parallelism with --use-distributed-optimizer or --overlap-grad-reduce is not supported yet; "
-              "drop one of them (the plain optimizer averages gradients over the data-parallel group)");
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < names_.size(); ++i) index[names_[i]] = i;
-  sharded_.assign(names_.size(), 0);
+  std::vector<char> shard(names_.size(), 0), partial(names_.size(), 0);
   for (const auto& [name, spec] : tp.shard_specs)
-    if (auto it = index.find(name); it != index.end()) sharded_[it->second] = 1;  // frozen shards: not ours
-  partial_.clear();
+    if (auto it = index.find(name); it != index.end()) shard[it->second] = 1;  // frozen shards: not ours
   for (const std::string& name : tp.partial_gradients) {
     const auto it = index.find(name);
     QK_CHECK_AS(ValueError, it != index.end(), "MixedPrecisionOptimizer::set_tensor_parallel: '", name,
                 "' has a partial gradient but is not a parameter of this optimizer");
-    partial_.push_back(it->second);
+    partial[it->second] = 1;
+  }
+  // By main parameter (the distributed optimizer's are pieces of its
+  // data-parallel shard: every tensor-parallel rank of a data-parallel rank
+  // holds the same pieces, its buffers being laid out alike).
+  sharded_.assign(main_.size(), 0);
+  partial_.clear();
+  for (size_t i = 0; i < main_.size(); ++i) {
+    const size_t n = name_index_of_main(i);
+    sharded_[i] = shard[n];
+    if (partial[n]) partial_.push_back(i);
   }
   tp_ = std::move(tp);
 }

@@ -162,6 +162,16 @@ TEST(PretrainGptParallel, TensorTwoTimesDataTwoOnFourRanksEqualsOneRank) {
                                 {"> parallel layout: world 4 = tp 2 x cp 1 x dp 2 x pp 1", " | dp "});
 }
 
+// The distributed optimizer shards each tensor-parallel rank's buckets over
+// its data-parallel group: partial gradients and the norm still span both.
+TEST(PretrainGptParallel, TensorTwoTimesDataTwoWithTheDistributedOptimizerEqualsOneRank) {
+  expect_layout_equals_one_rank(4,
+                                {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                 "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"},
+                                "tp2dp2_distopt",
+                                {"> parallel layout: world 4 = tp 2 x cp 1 x dp 2 x pp 1", "reduce-scatter "});
+}
+
 // Saved at TP=2 after 5 of 10 iterations, resumed at TP=1 and at TP=2 x DP=2:
 // iterations 6-10 are the uninterrupted TP=1 run's. --vocab-size 4096 (4097
 // ids) pads to 4224 rows at TP=1 but 4352 at TP=2: the reference gets

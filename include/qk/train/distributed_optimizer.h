@@ -98,6 +98,7 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
 
  protected:
   void collect_grads() override;
+  size_t name_index_of_main(size_t i) const override { return name_index_[pieces_[i].param]; }
   void sum_over_data_parallel(std::vector<double>& sums) override;
   void update_model_params() override;
 

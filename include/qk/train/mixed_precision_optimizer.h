@@ -195,6 +195,8 @@ class MixedPrecisionOptimizer {
   // sums [found_inf, sum of squares] or [zero count] made global; the new
   // main weights into the model.
   virtual void collect_grads();
+  // names_ index of main_[i] (the same index unless main parameters are pieces).
+  virtual size_t name_index_of_main(size_t i) const { return i; }
   virtual void sum_over_data_parallel(std::vector<double>& /*sums*/) {}
   virtual void update_model_params();
   // The state file's contents: tensors "KEY/NAME" (exp_avg, ...,
@@ -224,8 +226,8 @@ class MixedPrecisionOptimizer {
   std::vector<char> accumulated_;  // per param: flat_grads_ holds a gradient this step
   bool collected_ = false;
   TensorParallel tp_;
-  std::vector<char> sharded_;         // per param: a tensor-parallel shard
-  std::vector<size_t> partial_;       // params whose gradients are summed over tp
+  std::vector<char> sharded_;         // per main param: a tensor-parallel shard
+  std::vector<size_t> partial_;       // main params whose gradients are summed over tp
 };
 
 }  // namespace qk::train
