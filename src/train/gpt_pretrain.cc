@@ -280,7 +280,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   if (o.measure_gemm_peak) {
     const GemmPeak peak = measure_peak(world, cfg.params_dtype);
     result.gemm_peak_flops = peak.flops;
-    say(fmt::format("> GEMM peak: {:.4f} TFLOP/s per rank ({}^3 {} matmul, median of 5, all {} ranks at once; "
+    say(fmt::format("> GEMM peak: {:.4f} TFLOP/s per rank ({}^3 {} matmul, fastest of 5+ calls, all {} ranks at once; "
                     "what MFU is measured against)",
                     peak.flops / 1e12, peak.n, dtype_name(peak.dtype), world.size));
   }

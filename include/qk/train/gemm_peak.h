@@ -13,14 +13,15 @@
 namespace qk::train {
 
 struct GemmPeak {
-  double flops = 0;    // 2 n^3 / the median time
-  double seconds = 0;  // the median time of one n x n x n product
+  double flops = 0;    // 2 n^3 / the fastest time
+  double seconds = 0;  // the fastest time of one n x n x n product
   int64_t n = 0;
   DType dtype = DType::f32;
 };
 
-// Median of `reps` timed n x n by n x n products of random matrices in
-// `dtype` (after one untimed warm-up), on this process's compute threads,
+// The fastest of at least `reps` (and 0.25 s of) timed n x n by n x n
+// products of random matrices in `dtype` (after two untimed warm-ups), on
+// this process's compute threads,
 // through ops::linear as the model's layers call it.
 GemmPeak measure_gemm_peak(int64_t n = 1024, DType dtype = DType::f32, int reps = 5);
 
