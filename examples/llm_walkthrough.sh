@@ -51,7 +51,7 @@ DATA_ARGS=(--data-path "${DATA_PATH[@]}" --split 90,10,0 --tokenizer-type Huggin
   --tokenizer-model tok.json)
 
 say qk pretrain-gpt ... '"${SEED_TRAINING_ARGS[@]}"'
-"$QK" pretrain-gpt "${MODEL_ARGS[@]}" "${SEED_TRAINING_ARGS[@]}" "${DATA_ARGS[@]}" 2>&1 | grep -v "^ " || true
+"$QK" pretrain-gpt "${MODEL_ARGS[@]}" "${SEED_TRAINING_ARGS[@]}" "${DATA_ARGS[@]}" 2>&1 | grep -v "^  [a-z_0-9]* \.\.\." || true
 
 # 3. Train on 2 ranks.
 say time qk run --nproc-per-node 2 -- qk pretrain-gpt ...
