@@ -2,8 +2,9 @@
 # Tensor, sequence and data parallelism of `qk pretrain-gpt` on the seed's
 # practice model (6 layers, hidden 512, 8 heads, Llama layout: SwiGLU, RoPE,
 # RMSNorm, untied output; sequence 256, f32, mock data, vocabulary 4096
-# rows at every tensor size) at 2 ranks (DP=2, TP=2, TP=2+SP) and 4 ranks
-# (TP=2 x DP=2, TP=4), the same global batch of 8 sequences everywhere:
+# rows at every tensor size) at 2 ranks (DP=2, TP=2, TP=2+SP, DP=2 with the
+# distributed optimizer) and 4 ranks (TP=2 x DP=2, TP=4, TP=2 x DP=2 with SP
+# and the distributed optimizer), the same global batch of 8 sequences everywhere:
 #   tokens/s and rank 0's peak RSS of the last log interval, and the bytes
 #   each process group moved per iteration (LogStats::comm, from
 #   ProcessGroup::traffic deltas around each step) next to the analytic volume:
@@ -16,7 +17,9 @@
 #       (input size), each (4 L + 2) x activation bytes, plus the loss and the
 #       sequence-parallel norm gradients ((2 L + 1) h f32, summed over TP);
 #     DP: one all-reduce of this rank's fp32 gradients (its parameters x 4
-#       bytes) plus the 24-byte metrics all-reduce;
+#       bytes) plus the 24-byte metrics all-reduce; with the distributed
+#       optimizer a reduce-scatter of those gradients and an all-gather of the
+#       parameters instead, plus the 16-byte global norm and inf flag;
 #     wire (QCCL_ALGO=ring): all-reduce 2(n-1)/n x buffer, all-gather and
 #       reduce-scatter (n-1)/n x the full buffer.
 #   The measured/formula columns must be within 5%.
@@ -42,18 +45,19 @@ echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPU
 echo "| layout | ranks | tokens/s | peak RSS rank 0 (GiB) | params per rank | TP buffers MB/it (formula) |" \
   "TP wire MB/it (formula) | DP buffers MB/it (formula) | DP wire MB/it (formula) | max deviation |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-run() {  # name ranks tp sp -> one table row
-  local name=$1 n=$2 tp=$3 sp=$4 out="$TMP/$1"
+run() {  # name ranks tp sp [distopt] -> one table row
+  local name=$1 n=$2 tp=$3 sp=$4 distopt=${5:-0} out="$TMP/${1// /_}"
   local flags=(--tensor-model-parallel-size "$tp" --save "$out" --save-interval 100000)
   [ "$sp" = 1 ] && flags+=(--sequence-parallel)
+  [ "$distopt" = 1 ] && flags+=(--use-distributed-optimizer)
   "$QK" run --nproc-per-node "$n" -- "$QK" pretrain-gpt "${MODEL[@]}" "${TRAIN[@]}" "${flags[@]}" > "$out.log" 2>&1 ||
     { tail -20 "$out.log" >&2; exit 1; }
   local params
   params=$(sed -n 's/.*model parallel rank (0, 0): \([0-9]*\).*/\1/p' "$out.log" | head -1)
-  /usr/bin/python3 - "$out/metrics.jsonl" "$name" "$n" "$tp" "$sp" "$params" $LAYERS $HIDDEN $SEQ $MICRO $GBS <<'EOF'
+  /usr/bin/python3 - "$out/metrics.jsonl" "$name" "$n" "$tp" "$sp" "$params" $LAYERS $HIDDEN $SEQ $MICRO $GBS "$distopt" <<'EOF'
 import json, sys
-path, name, n, tp, sp, params, L, h, s, b, gbs = sys.argv[1:]
-n, tp, sp, params, L, h, s, b, gbs = map(int, (n, tp, sp, params, L, h, s, b, gbs))
+path, name, n, tp, sp, params, L, h, s, b, gbs, distopt = sys.argv[1:]
+n, tp, sp, params, L, h, s, b, gbs, distopt = map(int, (n, tp, sp, params, L, h, s, b, gbs, distopt))
 rec = [j for j in map(json.loads, open(path)) if j["kind"] == "train"][-1]
 dp = n // tp
 micro = gbs // (b * dp)                      # micro-batches per step
@@ -76,8 +80,14 @@ if tp > 1:
     else:
         tp_buf = acts + small
         tp_wire = ring_ar(acts + small, tp)
-dp_buf = params * 4 + 24 if dp > 1 else 0
-dp_wire = ring_ar(dp_buf, dp) if dp > 1 else 0
+if distopt:
+    # reduce-scatter of the fp32 gradients, all-gather of the (f32) parameters,
+    # the metrics (24 bytes) and the global norm and inf flag (16) all-reduced
+    dp_buf = 2 * params * 4 + 24 + 16 if dp > 1 else 0
+    dp_wire = 2 * ring_ag(params * 4, dp) + ring_ar(40, dp) if dp > 1 else 0
+else:
+    dp_buf = params * 4 + 24 if dp > 1 else 0
+    dp_wire = ring_ar(dp_buf, dp) if dp > 1 else 0
 g = lambda grp, k: rec.get(f"comm/{grp}/{k}", 0.0)
 tp_cell = cmp(g("tp", "bytes"), tp_buf) if tp > 1 else "-"
 tpw_cell = cmp(g("tp", "wire_bytes_sent"), tp_wire) if tp > 1 else "-"
@@ -92,4 +102,6 @@ run "TP=2" 2 2 0
 run "TP=2 + SP" 2 2 1
 run "TP=2 x DP=2" 4 2 0
 run "TP=4" 4 4 0
+run "DP=2 + distributed optimizer" 2 1 0 1
+run "TP=2 x DP=2 + SP + distributed optimizer" 4 2 1 1
 echo "# end load: $(uptime | sed 's/.*load average: //')"
