@@ -84,6 +84,13 @@ TEST(SignalMask, HandledSignalsDuringF32GemmsCorruptNothing) {
   }
   stop = true;
   storm.join();
+  // A signal still pending for the process (every thread blocking it that
+  // instant) is discarded by SIG_IGN, so restoring the default action
+  // cannot end the test binary later.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGUSR1, &ignore, nullptr);
   ::sigaction(SIGUSR1, &old, nullptr);
   set_num_threads(threads_before);
   EXPECT_GT(rounds, 10);
