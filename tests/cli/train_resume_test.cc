@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -119,7 +120,9 @@ TEST(TrainResume, FiveKilledRanksEndBitIdentical) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count(r.output, "restarting all workers"), 5) << r.output;
   EXPECT_EQ(count(r.output, "QK_FAULT_KILL: killing"), 5) << r.output;
-  EXPECT_GE(count(r.output, "resumed from"), 4) << r.output;  // a kill before step 3 restarts from scratch
+  // A kill up to the first checkpoint (step 3) may restart from scratch; every later one resumes.
+  const auto resumable = static_cast<int>(std::count_if(steps.begin(), steps.end(), [](int s) { return s > 3; }));
+  EXPECT_GE(count(r.output, "resumed from"), resumable) << r.output;
   expect_reference_weights(out, r.output);
 }
 
