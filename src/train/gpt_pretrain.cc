@@ -19,6 +19,7 @@
 #include "qk/dist/launch_env.h"
 #include "qk/dist/process_group.h"
 #include "qk/parallel/parallel_state.h"
+#include "qk/parallel/timeline.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/generator.h"
 #include "qk/train/gemm_peak.h"
@@ -347,6 +348,10 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     check_loss(value);
     return MicroBatchOutput{loss, {{"lm loss", {value * tokens, tokens}}}};
   };
+  // --profile: each rank's spans of the first profiled steps, one Chrome
+  // trace at the end (trace.json in the output folder).
+  parallel::Timeline timeline(world.rank, fmt::format("rank {} (pp {}, tp {}, dp {})", world.rank, world.pp_rank(),
+                                                      world.tp ? world.tp->rank() : 0, world.dp_rank()));
   TrainerCallbacks cb;
   std::unique_ptr<GptPipelineSteps> pipeline;
   if (pipelined) {
@@ -363,6 +368,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     po.autocast = to.autocast;
     po.overlap_p2p_comm = a.overlap_p2p_comm && stage->split.interleaved();
     po.check_loss = check_loss;
+    po.timeline = a.profile ? &timeline : nullptr;
     pipeline = std::make_unique<GptPipelineSteps>(*stage, opt, po);
     pipeline->set_scheduler(&sched, to.global_batch_size);
     CustomSteps steps;
@@ -390,6 +396,15 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     print(megatron_iteration_line(s, x));
     print(throughput_line(s, world.size, result.gemm_peak_flops));
     if (!s.comm.empty()) print(traffic_line(s.comm));
+    if (pipeline && a.profile) {
+      const auto [sum, steps] = pipeline->take_bubble();
+      if (steps > 0)
+        print(fmt::format(" [qk] pipeline bubble: {:.1f}% measured over {} profiled step(s), {:.1f}% in theory "
+                          "((p-1)/(m+p-1)/v)",
+                          100.0 * sum / static_cast<double>(steps), steps,
+                          100.0 * parallel::theoretical_bubble_fraction(world.pp_size(), trainer.num_microbatches(),
+                                                                        stage->split.virtual_pipeline_size())));
+    }
     if (!memory_reported) print(gpt_memory_report(opt, s.iteration, world.rank));  // Megatron's report_memory
     memory_reported = true;
   };
@@ -411,6 +426,17 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say("training ...");
   reset_peak_memory(kCPU);  // "max allocated" in the memory report: training's high-water mark
   result.train = trainer.train(cb);
+  if (pipeline && a.profile) {
+    // Every rank's timeline to rank 0 (collective over the job), one trace.
+    const std::vector<parallel::Timeline> all = parallel::gather_timelines(timeline, *world.job);
+    if (lead) {
+      const std::string path = result.output_dir + "/trace.json";
+      parallel::write_chrome_trace(path, all);
+      say(fmt::format("> --profile: the timeline of {} step(s) of every rank is in {} (chrome://tracing, "
+                      "ui.perfetto.dev)",
+                      pipeline->profiled_steps(), path));
+    }
+  }
   switch (result.train.exit_reason) {
     case ExitReason::signal: say_datetime("exiting program after receiving SIGTERM."); return result;
     case ExitReason::exit_interval:

@@ -177,19 +177,36 @@ StepStats GptPipelineSteps::step(GptBatchIterator& data) {
   so.num_model_chunks = stage_.split.virtual_pipeline_size();
   so.overlap_p2p_comm = o_.overlap_p2p_comm;
   so.loss_scale = opt_.loss_scale();
-  so.timeline = o_.timeline;
+  parallel::Timeline* tl = o_.timeline && profiled_ < o_.max_profiled_steps ? o_.timeline : nullptr;
+  so.timeline = tl;
   so.backward_step = [&](const Tensor& in, const Tensor& out, const Tensor& grad) {
     Tensor g = parallel::autograd_backward_step(in, out, grad);
     opt_.accumulate_grads();  // --accumulate-allreduce-grads-in-fp32 (bf16/f16 models)
     return g;
   };
+  if (tl) tl->begin_step();
   const parallel::PipelineScheduleResult r =
       schedule_->run([this](int c, int64_t j, const Tensor& x) { return forward(c, j, x); }, so);
+  if (tl) tl->end_step();
   batches_.clear();
   StepStats s;
-  opt_.finish_grad_sync(o_.dp);
-  s.lr = opt_.optimizer().lr(0);
-  const OptimizerStepResult u = opt_.step();  // the tied embedding, norm and inf check over the pipeline
+  OptimizerStepResult u;
+  {
+    parallel::SpanScope span(tl, parallel::SpanKind::optimizer, "optimizer");
+    opt_.finish_grad_sync(o_.dp);
+    s.lr = opt_.optimizer().lr(0);
+    u = opt_.step();  // the tied embedding, norm and inf check over the pipeline
+  }
+  if (tl) {
+    // The pipeline's bubble: every stage over the same window (the
+    // schedule's first start to its last end), averaged over the stages.
+    const double mine = parallel::measure_bubble(*tl, parallel::common_window(*tl, *o_.pp)).fraction;
+    Tensor mean = from_vector<double>({mine}, {1});
+    o_.pp->all_reduce(mean, dist::ReduceOp::avg);
+    bubble_sum_ += mean.data_ptr<double>()[0];
+    ++bubble_steps_;
+    ++profiled_;
+  }
   if (u.updated && sched_) sched_->step(increment_);
   s.metrics = reduce(r.metrics);
   QK_CHECK(!s.metrics.empty(), "the last pipeline stage reported no metrics");
@@ -201,6 +218,13 @@ StepStats GptPipelineSteps::step(GptBatchIterator& data) {
   s.loss_scale = opt_.loss_scale();
   s.seconds = timer.seconds();
   return s;
+}
+
+std::pair<double, int64_t> GptPipelineSteps::take_bubble() {
+  const std::pair<double, int64_t> r{bubble_sum_, bubble_steps_};
+  bubble_sum_ = 0;
+  bubble_steps_ = 0;
+  return r;
 }
 
 std::map<std::string, double> GptPipelineSteps::forward_only(GptBatchIterator& data, int64_t microbatches) {

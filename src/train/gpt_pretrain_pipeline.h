@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "qk/parallel/pipeline_schedule.h"
@@ -51,7 +52,10 @@ struct GptPipelineOptions {
   DType dtype = DType::f32;           // the activations stages exchange
   std::optional<DType> autocast;
   bool overlap_p2p_comm = false;
+  // --profile: the first max_profiled_steps steps' spans (forward, backward,
+  // send, recv, optimizer) and the measured bubble of each.
   parallel::Timeline* timeline = nullptr;
+  int64_t max_profiled_steps = 20;
   std::function<void(double loss)> check_loss;  // the last stage's loss of each micro-batch
 };
 
@@ -67,6 +71,11 @@ class GptPipelineSteps {
   StepStats step(GptBatchIterator& data);
   // The forward-only schedule over `microbatches` micro-batches.
   std::map<std::string, double> forward_only(GptBatchIterator& data, int64_t microbatches);
+  // --profile: the measured bubble (idle / step time inside the window
+  // common to the stages, averaged over them) summed over the profiled
+  // steps since the last take, and how many; zeroes it.
+  std::pair<double, int64_t> take_bubble();
+  int64_t profiled_steps() const { return profiled_; }
 
  private:
   parallel::ForwardStepResult forward(int chunk, int64_t microbatch, const Tensor& input);
@@ -80,6 +89,9 @@ class GptPipelineSteps {
   int64_t increment_ = 0;
   GptBatchIterator* data_ = nullptr;  // this step's
   std::vector<GptBatch> batches_;     // this step's micro-batches read so far
+  int64_t profiled_ = 0;
+  double bubble_sum_ = 0;
+  int64_t bubble_steps_ = 0;
 };
 
 }  // namespace qk::train

@@ -60,7 +60,9 @@ std::vector<StatusRule> build_rules() {
        "--recompute-modules core_attn (Megatron's default for selective recompute) is accepted"},
       {"--distribute-saved-activations", kNotYet, "spreading checkpointed activations over the tensor-parallel group",
        kIssue16},
-      {"--profile", kNotYet, "the --profile timeline", kIssue17},
+      {"--profile", kNotYet, "the --profile timeline without a pipeline", kIssue17,
+       [](const A& a) { return !a.profile || a.pipeline_model_parallel_size > 1; },
+       "this build records the pipeline schedule's timeline (--pipeline-model-parallel-size > 1)"},
 
       // ---- mixture of experts and multi-latent attention (issue 18)
       {"--num-experts", kNotYet, "mixture of experts", kIssue18,

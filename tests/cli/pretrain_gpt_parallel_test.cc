@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli/run_qk.h"
@@ -233,6 +234,35 @@ TEST(PretrainGptParallel, UnevenPipelineStagesEqualOneRank) {
   expect_layout_equals(tiny4(), single_rank_run_4_layers(), 2,
                        {"--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "1"}, "uneven",
                        {"> pipeline layers: pp 0: [0]; pp 1: [1-3]"});
+}
+
+// --profile: one Chrome trace of every rank's spans in the output folder
+// (forward, backward, send, recv and optimizer on both stages) and the
+// measured bubble in the log, between 0 and 100%.
+TEST(PretrainGptParallel, PipelineProfileWritesEveryRanksTraceAndTheBubble) {
+  const std::string dir = fresh_dir("pp_profile");
+  const auto r = ranks(2, tiny() + Argv{"--pipeline-model-parallel-size", "2", "--profile", "--train-iters", "4",
+                                        "--log-interval", "2", "--save", dir, "--save-interval", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("> --profile: the timeline of 4 step(s) of every rank is in " + dir + "/trace.json"),
+            std::string::npos)
+      << r.output;
+  const size_t at = r.output.find(" [qk] pipeline bubble: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const double bubble = std::stod(r.output.substr(at + std::string(" [qk] pipeline bubble: ").size()));
+  EXPECT_GT(bubble, 0.0);
+  EXPECT_LT(bubble, 100.0);
+  const auto trace = nlohmann::json::parse(qk::read_file(dir + "/trace.json"));
+  std::map<int, std::set<std::string>> kinds;  // pid -> span categories
+  std::set<std::string> names;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "X") kinds[e.at("pid").get<int>()].insert(e.at("cat").get<std::string>());
+    if (e.at("name") == "process_name") names.insert(e.at("args").at("name").get<std::string>());
+  }
+  EXPECT_TRUE(names.count("rank 1 (pp 1, tp 0, dp 0)")) << trace.dump().substr(0, 2000);
+  for (int pid : {0, 1})
+    for (const char* k : {"forward", "backward", "send", "recv", "optimizer"})
+      EXPECT_TRUE(kinds[pid].count(k)) << "rank " << pid << " has no " << k << " span";
 }
 
 // What does not compose with the pipeline, and Megatron's micro-batch rule
