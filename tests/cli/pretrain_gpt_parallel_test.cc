@@ -5,7 +5,8 @@
 // bit-identically; sizes that do not split are errors naming the flags.
 // Pipeline parallelism: PP=2, PP=4, PP=2 x TP=2 (SP), PP=2 x DP=2, the
 // interleaved schedule and uneven stages train like one rank; a checkpoint
-// saved at PP=2 continues at PP=1 and TP=2; a SIGKILLed rank of PP=2 x TP=2
+// saved at PP=2 continues at PP=1 and TP=2, one saved at PP=4 at PP=2 with
+// virtual stages; a SIGKILLed rank of PP=2 x TP=2
 // resumes bit-identically; what does not compose is refused naming flags.
 //
 // Tolerances (f32; the shards add their products and the vocabulary-parallel
@@ -318,6 +319,25 @@ TEST(PretrainGptParallel, CheckpointSavedAtPp2ContinuesAtPp1AndAtTp2) {
   EXPECT_NE(r.output.find("at iteration 5"), std::string::npos) << r.output;
   expect_same_losses(ref, tp2, 6, 10);
   expect_close_weights(ref + "/iter_0000000010/optim.safetensors", tp2 + "/iter_0000000010/optim.safetensors");
+}
+
+// 4 layers saved at PP=4 after 5 iterations, resumed at PP=2 with 2
+// virtual stages (layers 0 and 2 on rank 0): the one-rank run's losses.
+TEST(PretrainGptParallel, CheckpointSavedAtPp4ContinuesAtPp2WithVirtualStages) {
+  const std::string& ref = single_rank_run_4_layers();
+  const std::string dir = fresh_dir("pp4_to_vpp");
+  auto r = ranks(4, tiny4() + Argv{"--pipeline-model-parallel-size", "4", "--save", dir, "--save-interval", "5",
+                                   "--exit-interval", "5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ranks(2, tiny4() + Argv{"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                              "--save", dir, "--load", dir, "--save-interval", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + "/iter_0000000005 [ t 1/1, p 1/2 ]"),
+            std::string::npos)
+      << r.output;
+  expect_same_losses(ref, dir, 1, 10);
+  expect_close_weights(ref + "/iter_0000000010/model.safetensors", dir + "/iter_0000000010/model.safetensors");
+  expect_close_weights(ref + "/iter_0000000010/optim.safetensors", dir + "/iter_0000000010/optim.safetensors");
 }
 
 // Dropout on, PP=2 x TP=2: rank 3 (TP rank 1 of the last stage) is
