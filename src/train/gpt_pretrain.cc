@@ -93,12 +93,12 @@ World join_world(const MegatronArgs& a) {
 }
 
 double params_norm(MixedPrecisionOptimizer& opt) {
-  // Under pipeline parallelism the stages' squares are summed (over the
-  // pipeline group) and the last stage's copy of the tied embedding is left out.
   // Megatron's calc_params_l2_norm: over the fp32 main parameters, each
   // tensor-parallel shard once (summed over the group), replicated ones once;
   // the distributed optimizer's main parameters are data-parallel pieces, so
-  // its gathered model weights instead. Collective over the tensor-parallel group.
+  // its gathered model weights instead. Collective over the tensor-parallel
+  // group; under pipeline parallelism the stages' squares are summed over the
+  // pipeline group, the last stage's copy of the tied embedding left out.
   opt.finish_param_sync();
   const TensorParallel& tp = opt.tensor_parallel();
   const PipelineParallel& pp = opt.pipeline_parallel();
@@ -242,10 +242,12 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
               "--load that at the pipeline size");
   if (load_hf) check_flags_match_hf_config(a, cfg, *a.load);
 
-  // Megatron's _set_random_seed: seed + 100 x pipeline rank (0 here), the
-  // same on every data-parallel and tensor-parallel rank, so the replicas
-  // start equal and the shards cut one full initialisation (the per-rank
-  // dropout generator of tensor parallelism is seeded from it).
+  // Megatron's _set_random_seed: seed (+ 100 x pipeline rank, which the
+  // stages after the first take once their chunks are built from the
+  // unsplit model's draws), the same on every data-parallel and
+  // tensor-parallel rank, so the replicas start equal and the shards cut one
+  // full initialisation (the per-rank dropout generator of tensor
+  // parallelism is seeded from it).
   manual_seed(static_cast<uint64_t>(a.seed));
   const int tp_size = world.tp_size();
   // Under pipeline parallelism this rank's stage: its chunks behind one
