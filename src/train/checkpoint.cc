@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_pipeline.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/base/log.h"
@@ -167,6 +168,11 @@ std::string write_train_state(const std::string& dir, const TrainState& s, const
     for (const RngState& r : m.tp_rng) tp_rng.push_back({{"seed", r.seed}, {"offset", r.offset}});
     j["tp_rng"] = tp_rng;
   }
+  if (!m.pp_rng.empty()) {
+    json pp_rng = json::array();
+    for (const RngState& r : m.pp_rng) pp_rng.push_back({{"seed", r.seed}, {"offset", r.offset}});
+    j["pp_rng"] = pp_rng;
+  }
   j["args"] = parse_json(m.args_json, "The checkpoint's arguments");
   j["user"] = parse_json(m.user_json, "The checkpoint's user state");
   return j.dump(1);
@@ -200,7 +206,18 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
       m.rng.push_back({r.at("seed").get<uint64_t>(), r.at("offset").get<uint64_t>()});
     for (const json& r : j.value("tp_rng", json::array()))
       m.tp_rng.push_back({r.at("seed").get<uint64_t>(), r.at("offset").get<uint64_t>()});
-    const bool sharded = o.tp && o.tp->active();
+    for (const json& r : j.value("pp_rng", json::array()))
+      m.pp_rng.push_back({r.at("seed").get<uint64_t>(), r.at("offset").get<uint64_t>()});
+    const bool tp_sharded = o.tp && o.tp->active();
+    const PipelineParallel* pp = o.pp && o.pp->active() ? o.pp : nullptr;
+    const bool sharded = tp_sharded || pp;
+    // Under pipeline parallelism this stage's entries, then (tensor
+    // parallelism) this rank's shards of them.
+    auto local_entries = [&](const nn::TensorMap& whole, const std::set<std::string>& names, bool optimizer,
+                             const std::string& file) {
+      const nn::TensorMap mine = pp ? stage_entries(whole, names, *pp, optimizer) : whole;
+      return tp_sharded ? shard_entries(mine, *o.tp, optimizer, file) : mine;
+    };
     QK_CHECK_AS(IoError, m.progress.iteration >= 0 && m.progress.consumed_train_samples >= 0,
                 "Checkpoint '", where, "' is inconsistent: iteration ", m.progress.iteration, ", consumed samples ",
                 m.progress.consumed_train_samples);
@@ -211,7 +228,8 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
                   "', which do not exist");
       if (sharded) {
         nn::NamedTensors local;
-        for (auto& [k, t] : shard_entries(nn::load_safetensors(weights).tensors, *o.tp, false, weights))
+        for (auto& [k, t] :
+             local_entries(nn::load_safetensors(weights).tensors, stage_parameter_names(*s.model), false, weights))
           local.insert(k, t);
         try {
           s.model->load_state_dict(local);
@@ -235,8 +253,13 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
         const std::string optim_path = dir + m.optimizer_file;
         if (sharded) {
           nn::SafetensorsFile f = nn::load_safetensors(optim_path);
-          s.optimizer->load_state_by_name({shard_entries(f.tensors, *o.tp, true, optim_path), f.metadata},
-                                          optim_path);
+          const std::set<std::string> names(s.optimizer->names().begin(), s.optimizer->names().end());
+          nn::Metadata metadata = f.metadata;
+          if (pp) {  // this stage's parameters of each group
+            metadata = stage_metadata(f.metadata, names, *pp);
+            set_group_sizes(metadata, optimizer_group_sizes(*s.optimizer));
+          }
+          s.optimizer->load_state_by_name({local_entries(f.tensors, names, true, optim_path), metadata}, optim_path);
         } else {
           s.optimizer->load_state(optim_path);
         }
@@ -251,7 +274,10 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
     if (!o.no_load_rng && !m.rng.empty()) {
       // Megatron restores rank 0's generator on every rank (without
       // --data-parallel-random-init): ranks draw the same dropout masks.
-      const RngState& r = m.rng.front();
+      // Under pipeline parallelism each stage has its own (Megatron seeds
+      // seed + 100 x pipeline rank), when saved at this pipeline size.
+      const bool per_stage = pp && m.pp_rng.size() == static_cast<size_t>(pp->size());
+      const RngState& r = per_stage ? m.pp_rng[static_cast<size_t>(pp->rank())] : m.rng.front();
       default_generator().set_state(r.seed, r.offset);
       out.rng_loaded = true;
     }
@@ -259,8 +285,10 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
       // Each tensor-parallel rank's own generator (Megatron's model-parallel
       // RNG state); from another tensor-parallel size there is no matching
       // one, and this rank's stays as seeded (dropout masks differ per layout anyway).
-      if (m.tp_rng.size() == static_cast<size_t>(o.tp->size())) {
-        const RngState& r = m.tp_rng[static_cast<size_t>(o.tp->rank())];
+      const size_t stages = pp ? static_cast<size_t>(pp->size()) : 1;
+      if (m.tp_rng.size() == stages * static_cast<size_t>(o.tp->size())) {
+        const size_t stage = pp ? static_cast<size_t>(pp->rank()) : 0;
+        const RngState& r = m.tp_rng[stage * static_cast<size_t>(o.tp->size()) + static_cast<size_t>(o.tp->rank())];
         o.tp->generator->set_state(r.seed, r.offset);
       } else if (o.tp->rank() == 0 && o.rank == 0) {
         QK_INFO("checkpoint '{}' holds tensor-parallel dropout generators for {} ranks, this run has {}: they start "

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "gpt_pretrain_pipeline.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/base/fault.h"
@@ -18,6 +19,7 @@
 #include "qk/dist/launch_env.h"
 #include "qk/dist/process_group.h"
 #include "qk/parallel/parallel_state.h"
+#include "qk/parallel/timeline.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/generator.h"
 #include "qk/train/gemm_peak.h"
@@ -49,10 +51,13 @@ struct World {
   int rank = 0, size = 1;
   std::shared_ptr<parallel::ParallelState> ps;    // null for one rank
   std::shared_ptr<dist::ProcessGroup> tp, dp;     // this rank's groups (null for one rank)
+  std::shared_ptr<dist::ProcessGroup> pp, embedding;  // pipeline groups (embedding: first and last stage only)
   dist::ProcessGroup* job = nullptr;              // every rank (null for one rank)
   int tp_size() const { return tp ? tp->size() : 1; }
   int dp_rank() const { return dp ? dp->rank() : 0; }
   int dp_size() const { return dp ? dp->size() : 1; }
+  int pp_rank() const { return pp ? pp->rank() : 0; }
+  int pp_size() const { return pp ? pp->size() : 1; }
   DataParallel data_parallel() const { return {dp.get(), nullptr}; }
 };
 
@@ -77,6 +82,8 @@ World join_world(const MegatronArgs& a) {
     w.ps = parallel::ParallelState::create(dist::group(), sizes);
     w.tp = w.ps->group(parallel::GroupKind::tp);
     w.dp = w.ps->group(parallel::GroupKind::dp);
+    w.pp = w.ps->group(parallel::GroupKind::pp);
+    w.embedding = w.ps->group(parallel::GroupKind::embedding);
   }
   if (env.local_world_size > 1 && !env::get_raw("QK_NUM_THREADS")) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -89,9 +96,12 @@ double params_norm(MixedPrecisionOptimizer& opt) {
   // Megatron's calc_params_l2_norm: over the fp32 main parameters, each
   // tensor-parallel shard once (summed over the group), replicated ones once;
   // the distributed optimizer's main parameters are data-parallel pieces, so
-  // its gathered model weights instead. Collective over the tensor-parallel group.
+  // its gathered model weights instead. Collective over the tensor-parallel
+  // group; under pipeline parallelism the stages' squares are summed over the
+  // pipeline group, the last stage's copy of the tied embedding left out.
   opt.finish_param_sync();
   const TensorParallel& tp = opt.tensor_parallel();
+  const PipelineParallel& pp = opt.pipeline_parallel();
   const std::vector<Tensor>& params = opt.reduces_own_grads() ? opt.model_params() : opt.main_params();
   double sq[2] = {0, 0};  // shards, replicated
   for (size_t i = 0; i < params.size(); ++i) {
@@ -99,14 +109,22 @@ double params_norm(MixedPrecisionOptimizer& opt) {
     const float* d = c.data_ptr<float>();
     double s = 0;
     for (int64_t j = 0; j < c.numel(); ++j) s += static_cast<double>(d[j]) * d[j];
-    sq[tp.active() && tp.is_shard(opt.names()[i]) ? 0 : 1] += s;
+    const std::string& name = opt.names()[i];
+    if (pp.tied_copy && name == pp.tied_parameter) continue;
+    sq[tp.active() && tp.is_shard(name) ? 0 : 1] += s;
   }
   if (tp.active()) {
     Tensor shards = from_vector<double>({sq[0]}, {1});
     tp.group->all_reduce(shards);
     sq[0] = shards.data_ptr<double>()[0];
   }
-  return std::sqrt(sq[0] + sq[1]);
+  double total = sq[0] + sq[1];
+  if (pp.active()) {
+    Tensor t = from_vector<double>({total}, {1});
+    pp.group->all_reduce(t);
+    total = t.data_ptr<double>()[0];
+  }
+  return std::sqrt(total);
 }
 
 double mask_sum(const Tensor& mask) {
@@ -152,9 +170,20 @@ GemmPeak measure_peak(const World& w, DType dtype) {
 }  // namespace
 
 PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& o) {
-  QK_CHECK(a.pipeline_model_parallel_size == 1 && a.context_parallel_size == 1 && a.expert_model_parallel_size == 1,
-           "pretrain_gpt runs tensor and data parallelism (--pipeline-model-parallel-size, "
-           "--context-parallel-size and --expert-model-parallel-size must be 1)");
+  QK_CHECK(a.context_parallel_size == 1 && a.expert_model_parallel_size == 1,
+           "pretrain_gpt runs tensor, pipeline and data parallelism (--context-parallel-size and "
+           "--expert-model-parallel-size must be 1)");
+  const bool pipelined = a.pipeline_model_parallel_size > 1;
+  QK_CHECK_AS(ValueError, !pipelined || (!a.use_distributed_optimizer && !a.overlap_grad_reduce),
+              "--pipeline-model-parallel-size ", a.pipeline_model_parallel_size,
+              " runs the plain optimizer: --use-distributed-optimizer and --overlap-grad-reduce do not compose with "
+              "pipeline parallelism in this build; drop them or use --pipeline-model-parallel-size 1");
+  // Full recompute lives in the unsplit model's transformer block; the
+  // pipeline's chunks run their layers themselves (selective recompute,
+  // inside attention, composes).
+  QK_CHECK_AS(ValueError, !pipelined || a.recompute_granularity.value_or("") != "full",
+              "--recompute-granularity full does not compose with --pipeline-model-parallel-size ",
+              a.pipeline_model_parallel_size, " in this build; use --recompute-granularity selective or drop it");
   const World world = join_world(a);
   const bool lead = world.rank == 0;
   const auto print = o.print ? o.print : [](const std::string& s) {
@@ -208,30 +237,52 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   // --load of a Hugging Face folder: the flags must build its model (checked
   // before building ours, so a mismatch fails fast).
   const bool load_hf = a.load && transformer::is_hf_folder(*a.load);
+  QK_CHECK_AS(ValueError, !(load_hf && pipelined), "--load of a Hugging Face folder (", *a.load,
+              ") builds the unsplit model: load it at --pipeline-model-parallel-size 1, save a checkpoint and "
+              "--load that at the pipeline size");
   if (load_hf) check_flags_match_hf_config(a, cfg, *a.load);
 
-  // Megatron's _set_random_seed: seed + 100 x pipeline rank (0 here), the
-  // same on every data-parallel and tensor-parallel rank, so the replicas
-  // start equal and the shards cut one full initialisation (the per-rank
-  // dropout generator of tensor parallelism is seeded from it).
+  // Megatron's _set_random_seed: seed (+ 100 x pipeline rank, which the
+  // stages after the first take once their chunks are built from the
+  // unsplit model's draws), the same on every data-parallel and
+  // tensor-parallel rank, so the replicas start equal and the shards cut one
+  // full initialisation (the per-rank dropout generator of tensor
+  // parallelism is seeded from it).
   manual_seed(static_cast<uint64_t>(a.seed));
   const int tp_size = world.tp_size();
-  transformer::GPTModel model = tp_size > 1 ? transformer::GPTModel(cfg, world.tp) : transformer::GPTModel(cfg);
-  for (const Tensor& p : model->parameters()) result.num_parameters += p.numel();
+  // Under pipeline parallelism this rank's stage: its chunks behind one
+  // module with the unsplit names (gpt_pretrain_pipeline.h).
+  transformer::GPTModel gpt{nullptr};
+  std::optional<GptPipelineStage> stage;
+  if (pipelined) stage = build_gpt_pipeline_stage(a, cfg, world.pp_rank(), world.tp);
+  else gpt = tp_size > 1 ? transformer::GPTModel(cfg, world.tp) : transformer::GPTModel(cfg);
+  nn::Module& model = pipelined ? *stage->model : static_cast<nn::Module&>(*gpt);
+  for (const Tensor& p : model.parameters()) result.num_parameters += p.numel();
   say(fmt::format(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}",
                   result.num_parameters));
+  if (pipelined) say("> pipeline layers: " + stage->split.format());
   // Its weights, before the optimizer copies them; then iteration 0 and a
   // fresh optimizer, as --finetune.
-  if (load_hf) say(load_hf_weights_for_finetune(a, *model, *a.load));
+  if (load_hf) say(load_hf_weights_for_finetune(a, *gpt, *a.load));
 
   ModelParallel mp;
   mp.world = world.job;
-  if (tp_size > 1) mp.tp = tensor_parallel_of(*model, world.tp.get(), model->tensor_parallel_generator());
-  const std::unique_ptr<MixedPrecisionOptimizer> optimizer = gpt_build_optimizer(a, *model, world.dp.get());
+  if (pipelined) {
+    mp.tp = stage->tensor_parallel(world.tp.get());
+    mp.pp = stage->pipeline_parallel(world.pp.get(), world.embedding.get());
+  } else if (tp_size > 1) {
+    mp.tp = tensor_parallel_of(*gpt, world.tp.get(), gpt->tensor_parallel_generator());
+  }
+  const std::unique_ptr<MixedPrecisionOptimizer> optimizer =
+      pipelined ? std::make_unique<MixedPrecisionOptimizer>(megatron_param_groups(model), gpt_optimizer(a),
+                                                            gpt_loss_scaler(a), gpt_mixed_precision_options(a))
+                : gpt_build_optimizer(a, *gpt, world.dp.get());
   MixedPrecisionOptimizer& opt = *optimizer;
   // Clipping and the inf check over the whole model, the partial gradients
-  // (sequence-parallel norms, q/k norms) summed over the group.
+  // (sequence-parallel norms, q/k norms) summed over the group; the tied
+  // embedding's gradient over the first and last stage.
   if (mp.tp.active()) opt.set_tensor_parallel(mp.tp);
+  if (pipelined) opt.set_pipeline_parallel(mp.pp);
   say(gpt_theoretical_memory(a, opt, world.dp_size()));
   if (lead)
     for (const auto& n : gpt_recompute_notes(a)) QK_INFO("{}", n);
@@ -242,14 +293,14 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   to.args_json = megatron_args_to_json(a);
   to.curve_title = fmt::format("GPT {} layers, hidden {}, {} heads, sequence {}", cfg.num_layers, cfg.hidden_size,
                                cfg.num_attention_heads, cfg.seq_length);
-  Trainer trainer(*model, opt, sched, to, world.data_parallel(), mp);
+  Trainer trainer(model, opt, sched, to, world.data_parallel(), mp);
   say_datetime("after model, optimizer, and learning rate scheduler are built");
 
   // ---- checkpoint
   if (a.load && !load_hf) {
     if (const auto loaded = trainer.load()) {
-      say(fmt::format("  successfully loaded checkpoint from {} [ t 1/{}, p 1/1 ] at iteration {}", loaded->where,
-                      tp_size, trainer.progress().iteration));
+      say(fmt::format("  successfully loaded checkpoint from {} [ t 1/{}, p 1/{} ] at iteration {}", loaded->where,
+                      tp_size, world.pp_size(), trainer.progress().iteration));
     } else {
       QK_CHECK(!a.exit_on_missing_checkpoint, "--exit-on-missing-checkpoint: no checkpoint in --load ", *a.load);
       say(fmt::format("WARNING: could not find a checkpoint in {}\n    will not load any checkpoints and will start "
@@ -286,19 +337,50 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   }
 
   // ---- the loop
-  auto forward = [&](GptBatchIterator& it) {
-    const GptBatch b = it.next();
-    Tensor loss = model->forward(b.tokens, b.position_ids, b.labels, b.loss_mask);
-    const double value = loss.item<double>(), tokens = mask_sum(b.loss_mask);
+  auto check_loss = [&](double value) {
     // --check-for-nan-in-loss-and-grad (Megatron's default): a fatal error.
     QK_CHECK_AS(ValueError, !a.check_for_nan_in_loss_and_grad || std::isfinite(value), "Rank ", world.rank,
                 ": found ", std::isnan(value) ? "NaN" : "Inf", " in local forward loss calculation at iteration ",
                 trainer.progress().iteration + 1, " (--no-check-for-nan-in-loss-and-grad skips such iterations)");
+  };
+  auto forward = [&](GptBatchIterator& it) {
+    const GptBatch b = it.next();
+    Tensor loss = gpt->forward(b.tokens, b.position_ids, b.labels, b.loss_mask);
+    const double value = loss.item<double>(), tokens = mask_sum(b.loss_mask);
+    check_loss(value);
     return MicroBatchOutput{loss, {{"lm loss", {value * tokens, tokens}}}};
   };
+  // --profile: each rank's spans of the first profiled steps, one Chrome
+  // trace at the end (trace.json in the output folder).
+  parallel::Timeline timeline(world.rank, fmt::format("rank {} (pp {}, tp {}, dp {})", world.rank, world.pp_rank(),
+                                                      world.tp ? world.tp->rank() : 0, world.dp_rank()));
   TrainerCallbacks cb;
-  cb.train_step = [&](int64_t) { return forward(train_it); };
-  if (do_valid) cb.valid_step = [&](int64_t) { return forward(*valid_it); };
+  std::unique_ptr<GptPipelineSteps> pipeline;
+  if (pipelined) {
+    // The schedule replaces StepRunner's micro-batch loop (1F1B, or
+    // interleaved over virtual stages); evaluation runs it forward only.
+    GptPipelineOptions po;
+    po.pp = world.pp.get();
+    po.dp = world.dp.get();
+    po.num_microbatches = trainer.num_microbatches();
+    po.micro_batch_size = micro;
+    po.seq_length = cfg.seq_length / (cfg.sequence_parallel ? tp_size : 1);
+    po.hidden_size = cfg.hidden_size;
+    po.dtype = cfg.params_dtype;
+    po.autocast = to.autocast;
+    po.overlap_p2p_comm = a.overlap_p2p_comm && stage->split.interleaved();
+    po.check_loss = check_loss;
+    po.timeline = a.profile ? &timeline : nullptr;
+    pipeline = std::make_unique<GptPipelineSteps>(*stage, opt, po);
+    pipeline->set_scheduler(&sched, to.global_batch_size);
+    CustomSteps steps;
+    steps.train = [&] { return pipeline->step(train_it); };
+    if (do_valid) steps.evaluate = [&](int64_t n) { return pipeline->forward_only(*valid_it, n); };
+    trainer.set_custom_steps(std::move(steps));
+  } else {
+    cb.train_step = [&](int64_t) { return forward(train_it); };
+    if (do_valid) cb.valid_step = [&](int64_t) { return forward(*valid_it); };
+  }
   cb.on_step = [&](int64_t iteration, const StepStats& st) {
     // Without a loss scaler a skipped step means non-finite gradients, which
     // Megatron's DDP reports as an error while the check is on.
@@ -316,6 +398,15 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     print(megatron_iteration_line(s, x));
     print(throughput_line(s, world.size, result.gemm_peak_flops));
     if (!s.comm.empty()) print(traffic_line(s.comm));
+    if (pipeline && a.profile) {
+      const auto [sum, steps] = pipeline->take_bubble();
+      if (steps > 0)
+        print(fmt::format(" [qk] pipeline bubble: {:.1f}% measured over {} profiled step(s), {:.1f}% in theory "
+                          "((p-1)/(m+p-1)/v)",
+                          100.0 * sum / static_cast<double>(steps), steps,
+                          100.0 * parallel::theoretical_bubble_fraction(world.pp_size(), trainer.num_microbatches(),
+                                                                        stage->split.virtual_pipeline_size())));
+    }
     if (!memory_reported) print(gpt_memory_report(opt, s.iteration, world.rank));  // Megatron's report_memory
     memory_reported = true;
   };
@@ -323,8 +414,8 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     say(megatron_validation_block(fmt::format("iteration {}", e.iteration), e.metrics));
   };
   cb.on_save = [&](const CheckpointInfo& c) {
-    print(fmt::format("  successfully saved checkpoint from iteration {:7d} to {} [ t 1/{}, p 1/1 ]",
-                      trainer.progress().iteration, c.path, tp_size));
+    print(fmt::format("  successfully saved checkpoint from iteration {:7d} to {} [ t 1/{}, p 1/{} ]",
+                      trainer.progress().iteration, c.path, tp_size, world.pp_size()));
   };
   cb.user_state = [&] {
     return nlohmann::json{{"format", kRunFormat},
@@ -337,6 +428,17 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say("training ...");
   reset_peak_memory(kCPU);  // "max allocated" in the memory report: training's high-water mark
   result.train = trainer.train(cb);
+  if (pipeline && a.profile) {
+    // Every rank's timeline to rank 0 (collective over the job), one trace.
+    const std::vector<parallel::Timeline> all = parallel::gather_timelines(timeline, *world.job);
+    if (lead) {
+      const std::string path = result.output_dir + "/trace.json";
+      parallel::write_chrome_trace(path, all);
+      say(fmt::format("> --profile: the timeline of {} step(s) of every rank is in {} (chrome://tracing, "
+                      "ui.perfetto.dev)",
+                      pipeline->profiled_steps(), path));
+    }
+  }
   switch (result.train.exit_reason) {
     case ExitReason::signal: say_datetime("exiting program after receiving SIGTERM."); return result;
     case ExitReason::exit_interval:
@@ -352,7 +454,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   // ---- Megatron's final evaluation: validation continues where it was, test from its start
   const int64_t iteration = result.train.progress.iteration;
   if (do_valid) {
-    result.final_valid = trainer.evaluate(cb.valid_step);
+    result.final_valid = trainer.evaluate(cb.valid_step);  // the pipeline's forward-only steps when pipelined
     say(megatron_validation_block(fmt::format("iteration {} on validation set", iteration),
                                   result.final_valid->metrics));
   }
@@ -360,10 +462,11 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     GptBatchIterator test_it(data.test, 0, micro, world.dp_rank(), world.dp_size(), bo, "test");
     EvalStats e;
     e.iteration = iteration;
-    model->eval();
-    e.metrics = trainer.runner().forward_only([&](int64_t) { return forward(test_it); },
-                                              a.eval_iters * trainer.num_microbatches());
-    model->train();
+    model.eval();
+    const int64_t n = a.eval_iters * trainer.num_microbatches();
+    e.metrics = pipelined ? pipeline->forward_only(test_it, n)
+                          : trainer.runner().forward_only([&](int64_t) { return forward(test_it); }, n);
+    model.train();
     result.final_test = e;
     say(megatron_validation_block(fmt::format("iteration {} on test set", iteration), e.metrics));
   }

@@ -40,20 +40,9 @@ std::vector<StatusRule> build_rules() {
        [](const A& a) { return a.tensor_model_parallel_size == 1; }},
       {"--context-parallel-size", kNotYet, "context parallelism", kIssue16,
        [](const A& a) { return a.context_parallel_size == 1; }, "this build runs context size 1"},
-      {"--pipeline-model-parallel-size", kNotYet, "pipeline parallelism", kIssue17,
-       [](const A& a) { return a.pipeline_model_parallel_size == 1; }, "this build runs pipeline size 1"},
-      {"--decoder-first-pipeline-num-layers", kNotYet, "uneven pipeline stages", kIssue17},
-      {"--decoder-last-pipeline-num-layers", kNotYet, "uneven pipeline stages", kIssue17},
-      {"--num-layers-per-virtual-pipeline-stage", kNotYet, "the interleaved (virtual) pipeline schedule", kIssue17,
-       [](const A& a) {
-         // One virtual stage per pipeline rank is the plain schedule (Megatron sets vpp None).
-         return a.num_layers && a.pipeline_model_parallel_size > 0 &&
-                *a.num_layers / a.pipeline_model_parallel_size == *a.num_layers_per_virtual_pipeline_stage;
-       },
-       "this build runs one virtual stage per pipeline rank (all of a rank's layers in one stage)"},
-      {"--num-virtual-stages-per-pipeline-rank", kNotYet, "the interleaved (virtual) pipeline schedule", kIssue17,
-       [](const A& a) { return a.num_virtual_stages_per_pipeline_rank == 1; },
-       "this build runs one virtual stage per pipeline rank"},
+      // --pipeline-model-parallel-size is supported (no row).
+      // --decoder-first/last-pipeline-num-layers, --num-layers-per-virtual-pipeline-stage and
+      // --num-virtual-stages-per-pipeline-rank are supported (issue 17; no rows).
       {"--expert-model-parallel-size", kNotYet, "expert parallelism", kIssue18,
        [](const A& a) { return a.expert_model_parallel_size == 1; }, "this build runs expert size 1"},
       {"--expert-tensor-parallel-size", kNotYet, "expert tensor parallelism", kIssue18,
@@ -71,7 +60,9 @@ std::vector<StatusRule> build_rules() {
        "--recompute-modules core_attn (Megatron's default for selective recompute) is accepted"},
       {"--distribute-saved-activations", kNotYet, "spreading checkpointed activations over the tensor-parallel group",
        kIssue16},
-      {"--profile", kNotYet, "the --profile timeline", kIssue17},
+      {"--profile", kNotYet, "the --profile timeline without a pipeline", kIssue17,
+       [](const A& a) { return !a.profile || a.pipeline_model_parallel_size > 1; },
+       "this build records the pipeline schedule's timeline (--pipeline-model-parallel-size > 1)"},
 
       // ---- mixture of experts and multi-latent attention (issue 18)
       {"--num-experts", kNotYet, "mixture of experts", kIssue18,
@@ -139,8 +130,6 @@ std::vector<StatusRule> build_rules() {
       {"--fp16-lm-cross-entropy", kNoop, "the cross entropy always accumulates in fp32 here", kNone},
       {"--distributed-backend", kNoop, "collectives run on qccl whatever backend is named", kNone},
       {"--local-rank", kNoop, "each rank's place comes from qk run's environment", kNone},
-      {"--no-overlap-p2p-communication", kNoop, "pipeline size is 1, so there is no pipeline communication",
-       kNone},
       {"--empty-unused-memory-level", kNoop, "there is no device memory cache to empty", kNone},
       {"--manual-gc", kNoop, "there is no Python garbage collector", kNone},
       {"--manual-gc-interval", kNoop, "there is no Python garbage collector", kNone},

@@ -272,12 +272,35 @@ void MixedPrecisionOptimizer::sum_partial_grads() {
   }
 }
 
+void MixedPrecisionOptimizer::set_pipeline_parallel(PipelineParallel pp) {
+  tied_main_ = -1;
+  if (!pp.tied_parameter.empty()) {
+    for (size_t i = 0; i < main_.size(); ++i)
+      if (names_[name_index_of_main(i)] == pp.tied_parameter) tied_main_ = static_cast<int64_t>(i);
+    QK_CHECK_AS(ValueError, tied_main_ >= 0, "MixedPrecisionOptimizer::set_pipeline_parallel: the tied weight '",
+                pp.tied_parameter, "' is not a parameter of this optimizer");
+  }
+  pp_ = std::move(pp);
+}
+
+// Megatron's _allreduce_word_embedding_grads on the fp32 main gradient: the
+// first stage's embedding and the last stage's copy take the same step.
+void MixedPrecisionOptimizer::sum_embedding_grads() {
+  if (tied_main_ < 0 || !pp_.embedding || pp_.embedding->size() < 2) return;
+  Tensor& p = main_[static_cast<size_t>(tied_main_)];
+  if (!p.grad().defined()) p.set_grad(zeros(p.shape(), TensorOptions(DType::f32)));
+  Tensor g = p.grad();
+  pp_.embedding->all_reduce(g);
+  g.bump_version();
+}
+
 OptimizerStepResult MixedPrecisionOptimizer::step() {
   collect_grads();
   NoGradGuard no_grad;
   sum_partial_grads();
+  sum_embedding_grads();
   std::vector<Tensor> grads;
-  std::vector<char> shard;
+  std::vector<char> shard, uncounted;
   for (size_t i = 0; i < main_.size(); ++i) {
     Tensor g = main_[i].grad();
     if (!g.defined()) continue;
@@ -285,26 +308,36 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
                 "MixedPrecisionOptimizer: gradients of fp32 parameters must be contiguous f32");
     grads.push_back(g);
     shard.push_back(tp_.active() && sharded_[i]);
+    uncounted.push_back(pp_.tied_copy && static_cast<int64_t>(i) == tied_main_);
   }
   OptimizerStepResult r;
   collected_ = false;
-  std::vector<kernels::Span> spans, shard_spans, replicated_spans;
+  // The last stage's copy of the tied embedding is unscaled, checked and
+  // clipped, but its squares are the first stage's (counted there).
+  std::vector<kernels::Span> spans, counted, shard_spans, replicated_spans, copy_spans;
   for (size_t i = 0; i < grads.size(); ++i) {
     const kernels::Span s{grads[i].data_ptr<float>(), grads[i].numel()};
     spans.push_back(s);
+    if (uncounted[i]) {
+      copy_spans.push_back(s);
+      continue;
+    }
+    counted.push_back(s);
     (shard[i] ? shard_spans : replicated_spans).push_back(s);
   }
   // One pass: unscale, look for inf/NaN, sum the squares for the norm.
   const float inv = scaler_ ? scaler_->inv_scale() : 1.0f;
   kernels::UnscaleResult u;
+  const bool copy_inf = kernels::unscale_check_and_norm(copy_spans, inv).found_inf;
   if (!tp_.active()) {
-    u = kernels::unscale_check_and_norm(spans, inv);
+    u = kernels::unscale_check_and_norm(counted, inv);
+    u.found_inf = u.found_inf || copy_inf;
   } else {
     // Shards: squares and inf/NaN summed over the group; replicated
     // parameters (equal on every rank) counted once.
     const kernels::UnscaleResult s = kernels::unscale_check_and_norm(shard_spans, inv);
     const kernels::UnscaleResult rep = kernels::unscale_check_and_norm(replicated_spans, inv);
-    Tensor both = from_vector<double>({s.sum_squares, s.found_inf || rep.found_inf ? 1.0 : 0.0}, {2});
+    Tensor both = from_vector<double>({s.sum_squares, s.found_inf || rep.found_inf || copy_inf ? 1.0 : 0.0}, {2});
     tp_.group->all_reduce(both);
     u.sum_squares = both.data_ptr<double>()[0] + rep.sum_squares;
     u.found_inf = both.data_ptr<double>()[1] > 0;
@@ -312,6 +345,7 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
   // The distributed optimizer's shards: the inf check and the norm are global.
   std::vector<double> sums{u.found_inf ? 1.0 : 0.0, u.sum_squares};
   sum_over_data_parallel(sums);
+  sum_over_pipeline(sums);
   if (scaler_ || o_.skip_nonfinite) {
     r.found_inf = sums[0] > 0;
     if (scaler_) scaler_->update(r.found_inf);
@@ -328,7 +362,7 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
   if (o_.log_num_zeros_in_grad) {
     int64_t zeros = 0;
     if (!tp_.active()) {
-      zeros = kernels::count_zeros(spans);
+      zeros = kernels::count_zeros(counted);
     } else {
       Tensor z = from_vector<int64_t>({kernels::count_zeros(shard_spans)}, {1});
       tp_.group->all_reduce(z);
@@ -336,6 +370,7 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
     }
     std::vector<double> zeros_count{static_cast<double>(zeros)};
     sum_over_data_parallel(zeros_count);
+    sum_over_pipeline(zeros_count);
     r.num_zeros_in_grad = static_cast<int64_t>(zeros_count[0]);
   }
   for (const Tensor& g : grads) g.bump_version();
@@ -343,6 +378,15 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
   update_model_params();
   r.updated = true;
   return r;
+}
+
+// Every stage's [found_inf, squares] (or zero count): Megatron's norm and
+// inf check over the model-parallel group (tensor-parallel sums came first).
+void MixedPrecisionOptimizer::sum_over_pipeline(std::vector<double>& sums) {
+  if (!pp_.active()) return;
+  Tensor t = from_vector<double>(sums, {static_cast<int64_t>(sums.size())});
+  pp_.group->all_reduce(t);
+  sums.assign(t.data_ptr<double>(), t.data_ptr<double>() + sums.size());
 }
 
 void MixedPrecisionOptimizer::update_model_params() {

@@ -141,6 +141,7 @@ std::optional<LoadedCheckpoint> Trainer::load() {
       lo.finetune = o_.finetune;
       lo.rank = dp_.rank();
       lo.tp = &mp_.tp;
+      lo.pp = &mp_.pp;
       out = load_train_state(c->path + "/", c->meta, c->path, {&model_, &opt_, &sched_}, lo);
       progress_ = out->meta.progress;
       loaded_user_ = out->meta.user_json;
@@ -161,14 +162,15 @@ std::optional<LoadedCheckpoint> Trainer::load() {
 }
 
 EvalStats Trainer::evaluate(const ForwardStep& valid_step) {
-  QK_CHECK_AS(ValueError, static_cast<bool>(valid_step), "Trainer::evaluate: no valid_step");
+  QK_CHECK_AS(ValueError, valid_step || custom_.evaluate, "Trainer::evaluate: no valid_step");
   const Timer t;
   const bool was_training = model_.is_training();
   model_.eval();
   EvalStats e;
   e.iteration = progress_.iteration;
   // Megatron sums every eval iteration's numerators and denominators, then divides.
-  e.metrics = runner_->forward_only(valid_step, o_.eval_iters * runner_->options().num_microbatches);
+  const int64_t microbatches = o_.eval_iters * runner_->options().num_microbatches;
+  e.metrics = custom_.evaluate ? custom_.evaluate(microbatches) : runner_->forward_only(valid_step, microbatches);
   model_.train(was_training);
   progress_.consumed_valid_samples += o_.eval_iters * o_.global_batch_size;
   e.consumed_valid_samples = progress_.consumed_valid_samples;
@@ -193,6 +195,10 @@ std::optional<CheckpointInfo> Trainer::save(const TrainerCallbacks& cb) {
   if (dp_.rank() == 0) {
     whole = train_tensors(st, mp_.tp);
     if (!o_.no_save_rng) m.tp_rng = gather_tensor_parallel_rng_states(mp_.tp);
+    // Pipeline stages: tensor-parallel rank 0 of each sends its whole
+    // tensors to the first stage (job rank 0 among them).
+    if (mp_.tp.rank() == 0) gather_pipeline_stages(*whole, m, mp_.pp, o_.no_save_optim ? nullptr : &opt_);
+    if (o_.no_save_rng) m.pp_rng.clear();
   }
   std::optional<CheckpointInfo> info;
   if (job().rank() == 0) {
@@ -234,7 +240,7 @@ void Trainer::write_curves() const {
 }
 
 TrainResult Trainer::train(const TrainerCallbacks& cb) {
-  QK_CHECK_AS(ValueError, static_cast<bool>(cb.train_step), "Trainer::train: no train_step callback");
+  QK_CHECK_AS(ValueError, cb.train_step || custom_.train, "Trainer::train: no train_step callback");
   const DataParallel all = job();
   const bool lead = all.rank() == 0;
   if (lead && !o_.metrics_file.empty())
@@ -257,7 +263,7 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
   while (progress_.iteration < train_iters_ &&
          (o_.train_samples == 0 || progress_.consumed_train_samples < o_.train_samples)) {
     traffic_.begin_step();
-    const StepStats st = runner_->step(cb.train_step);
+    const StepStats st = custom_.train ? custom_.train() : runner_->step(cb.train_step);
     traffic_.end_step();
     ran = true;
     saved = false;
@@ -304,7 +310,8 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
       in_interval = advanced = skipped = nans = 0;
       loss_sums.clear();
     }
-    if (o_.eval_interval > 0 && o_.eval_iters > 0 && cb.valid_step && progress_.iteration % o_.eval_interval == 0) {
+    if (o_.eval_interval > 0 && o_.eval_iters > 0 && (cb.valid_step || custom_.evaluate) &&
+        progress_.iteration % o_.eval_interval == 0) {
       interval.pause();
       const EvalStats e = evaluate(cb.valid_step);
       if (metrics_) {

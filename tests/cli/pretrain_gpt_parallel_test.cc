@@ -3,6 +3,11 @@
 // checkpoint saved at TP=2 continues at TP=1 and at TP=2 x DP=2 on the
 // uninterrupted run's losses; a SIGKILLed rank of a TP=2 x DP=2 run resumes
 // bit-identically; sizes that do not split are errors naming the flags.
+// Pipeline parallelism: PP=2, PP=4, PP=2 x TP=2 (SP), PP=2 x DP=2, the
+// interleaved schedule and uneven stages train like one rank; a checkpoint
+// saved at PP=2 continues at PP=1 and TP=2, one saved at PP=4 at PP=2 with
+// virtual stages; a SIGKILLed rank of PP=2 x TP=2
+// resumes bit-identically; what does not compose is refused naming flags.
 //
 // Tolerances (f32; the shards add their products and the vocabulary-parallel
 // softmax its sums in another order): losses per step within a relative
@@ -17,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli/run_qk.h"
@@ -129,11 +135,11 @@ const std::string& single_rank_run() {
   return dir;
 }
 
-void expect_layout_equals_one_rank(int nranks, const Argv& layout, const std::string& name,
-                                   const std::vector<std::string>& printed) {
-  const std::string& one = single_rank_run();
+// `base` + `layout` on nranks ranks against the one-rank run `one` of `base`.
+void expect_layout_equals(const Argv& base, const std::string& one, int nranks, const Argv& layout,
+                          const std::string& name, const std::vector<std::string>& printed) {
   const std::string dir = fresh_dir(name);
-  const auto r = ranks(nranks, tiny() + layout + Argv{"--save", dir, "--save-interval", "100"});
+  const auto r = ranks(nranks, base + layout + Argv{"--save", dir, "--save-interval", "100"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const auto& p : printed) EXPECT_NE(r.output.find(p), std::string::npos) << p << "\n" << r.output;
   expect_same_losses(one, dir, 1, 10);
@@ -143,6 +149,24 @@ void expect_layout_equals_one_rank(int nranks, const Argv& layout, const std::st
     EXPECT_NEAR(vb.at(it)["lm loss"].get<double>(), v["lm loss"].get<double>(), 1e-5 * v["lm loss"].get<double>());
   expect_close_weights(one + "/iter_0000000010/model.safetensors", dir + "/iter_0000000010/model.safetensors");
   expect_close_weights(one + "/iter_0000000010/optim.safetensors", dir + "/iter_0000000010/optim.safetensors");
+}
+
+void expect_layout_equals_one_rank(int nranks, const Argv& layout, const std::string& name,
+                                   const std::vector<std::string>& printed) {
+  expect_layout_equals(tiny(), single_rank_run(), nranks, layout, name, printed);
+}
+
+// tiny() with 4 layers, for pipelines of 4 stages or 2 stages of 2 virtual
+// stages (run once).
+Argv tiny4() { return tiny() + Argv{"--num-layers", "4"}; }
+const std::string& single_rank_run_4_layers() {
+  static const std::string dir = [] {
+    const std::string d = fresh_dir("one_4_layers");
+    const auto r = one_rank(tiny4() + Argv{"--save", d, "--save-interval", "100"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return d;
+  }();
+  return dir;
 }
 
 TEST(PretrainGptParallel, TensorParallelTwoEqualsOneRank) {
@@ -170,6 +194,178 @@ TEST(PretrainGptParallel, TensorTwoTimesDataTwoWithTheDistributedOptimizerEquals
                                  "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"},
                                 "tp2dp2_distopt",
                                 {"> parallel layout: world 4 = tp 2 x cp 1 x dp 2 x pp 1", "reduce-scatter "});
+}
+
+// Pipeline parallelism (1F1B): each stage holds some layers, the last
+// stage's loss is the log's, the gradient norm spans the stages, the tied
+// embedding's copy on the last stage stays equal to the first stage's (the
+// checkpoint holds it once), and evaluation runs the forward-only schedule.
+TEST(PretrainGptParallel, PipelineTwoEqualsOneRank) {
+  expect_layout_equals_one_rank(2, {"--pipeline-model-parallel-size", "2"}, "pp2",
+                                {"> parallel layout: world 2 = tp 1 x cp 1 x dp 1 x pp 2",
+                                 "> pipeline layers: pp 0: [0]; pp 1: [1]", "[ t 1/1, p 1/2 ]"});
+}
+
+TEST(PretrainGptParallel, PipelineTwoTimesTensorTwoWithSequenceParallelEqualsOneRank) {
+  expect_layout_equals_one_rank(4,
+                                {"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2",
+                                 "--sequence-parallel"},
+                                "pp2tp2", {"> parallel layout: world 4 = tp 2 x cp 1 x dp 1 x pp 2", "[ t 1/2, p 1/2 ]"});
+}
+
+TEST(PretrainGptParallel, PipelineTwoTimesDataTwoEqualsOneRank) {
+  expect_layout_equals_one_rank(4, {"--pipeline-model-parallel-size", "2"}, "pp2dp2",
+                                {"> parallel layout: world 4 = tp 1 x cp 1 x dp 2 x pp 2"});
+}
+
+TEST(PretrainGptParallel, PipelineFourEqualsOneRank) {
+  expect_layout_equals(tiny4(), single_rank_run_4_layers(), 4, {"--pipeline-model-parallel-size", "4"}, "pp4",
+                       {"> pipeline layers: pp 0: [0]; pp 1: [1]; pp 2: [2]; pp 3: [3]"});
+}
+
+// The interleaved schedule (2 virtual stages per rank, p2p overlapped by
+// default) and uneven stages (1 layer on the first, 3 on the last).
+TEST(PretrainGptParallel, InterleavedPipelineTwoByTwoVirtualStagesEqualsOneRank) {
+  expect_layout_equals(tiny4(), single_rank_run_4_layers(), 2,
+                       {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2"}, "vpp2",
+                       {"> pipeline layers: pp 0: [0] [2]; pp 1: [1] [3]"});
+}
+
+TEST(PretrainGptParallel, UnevenPipelineStagesEqualOneRank) {
+  expect_layout_equals(tiny4(), single_rank_run_4_layers(), 2,
+                       {"--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "1"}, "uneven",
+                       {"> pipeline layers: pp 0: [0]; pp 1: [1-3]"});
+}
+
+// --profile: one Chrome trace of every rank's spans in the output folder
+// (forward, backward, send, recv and optimizer on both stages) and the
+// measured bubble in the log, between 0 and 100%.
+TEST(PretrainGptParallel, PipelineProfileWritesEveryRanksTraceAndTheBubble) {
+  const std::string dir = fresh_dir("pp_profile");
+  const auto r = ranks(2, tiny() + Argv{"--pipeline-model-parallel-size", "2", "--profile", "--train-iters", "4",
+                                        "--log-interval", "2", "--save", dir, "--save-interval", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("> --profile: the timeline of 4 step(s) of every rank is in " + dir + "/trace.json"),
+            std::string::npos)
+      << r.output;
+  const size_t at = r.output.find(" [qk] pipeline bubble: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const double bubble = std::stod(r.output.substr(at + std::string(" [qk] pipeline bubble: ").size()));
+  EXPECT_GT(bubble, 0.0);
+  EXPECT_LT(bubble, 100.0);
+  const auto trace = nlohmann::json::parse(qk::read_file(dir + "/trace.json"));
+  std::map<int, std::set<std::string>> kinds;  // pid -> span categories
+  std::set<std::string> names;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "X") kinds[e.at("pid").get<int>()].insert(e.at("cat").get<std::string>());
+    if (e.at("name") == "process_name") names.insert(e.at("args").at("name").get<std::string>());
+  }
+  EXPECT_TRUE(names.count("rank 1 (pp 1, tp 0, dp 0)")) << trace.dump().substr(0, 2000);
+  for (int pid : {0, 1})
+    for (const char* k : {"forward", "backward", "send", "recv", "optimizer"})
+      EXPECT_TRUE(kinds[pid].count(k)) << "rank " << pid << " has no " << k << " span";
+}
+
+// What does not compose with the pipeline, and Megatron's micro-batch rule
+// for the interleaved schedule, are errors naming the flags, before any step.
+TEST(PretrainGptParallel, PipelineRefusalsNameTheFlags) {
+  const Argv base = tiny4() + Argv{"--train-iters", "1", "--pipeline-model-parallel-size", "2"};
+  const std::vector<std::pair<Argv, std::string>> cases = {
+      {{"--use-distributed-optimizer"},
+       "--use-distributed-optimizer and --overlap-grad-reduce do not compose with pipeline parallelism"},
+      {{"--overlap-grad-reduce"},
+       "--use-distributed-optimizer and --overlap-grad-reduce do not compose with pipeline parallelism"},
+      {{"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+       "--recompute-granularity full does not compose with --pipeline-model-parallel-size 2"},
+      {{"--num-virtual-stages-per-pipeline-rank", "2", "--global-batch-size", "6"},
+       "the interleaved schedule needs the number of micro-batches (3 = --global-batch-size / "
+       "(--micro-batch-size x data-parallel size)) to be a multiple of --pipeline-model-parallel-size (2)"},
+      {{"--num-layers", "3"}, "--num-layers (3) must be divisible by --pipeline-model-parallel-size (2)"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const auto r = ranks(2, base + flags);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << message << "\n" << r.output;
+  }
+}
+
+// Saved at PP=2 after 5 of 10 iterations, resumed at PP=1 and at TP=2: the
+// checkpoint holds whole tensors by name, whatever wrote it.
+TEST(PretrainGptParallel, CheckpointSavedAtPp2ContinuesAtPp1AndAtTp2) {
+  const Argv args = tiny() + Argv{"--save-interval", "5"};
+  const std::string ref = fresh_dir("pp_ckpt_ref"), saved = fresh_dir("pp_ckpt");
+  auto r = one_rank(args + Argv{"--save", ref});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ranks(2, args + Argv{"--pipeline-model-parallel-size", "2", "--save", saved, "--exit-interval", "5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(fs::exists(saved + "/iter_0000000005/optim.safetensors")) << r.output;
+  expect_same_losses(ref, saved, 1, 5);
+  expect_close_weights(ref + "/iter_0000000005/model.safetensors", saved + "/iter_0000000005/model.safetensors");
+
+  const std::string pp1 = fresh_dir("pp_ckpt_at_pp1"), tp2 = fresh_dir("pp_ckpt_at_tp2");
+  fs::copy(saved, pp1, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  fs::copy(saved, tp2, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  r = one_rank(args + Argv{"--save", pp1, "--load", pp1});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + pp1 + "/iter_0000000005 [ t 1/1, p 1/1 ]"),
+            std::string::npos)
+      << r.output;
+  expect_same_losses(ref, pp1, 6, 10);
+  expect_close_weights(ref + "/iter_0000000010/model.safetensors", pp1 + "/iter_0000000010/model.safetensors");
+  expect_close_weights(ref + "/iter_0000000010/optim.safetensors", pp1 + "/iter_0000000010/optim.safetensors");
+
+  r = ranks(2, args + Argv{"--tensor-model-parallel-size", "2", "--save", tp2, "--load", tp2});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at iteration 5"), std::string::npos) << r.output;
+  expect_same_losses(ref, tp2, 6, 10);
+  expect_close_weights(ref + "/iter_0000000010/optim.safetensors", tp2 + "/iter_0000000010/optim.safetensors");
+}
+
+// 4 layers saved at PP=4 after 5 iterations, resumed at PP=2 with 2
+// virtual stages (layers 0 and 2 on rank 0): the one-rank run's losses.
+TEST(PretrainGptParallel, CheckpointSavedAtPp4ContinuesAtPp2WithVirtualStages) {
+  const std::string& ref = single_rank_run_4_layers();
+  const std::string dir = fresh_dir("pp4_to_vpp");
+  auto r = ranks(4, tiny4() + Argv{"--pipeline-model-parallel-size", "4", "--save", dir, "--save-interval", "5",
+                                   "--exit-interval", "5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ranks(2, tiny4() + Argv{"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                              "--save", dir, "--load", dir, "--save-interval", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + "/iter_0000000005 [ t 1/1, p 1/2 ]"),
+            std::string::npos)
+      << r.output;
+  expect_same_losses(ref, dir, 1, 10);
+  expect_close_weights(ref + "/iter_0000000010/model.safetensors", dir + "/iter_0000000010/model.safetensors");
+  expect_close_weights(ref + "/iter_0000000010/optim.safetensors", dir + "/iter_0000000010/optim.safetensors");
+}
+
+// Dropout on, PP=2 x TP=2: rank 3 (TP rank 1 of the last stage) is
+// SIGKILLed at iteration 5; the job resumes from iteration 3's checkpoint
+// (each stage's generators restored) and ends bit for bit as the
+// uninterrupted run.
+TEST(PretrainGptParallel, KilledStageRankOfPp2TimesTp2ResumesBitIdentical) {
+  const auto args = [](const std::string& dir) {
+    return tiny("4096") + Argv{"--train-iters", "8", "--log-interval", "4", "--eval-interval", "4",
+                               "--attention-dropout", "0.1", "--hidden-dropout", "0.1",
+                               "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                               "--save", dir, "--load", dir, "--save-interval", "3"};
+  };
+  const std::string ref = fresh_dir("pp_kill_ref"), killed = fresh_dir("pp_kill");
+  const std::string job = "run --nproc-per-node 4 --max-restarts 2 -- '" + std::string(QK_BIN) + "' pretrain-gpt";
+  auto r = run_qk(job + join(args(ref)));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto k = run_qk(job + join(args(killed)), "QK_FAULT_KILL=step:3:5");
+  ASSERT_EQ(k.exit_code, 0) << k.output;
+  EXPECT_NE(k.output.find("rank 3 (local rank 3 on node 0"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("successfully loaded checkpoint from " + killed + "/iter_0000000003 [ t 1/2, p 1/2 ]"),
+            std::string::npos)
+      << k.output;
+  for (const char* f : {"/iter_0000000008/model.safetensors", "/iter_0000000008/optim.safetensors"}) {
+    const std::string want = qk::read_file(ref + f);
+    ASSERT_FALSE(want.empty()) << f;
+    EXPECT_TRUE(qk::read_file(killed + f) == want) << f << " differs from the uninterrupted run's\n" << k.output;
+  }
 }
 
 // Saved at TP=2 after 5 of 10 iterations, resumed at TP=1 and at TP=2 x DP=2:

@@ -321,12 +321,14 @@ TEST(PretrainGptCli, SigtermSavesAndExitsZero) {
 // needs a missing feature.
 TEST(PretrainGptCli, SeedArraysRunOrAreRefusedAsTheStatusTableSays) {
   const qk::test::SeedFlags s = qk::test::load_seed_flags();
-  const std::set<std::string> not_yet = {"--num-layers-per-virtual-pipeline-stage", "--multi-latent-attention",
-                                         "--moe-shared-expert-overlap"};
+  const std::set<std::string> not_yet = {"--multi-latent-attention", "--moe-shared-expert-overlap"};
+  // Supported, but the seed's value asks for the interleaved schedule at
+  // pipeline size 1, which Megatron rejects too.
+  const std::string needs_pipeline = "--num-layers-per-virtual-pipeline-stage";
   Argv supported, all_training = qk::test::expand_array(s.arrays.at("TRAINING_ARGS"));
   for (const auto& line : s.arrays.at("TRAINING_ARGS")) {
     const Argv f = qk::test::expand_line(line);
-    if (!not_yet.count(f[0])) supported = supported + f;
+    if (!not_yet.count(f[0]) && f[0] != needs_pipeline) supported = supported + f;
   }
   const Argv rest = qk::test::expand_array(s.arrays.at("REGULARIZATION_ARGS")) +
                     qk::test::expand_array(s.arrays.at("LEARNING_RATE_ARGS")) +
@@ -340,7 +342,7 @@ TEST(PretrainGptCli, SeedArraysRunOrAreRefusedAsTheStatusTableSays) {
 
   auto refused = run_qk("pretrain-gpt" + join(model + all_training + rest + mock_data() + shrink));
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
-  EXPECT_NE(refused.output.find("3 flags need features this build does not have yet:"), std::string::npos)
+  EXPECT_NE(refused.output.find("2 flags need features this build does not have yet:"), std::string::npos)
       << refused.output;
   for (const auto& f : not_yet)
     EXPECT_NE(refused.output.find("\n  " + f), std::string::npos) << f << "\n" << refused.output;

@@ -336,9 +336,9 @@ TEST(MegatronArgsFormat, HelpGroupsEveryFlagAsMegatronDoes) {
     EXPECT_NE(h.find("\n  " + f.flag + (f.aliases.empty() ? "" : ", " + f.aliases[0])), std::string::npos) << f.flag;
   for (const char* want : {
            "\n  --num-layers INT  (int, default None)  [supported]\n      Number of transformer layers.\n",
-           "\n  --pipeline-model-parallel-size INT  (int, default 1)  [NOT YET beyond the default]\n"
-           "      Degree of pipeline model parallelism.\n"
-           "      pipeline parallelism is not built yet (issue 17); this build runs pipeline size 1\n",
+           "\n  --pipeline-model-parallel-size INT  (int, default 1)  [supported]\n"
+           "      Degree of pipeline model parallelism.\n",
+           "\n  --context-parallel-size INT  (int, default 1)  [NOT YET beyond the default]\n",
            "\n  --use-mcore-models  (switch, default False)  [no-op]\n",
            "\n  --normalization {LayerNorm,RMSNorm}  (str, default LayerNorm)  [supported]\n",
            "\n  --data-path [STR ...]  (str list, default None)  [supported]\n",

@@ -71,7 +71,9 @@ struct CheckpointMeta {
   std::string format = kTrainCheckpointFormat;
   TrainProgress progress;
   std::vector<RngState> rng;        // one per data-parallel rank (gather_rng_states)
-  std::vector<RngState> tp_rng;     // one per tensor-parallel rank (gather_tensor_parallel_rng_states)
+  std::vector<RngState> tp_rng;     // one per tensor-parallel rank (gather_tensor_parallel_rng_states);
+                                    // under pipeline parallelism stage by stage (stage x tp size)
+  std::vector<RngState> pp_rng;     // one per pipeline stage: its default generator (gather_pipeline_stages)
   std::string args_json = "{}";     // the run's arguments, a JSON value
   std::string user_json = "null";   // the caller's own state, a JSON value
   std::string weights_file = "model.safetensors";
@@ -99,6 +101,15 @@ struct TrainTensors {
 };
 TrainTensors train_tensors(const TrainState& s, const TensorParallel& tp = {});
 
+// Pipeline parallelism: every stage's whole tensors (the tied embedding
+// copy left out) and its generators into stage 0's `t` and `m` (pp_rng, and
+// tp_rng stage by stage), so the checkpoint holds the unsplit model by name;
+// `opt` (when the tensors hold its state): its groups' parameter counts are
+// summed over the stages. Collective over pp.group (point to point to
+// stage 0); a no-op for one stage.
+void gather_pipeline_stages(TrainTensors& t, CheckpointMeta& m, const PipelineParallel& pp,
+                            const MixedPrecisionOptimizer* opt = nullptr);
+
 // Writes the weights and optimizer files into `dir` (each under a temporary
 // name, then renamed) and returns the checkpoint's JSON, which names them.
 // `tensors`: what train_tensors gathered (null: the TrainState's own).
@@ -119,6 +130,10 @@ struct LoadOptions {
   // takes its rank's dropout generator (when the checkpoint has one per rank
   // of this size; another layout's generators are left as seeded).
   const TensorParallel* tp = nullptr;
+  // Pipeline parallelism: each stage takes its own parameters from the
+  // whole tensors (the tied copy from pp->tied_source) and its own
+  // generators when the checkpoint has one per stage of this size.
+  const PipelineParallel* pp = nullptr;
 };
 
 struct LoadedCheckpoint {

@@ -147,6 +147,11 @@ class MixedPrecisionOptimizer {
   // calls step() together. The names must be this optimizer's parameters.
   void set_tensor_parallel(TensorParallel tp);
   const TensorParallel& tensor_parallel() const { return tp_; }
+  // Pipeline parallelism (qk/train/model_parallel.h): every stage calls
+  // step() together; the tied embedding's gradient is summed over pp.embedding,
+  // the norm, inf check and zero count over pp.group (the copy not counted).
+  void set_pipeline_parallel(PipelineParallel pp);
+  const PipelineParallel& pipeline_parallel() const { return pp_; }
 
   // The inner optimizer, over the fp32 main parameters (schedulers set its rates).
   optim::Optimizer& optimizer() { return *inner_; }
@@ -219,6 +224,8 @@ class MixedPrecisionOptimizer {
 
  private:
   void sum_partial_grads();
+  void sum_embedding_grads();
+  void sum_over_pipeline(std::vector<double>& sums);
   Tensor flat_grad_view(size_t i) const;
   void ensure_flat_grads();
   Tensor flat_grads_;            // fp32, every parameter's gradient back to back
@@ -226,6 +233,8 @@ class MixedPrecisionOptimizer {
   std::vector<char> accumulated_;  // per param: flat_grads_ holds a gradient this step
   bool collected_ = false;
   TensorParallel tp_;
+  PipelineParallel pp_;
+  int64_t tied_main_ = -1;            // main param of pp_.tied_parameter (-1: none)
   std::vector<char> sharded_;         // per main param: a tensor-parallel shard
   std::vector<size_t> partial_;       // main params whose gradients are summed over tp
 };

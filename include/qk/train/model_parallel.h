@@ -43,9 +43,28 @@ struct TensorParallel {
 // qk/parallel layers (parallel::TensorParallelModule), over `group`.
 TensorParallel tensor_parallel_of(nn::Module& model, dist::ProcessGroup* group, Generator* generator = nullptr);
 
+// Pipeline parallelism as the optimizer and checkpoints see it: this rank
+// holds one stage's parameters (by their unsplit names). The gradient norm
+// and inf check sum over `group`; with tied embeddings the first stage's
+// word embedding and the last stage's copy of it (tied_parameter) have
+// their gradients summed over `embedding` before the step. The copy
+// (tied_copy) is counted once in the norm (on the first stage), left out
+// of checkpoints and loaded from tied_source.
+struct PipelineParallel {
+  dist::ProcessGroup* group = nullptr;      // the stages of this rank's pipeline (null: one stage)
+  dist::ProcessGroup* embedding = nullptr;  // first and last stage (null: not one of them)
+  std::string tied_parameter;               // this rank's tied weight ("": none)
+  bool tied_copy = false;                   // tied_parameter is the last stage's copy
+  std::string tied_source = "embedding.word_embeddings.weight";
+  int size() const { return group ? group->size() : 1; }
+  int rank() const { return group ? group->rank() : 0; }
+  bool active() const { return size() > 1; }
+};
+
 // The ranks of a job beyond its data-parallel group.
 struct ModelParallel {
   TensorParallel tp;
+  PipelineParallel pp;
   // Every rank of the job (null: the data-parallel group is the whole job).
   // All ranks agree on the resumed iteration and on exit decisions over it,
   // and its rank 0 writes checkpoints, metrics and curves.

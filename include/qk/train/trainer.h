@@ -127,6 +127,16 @@ struct TrainerCallbacks {
   std::function<void(const CheckpointInfo&)> on_save;  // rank 0, after a commit
 };
 
+// Steps the Trainer runs in place of its StepRunner (pipeline parallelism,
+// whose schedule interleaves micro-batches over stages): `train` one
+// iteration (gradients, reduction, optimizer, scheduler), `evaluate` the
+// metrics of forward-only passes over that many micro-batches of the
+// validation data. Either may be empty (StepRunner's then).
+struct CustomSteps {
+  std::function<StepStats()> train;
+  std::function<std::map<std::string, double>(int64_t microbatches)> evaluate;
+};
+
 enum class ExitReason { finished, exit_interval, exit_duration, signal };
 const char* exit_reason_name(ExitReason r);
 
@@ -145,6 +155,8 @@ class Trainer {
   // Resumes from options().load when it holds a checkpoint (every rank; the
   // ranks must find the same iteration). nullopt: nothing to load.
   std::optional<LoadedCheckpoint> load();
+  // Before train(): steps that replace StepRunner's (see CustomSteps).
+  void set_custom_steps(CustomSteps s) { custom_ = std::move(s); }
   TrainResult train(const TrainerCallbacks& cb);
   // eval_iters iterations of valid_step in eval mode without gradients.
   EvalStats evaluate(const ForwardStep& valid_step);
@@ -171,6 +183,7 @@ class Trainer {
   ModelParallel mp_;
   TrafficMeter traffic_;
   std::unique_ptr<StepRunner> runner_;
+  CustomSteps custom_;
   std::unique_ptr<MetricsLog> metrics_;
   TrainProgress progress_;
   int64_t train_iters_ = 0;

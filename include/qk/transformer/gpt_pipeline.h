@@ -81,6 +81,8 @@ class GPTModelChunkImpl : public nn::Module, public parallel::TensorParallelModu
   Tensor shared_embedding_or_output_weight() const;
   // The last stage's copy of the word embedding (undefined elsewhere).
   bool holds_embedding_copy() const { return output_copy_.defined(); }
+  // The per-rank dropout generator under tensor parallelism (null without).
+  Generator* tensor_parallel_generator() const { return tp_rng_.get(); }
 
   std::vector<std::pair<std::string, parallel::ShardSpec>> shard_specs() const override;
   std::vector<std::string> partial_gradient_parameters() const override;

@@ -1,0 +1,31 @@
+// Each pipeline stage's share of a checkpoint's whole tensors (see
+// checkpoint_pipeline.cc; gather_pipeline_stages is in qk/train/checkpoint.h).
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "qk/train/checkpoint.h"
+
+namespace qk::train {
+
+// The names of the stage's state dict (its parameters and buffers).
+std::set<std::string> stage_parameter_names(const nn::Module& model);
+
+// The entries of `whole` that belong to `names` ("KEY/NAME" for optimizer
+// entries), plus pp.tied_source's under pp.tied_parameter's name on the
+// stage that holds the tied copy.
+nn::TensorMap stage_entries(const nn::TensorMap& whole, const std::set<std::string>& names,
+                            const PipelineParallel& pp, bool optimizer);
+// The same for the optimizer's metadata ("step/NAME"; entries without a
+// parameter kept).
+nn::Metadata stage_metadata(const nn::Metadata& whole, const std::set<std::string>& names,
+                            const PipelineParallel& pp);
+
+// Parameters per optimizer group, `leave_out` not counted.
+std::vector<int64_t> optimizer_group_sizes(const MixedPrecisionOptimizer& opt, const std::string& leave_out = "");
+// "group.G.num_params" of the optimizer state's metadata set to sizes[G].
+void set_group_sizes(nn::Metadata& metadata, const std::vector<int64_t>& sizes);
+
+}  // namespace qk::train

@@ -1,0 +1,97 @@
+// Pipeline parallelism in `qk pretrain-gpt` (Megatron's pretrain with
+// --pipeline-model-parallel-size > 1): this rank's model chunks, one module
+// over them with the unsplit model's names (what the optimizer, the
+// tensor-parallel specs and checkpoints see), and the schedule's training
+// and evaluation steps for the Trainer (qk/train/trainer.h CustomSteps).
+//
+//   GptPipelineStage stage = build_gpt_pipeline_stage(a, cfg, pp->rank(), tp);
+//   MixedPrecisionOptimizer opt(megatron_param_groups(*stage.model), ...);
+//   opt.set_pipeline_parallel(stage.pipeline_parallel(pp.get(), embedding.get()));
+//   GptPipelineSteps steps(stage, opt, {...});
+//   trainer.set_custom_steps({[&] { return steps.step(train_it); },
+//                             [&](int64_t n) { return steps.forward_only(*valid_it, n); }});
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "qk/parallel/pipeline_schedule.h"
+#include "qk/train/gpt_pretrain.h"
+#include "qk/transformer/gpt_pipeline.h"
+
+namespace qk::train {
+
+struct GptPipelineStage {
+  parallel::PipelineLayerSplit split;
+  std::vector<transformer::GPTModelChunk> chunks;
+  std::shared_ptr<nn::Module> model;  // the chunks' parameters under the unsplit names
+  // Tensor parallelism over the chunks (their shard specs by unsplit name).
+  TensorParallel tensor_parallel(dist::ProcessGroup* tp) const;
+  // The optimizer's and checkpoints' view (tied embedding, groups).
+  PipelineParallel pipeline_parallel(dist::ProcessGroup* pp, dist::ProcessGroup* embedding) const;
+};
+
+// The split from the flags (--num-layers, --pipeline-model-parallel-size,
+// the virtual-stage and uneven-stage flags) and this pipeline rank's chunks,
+// initialised as the unsplit model (the default generator must hold the
+// seed); then Megatron's per-stage seed (seed + 100 x pipeline rank) for
+// the stages after the first.
+GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transformer::TransformerConfig& cfg,
+                                          int pp_rank, std::shared_ptr<dist::ProcessGroup> tp);
+
+struct GptPipelineOptions {
+  dist::ProcessGroup* pp = nullptr;  // required
+  dist::ProcessGroup* dp = nullptr;  // null: one data-parallel rank
+  int64_t num_microbatches = 1;
+  int64_t micro_batch_size = 1;
+  int64_t seq_length = 0;             // per rank under sequence parallelism
+  int64_t hidden_size = 0;
+  DType dtype = DType::f32;           // the activations stages exchange
+  std::optional<DType> autocast;
+  bool overlap_p2p_comm = false;
+  // --profile: the first max_profiled_steps steps' spans (forward, backward,
+  // send, recv, optimizer) and the measured bubble of each.
+  parallel::Timeline* timeline = nullptr;
+  int64_t max_profiled_steps = 20;
+  std::function<void(double loss)> check_loss;  // the last stage's loss of each micro-batch
+};
+
+class GptPipelineSteps {
+ public:
+  GptPipelineSteps(GptPipelineStage& stage, MixedPrecisionOptimizer& opt, GptPipelineOptions o);
+  ~GptPipelineSteps();
+  void set_scheduler(OptimizerParamScheduler* scheduler, int64_t increment);
+  // One iteration as StepRunner::step: the schedule (1F1B or interleaved)
+  // over num_microbatches micro-batches, the data-parallel reduction, the
+  // optimizer (pipeline-wide norm and inf check), the scheduler; metrics
+  // from the last stage on every rank, averaged over data-parallel ranks.
+  StepStats step(GptBatchIterator& data);
+  // The forward-only schedule over `microbatches` micro-batches.
+  std::map<std::string, double> forward_only(GptBatchIterator& data, int64_t microbatches);
+  // --profile: the measured bubble (idle / step time inside the window
+  // common to the stages, averaged over them) summed over the profiled
+  // steps since the last take, and how many; zeroes it.
+  std::pair<double, int64_t> take_bubble();
+  int64_t profiled_steps() const { return profiled_; }
+
+ private:
+  parallel::ForwardStepResult forward(int chunk, int64_t microbatch, const Tensor& input);
+  std::map<std::string, double> reduce(const parallel::StepMetrics& last_stage) const;
+  const GptBatch& batch(int64_t microbatch);
+  GptPipelineStage& stage_;
+  MixedPrecisionOptimizer& opt_;
+  GptPipelineOptions o_;
+  std::unique_ptr<parallel::PipelineSchedule> schedule_;
+  OptimizerParamScheduler* sched_ = nullptr;
+  int64_t increment_ = 0;
+  GptBatchIterator* data_ = nullptr;  // this step's
+  std::vector<GptBatch> batches_;     // this step's micro-batches read so far
+  int64_t profiled_ = 0;
+  double bubble_sum_ = 0;
+  int64_t bubble_steps_ = 0;
+};
+
+}  // namespace qk::train
