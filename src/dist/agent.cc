@@ -11,6 +11,7 @@
 
 #include "qk/base/error.h"
 #include "qk/base/launch_vars.h"
+#include "qk/base/log.h"
 #include "qk/qccl/store.h"
 #include "worker_group.h"
 
@@ -180,6 +181,26 @@ int run_agent(const AgentOptions& in) {
       }
       if (!local_done && group.all_succeeded()) {
         local_done = true;
+        if (o.node_rank != 0) {
+          // Node 0 closes the store once it has every node's done key, so a
+          // node's last store operation must be setting its own: look for a
+          // failure first, then set it and leave. (Checking after setting
+          // raced node 0's exit: "connection reset by peer" under load.)
+          if (auto f = store.try_get(key(attempt, "failed"))) {
+            failure = *f;
+            break;
+          }
+          try {
+            store.set(key(attempt, fmt::format("done/{}", o.node_rank)), "ok");
+          } catch (const Error& e) {
+            // Node 0 leaves only after seeing this key (the store kept it and
+            // closed before its reply reached us), or it died, which its own
+            // exit status reports.
+            QK_DEBUG("node {}: the store went away while confirming done: {}", o.node_rank, e.what());
+          }
+          group.stop(0);
+          return 0;
+        }
         store.set(key(attempt, fmt::format("done/{}", o.node_rank)), "ok");
       }
       if (Clock::now() >= next_check || local_done) {
