@@ -26,6 +26,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_qk.h"
+#include "cli/scratch_dir.h"
+#include "common/argv.h"
 #include "qk/base/file_io.h"
 #include "qk/nn/safetensors.h"
 
@@ -33,35 +35,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using qk::test::run_qk;
-using Argv = std::vector<std::string>;
+using qk::test::Argv;
+using qk::test::operator+;
 
-const fs::path kRoot = fs::path(QK_BINARY_DIR) / "test_tmp" / "pretrain_gpt_parallel" / std::to_string(::getpid());
+const qk::test::ScratchRoot kScratch("pretrain_gpt_parallel");
 
-class RemoveRoot : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (!::testing::UnitTest::GetInstance()->Failed()) fs::remove_all(kRoot);
-  }
-};
-const auto* const kRemoveRoot = ::testing::AddGlobalTestEnvironment(new RemoveRoot);
-
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = kRoot / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-Argv operator+(Argv a, const Argv& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-std::string join(const Argv& argv) {
-  std::string s;
-  for (const auto& a : argv) s += " '" + a + "'";
-  return s;
-}
+std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
 
 // 2 layers, hidden 64, 4 heads, SwiGLU width 128, sequence 32, mock data.
 // --vocab-size 4095 (4096 ids with eod) pads to 4096 rows at tensor sizes 1,
@@ -75,9 +54,9 @@ Argv tiny(const std::string& vocab = "4095") {
           "--hidden-dropout", "0"};
 }
 
-qk::test::RunResult one_rank(const Argv& args) { return run_qk("pretrain-gpt" + join(args), "QK_NUM_THREADS=1"); }
+qk::test::RunResult one_rank(const Argv& args) { return run_qk("pretrain-gpt" + qk::test::shell_words(args), "QK_NUM_THREADS=1"); }
 qk::test::RunResult ranks(int n, const Argv& args, const std::string& env = "") {
-  return run_qk("run --nproc-per-node " + std::to_string(n) + " -- '" + QK_BIN + "' pretrain-gpt" + join(args), env);
+  return run_qk("run --nproc-per-node " + std::to_string(n) + " -- '" + QK_BIN + "' pretrain-gpt" + qk::test::shell_words(args), env);
 }
 
 // iteration -> record of that kind in DIR/metrics.jsonl (the newest wins).
@@ -353,9 +332,9 @@ TEST(PretrainGptParallel, KilledStageRankOfPp2TimesTp2ResumesBitIdentical) {
   };
   const std::string ref = fresh_dir("pp_kill_ref"), killed = fresh_dir("pp_kill");
   const std::string job = "run --nproc-per-node 4 --max-restarts 2 -- '" + std::string(QK_BIN) + "' pretrain-gpt";
-  auto r = run_qk(job + join(args(ref)));
+  auto r = run_qk(job + qk::test::shell_words(args(ref)));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto k = run_qk(job + join(args(killed)), "QK_FAULT_KILL=step:3:5");
+  auto k = run_qk(job + qk::test::shell_words(args(killed)), "QK_FAULT_KILL=step:3:5");
   ASSERT_EQ(k.exit_code, 0) << k.output;
   EXPECT_NE(k.output.find("rank 3 (local rank 3 on node 0"), std::string::npos) << k.output;
   EXPECT_NE(k.output.find("successfully loaded checkpoint from " + killed + "/iter_0000000003 [ t 1/2, p 1/2 ]"),
@@ -419,9 +398,9 @@ TEST(PretrainGptParallel, KilledRankOfTp2TimesDp2ResumesBitIdentical) {
   };
   const std::string ref = fresh_dir("kill_ref"), killed = fresh_dir("kill");
   const std::string job = "run --nproc-per-node 4 --max-restarts 2 -- '" + std::string(QK_BIN) + "' pretrain-gpt";
-  auto r = run_qk(job + join(args(ref)));
+  auto r = run_qk(job + qk::test::shell_words(args(ref)));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto k = run_qk(job + join(args(killed)), "QK_FAULT_KILL=step:1:5");
+  auto k = run_qk(job + qk::test::shell_words(args(killed)), "QK_FAULT_KILL=step:1:5");
   ASSERT_EQ(k.exit_code, 0) << k.output;
   EXPECT_NE(k.output.find("rank 1 (local rank 1 on node 0"), std::string::npos) << k.output;
   EXPECT_NE(k.output.find("successfully loaded checkpoint from " + killed + "/iter_0000000003 [ t 1/2, p 1/1 ]"),

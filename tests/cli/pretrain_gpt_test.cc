@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "cli/run_qk.h"
+#include "cli/scratch_dir.h"
 #include "qk/base/file_io.h"
 #include "train/megatron_args_test_util.h"
 
@@ -29,32 +30,13 @@ using qk::test::Argv;
 using qk::test::run_qk;
 using qk::test::operator+;
 
-const fs::path kRoot = fs::path(QK_BINARY_DIR) / "test_tmp" / "pretrain_gpt" / std::to_string(::getpid());
+const qk::test::ScratchRoot kScratch("pretrain_gpt");
 
-class RemoveRoot : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (!::testing::UnitTest::GetInstance()->Failed()) fs::remove_all(kRoot);
-  }
-};
-const auto* const kRemoveRoot = ::testing::AddGlobalTestEnvironment(new RemoveRoot);
-
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = kRoot / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
 
 // One compute thread per process: these models are tiny, and ctest runs two
 // tests at once on two cores.
 const std::string kOneThread = "QK_NUM_THREADS=1";
-
-std::string join(const Argv& argv) {
-  std::string s;
-  for (const auto& a : argv) s += " '" + a + "'";
-  return s;
-}
 
 // The repo's docs/*.md, one JSON line per paragraph, through a 512-id BPE
 // trained on them: "--tokenizer-type ... --data-path PREFIX".
@@ -116,7 +98,7 @@ double validation_loss(const std::string& log, const std::string& prefix) {
 TEST(PretrainGptCli, TinyGptLearnsTheDocs) {
   const std::string out = fresh_dir("learn");
   const auto r = run_qk("pretrain-gpt" +
-                        join(tiny_model() + docs_data() +
+                        qk::test::shell_words(tiny_model() + docs_data() +
                              Argv{"--split", "90,10,0", "--micro-batch-size", "4", "--global-batch-size", "8",
                                   "--train-iters", "60", "--lr", "3e-3", "--min-lr", "3e-4", "--lr-decay-style",
                                   "cosine", "--lr-warmup-iters", "5", "--attention-dropout", "0", "--hidden-dropout",
@@ -159,10 +141,10 @@ TEST(PretrainGptCli, TwoRanksEqualOneRank) {
                          "--log-interval", "1", "--eval-interval", "6", "--eval-iters", "2", "--attention-dropout", "0",
                          "--hidden-dropout", "0", "--save-interval", "100"};
   const std::string one = fresh_dir("dp1"), two = fresh_dir("dp2");
-  auto r1 = run_qk("pretrain-gpt" + join(args + Argv{"--save", one}), kOneThread);
+  auto r1 = run_qk("pretrain-gpt" + qk::test::shell_words(args + Argv{"--save", one}), kOneThread);
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
   auto r2 = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + " pretrain-gpt" +
-                   join(args + Argv{"--save", two}));
+                   qk::test::shell_words(args + Argv{"--save", two}));
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   const auto a = metrics(one + "/metrics.jsonl", "train"), b = metrics(two + "/metrics.jsonl", "train");
   ASSERT_EQ(a.size(), 12u);
@@ -191,15 +173,15 @@ TEST(PretrainGptCli, DistributedOptimizerOnTwoRanksEqualsOneRankAndResumesWithou
   const Argv distributed = {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
                             "--ddp-bucket-size", "40000", "--log-params-norm"};
   const std::string one = fresh_dir("distopt1"), two = fresh_dir("distopt2"), resumed = fresh_dir("distopt_resumed");
-  auto r1 = run_qk("pretrain-gpt" + join(args + Argv{"--save", one}), kOneThread);
+  auto r1 = run_qk("pretrain-gpt" + qk::test::shell_words(args + Argv{"--save", one}), kOneThread);
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
   auto r2 = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + " pretrain-gpt" +
-                   join(args + distributed + Argv{"--save", two, "--exit-interval", "6"}));
+                   qk::test::shell_words(args + distributed + Argv{"--save", two, "--exit-interval", "6"}));
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   EXPECT_NE(r2.output.find("Theoretical memory footprints: weight and optimizer="), std::string::npos) << r2.output;
   EXPECT_NE(r2.output.find("the last two sharded over 2 data-parallel ranks"), std::string::npos) << r2.output;
   EXPECT_NE(r2.output.find("[Rank 0] (after 1 iterations) memory (MB) | allocated: "), std::string::npos) << r2.output;
-  auto r3 = run_qk("pretrain-gpt" + join(args + Argv{"--load", two, "--save", resumed}), kOneThread);
+  auto r3 = run_qk("pretrain-gpt" + qk::test::shell_words(args + Argv{"--load", two, "--save", resumed}), kOneThread);
   ASSERT_EQ(r3.exit_code, 0) << r3.output;
   const auto a = metrics(one + "/metrics.jsonl", "train"), b = metrics(two + "/metrics.jsonl", "train"),
              c = metrics(resumed + "/metrics.jsonl", "train");
@@ -227,7 +209,7 @@ TEST(PretrainGptCli, RecomputeGivesTheSameSteps) {
         Argv{"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"},
         Argv{"--recompute-activations"}}) {
     const std::string dir = fresh_dir("recompute" + std::to_string(runs.size()));
-    auto r = run_qk("pretrain-gpt" + join(args + recompute + Argv{"--save", dir}), kOneThread);
+    auto r = run_qk("pretrain-gpt" + qk::test::shell_words(args + recompute + Argv{"--save", dir}), kOneThread);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     runs.push_back(metrics(dir + "/metrics.jsonl", "train"));
     ASSERT_EQ(runs.back().size(), 4u);
@@ -237,7 +219,7 @@ TEST(PretrainGptCli, RecomputeGivesTheSameSteps) {
       EXPECT_EQ(runs[0][i]["lm loss"].get<double>(), runs[k][i]["lm loss"].get<double>()) << k << " " << i;
       EXPECT_EQ(runs[0][i]["grad_norm"].get<double>(), runs[k][i]["grad_norm"].get<double>()) << k << " " << i;
     }
-  auto flash = run_qk("pretrain-gpt" + join(args + Argv{"--recompute-granularity", "selective", "--use-flash-attn",
+  auto flash = run_qk("pretrain-gpt" + qk::test::shell_words(args + Argv{"--recompute-granularity", "selective", "--use-flash-attn",
                                                         "--save", fresh_dir("recompute_flash")}),
                       kOneThread);
   ASSERT_EQ(flash.exit_code, 0) << flash.output;
@@ -260,9 +242,9 @@ Argv resume_args(const std::string& dir) {
 TEST(PretrainGptCli, KilledRankResumesBitIdentical) {
   const std::string ref = fresh_dir("resume_ref"), killed = fresh_dir("resume_killed");
   const std::string job = "run --nproc-per-node 2 --max-restarts 3 -- " + std::string(QK_BIN) + " pretrain-gpt";
-  auto r = run_qk(job + join(resume_args(ref)));
+  auto r = run_qk(job + qk::test::shell_words(resume_args(ref)));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto k = run_qk(job + join(resume_args(killed)), "QK_FAULT_KILL=step:1:5,step:0:10");
+  auto k = run_qk(job + qk::test::shell_words(resume_args(killed)), "QK_FAULT_KILL=step:1:5,step:0:10");
   ASSERT_EQ(k.exit_code, 0) << k.output;
   EXPECT_NE(k.output.find("successfully loaded checkpoint from " + killed + "/iter_0000000003"), std::string::npos)
       << k.output;
@@ -289,7 +271,7 @@ TEST(PretrainGptCli, SigtermSavesAndExitsZero) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     const std::string cmd =
-        kOneThread + " exec '" + QK_BIN + "' pretrain-gpt" + join(args) + " > '" + log + "' 2>&1";
+        kOneThread + " exec '" + QK_BIN + "' pretrain-gpt" + qk::test::shell_words(args) + " > '" + log + "' 2>&1";
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -309,7 +291,7 @@ TEST(PretrainGptCli, SigtermSavesAndExitsZero) {
   const int64_t at = std::stoll(saved);
   EXPECT_GE(at, 3);
   // Resume and stop 2 iterations later (--exit-interval).
-  auto r = run_qk("pretrain-gpt" + join(args + Argv{"--exit-interval", std::to_string(at + 2)}), kOneThread);
+  auto r = run_qk("pretrain-gpt" + qk::test::shell_words(args + Argv{"--exit-interval", std::to_string(at + 2)}), kOneThread);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("at iteration " + std::to_string(at)), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("exiting program at iteration " + std::to_string(at + 2)), std::string::npos) << r.output;
@@ -340,7 +322,7 @@ TEST(PretrainGptCli, SeedArraysRunOrAreRefusedAsTheStatusTableSays) {
                        "--vocab-size", "4096", "--eval-iters", "1", "--eval-interval", "2", "--log-interval", "1"};
   const Argv model = qk::test::expand_array(s.arrays.at("MODEL_ARGS"));
 
-  auto refused = run_qk("pretrain-gpt" + join(model + all_training + rest + mock_data() + shrink));
+  auto refused = run_qk("pretrain-gpt" + qk::test::shell_words(model + all_training + rest + mock_data() + shrink));
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
   EXPECT_NE(refused.output.find("2 flags need features this build does not have yet:"), std::string::npos)
       << refused.output;
@@ -348,7 +330,7 @@ TEST(PretrainGptCli, SeedArraysRunOrAreRefusedAsTheStatusTableSays) {
     EXPECT_NE(refused.output.find("\n  " + f), std::string::npos) << f << "\n" << refused.output;
 
   const std::string dir = fresh_dir("seed");
-  auto ok = run_qk("pretrain-gpt" + join(model + supported + rest + mock_data() + shrink +
+  auto ok = run_qk("pretrain-gpt" + qk::test::shell_words(model + supported + rest + mock_data() + shrink +
                                          Argv{"--save", dir, "--save-interval", "2"}),
                    kOneThread);
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
@@ -368,25 +350,25 @@ TEST(PretrainGptCli, SeedArraysRunOrAreRefusedAsTheStatusTableSays) {
 
 TEST(PretrainGptCli, BadFlagsValuesAndFilesAreErrorsNamingThem) {
   const Argv base = tiny_model(32) + Argv{"--micro-batch-size", "2", "--train-iters", "2", "--lr", "1e-3"};
-  auto r = run_qk("pretrain-gpt" + join(base + mock_data() + Argv{"--num-layer", "3"}));
+  auto r = run_qk("pretrain-gpt" + qk::test::shell_words(base + mock_data() + Argv{"--num-layer", "3"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--num-layer"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--num-layers"), std::string::npos) << r.output;  // the closest known flag
 
-  r = run_qk("pretrain-gpt" + join(base + mock_data() + Argv{"--lr", "fast"}));
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + mock_data() + Argv{"--lr", "fast"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--lr"), std::string::npos) << r.output;
 
-  r = run_qk("pretrain-gpt" + join(base + mock_data() + Argv{"--global-batch-size", "3"}));
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + mock_data() + Argv{"--global-batch-size", "3"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--global-batch-size"), std::string::npos) << r.output;
 
-  r = run_qk("pretrain-gpt" + join(base + Argv{"--mock-data"}));
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--mock-data"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--tokenizer-type"), std::string::npos) << r.output;
 
   const std::string dir = fresh_dir("bad_files");
-  r = run_qk("pretrain-gpt" + join(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "100",
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "100",
                                                "--data-path", dir + "/missing_text_document"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir + "/missing_text_document"), std::string::npos) << r.output;
@@ -397,7 +379,7 @@ TEST(PretrainGptCli, BadFlagsValuesAndFilesAreErrorsNamingThem) {
   std::string idx = qk::read_file(prefix + ".idx");
   idx[3] = 'X';
   qk::atomic_write_file(dir + "/bad_text_document.idx", idx);
-  r = run_qk("pretrain-gpt" + join(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "512",
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "512",
                                                "--data-path", dir + "/bad_text_document"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir + "/bad_text_document.idx"), std::string::npos) << r.output;
@@ -405,7 +387,7 @@ TEST(PretrainGptCli, BadFlagsValuesAndFilesAreErrorsNamingThem) {
   // A truncated .bin: the .idx points past its end.
   fs::copy_file(prefix + ".idx", dir + "/short_text_document.idx");
   qk::atomic_write_file(dir + "/short_text_document.bin", qk::read_file(prefix + ".bin").substr(0, 100));
-  r = run_qk("pretrain-gpt" + join(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "512",
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "512",
                                                "--data-path", dir + "/short_text_document"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir + "/short_text_document.bin"), std::string::npos) << r.output;

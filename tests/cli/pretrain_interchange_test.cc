@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_qk.h"
+#include "cli/scratch_dir.h"
 #include "cli/tiny_gpt2_tokenizer.h"
 #include "qk/autograd/autograd.h"
 #include "qk/autograd/functions.h"
@@ -38,23 +39,10 @@ using qk::test::Argv;
 using qk::test::run_qk;
 using qk::test::operator+;
 
-const fs::path kRoot = fs::path(QK_BINARY_DIR) / "test_tmp" / "pretrain_interchange" / std::to_string(::getpid());
+const qk::test::ScratchRoot kScratch("pretrain_interchange");
 const std::string kScript = std::string(QK_SOURCE_DIR) + "/tests/fixtures/gen_hf.py";
 
-class RemoveRoot : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (!::testing::UnitTest::GetInstance()->Failed()) fs::remove_all(kRoot);
-  }
-};
-const auto* const kRemoveRoot = ::testing::AddGlobalTestEnvironment(new RemoveRoot);
-
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = kRoot / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
 
 // The reference needs Debian's python3-torch: without it the comparison is
 // skipped, except under CI=true, where a missing reference tool is a failure.
@@ -68,12 +56,6 @@ bool have_torch() {
       FAIL() << "CI=true and /usr/bin/python3 cannot import torch (scripts/setup.sh installs it)"; \
     GTEST_SKIP() << "/usr/bin/python3 with torch not available";                                   \
   }
-
-std::string join(const Argv& argv) {
-  std::string s;
-  for (const auto& a : argv) s += " '" + a + "'";
-  return s;
-}
 
 // One compute thread per process: the models are tiny and ctest runs tests side by side.
 qk::test::RunResult qk_one_thread(const std::string& args) { return run_qk(args, "QK_NUM_THREADS=1"); }
@@ -102,7 +84,7 @@ const Corpus& corpus() {
     }
     qk::atomic_write_file(data + "/llm.jsonl", jsonl);
     const auto r = run_qk("preprocess --input '" + data + "/llm.jsonl' --output-prefix '" + data + "/llm'" +
-                          join(out.tokenizer_flags) + " --append-eod --workers 1 -q");
+                          qk::test::shell_words(out.tokenizer_flags) + " --append-eod --workers 1 -q");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     out.data_flags = {"--data-path", data + "/llm_text_document", "--split", "100,0,0"};
     return out;
@@ -228,7 +210,7 @@ TEST_P(PretrainInterchange, GenerateExportAndFineTuneFromAPretrainCheckpoint) {
   const Argv run = layout.model + c.tokenizer_flags + c.data_flags;
   const std::string ckpt = fresh_dir(layout.name + "_ckpt"), hf = fresh_dir(layout.name + "_hf"),
                     ft = fresh_dir(layout.name + "_ft");
-  auto r = qk_one_thread("pretrain-gpt" + join(run + training(4) + Argv{"--save", ckpt, "--save-interval", "4"}));
+  auto r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(run + training(4) + Argv{"--save", ckpt, "--save-interval", "4"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Library lib = library_model(run + training(4), ckpt + "/iter_0000000004/model.safetensors");
 
@@ -297,7 +279,7 @@ TEST_P(PretrainInterchange, GenerateExportAndFineTuneFromAPretrainCheckpoint) {
   // qk pretrain-gpt --load HF: the weights of the folder, iteration 0, and
   // the first loss is PyTorch's on that batch (no vocabulary padding here, so
   // the softmax runs over the same 300 ids).
-  r = qk_one_thread("pretrain-gpt" + join(run + training(1) +
+  r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(run + training(1) +
                                           Argv{"--load", hf, "--save", ft, "--save-interval", "1",
                                                "--make-vocab-size-divisible-by", "4"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -317,12 +299,12 @@ TEST_P(PretrainInterchange, FlagsThatDoNotBuildTheFolderModelAreRefusedByName) {
   // A folder of this layout from a qk export of random weights is all config.json needs.
   const std::string ckpt = fresh_dir(layout.name + "_refuse_ckpt");
   const Argv run = layout.model + c.tokenizer_flags + c.data_flags;
-  auto r = qk_one_thread("pretrain-gpt" + join(run + training(1) + Argv{"--save", ckpt, "--save-interval", "1"}));
+  auto r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(run + training(1) + Argv{"--save", ckpt, "--save-interval", "1"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = qk_one_thread("checkpoint export --load '" + ckpt + "' --out '" + hf + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
-  r = qk_one_thread("pretrain-gpt" + join(run + training(1) + Argv{"--num-layers", "3", "--hidden-size", "128",
+  r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(run + training(1) + Argv{"--num-layers", "3", "--hidden-size", "128",
                                                                    "--load", hf}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("'" + hf + "' is a Hugging Face folder (" + layout.name + ")"), std::string::npos)
@@ -331,7 +313,7 @@ TEST_P(PretrainInterchange, FlagsThatDoNotBuildTheFolderModelAreRefusedByName) {
       << r.output;
   const std::string other = layout.name == "gpt2" ? llama_layout().name : gpt2_layout().name;
   const Argv other_model = layout.name == "gpt2" ? llama_layout().model : gpt2_layout().model;
-  r = qk_one_thread("pretrain-gpt" + join(other_model + c.tokenizer_flags + c.data_flags + training(1) +
+  r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(other_model + c.tokenizer_flags + c.data_flags + training(1) +
                                           Argv{"--load", hf}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--position-embedding-type"), std::string::npos) << r.output;
@@ -349,7 +331,7 @@ TEST(PretrainInterchangeTokenizer, VanishedTokenizerFilesAskForFlags) {
   qk::test::write_tiny_gpt2_tokenizer(moving);
   const Argv moving_tokenizer = {"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", moving + "/vocab.json",
                                  "--merge-file", moving + "/merges.txt"};
-  auto r = qk_one_thread("pretrain-gpt" + join(gpt2_layout().model + moving_tokenizer + c.data_flags + training(1) +
+  auto r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(gpt2_layout().model + moving_tokenizer + c.data_flags + training(1) +
                                                Argv{"--save", ckpt, "--save-interval", "1"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string args = "--load '" + ckpt + "' --prompt 'in the' --greedy --max-new-tokens 8";
@@ -364,7 +346,7 @@ TEST(PretrainInterchangeTokenizer, VanishedTokenizerFilesAskForFlags) {
             std::string::npos)
       << gone.output;
   EXPECT_NE(gone.output.find("give the tokenizer flags"), std::string::npos) << gone.output;
-  const Generated flags = generate(args + join(c.tokenizer_flags));
+  const Generated flags = generate(args + qk::test::shell_words(c.tokenizer_flags));
   ASSERT_EQ(flags.exit_code, 0) << flags.output;
   EXPECT_EQ(flags.text, before.text);
 
@@ -377,7 +359,7 @@ TEST(PretrainInterchangeTokenizer, VanishedTokenizerFilesAskForFlags) {
 // Mock data and NullTokenizer: ids in, ids out; EOD (4096) is the stop and eos token.
 TEST(PretrainInterchangeTokenizer, NullTokenizerCheckpointsGenerateAndExport) {
   const std::string ckpt = fresh_dir("null_ckpt"), hf = fresh_dir("null_hf");
-  auto r = qk_one_thread("pretrain-gpt" + join(Argv{"--num-layers", "1", "--hidden-size", "32",
+  auto r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(Argv{"--num-layers", "1", "--hidden-size", "32",
                                                     "--num-attention-heads", "4", "--seq-length", "16",
                                                     "--max-position-embeddings", "16", "--mock-data",
                                                     "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096",

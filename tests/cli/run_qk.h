@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/run_command.h"
 
@@ -9,6 +10,13 @@ namespace qk::test {
 
 inline RunResult run_qk(const std::string& args, const std::string& env = "") {
   return run_command(env + (env.empty() ? "" : " ") + "'" QK_BIN "' " + args);
+}
+
+// argv as single-quoted shell words, each after a space: run_qk("pretrain-gpt" + shell_words(args)).
+inline std::string shell_words(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += " '" + a + "'";
+  return s;
 }
 
 }  // namespace qk::test

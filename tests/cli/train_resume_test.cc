@@ -21,32 +21,16 @@
 #include "qk/base/checkpoint_dir.h"
 #include "qk/base/file_io.h"
 #include "run_qk.h"
+#include "scratch_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using qk::test::run_qk;
 
-// Per process: ctest runs each test in its own process, several at once, and
-// each computes the shared data and reference run for itself.
-const fs::path kRoot =
-    fs::path(QK_BINARY_DIR) / "test_tmp" / "train_resume" / std::to_string(::getpid());
+const qk::test::ScratchRoot kScratch("train_resume");
 
-// Checkpoints are large (15 MB each): remove this process's folders at exit.
-class RemoveRoot : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (!::testing::UnitTest::GetInstance()->Failed()) fs::remove_all(kRoot);
-  }
-};
-const auto* const kRemoveRoot = ::testing::AddGlobalTestEnvironment(new RemoveRoot);
-
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = kRoot / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
 
 // 512 images, 2 ranks x 16 per step: 16 steps per epoch, 32 in all.
 constexpr int kSteps = 32;
@@ -226,7 +210,7 @@ TEST(TrainResume, RanksAtDifferentStepsAreRefused) {
   ASSERT_FALSE(reference_weights().empty());
   const std::string out = fresh_dir("split");
   fs::create_directories(out + "/r0");
-  fs::copy(kRoot / "reference" / "checkpoints", out + "/r0/checkpoints", fs::copy_options::recursive);
+  fs::copy(kScratch.root() / "reference" / "checkpoints", out + "/r0/checkpoints", fs::copy_options::recursive);
   // $RANK is left to each worker's shell: rank 0 reads r0/, rank 1 r1/.
   const std::string train = std::string("\"") + QK_BIN + "\" " + train_args(out + "/r$RANK");
   const auto r = run_qk("run --nproc-per-node 2 -- sh -c 'exec " + train + "'");

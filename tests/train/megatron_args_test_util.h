@@ -10,17 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "common/argv.h"
 #include "qk/base/error.h"
 #include "qk/train/megatron_args.h"
 
 namespace qk::test {
-
-using Argv = std::vector<std::string>;
-
-inline Argv operator+(Argv a, const Argv& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 // The seed's practice exercise: 6 layers, hidden 512, 8 heads, Llama layout.
 inline Argv practice_model() {
