@@ -319,25 +319,27 @@ TEST(PretrainGptParallel, CheckpointSavedAtPp4ContinuesAtPp2WithVirtualStages) {
   expect_close_weights(ref + "/iter_0000000010/optim.safetensors", dir + "/iter_0000000010/optim.safetensors");
 }
 
-// Dropout on, PP=2 x TP=2: rank 3 (TP rank 1 of the last stage) is
-// SIGKILLed at iteration 5; the job resumes from iteration 3's checkpoint
-// (each stage's generators restored) and ends bit for bit as the
-// uninterrupted run.
-TEST(PretrainGptParallel, KilledStageRankOfPp2TimesTp2ResumesBitIdentical) {
-  const auto args = [](const std::string& dir) {
-    return tiny("4096") + Argv{"--train-iters", "8", "--log-interval", "4", "--eval-interval", "4",
-                               "--attention-dropout", "0.1", "--hidden-dropout", "0.1",
-                               "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
-                               "--save", dir, "--load", dir, "--save-interval", "3"};
+// Dropout on (drawn from each tensor-parallel rank's own generator, saved
+// per rank), 4 ranks, a checkpoint every 3 iterations: `rank` is SIGKILLed at
+// iteration 5 under `qk run --max-restarts`; the job restarts from iteration
+// 3's checkpoint (`loaded`: its "[ t i/n, p j/m ]") and ends with the
+// uninterrupted run's weights and optimizer state, bit for bit.
+void expect_killed_rank_resumes_bit_identical(const Argv& layout, int rank, const std::string& name,
+                                              const std::string& loaded) {
+  const auto args = [&](const std::string& dir) {
+    return tiny("4096") + layout +
+           Argv{"--train-iters", "8", "--log-interval", "4", "--eval-interval", "4", "--attention-dropout", "0.1",
+                "--hidden-dropout", "0.1", "--save", dir, "--load", dir, "--save-interval", "3"};
   };
-  const std::string ref = fresh_dir("pp_kill_ref"), killed = fresh_dir("pp_kill");
+  const std::string ref = fresh_dir(name + "_ref"), killed = fresh_dir(name);
   const std::string job = "run --nproc-per-node 4 --max-restarts 2 -- '" + std::string(QK_BIN) + "' pretrain-gpt";
   auto r = run_qk(job + qk::test::shell_words(args(ref)));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto k = run_qk(job + qk::test::shell_words(args(killed)), "QK_FAULT_KILL=step:3:5");
+  const std::string who = std::to_string(rank);
+  auto k = run_qk(job + qk::test::shell_words(args(killed)), "QK_FAULT_KILL=step:" + who + ":5");
   ASSERT_EQ(k.exit_code, 0) << k.output;
-  EXPECT_NE(k.output.find("rank 3 (local rank 3 on node 0"), std::string::npos) << k.output;
-  EXPECT_NE(k.output.find("successfully loaded checkpoint from " + killed + "/iter_0000000003 [ t 1/2, p 1/2 ]"),
+  EXPECT_NE(k.output.find("rank " + who + " (local rank " + who + " on node 0"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("successfully loaded checkpoint from " + killed + "/iter_0000000003 " + loaded),
             std::string::npos)
       << k.output;
   for (const char* f : {"/iter_0000000008/model.safetensors", "/iter_0000000008/optim.safetensors"}) {
@@ -345,6 +347,12 @@ TEST(PretrainGptParallel, KilledStageRankOfPp2TimesTp2ResumesBitIdentical) {
     ASSERT_FALSE(want.empty()) << f;
     EXPECT_TRUE(qk::read_file(killed + f) == want) << f << " differs from the uninterrupted run's\n" << k.output;
   }
+}
+
+// Rank 3: tensor-parallel rank 1 of the last stage (each stage's generators restored).
+TEST(PretrainGptParallel, KilledStageRankOfPp2TimesTp2ResumesBitIdentical) {
+  expect_killed_rank_resumes_bit_identical(
+      {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}, 3, "pp_kill", "[ t 1/2, p 1/2 ]");
 }
 
 // Saved at TP=2 after 5 of 10 iterations, resumed at TP=1 and at TP=2 x DP=2:
@@ -382,35 +390,9 @@ TEST(PretrainGptParallel, CheckpointSavedAtTp2ContinuesAtTp1AndAtTp2TimesDp2) {
   expect_close_weights(ref + "/iter_0000000010/optim.safetensors", tp2dp2 + "/iter_0000000010/optim.safetensors");
 }
 
-// Dropout on (attention dropout draws from each tensor-parallel rank's own
-// generator, saved per rank): rank 1 (TP rank 1 of DP group 0) is SIGKILLed
-// at iteration 5 under `qk run --max-restarts`; the job restarts from
-// iteration 3's checkpoint and ends with the uninterrupted run's weights
-// and optimizer state, bit for bit.
+// Rank 1: tensor-parallel rank 1 of data-parallel group 0.
 TEST(PretrainGptParallel, KilledRankOfTp2TimesDp2ResumesBitIdentical) {
-  const auto args = [](const std::string& dir) {
-    return Argv{"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-                "--max-position-embeddings", "32", "--position-embedding-type", "rope", "--normalization",
-                "RMSNorm", "--swiglu", "--disable-bias-linear", "--mock-data", "--tokenizer-type", "NullTokenizer",
-                "--vocab-size", "4096", "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "8",
-                "--lr", "3e-3", "--log-interval", "4", "--eval-interval", "4", "--eval-iters", "1",
-                "--tensor-model-parallel-size", "2", "--save", dir, "--load", dir, "--save-interval", "3"};
-  };
-  const std::string ref = fresh_dir("kill_ref"), killed = fresh_dir("kill");
-  const std::string job = "run --nproc-per-node 4 --max-restarts 2 -- '" + std::string(QK_BIN) + "' pretrain-gpt";
-  auto r = run_qk(job + qk::test::shell_words(args(ref)));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto k = run_qk(job + qk::test::shell_words(args(killed)), "QK_FAULT_KILL=step:1:5");
-  ASSERT_EQ(k.exit_code, 0) << k.output;
-  EXPECT_NE(k.output.find("rank 1 (local rank 1 on node 0"), std::string::npos) << k.output;
-  EXPECT_NE(k.output.find("successfully loaded checkpoint from " + killed + "/iter_0000000003 [ t 1/2, p 1/1 ]"),
-            std::string::npos)
-      << k.output;
-  for (const char* f : {"/iter_0000000008/model.safetensors", "/iter_0000000008/optim.safetensors"}) {
-    const std::string want = qk::read_file(ref + f);
-    ASSERT_FALSE(want.empty()) << f;
-    EXPECT_TRUE(qk::read_file(killed + f) == want) << f << " differs from the uninterrupted run's\n" << k.output;
-  }
+  expect_killed_rank_resumes_bit_identical({"--tensor-model-parallel-size", "2"}, 1, "kill", "[ t 1/2, p 1/1 ]");
 }
 
 // Each error names the flags that do not fit, on every rank, before any step.
