@@ -39,8 +39,11 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   // Under a bf16 autocast the GEMMs run in bf16 (as linear's would) and the
   // softmax in f32 (as cross_entropy's would); the kernel does both.
   const bool low = autocast::is_enabled() && autocast::low_dtype() == DType::bf16;
-  const Tensor hidden = low ? autocast::to_low(hidden_in) : autocast::to_f32(hidden_in);
-  const Tensor weight = low ? autocast::to_low(weight_in) : autocast::to_f32(weight_in);
+  // f16 has no kernel of its own: it runs in f32 (a differentiable cast, so
+  // the gradients come back in f16), as the unfused logits would.
+  auto f16_up = [](const Tensor& t) { return t.defined() && t.dtype() == DType::f16 ? t.to(DType::f32) : t; };
+  const Tensor hidden = low ? autocast::to_low(hidden_in) : f16_up(autocast::to_f32(hidden_in));
+  const Tensor weight = low ? autocast::to_low(weight_in) : f16_up(autocast::to_f32(weight_in));
   ops::LinearCrossEntropyOptions o;
   o.ignore_index = ignore_index;
   const bool any = autograd::needs_grad({hidden, weight});

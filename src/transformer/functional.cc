@@ -180,9 +180,6 @@ Tensor checked_token_weight(const Tensor& hidden, const Tensor& weight, const Te
 }  // namespace
 
 Tensor output_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask) {
-  // The fused kernel covers f32, bf16 and f64; f16 (no fast CPU path anywhere) takes the reference.
-  if (hidden.dtype() == DType::f16 || weight.dtype() == DType::f16)
-    return unfused_output_loss(hidden, weight, labels, loss_mask);
   return linear_cross_entropy(hidden, weight, labels, checked_token_weight(hidden, weight, labels, loss_mask));
 }
 

@@ -293,6 +293,25 @@ TEST(LinearCrossEntropy, BackwardScalesByTheIncomingGradientAndRepeats) {
                         1e-6));
 }
 
+// f16 has no kernel: it runs the f32 one on the same (exactly widened)
+// values and hands back f16 gradients.
+TEST(LinearCrossEntropy, F16RunsInF32AndReturnsF16Gradients) {
+  Generator g(36);
+  LceCase c = lce_case(7, 8, 11, true, true, g);
+  c.h = ops::cast(ops::cast(c.h, DType::f16), DType::f32);  // values f16 holds exactly
+  c.w = ops::cast(ops::cast(c.w, DType::f16), DType::f32);
+  const LceOut ref = lce_grads(c, DType::f32, true);
+  Tensor h = leaf(c.h, DType::f16), w = leaf(c.w, DType::f16);
+  Tensor loss = linear_cross_entropy(h, w, c.t, c.tw);
+  EXPECT_EQ(loss.dtype(), DType::f32);
+  EXPECT_NEAR(loss.item<double>(), ref.loss.item<double>(), 1e-6 * std::abs(ref.loss.item<double>()));
+  loss.backward();
+  ASSERT_EQ(h.grad().dtype(), DType::f16);
+  ASSERT_EQ(w.grad().dtype(), DType::f16);
+  EXPECT_TRUE(all_close(f64(h.grad()), ref.dh, 2e-3, 1e-4));  // f16 rounding of the f32 gradients
+  EXPECT_TRUE(all_close(f64(w.grad()), ref.dw, 2e-3, 1e-4));
+}
+
 TEST(LinearCrossEntropy, EveryRowIgnoredGivesZero) {
   Generator g(35);
   Tensor h = randn({3, 4}, {}, g).requires_grad_(), w = randn({5, 4}, {}, g).requires_grad_();

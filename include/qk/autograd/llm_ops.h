@@ -80,6 +80,7 @@ Tensor swiglu(const Tensor& x);
 // logits = hidden . weight^T. Gradients flow to hidden and weight; they are
 // computed with the loss (the loss is the end of the graph), so backward only
 // scales them. token_weight is a constant (it must not require grad).
+// f16 inputs run in f32 (the gradients come back in f16).
 // Megatron's loss = sum(loss * loss_mask) / sum(loss_mask) is
 // linear_cross_entropy(h, w, t, loss_mask / sum(loss_mask)).
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& target,
