@@ -41,6 +41,19 @@ constexpr std::pair<const char*, RecomputeGranularity> kGranularities[] = {
 constexpr std::pair<const char*, RecomputeMethod> kMethods[] = {
     {"none", RecomputeMethod::none}, {"uniform", RecomputeMethod::uniform}, {"block", RecomputeMethod::block}};
 
+constexpr std::pair<const char*, MoEScoreFunction> kScoreFunctions[] = {{"softmax", MoEScoreFunction::softmax},
+                                                                      {"sigmoid", MoEScoreFunction::sigmoid}};
+constexpr std::pair<const char*, MoELoadBalancing> kLoadBalancing[] = {
+    {"aux_loss", MoELoadBalancing::aux_loss},
+    {"seq_aux_loss", MoELoadBalancing::seq_aux_loss},
+    {"global_aux_loss", MoELoadBalancing::global_aux_loss},
+    {"sinkhorn", MoELoadBalancing::sinkhorn},
+    {"none", MoELoadBalancing::none}};
+constexpr std::pair<const char*, MoETokenDispatcher> kDispatchers[] = {{"allgather", MoETokenDispatcher::allgather},
+                                                                      {"alltoall", MoETokenDispatcher::alltoall}};
+constexpr std::pair<const char*, MoETokenDropPolicy> kDropPolicies[] = {{"probs", MoETokenDropPolicy::probs},
+                                                                       {"position", MoETokenDropPolicy::position}};
+
 template <typename E, size_t N>
 const char* name_of(E v, const std::pair<const char*, E> (&choices)[N]) {
   for (const auto& [name, value] : choices)
@@ -69,6 +82,22 @@ RecomputeGranularity parse_recompute_granularity(std::string_view s) {
 RecomputeMethod parse_recompute_method(std::string_view s) {
   return parse_choice(s.empty() ? "none" : s, "recompute_method", kMethods);
 }
+MoEScoreFunction parse_moe_score_function(std::string_view s) {
+  return parse_choice(s, "moe_router_score_function", kScoreFunctions);
+}
+MoELoadBalancing parse_moe_load_balancing(std::string_view s) {
+  return parse_choice(s, "moe_router_load_balancing_type", kLoadBalancing);
+}
+MoETokenDispatcher parse_moe_token_dispatcher(std::string_view s) {
+  return parse_choice(s, "moe_token_dispatcher_type", kDispatchers);
+}
+MoETokenDropPolicy parse_moe_token_drop_policy(std::string_view s) {
+  return parse_choice(s, "moe_token_drop_policy", kDropPolicies);
+}
+const char* to_string(MoEScoreFunction f) { return name_of(f, kScoreFunctions); }
+const char* to_string(MoELoadBalancing b) { return name_of(b, kLoadBalancing); }
+const char* to_string(MoETokenDispatcher d) { return name_of(d, kDispatchers); }
+const char* to_string(MoETokenDropPolicy p) { return name_of(p, kDropPolicies); }
 const char* to_string(RecomputeGranularity g) { return name_of(g, kGranularities); }
 const char* to_string(RecomputeMethod m) { return name_of(m, kMethods); }
 const char* to_string(Normalization n) { return name_of(n, kNorms); }
@@ -154,10 +183,85 @@ void TransformerConfig::validate() {
              "got ", recompute_num_layers);
   }
 
+  validate_moe();
+  validate_mla();
+
   check_positive(vocab_size, "vocab_size");
   check_positive(make_vocab_size_divisible_by, "make_vocab_size_divisible_by");
   QK_CHECK(params_dtype == DType::f32 || params_dtype == DType::bf16 || params_dtype == DType::f16,
            "params_dtype must be f32, bf16 or f16, got ", dtype_name(params_dtype));
+}
+
+void TransformerConfig::validate_moe() {
+  check_positive(expert_model_parallel_size, "expert_model_parallel_size");
+  QK_CHECK(num_moe_experts >= 0, "num_moe_experts (--num-experts) must not be negative, got ", num_moe_experts);
+  if (num_moe_experts == 0) {
+    QK_CHECK(expert_model_parallel_size == 1, "expert_model_parallel_size (--expert-model-parallel-size ",
+             expert_model_parallel_size, ") needs experts: set --num-experts");
+    return;
+  }
+  QK_CHECK(num_moe_experts % expert_model_parallel_size == 0, "num_moe_experts (--num-experts ", num_moe_experts,
+           ") must be a multiple of expert_model_parallel_size (--expert-model-parallel-size ",
+           expert_model_parallel_size, "): each rank holds the same number of experts");
+  if (moe_layer_pattern.empty()) moe_layer_pattern.assign(static_cast<size_t>(num_layers), 1);
+  QK_CHECK(static_cast<int64_t>(moe_layer_pattern.size()) == num_layers, "moe_layer_pattern (--moe-layer-freq) has ",
+           moe_layer_pattern.size(), " entries, the model has num_layers ", num_layers, " layers");
+  for (int64_t v : moe_layer_pattern)
+    QK_CHECK(v == 0 || v == 1, "moe_layer_pattern (--moe-layer-freq) entries must be 0 (dense) or 1 (MoE), got ", v);
+  if (moe_ffn_hidden_size == 0) moe_ffn_hidden_size = ffn_hidden_size;
+  check_positive(moe_ffn_hidden_size, "moe_ffn_hidden_size");
+  QK_CHECK(moe_shared_expert_intermediate_size >= 0, "moe_shared_expert_intermediate_size must not be negative, got ",
+           moe_shared_expert_intermediate_size);
+  QK_CHECK(moe_router_topk >= 1 && moe_router_topk <= num_moe_experts, "moe_router_topk (--moe-router-topk ",
+           moe_router_topk, ") must be between 1 and num_moe_experts (", num_moe_experts, ")");
+  QK_CHECK((moe_router_num_groups == 0) == (moe_router_group_topk == 0), "group-limited routing needs both "
+           "moe_router_num_groups (--moe-router-num-groups) and moe_router_group_topk (--moe-router-group-topk), got ",
+           moe_router_num_groups, " and ", moe_router_group_topk);
+  if (moe_router_num_groups > 0) {
+    QK_CHECK(num_moe_experts % moe_router_num_groups == 0, "moe_router_num_groups (", moe_router_num_groups,
+             ") must divide num_moe_experts (", num_moe_experts, ")");
+    QK_CHECK(moe_router_group_topk <= moe_router_num_groups, "moe_router_group_topk (", moe_router_group_topk,
+             ") must not exceed moe_router_num_groups (", moe_router_num_groups, ")");
+    QK_CHECK(moe_router_topk <= moe_router_group_topk * (num_moe_experts / moe_router_num_groups),
+             "moe_router_topk (", moe_router_topk, ") exceeds the experts in moe_router_group_topk (",
+             moe_router_group_topk, ") groups of ", num_moe_experts / moe_router_num_groups);
+  }
+  if (moe_router_topk_scaling_factor)
+    QK_CHECK(*moe_router_topk_scaling_factor > 0, "moe_router_topk_scaling_factor must be positive, got ",
+             *moe_router_topk_scaling_factor);
+  QK_CHECK(moe_aux_loss_coeff >= 0 && moe_z_loss_coeff >= 0 && moe_input_jitter_eps >= 0 &&
+               moe_device_level_aux_loss_coeff >= 0 && moe_comm_aux_loss_coeff >= 0,
+           "the MoE loss coefficients and moe_input_jitter_eps must not be negative");
+  QK_CHECK(moe_router_bias_update_rate >= 0, "moe_router_bias_update_rate must not be negative, got ",
+           moe_router_bias_update_rate);
+  if (moe_expert_capacity_factor)
+    QK_CHECK(*moe_expert_capacity_factor > 0, "moe_expert_capacity_factor (--moe-expert-capacity-factor) must be "
+             "positive, got ", *moe_expert_capacity_factor);
+  QK_CHECK(!moe_pad_expert_input_to_capacity || moe_expert_capacity_factor,
+           "moe_pad_expert_input_to_capacity (--moe-pad-expert-input-to-capacity) needs "
+           "--moe-expert-capacity-factor");
+  QK_CHECK(!moe_device_level_capacity || moe_expert_capacity_factor,
+           "moe_device_level_capacity (--moe-device-level-capacity) needs --moe-expert-capacity-factor");
+}
+
+void TransformerConfig::validate_mla() {
+  if (!multi_latent_attention) return;
+  QK_CHECK(q_lora_rank >= 0, "q_lora_rank (--q-lora-rank) must not be negative, got ", q_lora_rank);
+  check_positive(kv_lora_rank, "kv_lora_rank");
+  check_positive(qk_head_dim, "qk_head_dim");
+  QK_CHECK(qk_pos_emb_head_dim > 0 && qk_pos_emb_head_dim % 2 == 0, "qk_pos_emb_head_dim (--qk-pos-emb-head-dim) "
+           "must be a positive even number (RoPE rotates pairs), got ", qk_pos_emb_head_dim);
+  check_positive(v_head_dim, "v_head_dim");
+  QK_CHECK(rotary_scaling_factor >= 1.0, "rotary_scaling_factor (--rotary-scaling-factor) must be >= 1, got ",
+           rotary_scaling_factor);
+}
+
+bool TransformerConfig::is_moe_layer(int64_t layer_number) const {
+  if (num_moe_experts == 0) return false;
+  if (moe_layer_pattern.empty()) return true;
+  QK_CHECK(layer_number >= 1 && layer_number <= static_cast<int64_t>(moe_layer_pattern.size()),
+           "is_moe_layer: layer ", layer_number, " outside 1..", moe_layer_pattern.size());
+  return moe_layer_pattern[static_cast<size_t>(layer_number - 1)] != 0;
 }
 
 int64_t TransformerConfig::padded_vocab_size() const {
@@ -183,6 +287,14 @@ std::string TransformerConfig::summary() const {
      << " padded_vocab_size=" << padded_vocab_size()
      << " share_embeddings_and_output_weights=" << share_embeddings_and_output_weights
      << " params_dtype=" << dtype_name(params_dtype);
+  if (num_moe_experts > 0)
+    os << " num_moe_experts=" << num_moe_experts << " moe_router_topk=" << moe_router_topk
+       << " moe_ffn_hidden_size=" << moe_ffn_hidden_size
+       << " expert_model_parallel_size=" << expert_model_parallel_size;
+  if (multi_latent_attention)
+    os << " multi_latent_attention q_lora_rank=" << q_lora_rank << " kv_lora_rank=" << kv_lora_rank
+       << " qk_head_dim=" << qk_head_dim << " qk_pos_emb_head_dim=" << qk_pos_emb_head_dim
+       << " v_head_dim=" << v_head_dim;
   return os.str();
 }
 

@@ -127,6 +127,53 @@ TEST(TransformerConfig, ValidationErrorsNameTheField) {
       "rotary_seq_len_interpolation_factor");
 }
 
+TEST(TransformerConfig, MoEDefaultsAndRules) {
+  TransformerConfig c = gpt2_small();
+  c.num_moe_experts = 8;
+  c.expert_model_parallel_size = 2;
+  c.moe_layer_pattern = std::vector<int64_t>(12, 0);
+  c.moe_layer_pattern[3] = 1;
+  c.validate();
+  EXPECT_EQ(c.moe_ffn_hidden_size, c.ffn_hidden_size);
+  EXPECT_EQ(c.num_local_experts(), 4);
+  EXPECT_FALSE(c.is_moe_layer(1));
+  EXPECT_TRUE(c.is_moe_layer(4));
+  TransformerConfig every = gpt2_small();
+  every.num_moe_experts = 4;
+  every.validate();
+  EXPECT_EQ(every.moe_layer_pattern, std::vector<int64_t>(12, 1));
+  EXPECT_FALSE(gpt2_small().is_moe_layer(1));
+
+  auto moe = [](auto edit) {
+    return [edit](TransformerConfig& c) {
+      c.num_moe_experts = 8;
+      edit(c);
+    };
+  };
+  expect_error_naming(moe([](auto& c) { c.expert_model_parallel_size = 3; }), "expert_model_parallel_size");
+  expect_error_naming([](auto& c) { c.expert_model_parallel_size = 2; }, "expert_model_parallel_size");
+  expect_error_naming(moe([](auto& c) { c.moe_router_topk = 9; }), "moe_router_topk");
+  expect_error_naming(moe([](auto& c) { c.moe_layer_pattern = {1, 0}; }), "moe_layer_pattern");
+  expect_error_naming(moe([](auto& c) { c.moe_router_num_groups = 4; }), "moe_router_group_topk");
+  expect_error_naming(moe([](auto& c) { c.moe_router_num_groups = 3, c.moe_router_group_topk = 1; }),
+                      "moe_router_num_groups");
+  expect_error_naming(moe([](auto& c) { c.moe_router_num_groups = 4, c.moe_router_group_topk = 1, c.moe_router_topk = 3; }),
+                      "moe_router_topk");
+  expect_error_naming(moe([](auto& c) { c.moe_pad_expert_input_to_capacity = true; }),
+                      "moe_pad_expert_input_to_capacity");
+  expect_error_naming(moe([](auto& c) { c.moe_expert_capacity_factor = 0.0; }), "moe_expert_capacity_factor");
+  EXPECT_EQ(parse_moe_load_balancing("seq_aux_loss"), MoELoadBalancing::seq_aux_loss);
+  EXPECT_STREQ(to_string(MoETokenDispatcher::alltoall), "alltoall");
+  EXPECT_THROW(parse_moe_score_function("tanh"), ValueError);
+}
+
+TEST(TransformerConfig, MultiLatentAttentionRules) {
+  expect_error_naming([](auto& c) { c.multi_latent_attention = true, c.qk_pos_emb_head_dim = 3; }, "qk_pos_emb_head_dim");
+  expect_error_naming([](auto& c) { c.multi_latent_attention = true, c.kv_lora_rank = 0; }, "kv_lora_rank");
+  expect_error_naming([](auto& c) { c.multi_latent_attention = true, c.rotary_scaling_factor = 0.5; },
+                      "rotary_scaling_factor");
+}
+
 TEST(TransformerConfig, QueryKeyLayerScalingForcesSoftmaxInFp32) {
   TransformerConfig c = gpt2_small();
   c.attention_softmax_in_fp32 = false;

@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "qk/tensor/dtype.h"
 
@@ -45,6 +46,14 @@ enum class Activation { gelu, openai_gelu, silu, relu, squared_relu };
 // one by one); selective: only the attention core (softmax, dropout, P.V).
 enum class RecomputeGranularity { none, full, selective };
 enum class RecomputeMethod { none, uniform, block };
+// Mixture of experts (Megatron's MoE fields): the router's score function,
+// its load-balancing loss (--moe-router-load-balancing-type), how tokens
+// reach the ranks that hold their experts, and which tokens a full expert
+// drops.
+enum class MoEScoreFunction { softmax, sigmoid };
+enum class MoELoadBalancing { aux_loss, seq_aux_loss, global_aux_loss, sinkhorn, none };
+enum class MoETokenDispatcher { allgather, alltoall };
+enum class MoETokenDropPolicy { probs, position };
 
 // "LayerNorm"/"RMSNorm", "learned_absolute"/"rope"/"none", "gelu"/"openai_gelu"/...;
 // anything else throws ValueError listing the choices.
@@ -54,11 +63,19 @@ Activation parse_activation(std::string_view s);
 // "full"/"selective" ("" or "none": none), "uniform"/"block" ("" or "none": none).
 RecomputeGranularity parse_recompute_granularity(std::string_view s);
 RecomputeMethod parse_recompute_method(std::string_view s);
+MoEScoreFunction parse_moe_score_function(std::string_view s);
+MoELoadBalancing parse_moe_load_balancing(std::string_view s);
+MoETokenDispatcher parse_moe_token_dispatcher(std::string_view s);
+MoETokenDropPolicy parse_moe_token_drop_policy(std::string_view s);
 const char* to_string(Normalization n);
 const char* to_string(PositionEmbeddingType p);
 const char* to_string(Activation a);
 const char* to_string(RecomputeGranularity g);
 const char* to_string(RecomputeMethod m);
+const char* to_string(MoEScoreFunction f);
+const char* to_string(MoELoadBalancing b);
+const char* to_string(MoETokenDispatcher d);
+const char* to_string(MoETokenDropPolicy p);
 
 struct TransformerConfig {
   // ---- model architecture ----
@@ -143,6 +160,73 @@ struct TransformerConfig {
   RecomputeMethod recompute_method = RecomputeMethod::none;
   int64_t recompute_num_layers = 0;  // 0: unset
 
+  // ---- mixture of experts (Megatron's TransformerConfig MoE fields) ----
+  // Routed experts per MoE layer (0: every MLP dense; Megatron's num_moe_experts, --num-experts).
+  int64_t num_moe_experts = 0;
+  // Which layers are MoE: entry i (layer i + 1) is 1 for MoE, 0 for a dense
+  // MLP, as Megatron's moe_layer_freq resolved (an integer N: every N-th
+  // layer from the first; a list such as "([0]*1+[1]*26)"). Empty: every
+  // layer. validate() checks the length is num_layers.
+  std::vector<int64_t> moe_layer_pattern;
+  // Width of each expert (0: ffn_hidden_size).
+  int64_t moe_ffn_hidden_size = 0;
+  // Total width of the shared experts every token also passes through (0: none).
+  int64_t moe_shared_expert_intermediate_size = 0;
+  bool moe_shared_expert_overlap = false;
+  // One grouped GEMM over a rank's experts instead of a loop of per-expert GEMMs.
+  bool moe_grouped_gemm = false;
+  // ---- router ----
+  int64_t moe_router_topk = 2;
+  MoEScoreFunction moe_router_score_function = MoEScoreFunction::softmax;
+  // Softmax over all experts before the top-k (else: top-k of the logits, then softmax over the k).
+  bool moe_router_pre_softmax = false;
+  // Group-limited routing: experts in num_groups groups, each token picks
+  // its group_topk best groups first (0: off; both or neither).
+  int64_t moe_router_num_groups = 0;
+  int64_t moe_router_group_topk = 0;
+  // Multiplies the selected scores (DeepSeek's routed_scaling_factor).
+  std::optional<double> moe_router_topk_scaling_factor;
+  MoELoadBalancing moe_router_load_balancing_type = MoELoadBalancing::aux_loss;
+  double moe_aux_loss_coeff = 0.0;
+  double moe_z_loss_coeff = 0.0;      // 0: no z-loss
+  double moe_input_jitter_eps = 0.0;  // 0: no jitter
+  // DeepSeek-V2's device-level and communication balance losses (the MT-Megatron
+  // fork's flags): experts grouped by the expert-parallel rank that holds them.
+  double moe_device_level_aux_loss_coeff = 0.0;
+  double moe_comm_aux_loss_coeff = 0.0;
+  // DeepSeek-V3's aux-loss-free balancing: a per-expert bias added to the
+  // scores for the top-k choice only, moved after each step by
+  // bias_update_rate x sign(mean load - expert load).
+  bool moe_router_enable_expert_bias = false;
+  double moe_router_bias_update_rate = 1e-3;
+  // Log tokens per expert and dropped tokens of every MoE layer.
+  bool moe_per_layer_logging = false;
+  // ---- dispatch and capacity ----
+  MoETokenDispatcher moe_token_dispatcher_type = MoETokenDispatcher::allgather;
+  // Permute and un-permute tokens in one fused pass each.
+  bool moe_permute_fusion = false;
+  // Capacity of each expert = factor x its even share of the routed tokens
+  // (unset: no token is dropped); dropped routes pass only the residual.
+  std::optional<double> moe_expert_capacity_factor;
+  bool moe_pad_expert_input_to_capacity = false;
+  MoETokenDropPolicy moe_token_drop_policy = MoETokenDropPolicy::probs;
+  // DeepSeek-V2: the capacity applies to each expert-parallel rank's experts together.
+  bool moe_device_level_capacity = false;
+  // Ranks the routed experts are spread over (--expert-model-parallel-size).
+  int64_t expert_model_parallel_size = 1;
+
+  // ---- multi-latent attention (Megatron's MLATransformerConfig, arguments.py defaults) ----
+  bool multi_latent_attention = false;
+  int64_t q_lora_rank = 0;  // 0: queries projected directly (no low-rank query)
+  int64_t kv_lora_rank = 32;
+  int64_t qk_head_dim = 128;          // query/key dims without RoPE
+  int64_t qk_pos_emb_head_dim = 64;   // the decoupled RoPE dims
+  int64_t v_head_dim = 128;
+  // YaRN (rotary_scaling_factor 1: plain RoPE).
+  double rotary_scaling_factor = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
+
   // --swiglu: gated_linear_unit with SiLU.
   void set_swiglu() {
     gated_linear_unit = true;
@@ -154,6 +238,8 @@ struct TransformerConfig {
   // Megatron's rules; throws ValueError naming the offending field.
   // Idempotent. GPTModel validates its own copy.
   void validate();
+  void validate_moe();  // part of validate(): the MoE fields
+  void validate_mla();  // part of validate(): the multi-latent attention fields
 
   // Queries on a validated config.
   int64_t padded_vocab_size() const;
@@ -164,6 +250,10 @@ struct TransformerConfig {
   int64_t qkv_projection_size() const { return kv_channels * (num_attention_heads + 2 * num_query_groups); }
   // Dims of each head RoPE rotates: int(kv_channels * rotary_percent).
   int64_t rotary_dim() const;
+  // Whether layer `layer_number` (from 1) has an MoE MLP.
+  bool is_moe_layer(int64_t layer_number) const;
+  // Experts held by one expert-parallel rank.
+  int64_t num_local_experts() const { return num_moe_experts / expert_model_parallel_size; }
 
   // "num_layers=2 hidden_size=64 ..." for logs and errors.
   std::string summary() const;
