@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
@@ -15,61 +14,75 @@ namespace {
 
 constexpr int64_t kRowGrain = 256;  // token rows per parallel chunk
 
-// A strict weak order "a before b" on indices into values: larger first, NaN
-// above everything (as torch.topk), ties to the lower index.
+// x ranks above y: larger, NaN above everything (as torch.topk).
 template <typename T>
-struct Descending {
-  const T* v;
-  bool operator()(int64_t a, int64_t b) const {
-    const T x = v[a], y = v[b];
-    const bool nx = std::isnan(x), ny = std::isnan(y);
-    if (nx != ny) return nx;
-    if (!nx && x != y) return x > y;
-    return a < b;
-  }
-};
-
-// The k best of `cand` (reordered in place) under `order`, written to out.
-template <typename Order>
-void best_k(std::vector<int64_t>& cand, int64_t k, const Order& order, int64_t* out) {
-  std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), order);
-  std::copy(cand.begin(), cand.begin() + k, out);
+inline bool above(T x, T y) {
+  return (std::isnan(x) && !std::isnan(y)) || x > y;
 }
+
+// The k best of values offered in increasing index order, best first; an
+// equal value offered later ranks below (ties to the lower index). An
+// insertion into k sorted slots: ~E comparisons a row for small k.
+template <typename T>
+class TopK {
+ public:
+  explicit TopK(int64_t capacity) : value_(static_cast<size_t>(capacity)), index_(static_cast<size_t>(capacity)) {}
+  void reset(int64_t k) {
+    k_ = k;
+    size_ = 0;
+  }
+  void offer(T v, int64_t i) {
+    if (size_ == k_ && !above(v, value_[size_ - 1])) return;
+    int64_t p = size_ < k_ ? size_++ : k_ - 1;
+    for (; p > 0 && above(v, value_[p - 1]); --p) {
+      value_[p] = value_[p - 1];
+      index_[p] = index_[p - 1];
+    }
+    value_[p] = v;
+    index_[p] = i;
+  }
+  int64_t size() const { return size_; }
+  T value(int64_t r) const { return value_[r]; }
+  int64_t index(int64_t r) const { return index_[r]; }
+
+ private:
+  std::vector<T> value_;
+  std::vector<int64_t> index_;
+  int64_t k_ = 0, size_ = 0;
+};
 
 template <typename T>
 void topk_rows(const T* scores, int64_t n, int64_t e, int64_t k, const float* bias, int64_t groups,
                int64_t group_topk, int64_t* out) {
   parallel_for(0, n, kRowGrain, [&](int64_t lo, int64_t hi) {
     std::vector<T> row(static_cast<size_t>(e));
-    std::vector<int64_t> cand, group_order;
-    std::vector<T> group_score(static_cast<size_t>(std::max<int64_t>(groups, 1)));
+    std::vector<int64_t> chosen(static_cast<size_t>(std::max<int64_t>(group_topk, 1)));
+    TopK<T> best(std::max(k, groups)), in_group(k);
     for (int64_t t = lo; t < hi; ++t) {
       const T* s = scores + t * e;
       for (int64_t j = 0; j < e; ++j) row[j] = bias ? s[j] + static_cast<T>(bias[j]) : s[j];
-      const Descending<T> by_score{row.data()};
-      cand.clear();
+      best.reset(k);
       if (groups <= 0) {
-        for (int64_t j = 0; j < e; ++j) cand.push_back(j);
+        for (int64_t j = 0; j < e; ++j) best.offer(row[j], j);
       } else {
-        // Score each group by the sum of its top k / group_topk experts, keep the best groups.
+        // Each group scores the sum of its top k / group_topk; the best groups'
+        // experts are the candidates (offered in index order: ties stay lower-first).
         const int64_t per = e / groups, per_group_k = k / group_topk;
-        std::vector<int64_t> members(static_cast<size_t>(per));
+        best.reset(group_topk);
         for (int64_t g = 0; g < groups; ++g) {
-          std::iota(members.begin(), members.end(), g * per);
-          std::partial_sort(members.begin(), members.begin() + per_group_k, members.end(), by_score);
+          in_group.reset(per_group_k);
+          for (int64_t j = g * per; j < (g + 1) * per; ++j) in_group.offer(row[j], j);
           T sum = 0;
-          for (int64_t i = 0; i < per_group_k; ++i) sum += row[members[i]];
-          group_score[g] = sum;
+          for (int64_t i = 0; i < in_group.size(); ++i) sum += in_group.value(i);
+          best.offer(sum, g);
         }
-        group_order.resize(static_cast<size_t>(groups));
-        std::iota(group_order.begin(), group_order.end(), 0);
-        std::partial_sort(group_order.begin(), group_order.begin() + group_topk, group_order.end(),
-                          Descending<T>{group_score.data()});
-        std::sort(group_order.begin(), group_order.begin() + group_topk);
+        for (int64_t i = 0; i < group_topk; ++i) chosen[i] = best.index(i);
+        std::sort(chosen.begin(), chosen.begin() + group_topk);
+        best.reset(k);
         for (int64_t i = 0; i < group_topk; ++i)
-          for (int64_t j = group_order[i] * per; j < (group_order[i] + 1) * per; ++j) cand.push_back(j);
+          for (int64_t j = chosen[i] * per; j < (chosen[i] + 1) * per; ++j) best.offer(row[j], j);
       }
-      best_k(cand, k, by_score, out + t * k);
+      for (int64_t i = 0; i < k; ++i) out[t * k + i] = best.index(i);
     }
   });
 }
@@ -96,11 +109,12 @@ Tensor topk_indices(const Tensor& scores, int64_t topk, const float* bias, int64
 
 Tensor sinkhorn_topk_indices(const Tensor& logits, int64_t topk, double tol, int max_iterations) {
   QK_CHECK(logits.dim() == 2, "sinkhorn: logits must be [N, E], got ", shape_str(logits.shape()));
-  const Tensor l = ops::contiguous(ops::cast(logits, DType::f64));
+  // The cost exp(logits) in f32 as Megatron's; the normalisers accumulate in f64.
+  const Tensor l = ops::contiguous(ops::cast(logits, DType::f32));
   const int64_t n = l.size(0), e = l.size(1);
-  const double* x = l.data_ptr<double>();
-  Tensor balanced = empty({n, e}, DType::f64);
-  double* cost = balanced.data_ptr<double>();
+  const float* x = l.data_ptr<float>();
+  Tensor balanced = empty({n, e}, DType::f32);
+  float* cost = balanced.data_ptr<float>();
   parallel_for(0, n * e, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) cost[i] = std::exp(x[i]);
   });
@@ -117,7 +131,7 @@ Tensor sinkhorn_topk_indices(const Tensor& logits, int64_t topk, double tol, int
         double* col = partial.data() + b * e;
         std::fill(col, col + e, 0.0);
         for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
-          const double* c = cost + i * e;
+          const float* c = cost + i * e;
           double row = 0;
           for (int64_t j = 0; j < e; ++j) row += d1[j] * c[j];
           d0[i] = (1.0 / static_cast<double>(n)) / (row + eps);
@@ -137,7 +151,7 @@ Tensor sinkhorn_topk_indices(const Tensor& logits, int64_t topk, double tol, int
   }
   parallel_for(0, n, kRowGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
-      for (int64_t j = 0; j < e; ++j) cost[i * e + j] *= d1[j] * d0[i];
+      for (int64_t j = 0; j < e; ++j) cost[i * e + j] = static_cast<float>(d1[j] * cost[i * e + j] * d0[i]);
   });
   return topk_indices(balanced, topk);
 }
