@@ -166,7 +166,8 @@ GPTModelImpl::GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist
   // it draws nothing, so the default generator stays in step with the unsplit model's.
   tp_rng_ = std::make_shared<Generator>(default_generator().seed() + 2718 + static_cast<uint64_t>(tp_->rank()));
   embedding = register_module("embedding", LanguageModelEmbedding(c, tp_, tp_rng_.get()));
-  decoder = register_module("decoder", TransformerBlock(c, with_attention_of(c, gpt_layer_tensor_parallel_spec(tp_), tp_)));
+  decoder =
+      register_module("decoder", TransformerBlock(c, with_attention_of(c, gpt_layer_tensor_parallel_spec(tp_), tp_)));
   if (tp_->size() > 1) decoder->attention_dropout_generator = tp_rng_.get();
   if (c.sequence_parallel) decoder->hidden_dropout_generator = tp_rng_.get();
   if (!c.share_embeddings_and_output_weights) {

@@ -19,11 +19,12 @@ KVCache::KVCache(int64_t num_layers, int64_t batch_size, int64_t max_length, int
 
 KVCache KVCache::latent(int64_t num_layers, int64_t batch_size, int64_t max_length, int64_t latent_dim,
                         DType dtype) {
-  QK_CHECK(latent_dim > 0, "KVCache::latent: latent_dim must be positive, got ", latent_dim);
-  KVCache c(num_layers, batch_size, max_length, 1, 1, dtype);  // checks the rest; storage replaced below
+  QK_CHECK(num_layers > 0 && batch_size > 0 && max_length > 0 && latent_dim > 0, "KVCache::latent: num_layers (",
+           num_layers, "), batch_size (", batch_size, "), max_length (", max_length, ") and latent_dim (", latent_dim,
+           ") must be positive");
+  KVCache c(batch_size, max_length);
   c.latent_ = true;
-  c.values_.clear();
-  for (Tensor& k : c.keys_) k = empty({batch_size, max_length, latent_dim}, dtype);
+  for (int64_t i = 0; i < num_layers; ++i) c.keys_.push_back(empty({batch_size, max_length, latent_dim}, dtype));
   return c;
 }
 

@@ -90,11 +90,12 @@ Tensor mla_between_projections(const TransformerConfig& c, int64_t heads, const 
   const CoreAttentionOptions o = core_options(c, ctx, training);
   // Selective recompute as SelfAttention's: keep q, k, v, re-run the core in backward.
   const bool recompute = c.recompute_granularity == RecomputeGranularity::selective && training && !c.use_flash_attn;
+  auto core = [o](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{core_attention(in[0], in[1], in[2], o)};
+  };
   const Tensor context =  // [B, T, H, dv]
-      recompute ? autograd::checkpoint(
-                      [o](const std::vector<Tensor>& in) { return std::vector<Tensor>{core_attention(in[0], in[1], in[2], o)}; },
-                      {query, key, value}, {.generators = {o.generator}})[0]
-                : core_attention(query, key, value, o);
+      recompute ? autograd::checkpoint(core, {query, key, value}, {.generators = {o.generator}})[0]
+                : core({query, key, value})[0];
   return context.reshape({b, t, heads * dv});
 }
 
@@ -107,11 +108,13 @@ MultiLatentAttentionImpl::MultiLatentAttentionImpl(const TransformerConfig& c, i
   const int64_t h = c.num_attention_heads, q_head = c.qk_head_dim + c.qk_pos_emb_head_dim;
   // Registration (and so initialisation) order as Megatron-core's: linear_proj
   // (MultiLatentAttention), then the q, kv projections and norms (MLASelfAttention).
-  linear_proj = register_module("linear_proj", make_linear(h * c.v_head_dim, c.hidden_size, c.add_bias_linear, true, c));
+  linear_proj =
+      register_module("linear_proj", make_linear(h * c.v_head_dim, c.hidden_size, c.add_bias_linear, true, c));
   if (c.q_lora_rank == 0) {
     linear_q_proj = register_module("linear_q_proj", make_linear(c.hidden_size, h * q_head, false, false, c));
   } else {
-    linear_q_down_proj = register_module("linear_q_down_proj", make_linear(c.hidden_size, c.q_lora_rank, false, false, c));
+    linear_q_down_proj =
+        register_module("linear_q_down_proj", make_linear(c.hidden_size, c.q_lora_rank, false, false, c));
     linear_q_up_proj = register_module("linear_q_up_proj", make_linear(c.q_lora_rank, h * q_head, false, false, c));
   }
   linear_kv_down_proj = register_module(

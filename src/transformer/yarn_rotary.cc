@@ -22,7 +22,8 @@ double correction_dim(double num_rotations, int64_t dim, double base, int64_t ma
 
 // _yarn_get_concentration_factor with both mscales given: what cos and sin are multiplied by.
 double concentration_factor(const TransformerConfig& c) {
-  return yarn_get_mscale(c.rotary_scaling_factor, c.mscale) / yarn_get_mscale(c.rotary_scaling_factor, c.mscale_all_dim);
+  return yarn_get_mscale(c.rotary_scaling_factor, c.mscale) /
+         yarn_get_mscale(c.rotary_scaling_factor, c.mscale_all_dim);
 }
 
 }  // namespace
@@ -52,7 +53,8 @@ RotaryTables mla_rotary_tables(const TransformerConfig& c, int64_t offset, int64
   const auto factor = static_cast<float>(c.rotary_scaling_factor);
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
-    const float power = std::pow(static_cast<float>(c.rotary_base), static_cast<float>(2 * i) / static_cast<float>(dim));
+    const float power =
+        std::pow(static_cast<float>(c.rotary_base), static_cast<float>(2 * i) / static_cast<float>(dim));
     const float extra = 1.0f / power, inter = 1.0f / (factor * power);
     const float ramp = std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low),
                                   0.0f, 1.0f);

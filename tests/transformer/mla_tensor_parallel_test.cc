@@ -93,7 +93,8 @@ void compare_with_unsplit(const TransformerConfig& base, bool sequence_parallel,
     parallel::all_reduce_partial_gradients(*par, *tp);
     if (step == 0) {  // later steps' gradients drift apart by Adam's normalised updates of rounding noise
       const nn::NamedTensors grads = parallel::gather_shards(grads_of(*par), specs, *tp);
-      for (const auto& item : grads_of(*ref)) require_close(grads[item.key()], item.value(), 1e-5, "grad " + item.key());
+      for (const auto& item : grads_of(*ref))
+        require_close(grads[item.key()], item.value(), 1e-5, "grad " + item.key());
     }
     opt_ref.step();
     opt_par.step();

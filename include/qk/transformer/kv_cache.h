@@ -60,6 +60,8 @@ class KVCache {
   void reset() { length_ = 0; }
 
  private:
+  KVCache(int64_t batch_size, int64_t max_length) : batch_size_(batch_size), max_length_(max_length) {}
+
   int64_t batch_size_, max_length_, length_ = 0;
   bool latent_ = false;
   std::vector<Tensor> keys_, values_;  // a latent cache: the latents in keys_, values_ empty
