@@ -318,16 +318,40 @@ double num_floating_point_operations(const TransformerConfig& config, int64_t ba
   const double layers = static_cast<double>(c.num_layers);
   // 3 (forward, weight and data gradients) x 2 (GEMMs come in pairs) x 2 (multiply-add).
   const double expansion_factor = 3 * 2 * 2;
-  const double query_projection_to_hidden_size_ratio = static_cast<double>(c.query_projection_size()) / h;
   const double gated_linear_multiplier = c.gated_linear_unit ? 1.5 : 1.0;
-  const double self_attn_term =
-      expansion_factor * layers * h * h *
-      ((1.0 + static_cast<double>(c.num_query_groups) / static_cast<double>(c.num_attention_heads) +
-        // Only the causal half of the attention matrix is computed and multiplied with V.
-        s / h / 2.0) *
-       query_projection_to_hidden_size_ratio);
+  // Only the causal half of the attention matrix is computed and multiplied with V.
+  const double causal = 0.5;
+  double self_attn_term = 0;
+  if (c.multi_latent_attention) {
+    const double heads = static_cast<double>(c.num_attention_heads);
+    const double qk = static_cast<double>(c.qk_head_dim + c.qk_pos_emb_head_dim);
+    const double v = static_cast<double>(c.v_head_dim);
+    const double q_term = c.q_lora_rank == 0 ? h * heads * qk
+                                             : static_cast<double>(c.q_lora_rank) * (h + heads * qk + 1);
+    self_attn_term =
+        3 * 2 * layers *
+        (q_term +
+         static_cast<double>(c.kv_lora_rank) * (h + heads * static_cast<double>(c.qk_head_dim + c.v_head_dim) + 1) +
+         h * static_cast<double>(c.qk_pos_emb_head_dim) + heads * v * h + s * heads * qk * causal +
+         s * heads * v * causal);
+  } else {
+    const double query_projection_to_hidden_size_ratio = static_cast<double>(c.query_projection_size()) / h;
+    self_attn_term = expansion_factor * layers * h * h *
+                     ((1.0 + static_cast<double>(c.num_query_groups) / static_cast<double>(c.num_attention_heads) +
+                       s / h * causal) *
+                      query_projection_to_hidden_size_ratio);
+  }
+  // DeepSeek-style models mix dense and MoE MLPs; an MoE MLP costs its
+  // top-k routed experts plus the shared experts per token.
+  double moe_layers = 0;
+  for (int64_t l = 1; l <= c.num_layers; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;
+  const double dense_layers = layers - moe_layers;
   const double mlp_term =
-      expansion_factor * layers * h * static_cast<double>(c.ffn_hidden_size) * gated_linear_multiplier;
+      expansion_factor * h * gated_linear_multiplier *
+      (static_cast<double>(c.ffn_hidden_size) * dense_layers +
+       (static_cast<double>(c.moe_ffn_hidden_size * c.moe_router_topk) +
+        static_cast<double>(c.moe_shared_expert_intermediate_size)) *
+           moe_layers);
   const double logit_term = 3.0 * 2.0 * h * static_cast<double>(c.padded_vocab_size());
   return static_cast<double>(batch_size) * s * (mlp_term + self_attn_term + logit_term);
 }

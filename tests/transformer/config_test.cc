@@ -239,5 +239,27 @@ TEST(Flops, MatchesGemmCount) {
   EXPECT_NEAR(num_floating_point_operations(llama, 2) / gemm_flops(llama, 2), 1.0, 1e-12);
 }
 
+// A DeepSeek-like layout counted GEMM by GEMM: MLA (low-rank q and kv, decoupled
+// RoPE dims) and, in every layer but the first, top-2 routed SwiGLU experts plus
+// a shared expert; norms on the latents count one multiply per element (Megatron's "+ 1").
+TEST(Flops, MoEAndMultiLatentAttention) {
+  TransformerConfig c = gpt2_small();
+  c.num_layers = 4;
+  c.set_swiglu();
+  c.multi_latent_attention = true;
+  c.q_lora_rank = 96, c.kv_lora_rank = 64, c.qk_head_dim = 32, c.qk_pos_emb_head_dim = 16, c.v_head_dim = 48;
+  c.num_moe_experts = 8, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 128;
+  c.moe_shared_expert_intermediate_size = 256;
+  c.moe_layer_pattern = {0, 1, 1, 1};
+  c.validate();
+  const double C = 768, T = 1024, H = 12, V = c.padded_vocab_size(), F = c.ffn_hidden_size;
+  const double q = 2 * (96 * C + 96 + 96 * H * 48), kv = 2 * (64 * C + 64 + 64 * H * (32 + 48)) + 2 * C * 16;
+  const double proj = 2 * H * 48 * C, attention = (2 * T * H * 48 + 2 * T * H * 48) / 2;
+  const double swiglu_mlp = [&](double f) { return 2 * C * 2 * f + 2 * f * C; }(1);
+  const double dense = swiglu_mlp * F, moe = swiglu_mlp * (2 * 128 + 256);
+  const double per_token = 4 * (q + kv + proj + attention) + dense + 3 * moe + 2 * C * V;
+  EXPECT_NEAR(num_floating_point_operations(c, 3) / (3 * per_token * T * 3), 1.0, 1e-12);
+}
+
 }  // namespace
 }  // namespace qk::transformer

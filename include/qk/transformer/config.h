@@ -270,10 +270,11 @@ struct TransformerConfig {
 int64_t vocab_size_with_padding(int64_t orig_vocab_size, int64_t make_vocab_size_divisible_by,
                                 int64_t tensor_model_parallel_size = 1);
 
-// Megatron's num_floating_point_operations for a dense GPT: the FLOPs of one
-// training step (forward and backward) over batch_size sequences of
-// seq_length tokens, counting only the GEMMs (linear layers, causal
-// attention's Q.K^T and P.V halved, the output layer). Divide by the step
+// Megatron's num_floating_point_operations: the FLOPs of one training step
+// (forward and backward) over batch_size sequences of seq_length tokens,
+// counting only the GEMMs (linear layers, causal attention's Q.K^T and P.V
+// halved, the output layer; MoE layers their top-k routed experts and the
+// shared experts; multi-latent attention its low-rank projections). Divide by the step
 // time for achieved FLOP/s (used for TFLOP/s and MFU).
 double num_floating_point_operations(const TransformerConfig& config, int64_t batch_size);
 
