@@ -161,11 +161,14 @@ class Parser {
     return std::string(text_.substr(start, pos_ - start));
   }
   ArgType type() {
+    skip_space();
+    const size_t start = pos_;
     const std::string t = identifier("a type (Tensor, float, int, bool)");
     if (t == "Tensor") return ArgType::tensor;
     if (t == "float") return ArgType::float_;
     if (t == "int") return ArgType::int_;
     if (t == "bool") return ArgType::bool_;
+    pos_ = start;
     fail(::qk::detail::str_cat("unknown type '", t, "' (Tensor, float, int, bool)"));
   }
   Value literal(ArgType t) {
