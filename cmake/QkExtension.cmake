@@ -24,7 +24,18 @@ include_guard(GLOBAL)
 include(CheckLanguage)
 
 macro(qk_cuda_compiler_found _qk_var)
-  if(NOT CMAKE_CUDA_COMPILER)
+  # nvcc from PATH or CUDACXX, else the toolkit's own (e.g. /usr/local/cuda
+  # off PATH). A CMAKE_CUDA_COMPILER given by the user is left as it is.
+  if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+    find_program(_qk_nvcc nvcc)
+    if(NOT _qk_nvcc)
+      find_package(CUDAToolkit QUIET)
+      if(CUDAToolkit_NVCC_EXECUTABLE AND EXISTS "${CUDAToolkit_NVCC_EXECUTABLE}")
+        set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}" CACHE FILEPATH "CUDA compiler")
+      endif()
+    endif()
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_COMPILER)
     check_language(CUDA)
   endif()
   if(CMAKE_CUDA_COMPILER)
@@ -87,8 +98,10 @@ function(_qk_define_extension name sources cxx_flags cuda_flags force_cuda)
     endif()
   endforeach()
   if(uses_cuda)
-    set_target_properties(${name} PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON
-                                             CUDA_RUNTIME_LIBRARY Shared)
+    # C++20 as qianka's headers need; by flag, as CMake 3.25 knows no CUDA20
+    # dialect for nvcc.
+    set_target_properties(${name} PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
+    target_compile_options(${name} PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>")
     target_compile_definitions(${name} PRIVATE QK_EXTENSION_WITH_CUDA=1
       # nvcc's front end rejects fmt's consteval format strings (qk/base/log.h):
       # checked at run time in CUDA-compiled sources instead.
