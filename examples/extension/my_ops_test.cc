@@ -56,6 +56,16 @@ int main(int argc, char** argv) {
     expect_close("forward f32 vs gelu(x + bias)", qk::ops::call("my_ops::fused_bias_gelu", {x, bias}),
                  qk::gelu(qk::add(x, bias)), 1e-5);
 
+    // The f32 kernels' gradients against the built-in ops'.
+    {
+      Tensor xa = x.detach().requires_grad_(), ba = bias.detach().requires_grad_();
+      Tensor xb = x.detach().requires_grad_(), bb = bias.detach().requires_grad_();
+      qk::sum(fused(xa, ba)).backward();
+      qk::sum(qk::gelu(qk::add(xb, bb))).backward();
+      expect_close("backward dx f32 vs built-in ops", xa.grad(), xb.grad(), 1e-5);
+      expect_close("backward dbias f32 vs built-in ops", ba.grad(), bb.grad(), 1e-4);
+    }
+
     // Backward: f64 gradients against the built-in ops' gradients ...
     Tensor x64 = qk::randn({3, 5, 8}, qk::DType::f64).requires_grad_();
     Tensor b64 = qk::randn({8}, qk::DType::f64).requires_grad_();

@@ -5,10 +5,11 @@
 # against built-in ops, backward with gradcheck), list it with the installed
 # `qk` through QK_EXTENSIONS, and check that a CUDA source without a CUDA
 # compiler stops the configure with a clear message.
-#   check_extension.sh BUILD_DIR SOURCE_DIR
+#   check_extension.sh BUILD_DIR SOURCE_DIR [CXX_FLAGS]
 set -euo pipefail
 build_dir=$1
 src_dir=$2
+cxx_flags=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 step() { echo "[$((SECONDS))s] $*"; }
@@ -21,7 +22,8 @@ if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
   extra+=(-DMY_OPS_FORCE_CUDA=ON)  # every source through nvcc as well (force_mcc)
 fi
 cmake -S "$src_dir/examples/extension" -B "$tmp/ext" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$tmp/prefix" "${extra[@]}" > "$tmp/configure.log" 2>&1 \
+  -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_CXX_FLAGS="$cxx_flags" "${extra[@]}" \
+  > "$tmp/configure.log" 2>&1 \
   || { cat "$tmp/configure.log"; exit 1; }
 grep "my_ops:" "$tmp/configure.log"
 step "build"
