@@ -113,7 +113,12 @@ LoadedLibrary load_library(const std::string& path) {
   }
   // From here on the library stays loaded even on failure: an exception
   // thrown by its code may still refer to it.
-  const std::string origin = std::filesystem::absolute(path).lexically_normal().string();
+  // Where the library really is (a bare name is found along the search path).
+  Dl_info where{};
+  const std::string origin =
+      dladdr(reinterpret_cast<void*>(entry_fn), &where) != 0 && where.dli_fname != nullptr
+          ? std::filesystem::absolute(where.dli_fname).lexically_normal().string()
+          : path;
   Library lib(entry->ns);
   try {
     entry->init(lib);

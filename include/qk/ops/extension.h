@@ -10,7 +10,7 @@
 //   }
 //
 // The block becomes the body of a function taking `qk::ops::Library& lib`
-// whose namespace is my_ops. QK_EXTENSION also exports one C symbol,
+// whose namespace is my_ops; a library has one QK_EXTENSION block. QK_EXTENSION also exports one C symbol,
 // qk_extension_entry, that tells the loader which qianka the plugin was
 // compiled against; the loader refuses one built against another version
 // (its C++ types may differ) before running any of its code.
