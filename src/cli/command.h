@@ -27,6 +27,13 @@ struct Command {
 
 std::vector<Command>& commands();
 
+// Run by main() before it parses the command line, where a qk::Error is
+// reported as any command's (cmd_ops.cc loads QK_EXTENSIONS here).
+std::vector<std::function<void()>>& startup_hooks();
+struct StartupHook {
+  explicit StartupHook(std::function<void()> hook) { startup_hooks().push_back(std::move(hook)); }
+};
+
 struct Registrar {
   Registrar(std::string name, std::string summary, std::function<void(CLI::App&)> setup) {
     commands().push_back({std::move(name), std::move(summary), std::move(setup)});

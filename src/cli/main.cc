@@ -12,6 +12,10 @@ std::vector<Command>& commands() {
   static std::vector<Command> c;
   return c;
 }
+std::vector<std::function<void()>>& startup_hooks() {
+  static std::vector<std::function<void()>> h;
+  return h;
+}
 }  // namespace qk::cli
 
 int main(int argc, char** argv) {
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
   });
 
   try {
+    for (const auto& hook : startup_hooks()) hook();
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {
       std::fputs(app.help().c_str(), stdout);

@@ -48,7 +48,7 @@ TEST(Cli, CheckEnvListsEveryVariable) {
        {"QK_FAULT_KILL", "QK_OMP_REEXEC", "OMP_WAIT_POLICY", "QK_STORE_TOKEN", "QK_RUN", "QK_RESTART_COUNT",
         "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
         "SLURM_PROCID", "QK_RANK", "QCCL_ALGO", "QCCL_COMM_ID", "QCCL_DEBUG", "QCCL_DEBUG_SUBSYS",
-        "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "QK_LOG_LEVEL"})
+        "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "QK_LOG_LEVEL", "QK_EXTENSIONS"})
     EXPECT_NE(r.output.find(std::string("\n  ") + name + " "), std::string::npos) << name << "\n" << r.output;
 }
 

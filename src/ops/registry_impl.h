@@ -1,0 +1,17 @@
+// The registry's entry for a filled Library, shared by define_library and
+// the plugin loader.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "qk/ops/library.h"
+
+namespace qk::ops::detail {
+
+// Moves lib's ops into the registry, all or none (ValueError naming both
+// origins for an op registered before, or an op without a kernel).
+// Returns their qualified names.
+std::vector<std::string> register_library(Library& lib, const std::string& origin);
+
+}  // namespace qk::ops::detail
