@@ -39,6 +39,7 @@ inline TransformerConfig tiny_moe_config() {
   c.seq_length = 8;
   c.vocab_size = 64;
   c.set_swiglu();
+  c.ffn_hidden_size = 32;
   c.add_bias_linear = false;
   c.hidden_dropout = 0;
   c.attention_dropout = 0;
