@@ -5,7 +5,7 @@
 //   TransformerConfig c = ...;                   // num_moe_experts 8, moe_router_topk 2,
 //   c.moe_ffn_hidden_size = 64;                  // moe_token_dispatcher_type alltoall, ...
 //   c.expert_model_parallel_size = ep->size();
-//   MoELayer moe(c, /*layer_number=*/1, {.ep = ep, .tp = tp});   // this rank's experts only
+//   MoELayer moe(c, /*layer_number=*/1, MoEParallel{.ep = ep, .tp = tp});   // this rank's experts only
 //   Tensor out = moe(hidden);                    // [B, T(/tp), C] -> same
 //   out.sum().backward();
 //   moe->last_stats().tokens_per_expert;         // [8], over the expert-parallel group
