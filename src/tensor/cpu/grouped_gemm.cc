@@ -6,10 +6,12 @@
 //
 // Note [Fixed bf16 shapes]: oneDNN builds (JITs) one primitive per problem
 // shape, about 1 ms each here, and an expert's row count changes every step.
-// bf16 tiles therefore always have kBf16Rows rows (the last tile of a group
-// is computed from a zero-padded copy) and the weight gradient's reduction
-// runs in chunks of kBf16ChunkRows or kBf16Rows rows (the tail zero-padded
-// too), so the shapes do not depend on the routing.
+// bf16 tiles therefore have kBf16Rows rows, except a group's last tile,
+// which is computed from a zero-padded copy of its rows rounded up to a
+// multiple of kBf16Pad; the weight gradient's reduction runs in chunks of
+// kBf16ChunkRows or kBf16Rows rows and a zero-padded tail likewise. The
+// shapes then do not depend on the routing (at most 4 row counts), and a
+// small group wastes fewer than kBf16Pad rows.
 #include "cpu/grouped_gemm.h"
 
 #include <algorithm>
@@ -27,6 +29,7 @@ namespace {
 
 constexpr int64_t kRowTile = 128;        // f32/f64 rows per tile
 constexpr int64_t kBf16Rows = 64;        // bf16 rows per tile (Note [Fixed bf16 shapes])
+constexpr int64_t kBf16Pad = 16;         // a bf16 tail's rows are padded to a multiple of this
 constexpr int64_t kBf16ChunkRows = 256;  // bf16 weight-gradient reduction chunk
 constexpr int64_t kMinColTile = 64;
 // Tiles per thread before the columns are split too (not measured; enough
@@ -34,6 +37,7 @@ constexpr int64_t kMinColTile = 64;
 constexpr int64_t kTilesPerThread = 4;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t padded_rows(int64_t rows) { return ceil_div(rows, kBf16Pad) * kBf16Pad; }
 
 struct Tile {
   int64_t group, row0, rows, col0, cols;
@@ -131,17 +135,16 @@ void grouped_mm_onednn_bf16(const Tensor& a, const std::vector<int64_t>& rows, c
     const BFloat16* bg = b[g].data_ptr<BFloat16>();
     const BFloat16* bt = trans_b ? bg + t.col0 * k : bg + t.col0;
     const void* bias_p = bias.empty() ? nullptr : bias[g].data_ptr<BFloat16>() + t.col0;
-    onednn::MatmulShape s{false, trans_b, kBf16Rows, t.cols, k, DType::bf16, DType::bf16};
+    onednn::MatmulShape s{false, trans_b, padded_rows(t.rows), t.cols, k, DType::bf16, DType::bf16};
     s.has_bias = bias_p != nullptr;
     s.bias = DType::bf16;
     BFloat16* c = cp + row * n + t.col0;
-    if (t.rows == kBf16Rows) {
+    if (t.rows == s.m) {
       onednn::matmul(s, ap + row * k, k, bt, trans_b ? k : n, c, n, bias_p);
       return;
     }
-    // The last tile of a group: a zero-padded copy of its rows, so the
-    // product has the same shape as every other tile.
-    Tensor a_pad = zeros({kBf16Rows, k}, DType::bf16), c_pad = empty({kBf16Rows, t.cols}, DType::bf16);
+    // The last tile of a group: a zero-padded copy of its rows (Note [Fixed bf16 shapes]).
+    Tensor a_pad = zeros({s.m, k}, DType::bf16), c_pad = empty({s.m, t.cols}, DType::bf16);
     std::memcpy(a_pad.raw_data(), ap + row * k, sizeof(BFloat16) * static_cast<size_t>(t.rows * k));
     BFloat16* cpad = c_pad.data_ptr<BFloat16>();
     onednn::matmul(s, a_pad.raw_data(), k, bt, trans_b ? k : n, cpad, t.cols, bias_p);
@@ -186,14 +189,14 @@ void grouped_mm_tn_onednn_bf16(const Tensor& a, const Tensor& b, const std::vect
   const std::vector<int64_t> off = row_offsets(rows);
   const BFloat16* ap = a.data_ptr<BFloat16>();
   const BFloat16* bp = b.data_ptr<BFloat16>();
-  // Each group's last rows (m_g mod kBf16Rows), zero-padded to kBf16Rows.
+  // Each group's last rows (m_g mod kBf16Rows), zero-padded (Note [Fixed bf16 shapes]).
   std::vector<Tensor> tail_a(rows.size()), tail_b(rows.size());
   for (size_t g = 0; g < rows.size(); ++g) {
     const int64_t tail = rows[g] % kBf16Rows;
     if (tail == 0) continue;
     const int64_t first = off[g] + rows[g] - tail;
-    tail_a[g] = zeros({kBf16Rows, p}, DType::bf16);
-    tail_b[g] = zeros({kBf16Rows, q}, DType::bf16);
+    tail_a[g] = zeros({padded_rows(tail), p}, DType::bf16);
+    tail_b[g] = zeros({padded_rows(tail), q}, DType::bf16);
     std::memcpy(tail_a[g].raw_data(), ap + first * p, sizeof(BFloat16) * static_cast<size_t>(tail * p));
     std::memcpy(tail_b[g].raw_data(), bp + first * q, sizeof(BFloat16) * static_cast<size_t>(tail * q));
   }
@@ -215,7 +218,7 @@ void grouped_mm_tn_onednn_bf16(const Tensor& a, const Tensor& b, const std::vect
       chunk(ap + (off[g] + r) * p, bp + (off[g] + r) * q, k);
       r += k;
     }
-    if (tail_a[g].defined()) chunk(tail_a[g].data_ptr<BFloat16>(), tail_b[g].data_ptr<BFloat16>(), kBf16Rows);
+    if (tail_a[g].defined()) chunk(tail_a[g].data_ptr<BFloat16>(), tail_b[g].data_ptr<BFloat16>(), tail_a[g].size(0));
     BFloat16* c = out[g].data_ptr<BFloat16>() + t.col0 * q;
     for (int64_t j = 0; j < t.cols * q; ++j) c[j] = BFloat16(accp[j]);
   });
