@@ -14,13 +14,15 @@
 //  - tensor-parallel shards put together are the reference's tensors;
 //  - the statistics count every rank's routes.
 // Both dispatchers, capacity drops (factor 1), top-2 of 4 experts, a shared
-// expert, biases, padding to capacity and the shared-expert overlap.
+// expert, biases, padding to capacity and the shared-expert overlap; and the
+// dispatchers alone when one rank's experts get no token.
 // Tolerance: f32 sums in another order, 1e-5 of each tensor's largest entry.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
 #include "dist/dist_ranks.h"
+#include "moe/token_dispatcher.h"
 #include "moe_testing.h"
 #include "qk/autograd/functions.h"
 #include "qk/parallel/parallel_state.h"
@@ -155,8 +157,47 @@ void run_all_cases(const parallel::ParallelState& ps) {
   for (const auto& [name, config] : cases()) compare_with_unsplit(config, ps, name);
 }
 
+// The dispatchers alone, with every route going to rank 0's experts (0 and
+// 1): rank 1's experts get no token (or only padding), and "experts" that
+// double their rows give out[n] = 2 x[n] sum_e probs[n, e].
+void dispatch_to_one_rank(const parallel::ParallelState& ps) {
+  const int64_t n = 6, c = 4;
+  for (MoETokenDispatcher type : {MoETokenDispatcher::allgather, MoETokenDispatcher::alltoall}) {
+    for (bool pad : {false, true}) {
+      const std::string name = std::string(to_string(type)) + (pad ? ", padded" : "");
+      TransformerConfig config = moe_test::tiny_moe_config();
+      config.moe_token_dispatcher_type = type;
+      config.expert_model_parallel_size = 2;
+      config.moe_pad_expert_input_to_capacity = pad;
+      if (pad) config.moe_expert_capacity_factor = 2.0;  // capacity ceil(2 x 6 x 2 / 4) = 6
+      const auto dispatcher = make_token_dispatcher(config, ps.group(GroupKind::ep));
+      Tensor map = zeros({n, 4}, DType::boolean);
+      for (int64_t t = 0; t < n; ++t) map.data_ptr<bool>()[t * 4] = map.data_ptr<bool>()[t * 4 + 1] = true;
+      const int rank = ps.expert_model_parallel_rank();
+      const Tensor x = seeded_randn({n, c}, 10 + rank).requires_grad_();
+      const Tensor probs = (abs(seeded_randn({n, 4}, 20 + rank)) * map.to(DType::f32)).requires_grad_();
+      const Tensor rows = dispatcher->dispatch(x, probs, map, 0, {});
+      const int64_t want_rows = rank == 0 ? 2 * n * 2 : 0;  // both ranks' 6 tokens, to 2 experts
+      const int64_t padding = pad ? 2 * 6 * 2 - want_rows : 0;
+      REQUIRE(rows.size(0) == want_rows + padding, name, ": ", rows.size(0), " rows on rank ", rank);
+      REQUIRE(dispatcher->padding_rows() == padding, name, ": padding ", dispatcher->padding_rows());
+      REQUIRE(dispatcher->global_tokens_per_expert() == (std::vector<int64_t>{12, 12, 0, 0}), name, ": counts");
+      const Tensor out = dispatcher->combine(rows * 2.0);
+      const Tensor weight = probs.detach().sum({1}).unsqueeze(1);
+      require_close(out, x.detach() * weight * 2.0, name + " output");
+      out.backward(ones({n, c}));
+      require_close(x.grad(), weight.expand({n, c}) * 2.0, name + " input gradient");
+      require_close(probs.grad(), x.detach().sum({1}).unsqueeze(1).expand({n, 4}) * 2.0 * map.to(DType::f32),
+                    name + " probability gradient");
+    }
+  }
+}
+
 TEST(MoEExpertParallel, TwoExpertRanksEqualTheUnsplitLayer) {
-  auto r = on_moe_ranks(2, /*tp=*/1, /*ep=*/2, "moe_ep2", run_all_cases);
+  auto r = on_moe_ranks(2, /*tp=*/1, /*ep=*/2, "moe_ep2", [](const parallel::ParallelState& ps) {
+    run_all_cases(ps);
+    dispatch_to_one_rank(ps);
+  });
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 
