@@ -193,10 +193,45 @@ void dispatch_to_one_rank(const parallel::ParallelState& ps) {
   }
 }
 
+// Ranks with different numbers of tokens: the alltoall dispatcher moves
+// them (each rank's layer output equals the unsplit layer's on its tokens);
+// the allgather one, and padding to capacity, refuse on every rank alike.
+void unequal_token_counts(const parallel::ParallelState& ps) {
+  TransformerConfig base = moe_test::tiny_moe_config();
+  base.moe_token_dispatcher_type = MoETokenDispatcher::alltoall;
+  manual_seed(1234);
+  MoELayer ref(base, 1);
+  TransformerConfig pc = base;
+  pc.expert_model_parallel_size = 2;
+  manual_seed(1234);
+  MoELayer layer(pc, 1, MoEParallel{.ep = ps.group(GroupKind::ep)});
+  const int rank = ps.expert_model_parallel_rank();
+  const Tensor x = seeded_randn({1, rank == 0 ? 6 : 3, base.hidden_size}, 30 + rank);
+  require_close(layer(x), ref(x), "alltoall with 6 and 3 tokens");
+  for (bool pad : {false, true}) {
+    TransformerConfig c = pc;
+    if (pad) {
+      c.moe_expert_capacity_factor = 4.0;
+      c.moe_pad_expert_input_to_capacity = true;
+    } else {
+      c.moe_token_dispatcher_type = MoETokenDispatcher::allgather;
+    }
+    MoELayer refusing(c, 1, MoEParallel{.ep = ps.group(GroupKind::ep)});
+    bool refused = false;
+    try {
+      refusing(x);
+    } catch (const ValueError&) {
+      refused = true;
+    }
+    REQUIRE(refused, pad ? "padding" : "allgather", " with 6 and 3 tokens did not refuse");
+  }
+}
+
 TEST(MoEExpertParallel, TwoExpertRanksEqualTheUnsplitLayer) {
   auto r = on_moe_ranks(2, /*tp=*/1, /*ep=*/2, "moe_ep2", [](const parallel::ParallelState& ps) {
     run_all_cases(ps);
     dispatch_to_one_rank(ps);
+    unequal_token_counts(ps);
   });
   EXPECT_TRUE(r.ok()) << r.summary();
 }

@@ -98,8 +98,8 @@ Tensor permute_row_blocks(const Tensor& x, const std::vector<int64_t>& sizes, co
 // ---- experts ----
 
 struct MoEParallel {  // the groups the MoE layer runs over (null or size 1: none)
-  std::shared_ptr<dist::ProcessGroup> ep;  // expert-parallel group
-  std::shared_ptr<dist::ProcessGroup> tp;  // tensor-parallel group (experts split over it: ETP = TP)
+  std::shared_ptr<dist::ProcessGroup> ep = nullptr;  // expert-parallel group
+  std::shared_ptr<dist::ProcessGroup> tp = nullptr;  // tensor-parallel group (experts split over it: ETP = TP)
 };
 
 // Where a module sits in the expert- and tensor-parallel grid.

@@ -15,6 +15,7 @@ namespace {
 class AllGatherDispatcher final : public TokenDispatcher {
  public:
   using TokenDispatcher::TokenDispatcher;
+  bool needs_equal_tokens() const override { return true; }
 
   Tensor dispatch(const Tensor& hidden, const Tensor& probs, const Tensor& routing_map, int64_t dropped_routes,
                   const std::function<void()>& overlap) override {

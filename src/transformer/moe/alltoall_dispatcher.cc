@@ -43,6 +43,7 @@ Tensor all_to_all_v(const Tensor& x, dist::ProcessGroup& group, const std::vecto
 class AllToAllDispatcher final : public TokenDispatcher {
  public:
   using TokenDispatcher::TokenDispatcher;
+  bool needs_equal_tokens() const override { return false; }
 
   Tensor dispatch(const Tensor& hidden, const Tensor& probs, const Tensor& routing_map, int64_t dropped_routes,
                   const std::function<void()>& overlap) override {

@@ -25,16 +25,18 @@ void TokenDispatcher::exchange_counts(const Tensor& routing_map, int64_t dropped
   const int64_t n = map.size(0);
   QK_CHECK(map.dim() == 2 && map.size(1) == experts_, "token dispatcher: expected a routing map [N, ", experts_,
            "], got ", shape_str(map.shape()));
-  // [kept routes per expert..., dropped routes]
-  Tensor mine = zeros({experts_ + 1}, DType::i64);
+  // [kept routes per expert..., dropped routes, tokens]
+  const int64_t width = experts_ + 2;
+  Tensor mine = zeros({width}, DType::i64);
   int64_t* m = mine.data_ptr<int64_t>();
   const bool* routed = map.data_ptr<bool>();
   for (int64_t t = 0; t < n; ++t)
     for (int64_t e = 0; e < experts_; ++e) m[e] += routed[t * experts_ + e] ? 1 : 0;
   m[experts_] = dropped_routes;
+  m[experts_ + 1] = n;
   Tensor all = mine;
   if (ep_) {
-    all = empty({ep_size() * (experts_ + 1)}, DType::i64);
+    all = empty({ep_size() * width}, DType::i64);
     ep_->all_gather(all, mine);
   }
   const int64_t* a = all.data_ptr<int64_t>();
@@ -42,12 +44,19 @@ void TokenDispatcher::exchange_counts(const Tensor& routing_map, int64_t dropped
   global_tokens_.assign(static_cast<size_t>(experts_), 0);
   global_dropped_ = 0;
   for (int r = 0; r < ep_size(); ++r) {
-    const int64_t* row = a + r * (experts_ + 1);
+    const int64_t* row = a + r * width;
     for (int64_t e = 0; e < experts_; ++e) {
       counts_[static_cast<size_t>(r)][static_cast<size_t>(e)] = row[e];
       global_tokens_[static_cast<size_t>(e)] += row[e];
     }
     global_dropped_ += row[experts_];
+    // Every rank learns every rank's token count, so all of them refuse
+    // together (rather than one hanging in a collective the others skip).
+    QK_CHECK(row[experts_ + 1] == n || !(needs_equal_tokens() || config_.moe_pad_expert_input_to_capacity),
+             "MoE token dispatcher: expert-parallel rank ", r, " routes ", row[experts_ + 1],
+             " tokens and this rank ", n, "; the ", to_string(config_.moe_token_dispatcher_type),
+             " dispatcher", config_.moe_pad_expert_input_to_capacity ? " with padding to capacity" : "",
+             " needs the same micro-batch shape on every rank");
   }
 }
 

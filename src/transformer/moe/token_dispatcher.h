@@ -8,8 +8,9 @@
 //   Tensor rows = d->dispatch(x, probs, routing_map, dropped, {});   // [R, C] by local expert
 //   Tensor y = d->combine(experts(rows, d->tokens_per_local_expert()));   // [N, C]
 //
-// Every rank of the group must dispatch the same number of tokens (the same
-// micro-batch shape), as in Megatron.
+// The allgather dispatcher, and padding to capacity, need the same number of
+// tokens (the same micro-batch shape) on every rank of the group, as in
+// Megatron; the dispatchers check it.
 #pragma once
 
 #include <functional>
@@ -45,10 +46,14 @@ class TokenDispatcher {
   int64_t padding_rows() const { return padding_rows_; }
 
  protected:
+  // Whether every rank must dispatch the same number of tokens (the
+  // allgather's all-gather does; padding to capacity always does).
+  virtual bool needs_equal_tokens() const = 0;
   int ep_size() const { return ep_ ? ep_->size() : 1; }
   int ep_rank() const { return ep_ ? ep_->rank() : 0; }
-  // All-gathers every EP rank's kept routes per expert (from its map) and
-  // dropped routes: fills counts_[rank][e] and the global statistics.
+  // All-gathers every EP rank's kept routes per expert (from its map),
+  // dropped routes and token count: fills counts_[rank][e] and the global
+  // statistics.
   void exchange_counts(const Tensor& routing_map, int64_t dropped_routes);
   // Each expert's rows from one rank when padding to capacity; 0: no padding.
   int64_t padding_capacity(int64_t num_tokens) const;
