@@ -25,7 +25,7 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, FlashAttent
                   const char* op) {
   QK_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined tensors");
   QK_CHECK((q.dim() == 4 || q.dim() == 5) && k.dim() == 4 && v.dim() == 4, op,
-           ": expected q [B, T, Hq, D] (or [B, T, Hkv, G, D]), k and v [B, S, Hkv, D], got q ",
+           ": expected q [B, T, Hq, D] (or [B, T, Hkv, G, D]), k [B, S, Hkv, D] and v [B, S, Hkv, Dv], got q ",
            shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
   const DType dt = q.dtype();
   QK_CHECK_TYPE(dt == DType::f32 || dt == DType::bf16 || dt == DType::f16, op,
@@ -36,8 +36,9 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, FlashAttent
   QK_CHECK_DEVICE(k.device() == q.device() && v.device() == q.device(), op,
                   ": q, k and v must be on one device, got ", q.device().str(), ", ",
                   k.device().str(), " and ", v.device().str());
-  QK_CHECK(k.shape() == v.shape(), op, ": k and v must have one shape [B, S, Hkv, D], got k ",
-           shape_str(k.shape()), " and v ", shape_str(v.shape()));
+  QK_CHECK(k.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2), op,
+           ": k [B, S, Hkv, D] and v [B, S, Hkv, Dv] must agree in B, S and Hkv, got k ", shape_str(k.shape()),
+           " and v ", shape_str(v.shape()));
   QK_CHECK(k.size(0) == q.size(0) && k.size(3) == q.size(-1), op,
            ": batch and head dim of k/v ", shape_str(k.shape()), " must match q ",
            shape_str(q.shape()), " ([B, T, Hq, D] vs [B, S, Hkv, D])");
@@ -85,7 +86,7 @@ std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& dout, 
   QK_CHECK(dout.defined() && out.defined() && lse.defined(), op,
            ": dout, out and lse must be defined tensors");
   const int64_t hq = attention_query_heads(q);
-  const Shape out_shape{q.size(0), q.size(1), hq, q.size(-1)};
+  const Shape out_shape{q.size(0), q.size(1), hq, v.size(-1)};
   QK_CHECK(dout.shape() == out_shape && out.shape() == out_shape, op,
            ": dout and out must have the output's shape ", shape_str(out_shape), ", got ",
            shape_str(dout.shape()), " and ", shape_str(out.shape()));

@@ -8,6 +8,63 @@
 
 namespace qk::train {
 
+namespace {
+
+// core_transformer_config_from_args for the MoE fields: one load-balancing
+// type with one coefficient (Megatron also takes lists of both, summed).
+void set_moe_config(transformer::TransformerConfig& c, const MegatronArgs& a) {
+  c.expert_model_parallel_size = a.expert_model_parallel_size;
+  if (!a.num_experts || *a.num_experts == 0) return;
+  c.num_moe_experts = *a.num_experts;
+  c.moe_layer_pattern = moe_layer_pattern(a);
+  c.moe_ffn_hidden_size = a.moe_ffn_hidden_size.value_or(0);
+  c.moe_shared_expert_intermediate_size = a.moe_shared_expert_intermediate_size.value_or(0);
+  c.moe_shared_expert_overlap = a.moe_shared_expert_overlap;
+  c.moe_grouped_gemm = a.moe_grouped_gemm;
+  c.moe_router_topk = a.moe_router_topk;
+  c.moe_router_score_function = transformer::parse_moe_score_function(a.moe_router_score_function);
+  c.moe_router_pre_softmax = a.moe_router_pre_softmax;
+  c.moe_router_num_groups = a.moe_router_num_groups.value_or(0);
+  c.moe_router_group_topk = a.moe_router_group_topk.value_or(0);
+  c.moe_router_topk_scaling_factor = a.moe_router_topk_scaling_factor;
+  QK_CHECK(a.moe_router_load_balancing_type.size() == 1 && a.moe_aux_loss_coeff.size() == 1,
+           "--moe-router-load-balancing-type and --moe-aux-loss-coeff take one value each in this build, got ",
+           a.moe_router_load_balancing_type.size(), " and ", a.moe_aux_loss_coeff.size());
+  c.moe_router_load_balancing_type = transformer::parse_moe_load_balancing(a.moe_router_load_balancing_type[0]);
+  c.moe_aux_loss_coeff = a.moe_aux_loss_coeff[0];
+  c.moe_z_loss_coeff = a.moe_z_loss_coeff.value_or(0.0);
+  c.moe_input_jitter_eps = a.moe_input_jitter_eps.value_or(0.0);
+  c.moe_device_level_aux_loss_coeff = a.moe_device_level_aux_loss_coeff.value_or(0.0);
+  c.moe_comm_aux_loss_coeff = a.moe_comm_aux_loss_coeff.value_or(0.0);
+  c.moe_router_enable_expert_bias = a.moe_router_enable_expert_bias;
+  c.moe_router_bias_update_rate = a.moe_router_bias_update_rate;
+  c.moe_per_layer_logging = a.moe_per_layer_logging;
+  QK_CHECK(a.moe_token_dispatcher_type != "flex", "--moe-token-dispatcher-type flex (DeepEP) is not built; use "
+           "allgather or alltoall");
+  c.moe_token_dispatcher_type = transformer::parse_moe_token_dispatcher(a.moe_token_dispatcher_type);
+  c.moe_permute_fusion = a.moe_permute_fusion;
+  c.moe_expert_capacity_factor = a.moe_expert_capacity_factor;
+  c.moe_pad_expert_input_to_capacity = a.moe_pad_expert_input_to_capacity;
+  c.moe_token_drop_policy = transformer::parse_moe_token_drop_policy(a.moe_token_drop_policy);
+  c.moe_device_level_capacity = a.moe_device_level_capacity;
+}
+
+// MLATransformerConfig's fields from their flags.
+void set_mla_config(transformer::TransformerConfig& c, const MegatronArgs& a) {
+  if (!a.multi_latent_attention) return;
+  c.multi_latent_attention = true;
+  c.q_lora_rank = a.q_lora_rank.value_or(0);
+  c.kv_lora_rank = a.kv_lora_rank;
+  c.qk_head_dim = a.qk_head_dim;
+  c.qk_pos_emb_head_dim = a.qk_pos_emb_head_dim;
+  c.v_head_dim = a.v_head_dim;
+  c.rotary_scaling_factor = a.rotary_scaling_factor;
+  c.mscale = a.mscale;
+  c.mscale_all_dim = a.mscale_all_dim;
+}
+
+}  // namespace
+
 transformer::TransformerConfig gpt_transformer_config(const MegatronArgs& a, int64_t tokenizer_vocab_size) {
   QK_CHECK(a.num_layers && a.hidden_size && a.num_attention_heads && a.seq_length,
            "--num-layers, --hidden-size, --num-attention-heads and --seq-length are required");
@@ -64,6 +121,8 @@ transformer::TransformerConfig gpt_transformer_config(const MegatronArgs& a, int
     QK_CHECK(transformer::vocab_size_with_padding(tokenizer_vocab_size, want / tp, tp) == want,
              "--padded-vocab-size ", want, " must be >= the tokenizer's ", tokenizer_vocab_size, " ids");
   }
+  set_moe_config(c, a);
+  set_mla_config(c, a);
   c.validate();
   return c;
 }

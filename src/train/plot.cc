@@ -133,7 +133,99 @@ void panel(cairo_t* cr, double x, double y, double w, double h, const CurvePanel
   }
 }
 
+// Viridis at t in [0, 1], by linear interpolation between five of its stops.
+void viridis(double t, double rgb[3]) {
+  static constexpr double kStops[5][3] = {
+      {0.267, 0.005, 0.329}, {0.229, 0.322, 0.546}, {0.128, 0.567, 0.551}, {0.369, 0.789, 0.383}, {0.993, 0.906, 0.144}};
+  t = std::clamp(std::isfinite(t) ? t : 0.0, 0.0, 1.0) * 4.0;
+  const int i = std::min(static_cast<int>(t), 3);
+  const double f = t - i;
+  for (int k = 0; k < 3; ++k) rgb[k] = kStops[i][k] * (1 - f) + kStops[i + 1][k] * f;
+}
+
 }  // namespace
+
+void plot_heatmaps(const std::string& path, const std::string& title, const std::string& x_label,
+                   const std::string& y_label, const std::string& value_label, const std::vector<HeatmapPanel>& panels) {
+  QK_CHECK(!panels.empty(), "plot_heatmaps: no panels");
+  double vmax = 0;
+  for (const auto& p : panels) {
+    QK_CHECK(!p.rows.empty() && !p.x.empty(), "plot_heatmaps: panel '", p.title, "' has no cells");
+    for (const auto& r : p.rows) {
+      QK_CHECK(r.size() == p.x.size(), "plot_heatmaps: panel '", p.title, "' has a row of ", r.size(),
+               " cells for ", p.x.size(), " columns");
+      for (double v : r)
+        if (std::isfinite(v)) vmax = std::max(vmax, v);
+    }
+  }
+  if (vmax <= 0) vmax = 1;
+  // Rows get at least 6 px, at most 24; the image stays under ~4000 px tall.
+  size_t total_rows = 0;
+  for (const auto& p : panels) total_rows += p.rows.size();
+  const double row_h = std::clamp(3200.0 / static_cast<double>(total_rows), 6.0, 24.0);
+  const int left = 90, plot_w = 720, bar_w = 18, top = 60, panel_gap = 56;
+  int H = top + 40;
+  for (const auto& p : panels) H += static_cast<int>(std::ceil(row_h * static_cast<double>(p.rows.size()))) + panel_gap;
+  const int W = left + plot_w + 130;
+  Surface s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H), cairo_surface_destroy);
+  Context cr(cairo_create(s.get()), cairo_destroy);
+  cairo_t* c = cr.get();
+  cairo_set_source_rgb(c, 1, 1, 1);
+  cairo_paint(c);
+  cairo_select_font_face(c, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  cairo_set_source_rgb(c, 0, 0, 0);
+  text(c, W / 2.0, 30, title, 20, 0.5);
+  double y = top;
+  for (const auto& p : panels) {
+    const double h = row_h * static_cast<double>(p.rows.size());
+    const double cell_w = static_cast<double>(plot_w) / static_cast<double>(p.x.size());
+    cairo_set_source_rgb(c, 0, 0, 0);
+    text(c, left, y - 6, p.title, 13);
+    for (size_t r = 0; r < p.rows.size(); ++r)
+      for (size_t k = 0; k < p.x.size(); ++k) {
+        double rgb[3];
+        viridis(p.rows[r][k] / vmax, rgb);
+        cairo_set_source_rgb(c, rgb[0], rgb[1], rgb[2]);
+        // Cells overlap by a pixel so no background seam shows between them.
+        cairo_rectangle(c, left + static_cast<double>(k) * cell_w, y + static_cast<double>(r) * row_h, cell_w + 1,
+                        row_h + 1);
+        cairo_fill(c);
+      }
+    cairo_set_source_rgb(c, 0, 0, 0);
+    cairo_set_line_width(c, 1);
+    cairo_rectangle(c, left, y, plot_w, h);
+    cairo_stroke(c);
+    // Row labels: every row when they fit, else about 8 of them.
+    const size_t row_step = std::max<size_t>(1, static_cast<size_t>(std::ceil(12.0 / row_h)));
+    for (size_t r = 0; r < p.rows.size(); r += row_step)
+      text(c, left - 6, y + (static_cast<double>(r) + 0.5) * row_h + 4, fmt::format("{}", r), 10, 1.0);
+    // Column labels: about 8, at the first column of each step.
+    const size_t col_step = std::max<size_t>(1, p.x.size() / 8);
+    for (size_t k = 0; k < p.x.size(); k += col_step)
+      text(c, left + (static_cast<double>(k) + 0.5) * cell_w, y + h + 14, fmt::format("{:g}", p.x[k]), 10, 0.5);
+    y += h + panel_gap;
+  }
+  text(c, left + plot_w / 2.0, H - 14, x_label, 13, 0.5);
+  cairo_save(c);
+  cairo_translate(c, 22, top + (y - top) / 2);
+  cairo_rotate(c, -M_PI / 2);
+  text(c, 0, 0, y_label, 13, 0.5);
+  cairo_restore(c);
+  // The colour bar: 0 at the bottom, vmax at the top.
+  const double bar_x = left + plot_w + 24, bar_h = std::min(300.0, y - top - panel_gap);
+  for (int i = 0; i < 100; ++i) {
+    double rgb[3];
+    viridis((i + 0.5) / 100.0, rgb);
+    cairo_set_source_rgb(c, rgb[0], rgb[1], rgb[2]);
+    cairo_rectangle(c, bar_x, top + bar_h * (1 - (i + 1) / 100.0), bar_w, bar_h / 100.0 + 1);
+    cairo_fill(c);
+  }
+  cairo_set_source_rgb(c, 0, 0, 0);
+  text(c, bar_x + bar_w + 4, top + 10, fmt::format("{:.3g}", vmax), 10);
+  text(c, bar_x + bar_w + 4, top + bar_h, "0", 10);
+  text(c, bar_x, top + bar_h + 18, value_label, 10);
+  write_png(s.get(), path);
+}
 
 void plot_curves(const std::string& path, const std::string& title, const std::vector<CurvePanel>& panels) {
   QK_CHECK(!panels.empty(), "plot_curves: no panels");

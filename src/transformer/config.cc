@@ -254,6 +254,9 @@ void TransformerConfig::validate_mla() {
   check_positive(v_head_dim, "v_head_dim");
   QK_CHECK(rotary_scaling_factor >= 1.0, "rotary_scaling_factor (--rotary-scaling-factor) must be >= 1, got ",
            rotary_scaling_factor);
+  check_positive(original_max_position_embeddings, "original_max_position_embeddings");
+  QK_CHECK(beta_fast > 0 && beta_slow > 0, "beta_fast (", beta_fast, ") and beta_slow (", beta_slow,
+           ") of YaRN must be positive");
 }
 
 bool TransformerConfig::is_moe_layer(int64_t layer_number) const {

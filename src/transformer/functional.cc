@@ -36,10 +36,10 @@ Tensor causal_mask(int64_t heads_per_group, int64_t t_len, int64_t s_len) {
 
 void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   QK_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
-           "core_attention: expected q [B, T, Hq, D] and k, v [B, S, Hkv, D], got ", shape_str(q.shape()),
-           ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
-  QK_CHECK(k.shape() == v.shape(), "core_attention: k ", shape_str(k.shape()), " and v ",
-           shape_str(v.shape()), " must have the same shape");
+           "core_attention: expected q [B, T, Hq, D], k [B, S, Hkv, D] and v [B, S, Hkv, Dv], got ",
+           shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+  QK_CHECK(k.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2), "core_attention: k ",
+           shape_str(k.shape()), " and v ", shape_str(v.shape()), " must agree in B, S and Hkv");
   QK_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3), "core_attention: q ", shape_str(q.shape()),
            " and k ", shape_str(k.shape()), " differ in batch or head dim");
   QK_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "core_attention: query heads (", q.size(2),
@@ -71,7 +71,7 @@ Tensor core_attention(const Tensor& q, const Tensor& k, const Tensor& v, const C
 
 Tensor unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const CoreAttentionOptions& o) {
   check_attention_inputs(q, k, v, o.causal);
-  const int64_t b = q.size(0), t = q.size(1), hq = q.size(2), d = q.size(3);
+  const int64_t b = q.size(0), t = q.size(1), hq = q.size(2), d = q.size(3), dv = v.size(3);
   const int64_t s = k.size(1), groups = k.size(2), hpg = hq / groups;
   const double scale = o.scale > 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(d));
   // [B, T, G, hpg, D] -> [B, G, hpg * T, D]: one GEMM per kv head covers all its query heads.
@@ -84,8 +84,8 @@ Tensor unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   Tensor probs = softmax(scores, -1).to(v.dtype());
   if (o.training && o.dropout_p > 0)
     probs = dropout(probs, o.dropout_p, true, o.generator ? *o.generator : default_generator());
-  Tensor ctx = matmul(probs, v.permute({0, 2, 1, 3}));  // [B, G, hpg * T, D]
-  return ctx.view({b, groups, hpg, t, d}).permute({0, 3, 1, 2, 4}).contiguous().view({b, t, hq, d});
+  Tensor ctx = matmul(probs, v.permute({0, 2, 1, 3}));  // [B, G, hpg * T, Dv]
+  return ctx.view({b, groups, hpg, t, dv}).permute({0, 3, 1, 2, 4}).contiguous().view({b, t, hq, dv});
 }
 
 RotaryTables rotary_tables(int64_t rotary_dim, double rotary_base, int64_t offset, int64_t length,

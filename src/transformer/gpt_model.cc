@@ -9,6 +9,7 @@
 #include "qk/autograd/functions.h"
 #include "qk/parallel/cross_entropy.h"
 #include "qk/parallel/mappings.h"
+#include "qk/transformer/mla.h"
 #include "qk/transformer/tensor_parallel.h"
 
 namespace qk::transformer {
@@ -18,6 +19,14 @@ namespace {
 TransformerConfig validated(TransformerConfig c) {
   c.validate();
   return c;
+}
+
+// config.multi_latent_attention: every layer's self-attention is MLA (as
+// Megatron's layer specs pick MLASelfAttention), the spec's MLP kept.
+TransformerLayerSpec with_attention_of(const TransformerConfig& c, const TransformerLayerSpec& spec,
+                                       const std::shared_ptr<dist::ProcessGroup>& tp) {
+  if (!c.multi_latent_attention) return spec;
+  return tp ? gpt_layer_mla_tensor_parallel_spec(tp, spec) : gpt_layer_mla_local_spec(spec);
 }
 
 }  // namespace
@@ -139,7 +148,7 @@ GPTModelImpl::GPTModelImpl(const TransformerConfig& config, const TransformerLay
     : config_(validated(config)) {
   const TransformerConfig& c = config_;
   embedding = register_module("embedding", LanguageModelEmbedding(c));
-  decoder = register_module("decoder", TransformerBlock(c, spec));
+  decoder = register_module("decoder", TransformerBlock(c, with_attention_of(c, spec, nullptr)));
   if (!c.share_embeddings_and_output_weights) {
     output_layer = register_module("output_layer",
                                    nn::Linear(nn::LinearOptions(c.hidden_size, c.padded_vocab_size()).bias(false)));
@@ -157,7 +166,8 @@ GPTModelImpl::GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist
   // it draws nothing, so the default generator stays in step with the unsplit model's.
   tp_rng_ = std::make_shared<Generator>(default_generator().seed() + 2718 + static_cast<uint64_t>(tp_->rank()));
   embedding = register_module("embedding", LanguageModelEmbedding(c, tp_, tp_rng_.get()));
-  decoder = register_module("decoder", TransformerBlock(c, gpt_layer_tensor_parallel_spec(tp_)));
+  decoder =
+      register_module("decoder", TransformerBlock(c, with_attention_of(c, gpt_layer_tensor_parallel_spec(tp_), tp_)));
   if (tp_->size() > 1) decoder->attention_dropout_generator = tp_rng_.get();
   if (c.sequence_parallel) decoder->hidden_dropout_generator = tp_rng_.get();
   if (!c.share_embeddings_and_output_weights) {
@@ -232,8 +242,10 @@ Tensor GPTModelImpl::run(const Tensor& tokens, const Tensor& position_ids, KVCac
   check_tokens(tokens, offset);
   if (forward_pre_hook_) forward_pre_hook_(*embedding);
   const Tensor h = embedding(tokens, position_ids, offset);
-  RotaryTables rotary;
-  if (config_.position_embedding_type == PositionEmbeddingType::rope)
+  RotaryTables rotary;  // MLA rotates its own qk_pos_emb_head_dims with YaRN (Megatron: whatever the type)
+  if (config_.multi_latent_attention)
+    rotary = mla_rotary_tables(config_, offset, tokens.size(1));
+  else if (config_.position_embedding_type == PositionEmbeddingType::rope)
     rotary = rotary_tables(config_, offset, tokens.size(1));
   return decoder(h, rotary, cache);
 }
@@ -289,6 +301,10 @@ Tensor GPTModelImpl::forward_step(const Tensor& tokens, KVCache& cache, bool las
 }
 
 KVCache GPTModelImpl::make_kv_cache(int64_t batch_size, int64_t max_length) const {
+  // MLA caches the latent, replicated over tensor-parallel ranks.
+  if (config_.multi_latent_attention)
+    return KVCache::latent(config_.num_layers, batch_size, max_length,
+                           config_.kv_lora_rank + config_.qk_pos_emb_head_dim, config_.params_dtype);
   // Under tensor parallelism each rank caches its own query groups.
   const int64_t groups = config_.num_query_groups / (tp_ ? tp_->size() : 1);
   return KVCache(config_.num_layers, batch_size, max_length, groups, config_.kv_channels, config_.params_dtype);

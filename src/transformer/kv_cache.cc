@@ -17,7 +17,41 @@ KVCache::KVCache(int64_t num_layers, int64_t batch_size, int64_t max_length, int
   }
 }
 
+KVCache KVCache::latent(int64_t num_layers, int64_t batch_size, int64_t max_length, int64_t latent_dim,
+                        DType dtype) {
+  QK_CHECK(num_layers > 0 && batch_size > 0 && max_length > 0 && latent_dim > 0, "KVCache::latent: num_layers (",
+           num_layers, "), batch_size (", batch_size, "), max_length (", max_length, ") and latent_dim (", latent_dim,
+           ") must be positive");
+  KVCache c(batch_size, max_length);
+  c.latent_ = true;
+  for (int64_t i = 0; i < num_layers; ++i) c.keys_.push_back(empty({batch_size, max_length, latent_dim}, dtype));
+  return c;
+}
+
+int64_t KVCache::values_per_position() const {
+  const Tensor& k = keys_.front();
+  return latent_ ? k.size(2) : 2 * k.size(2) * k.size(3);
+}
+
+Tensor KVCache::append_latent(int64_t layer, const Tensor& latent) {
+  QK_CHECK(latent_, "KVCache::append_latent: this cache holds keys and values; multi-latent attention needs "
+           "KVCache::latent (GPTModel::make_kv_cache makes it for an MLA model)");
+  QK_CHECK(layer >= 0 && layer < num_layers(), "KVCache::append_latent: layer ", layer, " out of range [0, ",
+           num_layers(), ")");
+  const Tensor& store = keys_[layer];
+  QK_CHECK(latent.dim() == 3 && latent.size(0) == batch_size_ && latent.size(2) == store.size(2),
+           "KVCache::append_latent: expected latent [", batch_size_, ", T, ", store.size(2), "], got ",
+           shape_str(latent.shape()));
+  const int64_t t = latent.size(1);
+  QK_CHECK(length_ + t <= max_length_, "KVCache: ", length_, " cached + ", t, " new positions exceed max_length ",
+           max_length_, "; make a larger cache");
+  ops::copy_(ops::narrow(store, 1, length_, t), latent);
+  return ops::narrow(store, 1, 0, length_ + t);
+}
+
 std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& key, const Tensor& value) {
+  QK_CHECK(!latent_, "KVCache::append: this cache holds multi-latent attention latents (append_latent); "
+           "make the cache with the model's make_kv_cache");
   QK_CHECK(layer >= 0 && layer < num_layers(), "KVCache::append: layer ", layer, " out of range [0, ",
            num_layers(), ")");
   const Tensor& kc = keys_[layer];

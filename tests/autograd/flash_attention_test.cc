@@ -1,7 +1,8 @@
 // flash_attention against the unfused composition (matmul, masked softmax,
 // matmul, all existing differentiable ops, in f64): forward and all three
 // gradients, causal or not, grouped-query heads, T != S, strided views of a
-// fused QKV tensor, f32 / bf16 / f16, dropout with the mask rebuilt from the
+// fused QKV tensor, a value head dim other than the query/key one (multi-latent
+// attention), f32 / bf16 / f16, dropout with the mask rebuilt from the
 // documented Philox stream, every SIMD variant this CPU runs, the split and
 // unsplit backward schedules; then gradcheck and the errors.
 #include <gtest/gtest.h>
@@ -24,6 +25,8 @@ using test::all_close;
 
 struct Shape4 {
   int64_t B, T, S, Hq, Hkv, D;
+  int64_t Dv = 0;  // value head dim (0: D)
+  int64_t dv() const { return Dv > 0 ? Dv : D; }
 };
 
 // The dropout factor (0 or 1/(1-p)) of every element of the [B, Hq, T, S]
@@ -44,9 +47,10 @@ Tensor dropout_factors(const Shape4& s, double p, uint64_t seed, uint64_t offset
 // softmax(q k^T * scale + causal mask) [* dropout] v, in the dtype of q.
 Tensor unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                          double scale, const Tensor& drop = Tensor()) {
-  const int64_t B = q.size(0), T = q.size(1), Hq = q.size(2), D = q.size(3);
+  const int64_t B = q.size(0), T = q.size(1), Hq = q.size(2);
   const int64_t S = k.size(1), Hkv = k.size(2), G = Hq / Hkv;
   auto heads = [&](const Tensor& x) {  // [B, S, Hkv, D] -> [B, Hq, S, D], repeating kv heads
+    const int64_t D = x.size(3);
     return x.permute({0, 2, 1, 3}).unsqueeze(2).expand({B, Hkv, G, S, D}).reshape({B, Hq, S, D});
   };
   Tensor scores = matmul(q.permute({0, 2, 1, 3}), heads(k).transpose(2, 3)) * scale;
@@ -70,8 +74,8 @@ Inputs make_inputs(const Shape4& s, uint64_t seed) {
   Inputs in;
   in.q = randn({s.B, s.T, s.Hq, s.D}, {}, g);
   in.k = randn({s.B, s.S, s.Hkv, s.D}, {}, g);
-  in.v = randn({s.B, s.S, s.Hkv, s.D}, {}, g);
-  in.dout = randn({s.B, s.T, s.Hq, s.D}, {}, g);
+  in.v = randn({s.B, s.S, s.Hkv, s.dv()}, {}, g);
+  in.dout = randn({s.B, s.T, s.Hq, s.dv()}, {}, g);
   return in;
 }
 
@@ -107,7 +111,7 @@ void expect_close(const Grads& got, const Grads& want, double rtol, double atol,
 std::string name(const Shape4& s, bool causal) {
   return "B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " S" + std::to_string(s.S) +
          " Hq" + std::to_string(s.Hq) + " Hkv" + std::to_string(s.Hkv) + " D" +
-         std::to_string(s.D) + (causal ? " causal" : " full");
+         std::to_string(s.D) + " Dv" + std::to_string(s.dv()) + (causal ? " causal" : " full");
 }
 
 // Checks flash_attention against the f64 reference in dt, for every SIMD variant.
@@ -178,6 +182,59 @@ TEST(FlashAttention, RawOpReturnsTheRowLogsumexp) {
 TEST(FlashAttention, HeadDimsNotAMultipleOfTheVectorWidth) {
   check({1, 19, 19, 2, 2, 5}, true);
   check({1, 70, 70, 2, 1, 72}, true);
+}
+
+TEST(FlashAttention, ValueHeadDimOtherThanQueryKey) {
+  // Multi-latent attention: q/k heads of qk_head_dim + qk_pos_emb_head_dim,
+  // values of v_head_dim, smaller or larger, across the block sizes.
+  check({2, 19, 19, 4, 4, 24, 16}, true);
+  check({1, 70, 70, 4, 2, 12, 40}, true);
+  check({1, 3, 130, 2, 1, 16, 5}, true);
+  check({2, 33, 65, 2, 2, 20, 8}, false);
+}
+
+TEST(FlashAttention, ValueHeadDimOtherThanQueryKeySplitSchedule) {
+  // One (batch, kv head) pair: the backward sums partial dK/dV of their widths.
+  const int prev = num_threads();
+  const Shape4 s{1, 300, 300, 2, 1, 24, 16};
+  const Inputs in = make_inputs(s, 17);
+  const Grads want = reference(in, true, 0.2);
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    const Grads got = run(in, DType::f32, [](const Tensor& q, const Tensor& k, const Tensor& v) {
+      return flash_attention(q, k, v, {.scale = 0.2});
+    });
+    EXPECT_EQ(got.out.shape(), (Shape{1, 300, 2, 16}));
+    expect_close(got, want, 1e-5, 1e-5, name(s, true) + " threads " + std::to_string(threads));
+  }
+  set_num_threads(prev);
+}
+
+TEST(FlashAttention, ValueHeadDimOtherThanQueryKeyBf16AndDropout) {
+  // bf16 through every variant (the AVX512-BF16 products pair dO along Dv),
+  // odd Dv (the f32 backward), and dropout with the documented mask.
+  for (const Shape4& s : {Shape4{1, 70, 70, 4, 2, 24, 16}, Shape4{1, 33, 33, 2, 1, 16, 7}}) {
+    Inputs in = make_inputs(s, 18);
+    for (Tensor* t : {&in.q, &in.k, &in.v, &in.dout}) *t = t->to(DType::bf16).to(DType::f32);
+    const Grads want = reference(in, true, 1.0 / std::sqrt(static_cast<double>(s.D)));
+    for (const std::string& isa : ops::flash_attention_cpu_variants()) {
+      ops::set_flash_attention_cpu_variant(isa);
+      const Grads got = run(in, DType::bf16, [](const Tensor& q, const Tensor& k, const Tensor& v) {
+        return flash_attention(q, k, v);
+      });
+      expect_close(got, want, 3e-2, 3e-2, name(s, true) + " bf16 " + isa);
+    }
+    ops::set_flash_attention_cpu_variant("");
+  }
+  const Shape4 s{2, 40, 40, 4, 2, 24, 8};
+  const Inputs in = make_inputs(s, 19);
+  Generator gen(21);
+  gen.set_state(21, 3);
+  const Grads want = reference(in, true, 0.25, dropout_factors(s, 0.25, 21, 3));
+  const Grads got = run(in, DType::f32, [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    return flash_attention(q, k, v, {.scale = 0.25, .dropout_p = 0.25, .training = true, .generator = &gen});
+  });
+  expect_close(got, want, 1e-5, 1e-5, "dropout, Dv 8 of D 24");
 }
 
 TEST(FlashAttention, DecodeAgainstLongerKeys) {
@@ -415,7 +472,8 @@ TEST(FlashAttention, BadInputsAreClearErrors) {
   EXPECT_THROW(flash_attention(randn({1, 4, 3, 2, 8}), k, v), ValueError);  // grouped, 3 != 2
   EXPECT_THROW(flash_attention(q, randn({1, 4, 3, 8}), randn({1, 4, 3, 8})), ValueError);  // 4 % 3
   EXPECT_THROW(flash_attention(q, randn({1, 4, 2, 4}), randn({1, 4, 2, 4})), ValueError);  // D
-  EXPECT_THROW(flash_attention(q, k, randn({1, 5, 2, 8})), ValueError);     // k vs v
+  EXPECT_THROW(flash_attention(q, k, randn({1, 5, 2, 8})), ValueError);     // k vs v: S
+  EXPECT_THROW(flash_attention(q, k, randn({1, 4, 1, 8})), ValueError);     // k vs v: Hkv
   EXPECT_THROW(flash_attention(q, randn({2, 4, 2, 8}), randn({2, 4, 2, 8})), ValueError);  // B
   EXPECT_THROW(flash_attention(q, k.to(DType::bf16), v), TypeError);        // mixed dtypes
   EXPECT_THROW(flash_attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64)), TypeError);

@@ -116,7 +116,10 @@ TEST(UnfusedAttention, RejectsBadShapes) {
   const Tensor q = zeros({1, 4, 6, 8});
   EXPECT_THROW(unfused_attention(q, zeros({1, 4, 4, 8}), zeros({1, 4, 4, 8})), ValueError);  // 6 % 4
   EXPECT_THROW(unfused_attention(q, zeros({1, 3, 2, 8}), zeros({1, 3, 2, 8})), ValueError);  // S < T
-  EXPECT_THROW(unfused_attention(q, zeros({1, 4, 2, 8}), zeros({1, 4, 2, 4})), ValueError);
+  EXPECT_THROW(unfused_attention(q, zeros({1, 4, 2, 8}), zeros({1, 5, 2, 8})), ValueError);  // k vs v: S
+  EXPECT_THROW(unfused_attention(q, zeros({1, 4, 2, 8}), zeros({1, 4, 1, 8})), ValueError);  // k vs v: Hkv
+  // Values may have their own head dim (multi-latent attention): the output has it.
+  EXPECT_EQ(unfused_attention(q, zeros({1, 4, 2, 8}), zeros({1, 4, 2, 4})).shape(), (Shape{1, 4, 6, 4}));
   EXPECT_THROW(unfused_attention(q.reshape({4, 6, 8}), zeros({1, 4, 2, 8}), zeros({1, 4, 2, 8})), ValueError);
 }
 

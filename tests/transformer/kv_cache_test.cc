@@ -91,6 +91,27 @@ TEST(KVCache, GenerationEqualsFullForwardBf16) {
   EXPECT_LT(max_abs_diff(cat(steps, 1), full), 3e-2 * amax(abs(full)).item<double>());
 }
 
+TEST(KVCache, LatentCacheAppendsAndChecksShapes) {
+  KVCache cache = KVCache::latent(3, 2, 8, 20, DType::f32);
+  EXPECT_TRUE(cache.is_latent());
+  EXPECT_EQ(cache.values_per_position(), 20);
+  const Tensor first = randn({2, 5, 20});
+  EXPECT_EQ(cache.append_latent(1, first).shape(), (Shape{2, 5, 20}));
+  cache.advance(5);
+  const Tensor next = randn({2, 1, 20});
+  const Tensor all = cache.append_latent(1, next);
+  EXPECT_EQ(max_abs_diff(all, cat({first, next}, 1)), 0.0);
+  EXPECT_THROW(cache.append_latent(1, randn({2, 1, 19})), ValueError);  // latent width
+  EXPECT_THROW(cache.append_latent(3, next), ValueError);               // layer
+  EXPECT_THROW(cache.append(0, zeros({2, 1, 1, 20}), zeros({2, 1, 1, 20})), ValueError);
+  EXPECT_THROW(KVCache::latent(3, 2, 8, 0, DType::f32), ValueError);
+  // A key/value cache stores 2 kv_heads head_dim per position and takes no latents.
+  KVCache kv(2, 1, 8, 4, 16, DType::f32);
+  EXPECT_FALSE(kv.is_latent());
+  EXPECT_EQ(kv.values_per_position(), 2 * 4 * 16);
+  EXPECT_THROW(kv.append_latent(0, randn({1, 1, 20})), ValueError);
+}
+
 TEST(KVCache, ChecksShapesAndTraining) {
   TransformerConfig c = tiny(false);
   GPTModel model(c);

@@ -14,11 +14,13 @@
 //  - tensor-parallel shards put together are the reference's tensors;
 //  - the statistics count every rank's routes.
 // Both dispatchers, capacity drops (factor 1), top-2 of 4 experts, a shared
-// expert, biases, padding to capacity and the shared-expert overlap; and the
+// expert, biases, padding to capacity, the shared-expert overlap and the
+// router's aux and z losses; and the
 // dispatchers alone when one rank's experts get no token.
 // Tolerance: f32 sums in another order, 1e-5 of each tensor's largest entry.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "dist/dist_ranks.h"
@@ -80,6 +82,7 @@ void compare_with_unsplit(const TransformerConfig& base, const parallel::Paralle
   manual_seed(1234);
   MoELayer ref(base, 1);
   std::vector<Tensor> ref_out, ref_dx;
+  std::vector<double> ref_losses;
   std::vector<int64_t> ref_tokens(static_cast<size_t>(base.num_moe_experts), 0);
   int64_t ref_dropped = 0;
   for (int d = 0; d < dp_size; ++d) {
@@ -90,6 +93,7 @@ void compare_with_unsplit(const TransformerConfig& base, const parallel::Paralle
     ref_dx.push_back(x.grad());
     for (size_t e = 0; e < ref_tokens.size(); ++e) ref_tokens[e] += ref->last_stats().tokens_per_expert[e];
     ref_dropped += ref->last_stats().dropped_routes;
+    ref_losses.push_back(ref->last_stats().load_balancing_loss + ref->last_stats().z_loss);
   }
   REQUIRE(ref_dropped > 0 || !base.moe_expert_capacity_factor, name, ": the case wants capacity drops");
 
@@ -108,6 +112,10 @@ void compare_with_unsplit(const TransformerConfig& base, const parallel::Paralle
   REQUIRE(layer->last_stats().tokens_per_expert == ref_tokens, name, ": tokens per expert differ");
   REQUIRE(layer->last_stats().dropped_routes == ref_dropped, name, ": dropped ", layer->last_stats().dropped_routes,
           " routes, the reference ", ref_dropped);
+  const double losses = layer->last_stats().load_balancing_loss + layer->last_stats().z_loss;
+  REQUIRE(std::abs(losses - ref_losses[static_cast<size_t>(dp_rank)]) <= 1e-6 * (1 + std::abs(losses)), name,
+          ": router losses ", losses, ", the reference ", ref_losses[static_cast<size_t>(dp_rank)]);
+  REQUIRE((losses > 0) == (base.moe_aux_loss_coeff > 0), name, ": router losses ", losses);
 
   // Gradients: partial ones summed over TP, dense ones over data parallelism,
   // shards put together.
@@ -138,7 +146,9 @@ std::vector<std::pair<std::string, TransformerConfig>> cases() {
   a2a.moe_token_dispatcher_type = MoETokenDispatcher::alltoall;
   a2a.moe_grouped_gemm = a2a.moe_permute_fusion = true;
   a2a.moe_shared_expert_overlap = true;
-  out.emplace_back("alltoall, grouped, fused, overlap", a2a);
+  a2a.moe_aux_loss_coeff = 0.1;  // the router's losses and their gradients too
+  a2a.moe_z_loss_coeff = 0.01;
+  out.emplace_back("alltoall, grouped, fused, overlap, aux and z losses", a2a);
   TransformerConfig padded = a2a;
   padded.moe_pad_expert_input_to_capacity = true;
   padded.moe_shared_expert_overlap = false;

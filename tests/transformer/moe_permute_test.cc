@@ -120,12 +120,5 @@ TEST(MoEPermute, RowBlocksReorderAndBack) {
   EXPECT_THROW(permute_row_blocks(x, {1, 2, 2}, {0, 1, 2}), ValueError);
 }
 
-TEST(MoEPermute, ExpertCapacityIsMegatronsGetCapacity) {
-  EXPECT_EQ(expert_capacity(16, 4, 2, 1.0), 8);   // ceil(16 * 2 / 4 * 1.0)
-  EXPECT_EQ(expert_capacity(10, 4, 2, 1.0), 5);
-  EXPECT_EQ(expert_capacity(10, 4, 1, 1.5), 4);   // ceil(3.75)
-  EXPECT_THROW(expert_capacity(10, 4, 1, 0.0), ValueError);
-}
-
 }  // namespace
 }  // namespace qk::transformer

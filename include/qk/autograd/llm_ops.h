@@ -33,7 +33,9 @@ namespace qk {
 // an online softmax, never storing a T x S matrix; the forward saves only out
 // and the per-row logsumexp, the backward recomputes the tiles. Grouped-query
 // attention: Hq % Hkv == 0, query head h uses kv head h / (Hq / Hkv), K/V are
-// never repeated in memory. Softmax always in f32; bf16 in gives bf16 out.
+// never repeated in memory. v may have another head dim than q and k
+// (v [B, S, Hkv, Dv]: multi-latent attention), the output then has Dv.
+// Softmax always in f32; bf16 in gives bf16 out.
 // Under autocast, q/k/v are cast to the low-precision dtype like the other
 // matmul-bound ops (the softmax inside stays f32).
 struct AttentionOptions {
@@ -52,7 +54,7 @@ struct AttentionOptions {
 // G query heads, then k, then v), which has no [B, T, Hq, D] form without a copy:
 //   Tensor g = qkv.view({B, T, Hkv, G + 2, D});
 //   Tensor out = flash_attention(g.narrow(3, 0, G), g.select(3, G), g.select(3, G + 1));
-// Returns out [B, T, Hq, D], contiguous, in q's dtype (f32, bf16 or f16).
+// Returns out [B, T, Hq, Dv], contiguous, in q's dtype (f32, bf16 or f16).
 // With dropout the generator advances by B * Hq * T * ceil(S / 4) Philox
 // counters; the mask follows ops::FlashAttentionParams (qk/tensor/ops/attention.h).
 Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,

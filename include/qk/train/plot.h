@@ -7,6 +7,8 @@
 //   qk::train::plot_training_curves("out/training_curves.png", "SimpleCNN on CIFAR-10",
 //                                   {train_loss, val_loss, train_acc, val_acc});
 //   qk::train::plot_image_grid("inference_results.png", "...", tiles, 4);
+//   qk::train::plot_heatmaps("out/moe_expert_load.png", "Expert load", "iteration", "expert",
+//                            "share of routed tokens", {{"layer 2", iterations, load_rows}});
 //
 // Files are written to PATH.tmp and renamed, so a reader never sees half a
 // PNG; a cairo failure throws qk::IoError naming the file.
@@ -49,5 +51,16 @@ struct ImageTile {
 // A grid of upscaled 32x32 images with two caption lines under each.
 void plot_image_grid(const std::string& path, const std::string& title, const std::vector<ImageTile>& tiles,
                      int columns);
+
+struct HeatmapPanel {
+  std::string title;
+  std::vector<double> x;                  // one label per column (e.g. the iteration)
+  std::vector<std::vector<double>> rows;  // rows[r][c]: row r (drawn top to bottom) at column c
+};
+
+// Heat maps stacked top to bottom, one colour scale (viridis, 0 to the
+// largest value of all panels) with its bar on the right.
+void plot_heatmaps(const std::string& path, const std::string& title, const std::string& x_label,
+                   const std::string& y_label, const std::string& value_label, const std::vector<HeatmapPanel>& panels);
 
 }  // namespace qk::train

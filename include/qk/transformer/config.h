@@ -226,6 +226,12 @@ struct TransformerConfig {
   double rotary_scaling_factor = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
+  // YaRN's other parameters (MLATransformerConfig's defaults; arguments.py has no flags
+  // for them): the context the model was trained on, and the rotation counts that bound
+  // the dims YaRN interpolates (beta_fast) and extrapolates (beta_slow).
+  int64_t original_max_position_embeddings = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
 
   // --swiglu: gated_linear_unit with SiLU.
   void set_swiglu() {

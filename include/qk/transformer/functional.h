@@ -37,9 +37,10 @@ struct CoreAttentionOptions {
   bool use_flash = false;
 };
 
-// q [B, T, Hq, D], k, v [B, S, Hkv, D] (strided views with a contiguous last
-// dim are fine), Hq % Hkv == 0 (query head h reads kv head h / (Hq / Hkv)).
-// Returns [B, T, Hq, D] contiguous. Dispatches on o.use_flash.
+// q [B, T, Hq, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv] (strided views with a
+// contiguous last dim are fine; Dv may differ from D, as in multi-latent
+// attention), Hq % Hkv == 0 (query head h reads kv head h / (Hq / Hkv)).
+// Returns [B, T, Hq, Dv] contiguous. Dispatches on o.use_flash.
 Tensor core_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                       const CoreAttentionOptions& o = {});
 // The reference: softmax(scale * Q.K^T + causal mask) . V with the [T x S]

@@ -18,6 +18,8 @@
 //   embedding.word_embeddings.weight [V_padded, C]
 //   embedding.position_embeddings.weight [max_position_embeddings, C]   (learned_absolute)
 //   decoder.layers.{i}.*                                                 (qk/transformer/layers.h)
+//   decoder.layers.{i}.self_attention.*  with config.multi_latent_attention: MLA (qk/transformer/mla.h),
+//                                        in place of the spec's self_attention
 //   decoder.final_layernorm.weight/.bias
 //   output_layer.weight [V_padded, C]          (only when untied; tied reuses the word embedding)
 // Parameters are created in f32, initialised as Megatron does (layers.h's
@@ -127,7 +129,8 @@ class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
   // last_only: only the last position's logits [B, 1, V_padded] (a prompt
   // step of sampling needs no more, and the output layer is the largest GEMM).
   Tensor forward_step(const Tensor& tokens, KVCache& cache, bool last_only = false);
-  // An empty cache sized for this model (dtype = params_dtype).
+  // An empty cache sized for this model (dtype = params_dtype); a
+  // KVCache::latent for multi-latent attention.
   KVCache make_kv_cache(int64_t batch_size, int64_t max_length) const;
 
   // The final hidden states [B, T, C] (after final_layernorm), for callers

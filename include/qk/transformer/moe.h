@@ -38,10 +38,7 @@
 #include "qk/dist/process_group.h"
 #include "qk/parallel/sharding.h"
 #include "qk/transformer/layers.h"
-// The router (section 1 of MOE_API.md). Until qk/transformer/moe_router.h
-// lands, an interim softmax top-k router with the same interface; switching
-// is this include line.
-#include "qk/transformer/moe_interim_router.h"
+#include "qk/transformer/moe_router.h"
 
 namespace qk::transformer {
 
@@ -57,14 +54,10 @@ Tensor grouped_linear(const Tensor& x, const std::vector<int64_t>& rows, const s
 
 // ---- token permutation (Megatron's moe_utils.permute / unpermute) ----
 
-// Megatron's get_capacity: ceil(capacity_factor * num_tokens * topk / num_experts)
-// routes per expert.
-int64_t expert_capacity(int64_t num_tokens, int64_t num_experts, int64_t topk, double capacity_factor);
-
 // Where each routed token goes: rows sorted by expert (the map's columns),
-// within an expert by token (stable). With a capacity, every expert's rows
-// are padded to exactly `capacity` with zero rows (--moe-pad-expert-input-to-capacity)
-// that never reach the output.
+// within an expert by token (stable). With a capacity (the router's
+// moe_capacity), every expert's rows are padded to exactly `capacity` with
+// zero rows (--moe-pad-expert-input-to-capacity) that never reach the output.
 struct TokenPermutation {
   int64_t num_tokens = 0;
   int64_t num_experts = 0;                 // columns of the routing map

@@ -1,5 +1,5 @@
 // The transformer layer in one include: config, functional seams, layers,
-// the GPT model, its pipeline-stage chunks and its KV cache.
+// the GPT model, its pipeline-stage chunks, its KV cache and multi-latent attention.
 //
 //   #include "qk/transformer/transformer.h"
 //   qk::transformer::TransformerConfig c;  c.num_layers = 2;  ...
@@ -12,3 +12,4 @@
 #include "qk/transformer/gpt_pipeline.h"
 #include "qk/transformer/kv_cache.h"
 #include "qk/transformer/layers.h"
+#include "qk/transformer/mla.h"

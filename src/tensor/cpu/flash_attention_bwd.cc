@@ -16,6 +16,7 @@
 // outputs, otherwise each range writes a partial that a last pass sums.
 // With AVX512-BF16 the five products take bf16 pairs (K paired along the keys
 // once per call; P, P Z and dS rounded to bf16 per tile), as in the forward.
+// V, O, dO and dV have head dim Dv, Q, K, dQ and dK D (they may differ).
 #include <cmath>
 #include <vector>
 
@@ -32,38 +33,40 @@ struct BwdTiles {
   float *qt, *dot, *qr, *dor, *s, *dp, *pz, *z, *dqt, *kbuf, *vbuf, *lse2, *delta;
   int32_t* lim;
   uint64_t* counter;
-  float *dk, *dv;  // [S][Dp] accumulators when the item owns its kv head
+  float *dk, *dv;  // [S][Dp] and [S][Dvp] accumulators when the item owns its kv head
   // The bf16-product operands: Q and dO paired along D (transposed) and along
   // the rows, P (or P Z) and dS as bf16 rows, dS paired along the keys.
   uint16_t *qpairs, *dopairs, *qrows, *dorows, *abf, *dspairs;
   BwdTiles(const Layout& L, bool own_dkv)
-      : mem(Scratch::size_of(L.D * kBlockQ) * 3 + Scratch::size_of(kBlockQ * L.Dp) * 2 +
-            Scratch::size_of(kBlockK * kBlockQ) * 4 + Scratch::size_of(kBlockK * L.D) * 2 +
-            Scratch::size_of(kBlockQ) * 3 + Scratch::size_of(2 * kBlockQ) +
-            (own_dkv ? Scratch::size_of(L.S * L.Dp) * 2 : 0) +
-            Scratch::size_of_bf16(L.D * kBlockQ) * 2 + Scratch::size_of_bf16(kBlockQ * L.Dp) * 2 +
+      : mem(Scratch::size_of(L.D * kBlockQ) * 2 + Scratch::size_of(L.Dv * kBlockQ) +
+            Scratch::size_of(kBlockQ * L.Dp) + Scratch::size_of(kBlockQ * L.Dvp) +
+            Scratch::size_of(kBlockK * kBlockQ) * 4 + Scratch::size_of(kBlockK * L.D) +
+            Scratch::size_of(kBlockK * L.Dv) + Scratch::size_of(kBlockQ) * 3 + Scratch::size_of(2 * kBlockQ) +
+            (own_dkv ? Scratch::size_of(L.S * L.Dp) + Scratch::size_of(L.S * L.Dvp) : 0) +
+            Scratch::size_of_bf16(L.D * kBlockQ) + Scratch::size_of_bf16(L.Dv * kBlockQ) +
+            Scratch::size_of_bf16(kBlockQ * L.Dp) + Scratch::size_of_bf16(kBlockQ * L.Dvp) +
             Scratch::size_of_bf16(kBlockK * kBlockQ) * 2) {
     qt = mem.take(L.D * kBlockQ);
-    dot = mem.take(L.D * kBlockQ);
+    dot = mem.take(L.Dv * kBlockQ);
     dqt = mem.take(L.D * kBlockQ);
     qr = mem.take(kBlockQ * L.Dp);
-    dor = mem.take(kBlockQ * L.Dp);
+    dor = mem.take(kBlockQ * L.Dvp);
     s = mem.take(kBlockK * kBlockQ);
     dp = mem.take(kBlockK * kBlockQ);
     pz = mem.take(kBlockK * kBlockQ);
     z = mem.take(kBlockK * kBlockQ);
     kbuf = mem.take(kBlockK * L.D);
-    vbuf = mem.take(kBlockK * L.D);
+    vbuf = mem.take(kBlockK * L.Dv);
     lse2 = mem.take(kBlockQ);
     delta = mem.take(kBlockQ);
     lim = reinterpret_cast<int32_t*>(mem.take(kBlockQ));
     counter = reinterpret_cast<uint64_t*>(mem.take(2 * kBlockQ));
     dk = own_dkv ? mem.take(L.S * L.Dp) : nullptr;
-    dv = own_dkv ? mem.take(L.S * L.Dp) : nullptr;
+    dv = own_dkv ? mem.take(L.S * L.Dvp) : nullptr;
     qpairs = mem.take_bf16(L.D * kBlockQ);
-    dopairs = mem.take_bf16(L.D * kBlockQ);
+    dopairs = mem.take_bf16(L.Dv * kBlockQ);
     qrows = mem.take_bf16(kBlockQ * L.Dp);
-    dorows = mem.take_bf16(kBlockQ * L.Dp);
+    dorows = mem.take_bf16(kBlockQ * L.Dvp);
     abf = mem.take_bf16(kBlockK * kBlockQ);
     dspairs = mem.take_bf16(kBlockK * kBlockQ);
   }
@@ -124,45 +127,48 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   if constexpr (kDot) {
     parallel_for(0, heads, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t h = lo; h < hi; ++h)
-        pack_key_pairs(L, kp, L.ks, h / L.Hkv, h % L.Hkv, kpairs + h * kpair_stride);
+        pack_key_pairs(L, L.qk(), kp, L.ks, h / L.Hkv, h % L.Hkv, kpairs + h * kpair_stride);
     });
   }
   const bool own_dkv = parts == 1;
-  // Partials [heads][parts][dk|dv][S][Dp] when heads are split.
-  Tensor partial_mem = empty({own_dkv ? 0 : heads * parts * 2 * L.S * L.Dp}, DType::f32);
+  // Partials [heads][parts][dk [S][Dp] | dv [S][Dvp]] when heads are split.
+  const int64_t partial_size = L.S * (L.Dp + L.Dvp);
+  Tensor partial_mem = empty({own_dkv ? 0 : heads * parts * partial_size}, DType::f32);
   float* partial = partial_mem.data_ptr<float>();
 
-  auto write_rows = [&](T* dst, const int64_t* dst_st, int64_t b, int64_t hk, const float* acc,
+  auto write_rows = [&](T* dst, const int64_t* dst_st, Width w, int64_t b, int64_t hk, const float* acc,
                         float mul) {
     for (int64_t s = 0; s < L.S; ++s) {
       T* row = dst + b * dst_st[0] + s * dst_st[1] + hk * dst_st[2];
-      for (int64_t d = 0; d < L.D; ++d) st(row, d, acc[s * L.Dp + d] * mul);
+      for (int64_t d = 0; d < w.d; ++d) st(row, d, acc[s * w.dp + d] * mul);
     }
   };
-  const int64_t dks[3] = {L.S * L.Hkv * L.D, L.Hkv * L.D, L.D};  // dk, dv contiguous
+  // dk and dv are contiguous.
+  const int64_t dks[3] = {L.S * L.Hkv * L.D, L.Hkv * L.D, L.D};
+  const int64_t dvs[3] = {L.S * L.Hkv * L.Dv, L.Hkv * L.Dv, L.Dv};
 
   auto item = [&](int64_t it, BwdTiles& w) {
     const int64_t part = it % parts, head = it / parts, hk = head % L.Hkv, b = head / L.Hkv;
     const int64_t qb_lo = bounds[part], qb_hi = bounds[part + 1];
-    float* dk_acc = own_dkv ? w.dk : partial + (head * parts + part) * 2 * L.S * L.Dp;
+    float* dk_acc = own_dkv ? w.dk : partial + (head * parts + part) * partial_size;
     float* dv_acc = own_dkv ? w.dv : dk_acc + L.S * L.Dp;
     std::fill(dk_acc, dk_acc + L.S * L.Dp, 0.0f);
-    std::fill(dv_acc, dv_acc + L.S * L.Dp, 0.0f);
+    std::fill(dv_acc, dv_acc + L.S * L.Dvp, 0.0f);
     for (int64_t qb = qb_lo; qb < qb_hi; ++qb) {
       const int64_t r0 = qb * kBlockQ, nr = std::min(kBlockQ, L.R - r0);
       const int64_t nc = round_up(nr, kColPad);
       const int64_t kv_end = L.kv_end(r0, nr);
       block_columns(L, dr, b, hk, r0, nr, nc, w.lim, w.counter);
       if constexpr (kDot) {
-        pack_pairs_transposed(L, qp, L.qs, b, hk, r0, nr, nc, w.qpairs);
-        pack_pairs_transposed(L, gp, gs, b, hk, r0, nr, nc, w.dopairs);
-        pack_row_pairs(L, qp, L.qs, b, hk, r0, nr, w.qrows);
-        pack_row_pairs(L, gp, gs, b, hk, r0, nr, w.dorows);
+        pack_pairs_transposed(L, L.qk(), qp, L.qs, b, hk, r0, nr, nc, w.qpairs);
+        pack_pairs_transposed(L, L.v(), gp, gs, b, hk, r0, nr, nc, w.dopairs);
+        pack_row_pairs(L, L.qk(), qp, L.qs, b, hk, r0, nr, w.qrows);
+        pack_row_pairs(L, L.v(), gp, gs, b, hk, r0, nr, w.dorows);
       } else {
-        pack_transposed(L, qp, L.qs, b, hk, r0, nr, nc, qscale, w.qt);
-        pack_transposed(L, gp, gs, b, hk, r0, nr, nc, 1.0f, w.dot);
-        pack_rows(L, qp, L.qs, b, hk, r0, nr, w.qr);
-        pack_rows(L, gp, gs, b, hk, r0, nr, w.dor);
+        pack_transposed(L, L.qk(), qp, L.qs, b, hk, r0, nr, nc, qscale, w.qt);
+        pack_transposed(L, L.v(), gp, gs, b, hk, r0, nr, nc, 1.0f, w.dot);
+        pack_rows(L, L.qk(), qp, L.qs, b, hk, r0, nr, w.qr);
+        pack_rows(L, L.v(), gp, gs, b, hk, r0, nr, w.dor);
       }
       for (int64_t i = 0; i < nc; ++i) {
         if (i >= nr) {  // padding columns: P = 1, dS = 0, no NaN
@@ -175,13 +181,13 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
         // A row that saw no key: P = exp2(s - inf) = 0 everywhere.
         w.lse2[i] = std::isinf(l) && l < 0 ? std::numeric_limits<float>::infinity() : l * kLog2e;
         w.delta[i] = row_dot(query_row(L, gp, gs, b, hk, r0 + i),
-                             query_row(L, op, os, b, hk, r0 + i), L.D);
+                             query_row(L, op, os, b, hk, r0 + i), L.Dv);
       }
       std::fill(w.dqt, w.dqt + L.D * nc, 0.0f);
       for (int64_t k0 = 0; k0 < kv_end; k0 += kBlockK) {
         const int64_t nk = std::min(kBlockK, kv_end - k0);
         const TileMask mk = tile_mask(L, dr, r0, k0, nk, w.lim, w.counter);
-        float* dv_rows = dv_acc + k0 * L.Dp;
+        float* dv_rows = dv_acc + k0 * L.Dvp;
         float* dk_rows = dk_acc + k0 * L.Dp;
         if constexpr (kDot) {
           const Bf16Leaves& bf = *lv.bf16;
@@ -191,8 +197,8 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
           bf.gemm({nk, nc, L.D / 2, kb, L.ks[1], 2, w.qpairs, nc, w.s, nc, false});  // S^T
           lv.probs(w.s, qscale, w.pz, w.z, nk, nc, mk, w.lse2);                     // P^T
           bf.to_bf16(dr.on ? w.pz : w.s, nk, nc, w.abf);
-          bf.gemm({nk, L.Dp, nr2, w.abf, nc, 2, w.dorows, L.Dp, dv_rows, L.Dp, true});  // dV
-          bf.gemm({nk, nc, L.D / 2, vb, L.vs[1], 2, w.dopairs, nc, w.dp, nc, false});  // dP^T
+          bf.gemm({nk, L.Dvp, nr2, w.abf, nc, 2, w.dorows, L.Dvp, dv_rows, L.Dvp, true});  // dV
+          bf.gemm({nk, nc, L.Dv / 2, vb, L.vs[1], 2, w.dopairs, nc, w.dp, nc, false});  // dP^T
           lv.dscores(w.s, w.dp, dr.on ? w.z : nullptr, nk, nc, w.delta);           // dS^T
           bf.to_bf16(w.dp, nk, nc, w.abf);
           bf.gemm({nk, L.Dp, nr2, w.abf, nc, 2, w.qrows, L.Dp, dk_rows, L.Dp, true});  // dK
@@ -201,13 +207,13 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
           bf.gemm({L.D, nc, nk2, kt, 2, 2 * L.D, w.dspairs, nc, w.dqt, nc, true});  // dQ^T
         } else {
           int64_t ldk = 0, ldv = 0;
-          const float* kb = kv_rows(L, kp, L.ks, b, hk, k0, nk, w.kbuf, ldk);
-          const float* vb = kv_rows(L, vp, L.vs, b, hk, k0, nk, w.vbuf, ldv);
+          const float* kb = kv_rows(L.qk(), kp, L.ks, b, hk, k0, nk, w.kbuf, ldk);
+          const float* vb = kv_rows(L.v(), vp, L.vs, b, hk, k0, nk, w.vbuf, ldv);
           lv.gemm({nk, nc, L.D, kb, ldk, 1, w.qt, nc, w.s, nc, false});  // S^T = K Q^T
           lv.probs(w.s, 1.0f, w.pz, w.z, nk, nc, mk, w.lse2);            // s = P^T
           const float* pz = dr.on ? w.pz : w.s;
-          lv.gemm({nk, L.Dp, nr, pz, nc, 1, w.dor, L.Dp, dv_rows, L.Dp, true});  // dV += (PZ)^T dO
-          lv.gemm({nk, nc, L.D, vb, ldv, 1, w.dot, nc, w.dp, nc, false});  // dP^T = V dO^T
+          lv.gemm({nk, L.Dvp, nr, pz, nc, 1, w.dor, L.Dvp, dv_rows, L.Dvp, true});  // dV += (PZ)^T dO
+          lv.gemm({nk, nc, L.Dv, vb, ldv, 1, w.dot, nc, w.dp, nc, false});  // dP^T = V dO^T
           lv.dscores(w.s, w.dp, dr.on ? w.z : nullptr, nk, nc, w.delta);  // dp = dS^T
           lv.gemm({nk, L.Dp, nr, w.dp, nc, 1, w.qr, L.Dp, dk_rows, L.Dp, true});  // dK += dS^T Q
           lv.gemm({L.D, nc, nk, kb, 1, ldk, w.dp, nc, w.dqt, nc, true});  // dQ^T += K^T dS^T
@@ -220,8 +226,8 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
       }
     }
     if (own_dkv) {
-      write_rows(dkp, dks, b, hk, dk_acc, L.scale);
-      write_rows(dvp, dks, b, hk, dv_acc, 1.0f);
+      write_rows(dkp, dks, L.qk(), b, hk, dk_acc, L.scale);
+      write_rows(dvp, dvs, L.v(), b, hk, dv_acc, 1.0f);
     }
   };
   run_items(heads * parts, [&] { return std::make_unique<BwdTiles>(L, own_dkv); }, item);
@@ -230,25 +236,24 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   // Sum the ranges' partials: one (head, 64-key block) per task.
   const int64_t kb_count = (L.S + kBlockK - 1) / kBlockK;
   parallel_for(0, heads * kb_count, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> sum(2 * kBlockK * L.Dp);
+    std::vector<float> dk_sum(kBlockK * L.Dp), dv_sum(kBlockK * L.Dvp);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t head = task / kb_count, k0 = task % kb_count * kBlockK;
       const int64_t nk = std::min(kBlockK, L.S - k0);
-      std::fill(sum.begin(), sum.end(), 0.0f);
+      std::fill(dk_sum.begin(), dk_sum.end(), 0.0f);
+      std::fill(dv_sum.begin(), dv_sum.end(), 0.0f);
       for (int64_t part = 0; part < parts; ++part) {
-        const float* src = partial + (head * parts + part) * 2 * L.S * L.Dp;
-        for (int64_t which = 0; which < 2; ++which)
-          for (int64_t e = 0; e < nk * L.Dp; ++e)
-            sum[which * kBlockK * L.Dp + e] += src[which * L.S * L.Dp + k0 * L.Dp + e];
+        const float* src_k = partial + (head * parts + part) * partial_size + k0 * L.Dp;
+        const float* src_v = partial + (head * parts + part) * partial_size + L.S * L.Dp + k0 * L.Dvp;
+        for (int64_t e = 0; e < nk * L.Dp; ++e) dk_sum[e] += src_k[e];
+        for (int64_t e = 0; e < nk * L.Dvp; ++e) dv_sum[e] += src_v[e];
       }
       const int64_t b = head / L.Hkv, hk = head % L.Hkv;
       for (int64_t j = 0; j < nk; ++j) {
         T* krow = dkp + b * dks[0] + (k0 + j) * dks[1] + hk * dks[2];
-        T* vrow = dvp + b * dks[0] + (k0 + j) * dks[1] + hk * dks[2];
-        for (int64_t d = 0; d < L.D; ++d) {
-          st(krow, d, sum[j * L.Dp + d] * L.scale);
-          st(vrow, d, sum[kBlockK * L.Dp + j * L.Dp + d]);
-        }
+        T* vrow = dvp + b * dvs[0] + (k0 + j) * dvs[1] + hk * dvs[2];
+        for (int64_t d = 0; d < L.D; ++d) st(krow, d, dk_sum[j * L.Dp + d] * L.scale);
+        for (int64_t d = 0; d < L.Dv; ++d) st(vrow, d, dv_sum[j * L.Dvp + d]);
       }
     }
   });
@@ -270,7 +275,8 @@ std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& dout, 
       QK_THROW(TypeError, "flash_attention_backward: f64 is not supported; use f32, bf16 or f16");
     } else {
       if constexpr (std::is_same_v<T_, BFloat16>) {
-        if (flash::leaves().bf16 != nullptr && q.size(-1) % 2 == 0) {
+        // The products pair Q, K along D and dO along Dv.
+        if (flash::leaves().bf16 != nullptr && q.size(-1) % 2 == 0 && v.size(-1) % 2 == 0) {
           backward_impl<T_, true>(dout, q, k, v, out, lse, dq, dk, dv, p);
           return;
         }

@@ -25,10 +25,12 @@ Layout make_layout(const Tensor& q, const Tensor& k, const Tensor& v,
   L.S = k.size(1);
   L.Hkv = k.size(2);
   L.D = k.size(3);
+  L.Dv = v.size(3);
   L.Hq = q.dim() == 5 ? q.size(2) * q.size(3) : q.size(2);
   L.G = L.Hq / L.Hkv;
   L.R = L.T * L.G;
   L.Dp = round_up(L.D, kColPad);
+  L.Dvp = round_up(L.Dv, kColPad);
   L.causal = p.causal;
   L.scale = static_cast<float>(p.scale);
   L.qs = query_strides(q, L.G);
@@ -80,11 +82,11 @@ TileMask tile_mask(const Layout& L, const Dropout& dr, int64_t r0, int64_t k0, i
   return mk;
 }
 
-void pack_pairs_transposed(const Layout& L, const BFloat16* base, const QueryStrides& st,
+void pack_pairs_transposed(const Layout& L, Width w, const BFloat16* base, const QueryStrides& st,
                            int64_t b, int64_t hk, int64_t r0, int64_t nr, int64_t nc,
                            uint16_t* dst) {
   // A pair is 32 adjacent bits in the row: transpose 32-bit words.
-  const int64_t pairs = L.D / 2;
+  const int64_t pairs = w.d / 2;
   for (int64_t i = 0; i < nr; ++i) {
     const BFloat16* row = query_row(L, base, st, b, hk, r0 + i);
     for (int64_t p = 0; p < pairs; ++p) std::memcpy(dst + 2 * (p * nc + i), row + 2 * p, 4);
@@ -92,32 +94,32 @@ void pack_pairs_transposed(const Layout& L, const BFloat16* base, const QueryStr
   for (int64_t p = 0; p < pairs; ++p) std::fill(dst + 2 * (p * nc + nr), dst + 2 * (p + 1) * nc, 0);
 }
 
-void pack_row_pairs(const Layout& L, const BFloat16* base, const QueryStrides& st, int64_t b,
-                    int64_t hk, int64_t r0, int64_t nr, uint16_t* dst) {
+void pack_row_pairs(const Layout& L, Width w, const BFloat16* base, const QueryStrides& st,
+                    int64_t b, int64_t hk, int64_t r0, int64_t nr, uint16_t* dst) {
   for (int64_t i = 0; i < round_up(nr, 2); ++i) {
-    uint16_t* out = dst + (i / 2) * 2 * L.Dp + i % 2;
+    uint16_t* out = dst + (i / 2) * 2 * w.dp + i % 2;
     if (i == nr) {
-      for (int64_t d = 0; d < L.Dp; ++d) out[2 * d] = 0;
+      for (int64_t d = 0; d < w.dp; ++d) out[2 * d] = 0;
       continue;
     }
     const BFloat16* row = query_row(L, base, st, b, hk, r0 + i);
-    for (int64_t d = 0; d < L.D; ++d) out[2 * d] = row[d].bits;
-    for (int64_t d = L.D; d < L.Dp; ++d) out[2 * d] = 0;
+    for (int64_t d = 0; d < w.d; ++d) out[2 * d] = row[d].bits;
+    for (int64_t d = w.d; d < w.dp; ++d) out[2 * d] = 0;
   }
 }
 
-void pack_key_pairs(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,
+void pack_key_pairs(const Layout& L, Width w, const BFloat16* base, const int64_t* st, int64_t b,
                     int64_t hk, uint16_t* dst) {
   // Word d of pair row p holds key 2p's element d (low half) and key 2p+1's.
   for (int64_t p = 0; p < key_pairs(L); ++p) {
     const BFloat16* lo = row_ptr(base, st, b, 2 * p, hk);
     const BFloat16* hi = 2 * p + 1 < L.S ? lo + st[1] : nullptr;
-    uint32_t* out = reinterpret_cast<uint32_t*>(dst) + p * L.D;
+    uint32_t* out = reinterpret_cast<uint32_t*>(dst) + p * w.d;
     if (hi != nullptr) {
-      for (int64_t d = 0; d < L.D; ++d)
+      for (int64_t d = 0; d < w.d; ++d)
         out[d] = static_cast<uint32_t>(lo[d].bits) | static_cast<uint32_t>(hi[d].bits) << 16;
     } else {
-      for (int64_t d = 0; d < L.D; ++d) out[d] = lo[d].bits;
+      for (int64_t d = 0; d < w.d; ++d) out[d] = lo[d].bits;
     }
   }
 }

@@ -38,11 +38,18 @@ struct QueryStrides {
 };
 QueryStrides query_strides(const Tensor& x, int64_t G);
 
+// A row width: d elements, dp = d padded to kColPad (tiles whose columns are head dims).
+struct Width {
+  int64_t d = 0, dp = 0;
+};
+
 struct Layout {
   int64_t B = 0, T = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
+  int64_t Dv = 0;  // value (and output) head dim
   int64_t G = 1;   // query heads per kv head
   int64_t R = 0;   // query rows per kv head: T * G
-  int64_t Dp = 0;  // D padded to kColPad (tiles whose columns are head dims)
+  int64_t Dp = 0;  // D padded to kColPad
+  int64_t Dvp = 0;  // Dv padded to kColPad
   bool causal = true;
   float scale = 1;
   QueryStrides qs;
@@ -57,6 +64,8 @@ struct Layout {
     return std::clamp<int64_t>(last_key(t_of(r0 + nr - 1)) + 1, 0, S);
   }
   int64_t q_blocks() const { return (R + kBlockQ - 1) / kBlockQ; }
+  Width qk() const { return {D, Dp}; }  // q, k, dq, dk rows
+  Width v() const { return {Dv, Dvp}; }  // v, out, dout, dv rows
 };
 
 Layout make_layout(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -108,57 +117,58 @@ float row_dot(const T* a, const T* b, int64_t n) {
   return s;
 }
 
-// dst[d][i] = scale * row(r0 + i)[d] for d < D, i < nr; zero for nr <= i < nc.
+// dst[d][i] = scale * row(r0 + i)[d] for d < w.d, i < nr; zero for nr <= i < nc.
 template <typename T>
-void pack_transposed(const Layout& L, const T* base, const QueryStrides& st, int64_t b, int64_t hk,
-                     int64_t r0, int64_t nr, int64_t nc, float scale, float* dst) {
+void pack_transposed(const Layout& L, Width w, const T* base, const QueryStrides& st, int64_t b,
+                     int64_t hk, int64_t r0, int64_t nr, int64_t nc, float scale, float* dst) {
   for (int64_t i = 0; i < nr; ++i) {
     const T* row = query_row(L, base, st, b, hk, r0 + i);
-    for (int64_t d = 0; d < L.D; ++d) dst[d * nc + i] = ld<float>(row, d) * scale;
+    for (int64_t d = 0; d < w.d; ++d) dst[d * nc + i] = ld<float>(row, d) * scale;
   }
-  for (int64_t d = 0; d < L.D; ++d) std::fill(dst + d * nc + nr, dst + (d + 1) * nc, 0.0f);
+  for (int64_t d = 0; d < w.d; ++d) std::fill(dst + d * nc + nr, dst + (d + 1) * nc, 0.0f);
 }
 
-// dst[i][d] = row(r0 + i)[d] (leading dim Dp, zero beyond D).
+// dst[i][d] = row(r0 + i)[d] (leading dim w.dp, zero beyond w.d).
 template <typename T>
-void pack_rows(const Layout& L, const T* base, const QueryStrides& st, int64_t b, int64_t hk,
-               int64_t r0, int64_t nr, float* dst) {
+void pack_rows(const Layout& L, Width w, const T* base, const QueryStrides& st, int64_t b,
+               int64_t hk, int64_t r0, int64_t nr, float* dst) {
   for (int64_t i = 0; i < nr; ++i) {
     const T* row = query_row(L, base, st, b, hk, r0 + i);
-    float* out = dst + i * L.Dp;
-    for (int64_t d = 0; d < L.D; ++d) out[d] = ld<float>(row, d);
-    std::fill(out + L.D, out + L.Dp, 0.0f);
+    float* out = dst + i * w.dp;
+    for (int64_t d = 0; d < w.d; ++d) out[d] = ld<float>(row, d);
+    std::fill(out + w.d, out + w.dp, 0.0f);
   }
 }
 
-// Keys [k0, k0 + nk) of kv head hk as f32 rows: the tensor itself for f32
-// (ld = its row stride), else converted into buf (ld = D).
+// Keys [k0, k0 + nk) of kv head hk (rows of w.d) as f32 rows: the tensor
+// itself for f32 (ld = its row stride), else converted into buf (ld = w.d).
 template <typename T>
-const float* kv_rows(const Layout& L, const T* base, const int64_t* st, int64_t b, int64_t hk,
-                     int64_t k0, int64_t nk, float* buf, int64_t& ld_out) {
+const float* kv_rows(Width w, const T* base, const int64_t* st, int64_t b, int64_t hk, int64_t k0,
+                     int64_t nk, float* buf, int64_t& ld_out) {
   const T* first = row_ptr(base, st, b, k0, hk);
   if constexpr (std::is_same_v<T, float>) {
     ld_out = st[1];
     return first;
   } else {
     for (int64_t j = 0; j < nk; ++j)
-      for (int64_t d = 0; d < L.D; ++d) buf[j * L.D + d] = ld<float>(first + j * st[1], d);
-    ld_out = L.D;
+      for (int64_t d = 0; d < w.d; ++d) buf[j * w.d + d] = ld<float>(first + j * st[1], d);
+    ld_out = w.d;
     return buf;
   }
 }
 
-// bf16 pair packs for the AVX512-BF16 products (D even), as raw bf16 bits.
-// dst[d / 2][i][2] = row(r0 + i)[d] for i < nr; zero for nr <= i < nc.
-void pack_pairs_transposed(const Layout& L, const BFloat16* base, const QueryStrides& st,
+// bf16 pair packs for the AVX512-BF16 products, as raw bf16 bits.
+// dst[d / 2][i][2] = row(r0 + i)[d] for i < nr (w.d even); zero for nr <= i < nc.
+void pack_pairs_transposed(const Layout& L, Width w, const BFloat16* base, const QueryStrides& st,
                            int64_t b, int64_t hk, int64_t r0, int64_t nr, int64_t nc,
                            uint16_t* dst);
-// dst[i / 2][d][2] = row(r0 + i)[d], leading dim Dp (zero beyond D, and the
-// partner of the last row when nr is odd).
-void pack_row_pairs(const Layout& L, const BFloat16* base, const QueryStrides& st, int64_t b,
-                    int64_t hk, int64_t r0, int64_t nr, uint16_t* dst);
-// Every key of (b, hk), paired along the keys: dst[s / 2][d][2] (zero past S).
-void pack_key_pairs(const Layout& L, const BFloat16* base, const int64_t* st, int64_t b,
+// dst[i / 2][d][2] = row(r0 + i)[d], leading dim w.dp (zero beyond w.d, and
+// the partner of the last row when nr is odd).
+void pack_row_pairs(const Layout& L, Width w, const BFloat16* base, const QueryStrides& st,
+                    int64_t b, int64_t hk, int64_t r0, int64_t nr, uint16_t* dst);
+// Every key (rows of w.d) of (b, hk), paired along the keys: dst[s / 2][d][2]
+// (zero past S).
+void pack_key_pairs(const Layout& L, Width w, const BFloat16* base, const int64_t* st, int64_t b,
                     int64_t hk, uint16_t* dst);
 inline int64_t key_pairs(const Layout& L) { return (L.S + 1) / 2; }
 

@@ -4,7 +4,6 @@
 // way over a row map built once on the host; the unfused forms are the
 // composition of differentiable ops they are tested against.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -149,14 +148,6 @@ void check_permutation(const char* op, const TokenPermutationPtr& p) {
 }
 
 }  // namespace
-
-int64_t expert_capacity(int64_t num_tokens, int64_t num_experts, int64_t topk, double capacity_factor) {
-  QK_CHECK(num_experts > 0 && topk > 0 && capacity_factor > 0, "expert_capacity: needs experts, topk and a "
-           "positive capacity factor, got ", num_experts, ", ", topk, ", ", capacity_factor);
-  return static_cast<int64_t>(
-      std::ceil(static_cast<double>(num_tokens) * static_cast<double>(topk) / static_cast<double>(num_experts) *
-                capacity_factor));
-}
 
 TokenPermutationPtr make_token_permutation(const Tensor& routing_map, int64_t capacity) {
   QK_CHECK(routing_map.defined() && routing_map.dim() == 2 && routing_map.dtype() == DType::boolean,

@@ -63,7 +63,8 @@ void TokenDispatcher::exchange_counts(const Tensor& routing_map, int64_t dropped
 int64_t TokenDispatcher::padding_capacity(int64_t num_tokens) const {
   if (!config_.moe_pad_expert_input_to_capacity) return 0;
   QK_CHECK(config_.moe_expert_capacity_factor, "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
-  return expert_capacity(num_tokens, experts_, config_.moe_router_topk, *config_.moe_expert_capacity_factor);
+  // The router's capacity (on the same tokens), so no expert has more routes.
+  return moe_capacity(num_tokens * config_.moe_router_topk, experts_, *config_.moe_expert_capacity_factor);
 }
 
 std::unique_ptr<TokenDispatcher> make_token_dispatcher(const TransformerConfig& config,

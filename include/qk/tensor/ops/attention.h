@@ -6,8 +6,9 @@
 //   auto [out, lse] = ops::flash_attention(q, k, v, p);
 //   auto [dq, dk, dv] = ops::flash_attention_backward(dout, q, k, v, out, lse, p);
 //
-// q [B, T, Hq, D], k and v [B, S, Hkv, D], Hq % Hkv == 0 (query head h reads
-// kv head h / (Hq / Hkv)); any strides with the last dim contiguous (others
+// q [B, T, Hq, D], k [B, S, Hkv, D] and v [B, S, Hkv, Dv], Hq % Hkv == 0
+// (query head h reads kv head h / (Hq / Hkv)); the value head dim Dv may
+// differ from D (multi-latent attention); any strides with the last dim contiguous (others
 // are copied first). q may also come grouped as [B, T, Hkv, G, D] (Hq = Hkv G,
 // query head hk * G + g), the view of Megatron's fused QKV projection output
 // [B, T, Hkv, (G + 2) D] that has no [B, T, Hq, D] form without a copy. f32,
@@ -45,13 +46,13 @@ int64_t attention_query_heads(const Tensor& q);
 uint64_t flash_attention_counters(int64_t B, int64_t Hq, int64_t T, int64_t S);
 
 struct FlashAttentionResult {
-  Tensor out;  // [B, T, Hq, D] contiguous, q's dtype
+  Tensor out;  // [B, T, Hq, Dv] contiguous, q's dtype
   Tensor lse;  // [B, Hq, T] f32: log sum_s exp(scale * q.k_s) over visible keys (-inf: none)
 };
 
 FlashAttentionResult flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const FlashAttentionParams& p);
-// dout and out [B, T, Hq, D]. Returns (dq, dk, dv), contiguous, in the
+// dout and out [B, T, Hq, Dv]. Returns (dq, dk, dv), contiguous, in the
 // inputs' shapes (q's grouped form too) and dtype.
 std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& dout, const Tensor& q,
                                                             const Tensor& k, const Tensor& v,
