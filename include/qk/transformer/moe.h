@@ -25,9 +25,11 @@
 // Tensor parallelism (Megatron's default expert_tensor_parallel_size = TP;
 // MoE with TP > 1 needs --sequence-parallel, as Megatron): the layer gathers
 // the sequence over TP before routing, so every TP rank routes the same
-// tokens as an unsplit run; each expert (and the shared experts) holds
-// column-parallel fc1 rows and row-parallel fc2 columns, and the summed
-// partial outputs are reduce-scattered back to the sequence shards.
+// tokens as an unsplit run (its capacity and losses included; the router
+// gets no sequence-partition group); each expert (and the shared experts)
+// holds column-parallel fc1 rows and row-parallel fc2 columns, and the
+// summed partial outputs are reduce-scattered back to the sequence shards.
+// The router's weights get whole (equal) gradients on every TP rank.
 #pragma once
 
 #include <memory>
