@@ -49,7 +49,7 @@ std::vector<StatusRule> build_rules() {
        [](const A& a) { return a.expert_tensor_parallel_size == 1; }, "this build runs expert tensor size 1"},
       // --use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
       // --ddp-bucket-size and --recompute-{activations,granularity,method,num-layers}
-      // are supported (issue 16 parts 4 and 5).
+      // are supported (issue 16 parts 4 and 5), also with pipeline parallelism (issue 17).
       {"--tp-comm-overlap", kNotYet, "tensor-parallel communication overlap", kIssue16},
       {"--recompute-modules", kSupported, "recomputing modules other than the attention core", kNone,
        [](const A& a) {
