@@ -7,9 +7,10 @@
 //
 // As of issue 16 (GPT/Llama over tensor x data-parallel ranks; tensor and
 // sequence parallelism, the distributed optimizer, overlapped reductions and
-// activation recompute): not yet for pipeline/context/expert parallelism, MoE
-// and MLA (issues 17-18); --sequence-parallel at tensor size 1 is turned off
-// with a note, as Megatron does.
+// activation recompute) and issue 17 (pipeline parallelism, composed with
+// all of those): not yet for context/expert parallelism, MoE and MLA (issues
+// 16 and 18); --sequence-parallel at tensor size 1 is turned off with a note,
+// as Megatron does.
 #include <set>
 
 #include "megatron_flag_table.h"
