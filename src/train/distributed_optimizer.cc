@@ -59,6 +59,12 @@ DistributedOptimizer::DistributedOptimizer(const nn::Module& model, std::vector<
   // one bucket when nothing overlaps the reduction.
   bo.bucket_size = d_.bucket_size > 0 ? d_.bucket_size : 0;
   if (d_.bucket_size == 0 && d_.overlap_grad_reduce) bo.bucket_size = std::max<int64_t>(40000000, 1000000LL * dp);
+  if (d_.shard && !d_.shared_embedding.empty()) {
+    const auto at = std::find(names_.begin(), names_.end(), d_.shared_embedding);
+    QK_CHECK_AS(ValueError, at != names_.end(), "DistributedOptimizer: the shared embedding '", d_.shared_embedding,
+                "' is not a parameter of this optimizer");
+    bo.own_bucket.push_back(buffer_index_[static_cast<size_t>(at - names_.begin())]);
+  }
   buffer_ = std::make_unique<ParamAndGradBuffer>(std::move(ordered), d_.data_parallel_group, bo);
 
   // This rank's piece of each parameter (at most one: a parameter lies in
@@ -106,6 +112,17 @@ void DistributedOptimizer::finish_grad_sync(dist::ProcessGroup* dp) {
 }
 
 void DistributedOptimizer::finish_param_sync() { buffer_->finish_param_sync(); }
+
+void DistributedOptimizer::set_pipeline_parallel(PipelineParallel pp) {
+  // The embedding group sums each stage's averaged shard piece of the tied
+  // weight: both stages must cut it alike, i.e. into a bucket of its own.
+  const bool sharded = d_.shard && buffer_->group_size() > 1;
+  QK_CHECK_AS(ValueError, pp.tied_parameter.empty() || !sharded || pp.tied_parameter == d_.shared_embedding,
+              "DistributedOptimizer::set_pipeline_parallel: the tied weight '", pp.tied_parameter,
+              "' is sharded without a bucket of its own; build the optimizer with shared_embedding = '",
+              pp.tied_parameter, "'");
+  MixedPrecisionOptimizer::set_pipeline_parallel(std::move(pp));
+}
 
 // The shard of the averaged gradients as each piece's fp32 gradient.
 void DistributedOptimizer::collect_grads() {

@@ -174,16 +174,6 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
            "pretrain_gpt runs tensor, pipeline and data parallelism (--context-parallel-size and "
            "--expert-model-parallel-size must be 1)");
   const bool pipelined = a.pipeline_model_parallel_size > 1;
-  QK_CHECK_AS(ValueError, !pipelined || (!a.use_distributed_optimizer && !a.overlap_grad_reduce),
-              "--pipeline-model-parallel-size ", a.pipeline_model_parallel_size,
-              " runs the plain optimizer: --use-distributed-optimizer and --overlap-grad-reduce do not compose with "
-              "pipeline parallelism in this build; drop them or use --pipeline-model-parallel-size 1");
-  // Full recompute lives in the unsplit model's transformer block; the
-  // pipeline's chunks run their layers themselves (selective recompute,
-  // inside attention, composes).
-  QK_CHECK_AS(ValueError, !pipelined || a.recompute_granularity.value_or("") != "full",
-              "--recompute-granularity full does not compose with --pipeline-model-parallel-size ",
-              a.pipeline_model_parallel_size, " in this build; use --recompute-granularity selective or drop it");
   const World world = join_world(a);
   const bool lead = world.rank == 0;
   const auto print = o.print ? o.print : [](const std::string& s) {
@@ -274,9 +264,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     mp.tp = tensor_parallel_of(*gpt, world.tp.get(), gpt->tensor_parallel_generator());
   }
   const std::unique_ptr<MixedPrecisionOptimizer> optimizer =
-      pipelined ? std::make_unique<MixedPrecisionOptimizer>(megatron_param_groups(model), gpt_optimizer(a),
-                                                            gpt_loss_scaler(a), gpt_mixed_precision_options(a))
-                : gpt_build_optimizer(a, *gpt, world.dp.get());
+      pipelined ? build_gpt_stage_optimizer(a, *stage, world.dp.get()) : gpt_build_optimizer(a, *gpt, world.dp.get());
   MixedPrecisionOptimizer& opt = *optimizer;
   // Clipping and the inf check over the whole model, the partial gradients
   // (sequence-parallel norms, q/k norms) summed over the group; the tied
@@ -373,6 +361,10 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     po.timeline = a.profile ? &timeline : nullptr;
     pipeline = std::make_unique<GptPipelineSteps>(*stage, opt, po);
     pipeline->set_scheduler(&sched, to.global_batch_size);
+    // The traffic line's "pp": the activations and gradients sent and
+    // received between stages; "embedding": the tied gradient's sum.
+    for (dist::ProcessGroup* g : pipeline->p2p_groups()) trainer.meter_traffic("pp", g);
+    if (!mp.pp.tied_parameter.empty()) trainer.meter_traffic("embedding", world.embedding.get());
     CustomSteps steps;
     steps.train = [&] { return pipeline->step(train_it); };
     if (do_valid) steps.evaluate = [&](int64_t n) { return pipeline->forward_only(*valid_it, n); };

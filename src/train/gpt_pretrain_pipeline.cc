@@ -7,9 +7,11 @@
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/autograd.h"
 #include "qk/base/error.h"
+#include "qk/base/log.h"
 #include "qk/base/timer.h"
 #include "qk/parallel/sharding.h"
 #include "qk/tensor/generator.h"
+#include "qk/train/distributed_optimizer.h"
 
 namespace qk::train {
 
@@ -97,6 +99,15 @@ PipelineParallel GptPipelineStage::pipeline_parallel(dist::ProcessGroup* pp, dis
   return p;
 }
 
+std::unique_ptr<MixedPrecisionOptimizer> build_gpt_stage_optimizer(const MegatronArgs& a, GptPipelineStage& stage,
+                                                                   dist::ProcessGroup* dp) {
+  auto opt = gpt_build_optimizer(a, *stage.model, dp, transformer::shared_embedding_parameter_name(stage.chunks));
+  if (a.overlap_param_gather)
+    if (auto* d = dynamic_cast<DistributedOptimizer*>(opt.get()))
+      for (auto& ch : stage.chunks) ch->set_forward_pre_hook(d->forward_pre_hook());
+  return opt;
+}
+
 GptPipelineSteps::GptPipelineSteps(GptPipelineStage& stage, MixedPrecisionOptimizer& opt, GptPipelineOptions o)
     : stage_(stage), opt_(opt), o_(std::move(o)) {
   QK_CHECK(o_.pp != nullptr, "GptPipelineSteps: no pipeline group");
@@ -179,6 +190,10 @@ StepStats GptPipelineSteps::step(GptBatchIterator& data) {
   so.loss_scale = opt_.loss_scale();
   parallel::Timeline* tl = o_.timeline && profiled_ < o_.max_profiled_steps ? o_.timeline : nullptr;
   so.timeline = tl;
+  // Overlapped gradient reduction: a bucket may start once its parameters'
+  // gradients of their chunk's last micro-batch are in (Megatron enables
+  // grad sync for that backward only).
+  so.before_backward = [&](int, int64_t microbatch) { opt_.begin_microbatch(microbatch == o_.num_microbatches - 1); };
   so.backward_step = [&](const Tensor& in, const Tensor& out, const Tensor& grad) {
     Tensor g = parallel::autograd_backward_step(in, out, grad);
     opt_.accumulate_grads();  // --accumulate-allreduce-grads-in-fp32 (bf16/f16 models)
@@ -194,6 +209,11 @@ StepStats GptPipelineSteps::step(GptBatchIterator& data) {
   {
     parallel::SpanScope span(tl, parallel::SpanKind::optimizer, "optimizer");
     opt_.finish_grad_sync(o_.dp);
+    if (const auto* d = dynamic_cast<const DistributedOptimizer*>(&opt_)) {
+      const ParamAndGradBuffer::GradSyncStats& g = d->buffer().last_grad_sync();
+      QK_DEBUG("pipeline stage {}: {} of {} gradient buckets launched during backward", o_.pp->rank(),
+               g.launched_in_backward, g.buckets);
+    }
     s.lr = opt_.optimizer().lr(0);
     u = opt_.step();  // the tied embedding, norm and inf check over the pipeline
   }

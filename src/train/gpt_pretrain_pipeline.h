@@ -5,9 +5,9 @@
 // and evaluation steps for the Trainer (qk/train/trainer.h CustomSteps).
 //
 //   GptPipelineStage stage = build_gpt_pipeline_stage(a, cfg, pp->rank(), tp);
-//   MixedPrecisionOptimizer opt(megatron_param_groups(*stage.model), ...);
-//   opt.set_pipeline_parallel(stage.pipeline_parallel(pp.get(), embedding.get()));
-//   GptPipelineSteps steps(stage, opt, {...});
+//   auto opt = build_gpt_stage_optimizer(args, stage, dp.get());
+//   opt->set_pipeline_parallel(stage.pipeline_parallel(pp.get(), embedding.get()));
+//   GptPipelineSteps steps(stage, *opt, {...});
 //   trainer.set_custom_steps({[&] { return steps.step(train_it); },
 //                             [&](int64_t n) { return steps.forward_only(*valid_it, n); }});
 #pragma once
@@ -41,6 +41,14 @@ struct GptPipelineStage {
 // the stages after the first.
 GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transformer::TransformerConfig& cfg,
                                           int pp_rank, std::shared_ptr<dist::ProcessGroup> tp);
+
+// The stage's optimizer (gpt_build_optimizer over the stage's parameters):
+// the plain one, or with --use-distributed-optimizer / --overlap-grad-reduce
+// one ParamAndGradBuffer over all of this rank's chunks, reduced over `dp`,
+// the tied weight in a bucket of its own; with --overlap-param-gather each
+// chunk's parts wait for their own buckets' all-gather in the forward.
+std::unique_ptr<MixedPrecisionOptimizer> build_gpt_stage_optimizer(const MegatronArgs& a, GptPipelineStage& stage,
+                                                                   dist::ProcessGroup* dp);
 
 struct GptPipelineOptions {
   dist::ProcessGroup* pp = nullptr;  // required
@@ -76,6 +84,8 @@ class GptPipelineSteps {
   // steps since the last take, and how many; zeroes it.
   std::pair<double, int64_t> take_bubble();
   int64_t profiled_steps() const { return profiled_; }
+  // The schedule's activation and gradient communicators (for the traffic line).
+  std::vector<dist::ProcessGroup*> p2p_groups() const { return schedule_->p2p_groups(); }
 
  private:
   parallel::ForwardStepResult forward(int chunk, int64_t microbatch, const Tensor& input);

@@ -7,9 +7,10 @@
 //
 // As of issue 16 (GPT/Llama over tensor x data-parallel ranks; tensor and
 // sequence parallelism, the distributed optimizer, overlapped reductions and
-// activation recompute): not yet for pipeline/context/expert parallelism, MoE
-// and MLA (issues 17-18); --sequence-parallel at tensor size 1 is turned off
-// with a note, as Megatron does.
+// activation recompute) and issue 17 (pipeline parallelism, composed with
+// all of those): not yet for context/expert parallelism, MoE and MLA (issues
+// 16 and 18); --sequence-parallel at tensor size 1 is turned off with a note,
+// as Megatron does.
 #include <set>
 
 #include "megatron_flag_table.h"
@@ -49,7 +50,7 @@ std::vector<StatusRule> build_rules() {
        [](const A& a) { return a.expert_tensor_parallel_size == 1; }, "this build runs expert tensor size 1"},
       // --use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
       // --ddp-bucket-size and --recompute-{activations,granularity,method,num-layers}
-      // are supported (issue 16 parts 4 and 5).
+      // are supported (issue 16 parts 4 and 5), also with pipeline parallelism (issue 17).
       {"--tp-comm-overlap", kNotYet, "tensor-parallel communication overlap", kIssue16},
       {"--recompute-modules", kSupported, "recomputing modules other than the attention core", kNone,
        [](const A& a) {

@@ -2,6 +2,7 @@
 // Megatron's MixedPrecisionOptimizer, and its state by parameter name.
 #include "qk/train/mixed_precision_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -275,16 +276,22 @@ void MixedPrecisionOptimizer::sum_partial_grads() {
 void MixedPrecisionOptimizer::set_pipeline_parallel(PipelineParallel pp) {
   tied_main_ = -1;
   if (!pp.tied_parameter.empty()) {
+    QK_CHECK_AS(ValueError, std::find(names_.begin(), names_.end(), pp.tied_parameter) != names_.end(),
+                "MixedPrecisionOptimizer::set_pipeline_parallel: the tied weight '", pp.tied_parameter,
+                "' is not a parameter of this optimizer");
+    // The distributed optimizer's rank may hold no piece of it (then
+    // neither does its partner on the other stage, the shards being alike).
     for (size_t i = 0; i < main_.size(); ++i)
       if (names_[name_index_of_main(i)] == pp.tied_parameter) tied_main_ = static_cast<int64_t>(i);
-    QK_CHECK_AS(ValueError, tied_main_ >= 0, "MixedPrecisionOptimizer::set_pipeline_parallel: the tied weight '",
-                pp.tied_parameter, "' is not a parameter of this optimizer");
   }
   pp_ = std::move(pp);
 }
 
 // Megatron's _allreduce_word_embedding_grads on the fp32 main gradient: the
-// first stage's embedding and the last stage's copy take the same step.
+// first stage's embedding and the last stage's copy take the same step. It
+// runs after the data-parallel reduction (a sum commutes with its average);
+// the distributed optimizer's main gradient is this rank's averaged piece,
+// which both stages cut alike (the tied weight's own bucket).
 void MixedPrecisionOptimizer::sum_embedding_grads() {
   if (tied_main_ < 0 || !pp_.embedding || pp_.embedding->size() < 2) return;
   Tensor& p = main_[static_cast<size_t>(tied_main_)];

@@ -149,12 +149,19 @@ ParamAndGradBuffer::ParamAndGradBuffer(std::vector<Tensor> params, dist::Process
     open = Bucket{};
     open.offset = at;
   };
+  std::vector<char> alone(n, 0);
+  for (size_t k : o.own_bucket) {
+    QK_CHECK_AS(ValueError, k < n, "ParamAndGradBuffer: own_bucket index ", k, " is not one of the ", n,
+                " parameters");
+    alone[k] = 1;
+  }
   for (size_t k = n; k-- > 0;) {
+    if (alone[k]) close();
     s.offset[k] = at;
     s.bucket_of[k] = s.buckets.size();
     open.params.push_back(k);
     at += s.params[k].numel();
-    if (o.bucket_size > 0 && at - open.offset >= o.bucket_size) close();
+    if (alone[k] || (o.bucket_size > 0 && at - open.offset >= o.bucket_size)) close();
   }
   close();
 

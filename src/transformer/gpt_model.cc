@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "qk/autograd/autograd.h"
-#include "qk/autograd/checkpoint.h"
 #include "qk/autograd/functions.h"
 #include "qk/parallel/cross_entropy.h"
 #include "qk/parallel/mappings.h"
@@ -95,8 +94,7 @@ Tensor LanguageModelEmbeddingImpl::forward(const Tensor& tokens, const Tensor& p
 // ---- TransformerBlock ----
 
 TransformerBlockImpl::TransformerBlockImpl(const TransformerConfig& c, const TransformerLayerSpec& spec)
-    : recompute_granularity_(c.recompute_granularity), recompute_method_(c.recompute_method),
-      recompute_num_layers_(c.recompute_num_layers) {
+    : recompute_(LayerRecompute::of(c)) {
   layers = register_module("layers", nn::ModuleList());
   for (int64_t i = 0; i < c.num_layers; ++i) {
     auto layer = std::make_shared<TransformerLayerImpl>(c, /*layer_number=*/i + 1, spec);
@@ -106,38 +104,9 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerConfig& c, const Tra
   final_layernorm = register_module("final_layernorm", Norm(c, c.hidden_size));
 }
 
-Tensor TransformerBlockImpl::run_layers(const Tensor& hidden, const AttentionContext& ctx, size_t begin, size_t end,
-                                        bool checkpointed) {
-  if (forward_pre_hook)
-    for (size_t i = begin; i < end; ++i) forward_pre_hook(*typed_layers_[i]);
-  // By value: the region's re-run happens in backward, after this call returned.
-  auto body = [this, ctx, begin, end](const std::vector<Tensor>& in) {
-    AttentionContext c = ctx;
-    Tensor h = in[0];
-    for (size_t i = begin; i < end; ++i) {
-      c.layer = static_cast<int64_t>(i);
-      h = typed_layers_[i]->forward(h, c);
-    }
-    return std::vector<Tensor>{h};
-  };
-  if (!checkpointed) return body({hidden})[0];
-  return autograd::checkpoint(body, {hidden},
-                              {.generators = {ctx.attention_dropout_generator, ctx.hidden_dropout_generator}})[0];
-}
-
 Tensor TransformerBlockImpl::forward(const Tensor& hidden, const RotaryTables& rotary, KVCache* cache) {
-  Tensor h = hidden;
   const AttentionContext ctx{rotary, cache, 0, attention_dropout_generator, hidden_dropout_generator};
-  const size_t n = typed_layers_.size();
-  const bool full = recompute_granularity_ == RecomputeGranularity::full && is_training() && cache == nullptr &&
-                    autograd::grad_mode_enabled();
-  const auto k = static_cast<size_t>(recompute_num_layers_);
-  if (full && recompute_method_ == RecomputeMethod::uniform) {
-    for (size_t i = 0; i < n; i += k) h = run_layers(h, ctx, i, std::min(i + k, n), true);
-  } else {
-    const size_t checkpointed = full && recompute_method_ == RecomputeMethod::block ? k : 0;
-    for (size_t i = 0; i < n; ++i) h = run_layers(h, ctx, i, i + 1, i < checkpointed);
-  }
+  const Tensor h = run_layers_with_recompute(typed_layers_, hidden, ctx, recompute_, is_training(), forward_pre_hook);
   if (forward_pre_hook) forward_pre_hook(*final_layernorm);
   return final_layernorm(h);
 }

@@ -13,6 +13,7 @@
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/view.h"
 #include "qk/transformer/functional.h"
+#include "qk/transformer/layer_recompute.h"
 #include "qk/transformer/tensor_parallel.h"
 
 namespace qk::transformer {
@@ -117,8 +118,8 @@ GPTModelChunkImpl::GPTModelChunkImpl(const TransformerConfig& config, const para
       init_normal(output_layer->weight, c);
     }
   } else if (output_copy_.defined()) {
-    auto holder = register_module("output_layer", std::make_shared<nn::Module>("SharedEmbeddingCopy"));
-    output_copy_ = holder->register_parameter("weight", output_copy_);
+    output_copy_holder_ = register_module("output_layer", std::make_shared<nn::Module>("SharedEmbeddingCopy"));
+    output_copy_ = output_copy_holder_->register_parameter("weight", output_copy_);
   }
   if (c.params_dtype != DType::f32) {
     to(c.params_dtype);
@@ -174,6 +175,7 @@ Tensor GPTModelChunkImpl::forward(const GPTChunkInput& in) {
              "GPTModelChunk: ", seq, " positions exceed max_position_embeddings (", c.max_position_embeddings, ")");
     QK_CHECK(!sp || seq % tp_->size() == 0, "GPTModelChunk: a sequence of ", seq, " tokens does not split over "
              "--tensor-model-parallel-size ", tp_->size(), " under --sequence-parallel");
+    if (forward_pre_hook_) forward_pre_hook_(*embedding);
     h = embedding(in.tokens, in.position_ids);
   } else {
     QK_CHECK(in.hidden.defined() && in.hidden.dim() == 3 && in.hidden.size(2) == c.hidden_size,
@@ -186,14 +188,21 @@ Tensor GPTModelChunkImpl::forward(const GPTChunkInput& in) {
   if (c.position_embedding_type == PositionEmbeddingType::rope) rotary = rotary_tables(c, 0, seq);
   Generator* tp_gen = tp_ && tp_->size() > 1 ? tp_rng_.get() : nullptr;
   AttentionContext ctx{rotary, nullptr, 0, tp_gen, sp ? tp_rng_.get() : nullptr};
-  for (const auto& layer : layers_) h = layer->forward(h, ctx);
+  // Full recompute over this chunk's layers (recompute_num_layers per chunk, as Megatron's per-stage block).
+  h = run_layers_with_recompute(layers_, h, ctx, LayerRecompute::of(c), is_training(), forward_pre_hook_);
   if (!post_process_) return h;
+  if (forward_pre_hook_) forward_pre_hook_(*final_layernorm);
   return head(final_layernorm(h), in);
 }
 
 // GPTModel's head: logits, or the masked mean of the cross entropy
 // (vocabulary-parallel under tensor parallelism, logits never gathered).
 Tensor GPTModelChunkImpl::head(const Tensor& hidden, const GPTChunkInput& in) {
+  if (forward_pre_hook_) {
+    if (parallel_output_layer) forward_pre_hook_(*parallel_output_layer);
+    if (output_layer) forward_pre_hook_(*output_layer);
+    if (output_copy_holder_) forward_pre_hook_(*output_copy_holder_);
+  }
   Tensor local_logits;  // [B, T, V/tp] f32 under tensor parallelism
   if (tp_) {
     const Tensor input = config_.sequence_parallel ? parallel::gather_from_sequence_parallel_region(hidden, *tp_, 1)

@@ -46,6 +46,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -63,6 +64,13 @@ struct DistributedOptimizerOptions {
   // Elements per bucket (--ddp-bucket-size); 0: Megatron's max(40M, 1M x DP)
   // with overlap_grad_reduce, one bucket without.
   int64_t bucket_size = 0;
+  // Pipeline parallelism with tied embeddings: this stage's tied weight
+  // (PipelineParallel::tied_parameter; "" none). With shard it gets a bucket
+  // of its own, as Megatron's DDP does, so the first stage's embedding and
+  // the last stage's copy are cut into the same shards and their averaged
+  // shard pieces can be summed over the embedding group after the
+  // reduce-scatter (set_pipeline_parallel requires it).
+  std::string shared_embedding{};
 };
 
 class DistributedOptimizer : public MixedPrecisionOptimizer {
@@ -84,6 +92,8 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   StateByName state_by_name(const nn::Metadata& extra = {}) const override;
   void load_state_by_name(const StateByName& state, const std::string& where) override;
   void reload_model_params() override;
+  // Checks that a sharded tied weight has its bucket (options().shared_embedding).
+  void set_pipeline_parallel(PipelineParallel pp) override;
 
   // Megatron's forward pre-hook: waits for the all-gather of the part's
   // parameters. Install it on the model (GPTModel::set_forward_pre_hook)

@@ -150,7 +150,7 @@ class MixedPrecisionOptimizer {
   // Pipeline parallelism (qk/train/model_parallel.h): every stage calls
   // step() together; the tied embedding's gradient is summed over pp.embedding,
   // the norm, inf check and zero count over pp.group (the copy not counted).
-  void set_pipeline_parallel(PipelineParallel pp);
+  virtual void set_pipeline_parallel(PipelineParallel pp);
   const PipelineParallel& pipeline_parallel() const { return pp_; }
 
   // The inner optimizer, over the fp32 main parameters (schedulers set its rates).

@@ -17,13 +17,13 @@
 //
 // Layout: parameters in reverse order (the order backward produces their
 // gradients), back to back; a bucket closes once it holds bucket_size
-// elements (0: one bucket). With `shard` (Megatron's
-// use_distributed_optimizer) each bucket is padded to a multiple of
-// lcm(group size, 128) and rank r owns elements [r, r+1) x numel/size of it,
-// cutting across parameter boundaries. Each parameter's data moves into the
-// parameter buffer: its tensor handles stay valid and now view the buffer
-// (Megatron's param.data = buffer view), so an all-gather into the buffer
-// updates the model. The gradient buffer holds each parameter's "main_grad":
+// elements (0: one bucket), and before and after each own_bucket parameter.
+// With `shard` (Megatron's use_distributed_optimizer) each bucket is padded
+// to a multiple of lcm(group size, 128) and rank r owns elements
+// [r, r+1) x numel/size of it, cutting across parameter boundaries. Each
+// parameter's data moves into the parameter buffer: its tensor handles stay
+// valid and now view the buffer (Megatron's param.data = buffer view), so an
+// all-gather into the buffer updates the model. The gradient buffer holds each parameter's "main_grad":
 // a post-accumulate hook adds every .grad into it (in grad_dtype) and drops
 // .grad, micro-batch after micro-batch.
 //
@@ -51,6 +51,10 @@ struct ParamAndGradBufferOptions {
   int64_t bucket_size = 0;        // elements; 0: one bucket
   bool shard = true;              // reduce-scatter + all-gather (distributed optimizer); false: all-reduce
   bool overlap_grad_reduce = false;
+  // Indices into params that get a bucket of their own (Megatron's
+  // shared embedding under the distributed optimizer: the first and last
+  // pipeline stage then cut it into the same shards).
+  std::vector<size_t> own_bucket{};
 };
 
 class ParamAndGradBuffer {

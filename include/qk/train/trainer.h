@@ -107,7 +107,8 @@ struct LogStats {
   double tflops_per_rank = 0;            // 0 without flops_per_sample; over every rank of the job
   uint64_t peak_memory_bytes = 0;        // this process's peak RSS
   double comm_wait_ms = 0;               // DDP wait of this iteration
-  std::vector<GroupVolume> comm;         // per iteration of the interval: "dp", "tp" (groups of 2+ ranks)
+  // Per iteration of the interval: "tp", "dp" and meter_traffic's labels (groups of 2+ ranks).
+  std::vector<GroupVolume> comm;
 };
 
 struct EvalStats {
@@ -157,6 +158,9 @@ class Trainer {
   std::optional<LoadedCheckpoint> load();
   // Before train(): steps that replace StepRunner's (see CustomSteps).
   void set_custom_steps(CustomSteps s) { custom_ = std::move(s); }
+  // Before train(): LogStats::comm reports `group`'s bytes per iteration
+  // too, under `label` (beside "tp" and "dp"; one label sums its groups).
+  void meter_traffic(std::string label, dist::ProcessGroup* group) { traffic_.add(std::move(label), group); }
   TrainResult train(const TrainerCallbacks& cb);
   // eval_iters iterations of valid_step in eval mode without gradients.
   EvalStats evaluate(const ForwardStep& valid_step);

@@ -34,6 +34,7 @@
 #include "qk/nn/embedding.h"
 #include "qk/parallel/layers.h"
 #include "qk/parallel/sharding.h"
+#include "qk/transformer/layer_recompute.h"
 #include "qk/transformer/layers.h"
 
 namespace qk::transformer {
@@ -92,12 +93,8 @@ class TransformerBlockImpl : public nn::Module {
   ForwardPreHook forward_pre_hook;
 
  private:
-  // Layers [begin, end) from `hidden`, as one checkpointed region or plainly.
-  Tensor run_layers(const Tensor& hidden, const AttentionContext& ctx, size_t begin, size_t end, bool checkpointed);
   std::vector<std::shared_ptr<TransformerLayerImpl>> typed_layers_;
-  RecomputeGranularity recompute_granularity_;
-  RecomputeMethod recompute_method_;
-  int64_t recompute_num_layers_;
+  LayerRecompute recompute_;
 };
 QK_MODULE(TransformerBlock);
 

@@ -33,6 +33,10 @@
 // kept equal by summing its gradient with the first stage's over the
 // embedding group; it is left out of stage state dicts and loaded from
 // embedding.word_embeddings.weight.
+//
+// config.recompute_granularity full applies to each chunk's own layers
+// (qk/transformer/layer_recompute.h): recompute_num_layers counts layers
+// per chunk (virtual stage), as in Megatron.
 #pragma once
 
 #include <memory>
@@ -87,6 +91,12 @@ class GPTModelChunkImpl : public nn::Module, public parallel::TensorParallelModu
   std::vector<std::pair<std::string, parallel::ShardSpec>> shard_specs() const override;
   std::vector<std::string> partial_gradient_parameters() const override;
 
+  // Called with each part that holds parameters (the embedding, each layer,
+  // the final norm, the output layer or the tied copy) right before it runs:
+  // the distributed optimizer's wait for that part's all-gather under
+  // --overlap-param-gather (GPTModel::set_forward_pre_hook's). Empty: none.
+  void set_forward_pre_hook(ForwardPreHook hook) { forward_pre_hook_ = std::move(hook); }
+
   LanguageModelEmbedding embedding{nullptr};   // first stage
   std::shared_ptr<nn::Module> decoder;         // "decoder": layers.{global}, final_layernorm (last stage)
   Norm final_layernorm{nullptr};
@@ -105,6 +115,8 @@ class GPTModelChunkImpl : public nn::Module, public parallel::TensorParallelModu
   int64_t layer_offset_ = 0;
   std::vector<std::shared_ptr<TransformerLayerImpl>> layers_;
   Tensor output_copy_;  // tied embeddings, last stage (not first)
+  std::shared_ptr<nn::Module> output_copy_holder_;  // "output_layer" holding output_copy_
+  ForwardPreHook forward_pre_hook_;
 };
 QK_MODULE(GPTModelChunk);
 
