@@ -61,7 +61,8 @@ double mask_sum(const Tensor& mask) {
 }  // namespace
 
 GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transformer::TransformerConfig& cfg,
-                                          int pp_rank, std::shared_ptr<dist::ProcessGroup> tp) {
+                                          int pp_rank, std::shared_ptr<dist::ProcessGroup> tp,
+                                          std::shared_ptr<dist::ProcessGroup> ep) {
   parallel::PipelineSplitOptions so;
   so.num_layers = cfg.num_layers;
   so.pipeline_model_parallel_size = a.pipeline_model_parallel_size;
@@ -70,7 +71,9 @@ GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transform
   so.decoder_first_pipeline_num_layers = a.decoder_first_pipeline_num_layers;
   so.decoder_last_pipeline_num_layers = a.decoder_last_pipeline_num_layers;
   GptPipelineStage s{parallel::PipelineLayerSplit::make(so), {}, nullptr};
-  s.chunks = transformer::build_gpt_model_chunks(cfg, s.split, pp_rank, tp && tp->size() > 1 ? tp : nullptr);
+  s.chunks = transformer::build_gpt_model_chunks(
+      cfg, s.split, pp_rank,
+      transformer::GPTModelParallel{.tp = tp && tp->size() > 1 ? tp : nullptr, .ep = ep && ep->size() > 1 ? ep : nullptr});
   s.model = std::make_shared<GptStageModule>(s.chunks);
   // Megatron's _set_random_seed: seed + 100 x pipeline rank; the first
   // stage's generator continues as the unsplit model's does.
@@ -100,8 +103,9 @@ PipelineParallel GptPipelineStage::pipeline_parallel(dist::ProcessGroup* pp, dis
 }
 
 std::unique_ptr<MixedPrecisionOptimizer> build_gpt_stage_optimizer(const MegatronArgs& a, GptPipelineStage& stage,
-                                                                   dist::ProcessGroup* dp) {
-  auto opt = gpt_build_optimizer(a, *stage.model, dp, transformer::shared_embedding_parameter_name(stage.chunks));
+                                                                   dist::ProcessGroup* dp, const ExpertParallel& expert) {
+  auto opt =
+      gpt_build_optimizer(a, *stage.model, dp, transformer::shared_embedding_parameter_name(stage.chunks), expert);
   if (a.overlap_param_gather)
     if (auto* d = dynamic_cast<DistributedOptimizer*>(opt.get()))
       for (auto& ch : stage.chunks) ch->set_forward_pre_hook(d->forward_pre_hook());
@@ -149,6 +153,7 @@ parallel::ForwardStepResult GptPipelineSteps::forward(int chunk, int64_t microba
     if (o_.autocast) amp.emplace(*o_.autocast);
     out = ch->forward(in);
   }
+  if (o_.after_training_forward && ch->is_training()) o_.after_training_forward();
   if (!ch->post_process()) {
     if (out.dtype() != o_.dtype) out = out.to(o_.dtype);  // what the next stage expects
     return {out, {}};

@@ -39,8 +39,10 @@ struct GptPipelineStage {
 // initialised as the unsplit model (the default generator must hold the
 // seed); then Megatron's per-stage seed (seed + 100 x pipeline rank) for
 // the stages after the first.
+// ep: the MoE layers' expert-parallel group (null: none).
 GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transformer::TransformerConfig& cfg,
-                                          int pp_rank, std::shared_ptr<dist::ProcessGroup> tp);
+                                          int pp_rank, std::shared_ptr<dist::ProcessGroup> tp,
+                                          std::shared_ptr<dist::ProcessGroup> ep = nullptr);
 
 // The stage's optimizer (gpt_build_optimizer over the stage's parameters):
 // the plain one, or with --use-distributed-optimizer / --overlap-grad-reduce
@@ -48,7 +50,8 @@ GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transform
 // the tied weight in a bucket of its own; with --overlap-param-gather each
 // chunk's parts wait for their own buckets' all-gather in the forward.
 std::unique_ptr<MixedPrecisionOptimizer> build_gpt_stage_optimizer(const MegatronArgs& a, GptPipelineStage& stage,
-                                                                   dist::ProcessGroup* dp);
+                                                                   dist::ProcessGroup* dp,
+                                                                   const ExpertParallel& expert = {});
 
 struct GptPipelineOptions {
   dist::ProcessGroup* pp = nullptr;  // required
@@ -65,6 +68,7 @@ struct GptPipelineOptions {
   parallel::Timeline* timeline = nullptr;
   int64_t max_profiled_steps = 20;
   std::function<void(double loss)> check_loss;  // the last stage's loss of each micro-batch
+  std::function<void()> after_training_forward;  // after each chunk's forward in training (MoE statistics)
 };
 
 class GptPipelineSteps {

@@ -9,6 +9,7 @@
 #include "qk/parallel/cross_entropy.h"
 #include "qk/parallel/mappings.h"
 #include "qk/transformer/mla.h"
+#include "qk/transformer/moe.h"
 #include "qk/transformer/tensor_parallel.h"
 
 namespace qk::transformer {
@@ -113,11 +114,38 @@ Tensor TransformerBlockImpl::forward(const Tensor& hidden, const RotaryTables& r
 
 // ---- GPTModel ----
 
+TransformerLayerSpec gpt_layer_spec(const TransformerConfig& c, const GPTModelParallel& groups,
+                                    const TransformerLayerSpec* base) {
+  const TransformerLayerSpec spec =
+      base ? *base : (groups.tp ? gpt_layer_tensor_parallel_spec(groups.tp) : gpt_layer_local_spec());
+  return with_moe_layers(with_attention_of(c, spec, groups.tp), MoEParallel{.ep = groups.ep, .tp = groups.tp});
+}
+
 GPTModelImpl::GPTModelImpl(const TransformerConfig& config, const TransformerLayerSpec& spec)
     : config_(validated(config)) {
+  build_local(gpt_layer_spec(config_, {}, &spec));
+}
+
+GPTModelImpl::GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist::ProcessGroup> tp)
+    : config_(validated(config)), tp_(std::move(tp)) {
+  QK_CHECK(tp_ != nullptr, "GPTModel: the tensor-parallel constructor needs a group (a group of one for none)");
+  build_tensor_parallel(gpt_layer_spec(config_, {.tp = tp_}));
+}
+
+GPTModelImpl::GPTModelImpl(const TransformerConfig& config, GPTModelParallel groups)
+    : config_(validated(config)), tp_(std::move(groups.tp)), ep_(std::move(groups.ep)) {
+  const int64_t ep = ep_ ? ep_->size() : 1;
+  QK_CHECK(config_.expert_model_parallel_size == ep, "GPTModel: the config's expert_model_parallel_size (",
+           config_.expert_model_parallel_size, ") differs from the expert-parallel group's size (", ep, ")");
+  const TransformerLayerSpec spec = gpt_layer_spec(config_, {.tp = tp_, .ep = ep_});
+  if (tp_) build_tensor_parallel(spec);
+  else build_local(spec);
+}
+
+void GPTModelImpl::build_local(const TransformerLayerSpec& spec) {
   const TransformerConfig& c = config_;
   embedding = register_module("embedding", LanguageModelEmbedding(c));
-  decoder = register_module("decoder", TransformerBlock(c, with_attention_of(c, spec, nullptr)));
+  decoder = register_module("decoder", TransformerBlock(c, spec));
   if (!c.share_embeddings_and_output_weights) {
     output_layer = register_module("output_layer",
                                    nn::Linear(nn::LinearOptions(c.hidden_size, c.padded_vocab_size()).bias(false)));
@@ -126,17 +154,14 @@ GPTModelImpl::GPTModelImpl(const TransformerConfig& config, const TransformerLay
   if (c.params_dtype != DType::f32) to(c.params_dtype);
 }
 
-GPTModelImpl::GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist::ProcessGroup> tp)
-    : config_(validated(config)), tp_(std::move(tp)) {
-  QK_CHECK(tp_ != nullptr, "GPTModel: the tensor-parallel constructor needs a group (a group of one for none)");
+void GPTModelImpl::build_tensor_parallel(const TransformerLayerSpec& spec) {
   const TransformerConfig& c = config_;
   check_tensor_parallel_config(c, tp_->size());
   // Megatron's model_parallel_cuda_manual_seed: seed + 2718 + tp rank. Making
   // it draws nothing, so the default generator stays in step with the unsplit model's.
   tp_rng_ = std::make_shared<Generator>(default_generator().seed() + 2718 + static_cast<uint64_t>(tp_->rank()));
   embedding = register_module("embedding", LanguageModelEmbedding(c, tp_, tp_rng_.get()));
-  decoder =
-      register_module("decoder", TransformerBlock(c, with_attention_of(c, gpt_layer_tensor_parallel_spec(tp_), tp_)));
+  decoder = register_module("decoder", TransformerBlock(c, spec));
   if (tp_->size() > 1) decoder->attention_dropout_generator = tp_rng_.get();
   if (c.sequence_parallel) decoder->hidden_dropout_generator = tp_rng_.get();
   if (!c.share_embeddings_and_output_weights) {

@@ -71,6 +71,12 @@ struct DistributedOptimizerOptions {
   // shard pieces can be summed over the embedding group after the
   // reduce-scatter (set_pipeline_parallel requires it).
   std::string shared_embedding{};
+  // Expert parallelism (qk/train/model_parallel.h): the routed experts'
+  // parameters in buckets of their own, reduced and sharded over
+  // expert.expert_dp (Megatron's expert buffers), their gradients scaled
+  // to an unsplit run's; checkpoints gather them on expert-data-parallel
+  // rank 0 of every expert-parallel rank.
+  ExpertParallel expert{};
 };
 
 class DistributedOptimizer : public MixedPrecisionOptimizer {
@@ -110,10 +116,14 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   void collect_grads() override;
   size_t name_index_of_main(size_t i) const override { return name_index_[pieces_[i].param]; }
   void sum_over_data_parallel(std::vector<double>& sums) override;
+  bool sums_pieces_over_data_parallel() const override { return d_.shard && buffer_->group_size() > 1; }
   void update_model_params() override;
 
  private:
   NamedState gather_named_state(int writer_rank) const;
+  // Whether this rank writes some bucket's state (data-parallel rank
+  // writer_rank, or expert-data-parallel rank writer_rank for expert buckets).
+  bool writes_state(int writer_rank) const;
   void wait_for_part(const nn::Module& part);
 
   DistributedOptimizerOptions d_;

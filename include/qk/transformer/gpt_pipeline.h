@@ -66,7 +66,7 @@ class GPTModelChunkImpl : public nn::Module, public parallel::TensorParallelModu
  public:
   // Use build_gpt_model_chunks (it positions the generator for each chunk).
   GPTModelChunkImpl(const TransformerConfig& config, const parallel::PipelineLayerSplit& split, int pp_rank,
-                    int vp_stage, std::shared_ptr<dist::ProcessGroup> tp, std::shared_ptr<Generator> tp_rng,
+                    int vp_stage, GPTModelParallel groups, std::shared_ptr<Generator> tp_rng,
                     DrawSkipper& skipper);
 
   // Not on the last stage: the hidden states after this chunk's layers.
@@ -108,7 +108,7 @@ class GPTModelChunkImpl : public nn::Module, public parallel::TensorParallelModu
   Tensor head(const Tensor& hidden, const GPTChunkInput& in);
 
   TransformerConfig config_;
-  std::shared_ptr<dist::ProcessGroup> tp_;
+  std::shared_ptr<dist::ProcessGroup> tp_, ep_;
   std::shared_ptr<Generator> tp_rng_;
   bool pre_process_ = false, post_process_ = false;
   int vp_stage_ = 0;
@@ -129,6 +129,11 @@ QK_MODULE(GPTModelChunk);
 std::vector<GPTModelChunk> build_gpt_model_chunks(const TransformerConfig& config,
                                                   const parallel::PipelineLayerSplit& split, int pp_rank,
                                                   std::shared_ptr<dist::ProcessGroup> tp = nullptr);
+// The same with the MoE layers' experts split over groups.ep (as GPTModel's
+// GPTModelParallel constructor; config.expert_model_parallel_size its size).
+std::vector<GPTModelChunk> build_gpt_model_chunks(const TransformerConfig& config,
+                                                  const parallel::PipelineLayerSplit& split, int pp_rank,
+                                                  GPTModelParallel groups);
 
 // Megatron's _allreduce_word_embedding_grads: sums the tied weight's
 // gradient (.grad) of the first and last stage over the embedding group, so

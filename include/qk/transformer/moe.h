@@ -191,6 +191,17 @@ class MoELayerImpl : public MlpBase, public parallel::TensorParallelModule {
 };
 QK_MODULE(MoELayer);
 
+// ---- models with MoE layers ----
+
+// `spec` with an MoELayer over `groups` as the MLP of every layer where
+// config.is_moe_layer(layer_number) (Megatron's decoder block spec with
+// --moe-layer-freq), the spec's own MLP elsewhere.
+TransformerLayerSpec with_moe_layers(TransformerLayerSpec spec, MoEParallel groups);
+// The MoE layers of a model (any module tree), in registration order (layer
+// order): for the trainer's aux-loss scale, expert-bias updates and logs.
+//   for (MoELayerImpl* m : moe_layers(*model)) m->router->set_aux_loss_backward_scale(s);
+std::vector<MoELayerImpl*> moe_layers(nn::Module& model);
+
 // Whether a parameter name is a routed expert's ("...experts.local_experts..."):
 // its gradient is reduced over the expert-data-parallel group, not the
 // data-parallel one. Shared experts and the router are dense parameters.

@@ -136,6 +136,22 @@ std::vector<std::string> MoELayerImpl::partial_gradient_parameters() const {
   return names;
 }
 
+TransformerLayerSpec with_moe_layers(TransformerLayerSpec spec, MoEParallel groups) {
+  auto dense = spec.mlp;
+  spec.mlp = [dense, groups](const TransformerConfig& c, int64_t layer_number) -> std::shared_ptr<MlpBase> {
+    if (c.is_moe_layer(layer_number)) return std::make_shared<MoELayerImpl>(c, layer_number, groups);
+    return dense(c, layer_number);
+  };
+  return spec;
+}
+
+std::vector<MoELayerImpl*> moe_layers(nn::Module& model) {
+  std::vector<MoELayerImpl*> out;
+  for (const auto& m : model.modules())
+    if (auto* moe = dynamic_cast<MoELayerImpl*>(m.get())) out.push_back(moe);
+  return out;
+}
+
 bool is_expert_parameter(std::string_view name) {
   constexpr std::string_view kExperts = "experts.local_experts.";
   return name.starts_with(kExperts) || name.find(std::string(".") + std::string(kExperts)) != std::string_view::npos;
