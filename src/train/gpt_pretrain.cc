@@ -431,7 +431,10 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     print(megatron_iteration_line(line, x));
     if (a.moe_per_layer_logging)
       for (const MoeLayerLog& l : moe_log) print(moe_layer_line(l));
-    if (!moe_log.empty()) moe.add_heatmap_column(s.iteration, moe_log);
+    if (!moe_log.empty()) {
+      moe.add_heatmap_column(s.iteration, moe_log);
+      GptMoeLayers::append_jsonl(result.output_dir + "/moe_metrics.jsonl", s.iteration, moe_log);
+    }
     print(throughput_line(s, world.size, result.gemm_peak_flops));
     if (!s.comm.empty()) print(traffic_line(s.comm));
     if (pipeline && a.profile) {

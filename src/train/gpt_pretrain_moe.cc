@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "qk/base/error.h"
@@ -105,6 +107,20 @@ void GptMoeLayers::write_heatmap(const std::string& path) const {
                 fmt::format("Expert load: {} experts, top-{} routing", config_.num_moe_experts,
                             config_.moe_router_topk),
                 "iteration", "expert", "share of routed tokens", panels);
+}
+
+void GptMoeLayers::append_jsonl(const std::string& path, int64_t iteration, const std::vector<MoeLayerLog>& logs) {
+  std::ofstream out(path, std::ios::app);
+  QK_CHECK_AS(IoError, out.good(), "cannot append MoE statistics to '", path, "'");
+  for (const MoeLayerLog& l : logs)
+    out << nlohmann::json{{"iteration", iteration},
+                          {"layer", l.layer},
+                          {"load_balancing_loss", l.load_balancing_loss},
+                          {"z_loss", l.z_loss},
+                          {"tokens_per_expert", l.tokens_per_expert},
+                          {"dropped_routes", l.dropped_routes}}
+               .dump()
+        << "\n";
 }
 
 std::map<std::string, double> moe_line_losses(const std::vector<MoeLayerLog>& logs,

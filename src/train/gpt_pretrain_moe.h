@@ -54,6 +54,9 @@ class GptMoeLayers {
   // each expert in the layer's kept routes), one panel per MoE layer.
   void add_heatmap_column(int64_t iteration, const std::vector<MoeLayerLog>& logs);
   void write_heatmap(const std::string& path) const;
+  // One JSON line per MoE layer appended to `path`: {"iteration", "layer",
+  // "load_balancing_loss", "z_loss", "tokens_per_expert", "dropped_routes"}.
+  static void append_jsonl(const std::string& path, int64_t iteration, const std::vector<MoeLayerLog>& logs);
 
  private:
   struct Layer {

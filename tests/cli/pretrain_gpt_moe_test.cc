@@ -4,7 +4,8 @@
 // load-balancing and z losses on) trains at EP=2 (allgather and alltoall
 // dispatchers, the distributed optimizer), EP=2 x DP=2, EP=2 x TP=2 with
 // sequence parallelism and PP=2 x EP=2 like one rank; a checkpoint saved at
-// EP=2 continues at EP=1 on the uninterrupted run's losses; the seed's
+// EP=2 continues at EP=1 on the uninterrupted run's losses; the expert bias
+// (aux-loss-free balancing) moves the same at EP=2 as on one rank; the seed's
 // whole MOE_ARGS and TRAINING_ARGS (MLA, recompute, virtual pipeline stages,
 // the distributed optimizer) train at PP=2 x EP=2.
 //
@@ -131,8 +132,8 @@ std::string expect_layout_equals_one_rank(int nranks, const Argv& layout, const 
 
 TEST(PretrainGptMoe, OneRankLogsTheMoeLossesPerLayerStatisticsAndTheExpertLoad) {
   const std::string one = single_rank_run();
-  const auto r = one_rank(tiny_moe() + Argv{"--train-iters", "2", "--save", kScratch.fresh("log"),
-                                            "--save-interval", "2"});
+  const std::string dir = kScratch.fresh("log");
+  const auto r = one_rank(tiny_moe() + Argv{"--train-iters", "2", "--save", dir, "--save-interval", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Megatron's track_moe_metrics names, after lm loss in the iteration line.
   EXPECT_TRUE(std::regex_search(r.output, std::regex("lm loss: [0-9.E+-]+ \\| load_balancing_loss: 1\\.0[0-9]+E-02 "
@@ -152,6 +153,17 @@ TEST(PretrainGptMoe, OneRankLogsTheMoeLossesPerLayerStatisticsAndTheExpertLoad) 
     ++layers;
   }
   EXPECT_EQ(layers, 2 * 2) << r.output;  // 2 layers x 2 iterations
+  // The same statistics, one JSON line per layer and log.
+  std::ifstream jsonl(dir + "/moe_metrics.jsonl");
+  int records = 0;
+  for (std::string line; std::getline(jsonl, line); ++records) {
+    const auto j = nlohmann::json::parse(line);
+    double kept = 0;
+    for (double t : j.at("tokens_per_expert").get<std::vector<double>>()) kept += t;
+    EXPECT_EQ(kept + j.at("dropped_routes").get<double>(), 512.0) << line;
+    EXPECT_GT(j.at("load_balancing_loss").get<double>(), 0.0) << line;
+  }
+  EXPECT_EQ(records, 2 * 2);
   EXPECT_GT(fs::file_size(one + "/moe_expert_load.png"), 1000u);
   EXPECT_NE(r.output.find("moe_expert_load.png"), std::string::npos);
 }
@@ -183,6 +195,31 @@ TEST(PretrainGptMoe, ExpertTwoTimesTensorTwoWithSequenceParallelEqualsOneRank) {
 TEST(PretrainGptMoe, PipelineTwoTimesExpertTwoEqualsOneRank) {
   expect_layout_equals_one_rank(4, {"--pipeline-model-parallel-size", "2", "--expert-model-parallel-size", "2"},
                                 "pp2_ep2");
+}
+
+// DeepSeek-V3's aux-loss-free balancing: the expert bias moves after every
+// step on every rank's token counts, the same at EP=2 as on one rank.
+TEST(PretrainGptMoe, ExpertBiasUpdatesAtExpertTwoAsOnOneRank) {
+  const Argv bias = {"--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
+                     "--moe-router-bias-update-rate", "1e-2", "--train-iters", "4"};
+  const std::string one = kScratch.fresh("bias_one"), two = kScratch.fresh("bias_ep2");
+  const auto a = one_rank(tiny_moe() + bias + Argv{"--save", one, "--save-interval", "4"});
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const auto b = ranks(2, tiny_moe() + bias + Argv{"--save", two, "--save-interval", "4",
+                                                   "--expert-model-parallel-size", "2",
+                                                   "--moe-token-dispatcher-type", "alltoall"});
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  expect_same_losses(one, two, 1, 4);
+  const qk::nn::SafetensorsFile x = qk::nn::load_safetensors(one + "/iter_0000000004/model.safetensors");
+  const qk::nn::SafetensorsFile y = qk::nn::load_safetensors(two + "/iter_0000000004/model.safetensors");
+  for (const char* name : {"decoder.layers.0.mlp.router.expert_bias", "decoder.layers.1.mlp.router.expert_bias"}) {
+    ASSERT_TRUE(x.tensors.count(name) && y.tensors.count(name)) << name;
+    const std::vector<float> u = x.tensors.at(name).to_vector<float>(), v = y.tensors.at(name).to_vector<float>();
+    EXPECT_EQ(u, v) << name;
+    double moved = 0;
+    for (float f : u) moved += std::abs(f);
+    EXPECT_GT(moved, 0.0) << name << " never moved";
+  }
 }
 
 TEST(PretrainGptMoe, CheckpointSavedAtExpertTwoContinuesAtOneRank) {
