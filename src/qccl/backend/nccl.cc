@@ -139,14 +139,18 @@ class NcclBackend final : public Backend {
     check_all_to_all_v_counts(c_, all, 2 * n);
     const size_t es = dtype_size(t);
     const ncclDataType_t nt = nccl_type(t);
+    // Empty blocks are left out (as torch's NCCL all-to-all does): the counts
+    // are known to match, so both sides leave out the same ones.
     run("ncclSend/ncclRecv (alltoallv)", st, [&](cudaStream_t q) {
       ncclResult_t rc = ncclGroupStart();
       for (int k = 0; k < n && rc == ncclSuccess; ++k) {
         const int to = (me + k) % n, from = (me - k + n) % n;
-        const void* sb = v.send_counts[to] ? static_cast<const char*>(s) + v.send_displs[to] * es : s;
-        void* rb = v.recv_counts[from] ? static_cast<char*>(r) + v.recv_displs[from] * es : r;
-        rc = ncclSend(sb, v.send_counts[to], nt, to, nc_, q);
-        if (rc == ncclSuccess) rc = ncclRecv(rb, v.recv_counts[from], nt, from, nc_, q);
+        if (v.send_counts[to])
+          rc = ncclSend(static_cast<const char*>(s) + v.send_displs[to] * es, v.send_counts[to], nt, to,
+                        nc_, q);
+        if (rc == ncclSuccess && v.recv_counts[from])
+          rc = ncclRecv(static_cast<char*>(r) + v.recv_displs[from] * es, v.recv_counts[from], nt, from,
+                        nc_, q);
       }
       ncclResult_t e = ncclGroupEnd();
       return rc != ncclSuccess ? rc : e;
