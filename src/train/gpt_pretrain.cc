@@ -418,17 +418,22 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
                 " (--no-check-for-nan-in-loss-and-grad skips such iterations)");
     fault::point("step", iteration);
   };
+  // The interval's MoE statistics (collective over dp and pp): the mean
+  // losses join the iteration line and metrics.jsonl (Megatron's
+  // track_moe_metrics), the per-layer ones the lines below it.
+  std::vector<MoeLayerLog> moe_log;
+  if (!moe.empty())
+    cb.log_losses = [&](int64_t) {
+      moe_log = moe.take_interval(world.dp.get(), world.pp.get(), world.ep_size());
+      return moe_line_losses(moe_log, cfg);
+    };
   bool memory_reported = false;
   cb.on_log = [&](const LogStats& s) {
     IterationLineExtras x;
     x.log_throughput = a.log_throughput;
     if (a.log_params_norm) x.params_norm = params_norm(opt);  // collective: before the other ranks leave
-    std::vector<MoeLayerLog> moe_log;
-    if (!moe.empty()) moe_log = moe.take_interval(world.dp.get(), world.pp.get(), world.ep_size());  // collective
     if (!lead) return;
-    LogStats line = s;
-    for (const auto& [k, v] : moe_line_losses(moe_log, cfg)) line.losses[k] = v;
-    print(megatron_iteration_line(line, x));
+    print(megatron_iteration_line(s, x));
     if (a.moe_per_layer_logging)
       for (const MoeLayerLog& l : moe_log) print(moe_layer_line(l));
     if (!moe_log.empty()) {

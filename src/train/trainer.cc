@@ -128,6 +128,7 @@ Trainer::Trainer(nn::Module& model, MixedPrecisionOptimizer& optimizer, Optimize
   traffic_.add("tp", mp_.tp.group);
   traffic_.add("dp", dp_.group);
   traffic_.add("ep", mp_.ep.ep);
+  traffic_.add("expert_dp", mp_.ep.expert_dp);
 }
 
 Trainer::~Trainer() = default;
@@ -317,6 +318,8 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
       s.peak_memory_bytes = peak_rss_bytes();
       s.comm_wait_ms = st.comm_wait_ms;
       s.comm = traffic_.take();
+      if (cb.log_losses)
+        for (const auto& [k, v] : cb.log_losses(s.iteration)) s.losses[k] = v;
       if (metrics_) metrics_->write("train", s.iteration, record_of(s));
       if (cb.on_log) cb.on_log(s);
       interval.restart();

@@ -78,6 +78,11 @@ void expect_same_losses(const std::string& ref, const std::string& got, int64_t 
     EXPECT_NEAR(y, x, 1e-5 * std::abs(x)) << "lm loss at iteration " << i;
     const double gx = a.at(i)["grad_norm"], gy = b.at(i)["grad_norm"];
     EXPECT_NEAR(gy, gx, 1e-4 * gx) << "grad norm at iteration " << i;
+    for (const char* moe : {"load_balancing_loss", "z_loss"}) {  // over every rank's tokens
+      ASSERT_TRUE(a.at(i).contains(moe) && b.at(i).contains(moe)) << moe << " at iteration " << i;
+      const double mx = a.at(i)[moe], my = b.at(i)[moe];
+      EXPECT_NEAR(my, mx, 1e-5 * mx) << moe << " at iteration " << i;
+    }
   }
 }
 

@@ -122,6 +122,9 @@ struct TrainerCallbacks {
   ForwardStep train_step;                            // required
   ForwardStep valid_step;                            // optional
   std::function<void(const LogStats&)> on_log;       // every rank; rank 0 usually prints
+  // Every rank, at each log before the record is written (it may reduce over
+  // ranks): more values for LogStats::losses, e.g. the MoE auxiliary losses.
+  std::function<std::map<std::string, double>(int64_t iteration)> log_losses;
   std::function<void(const EvalStats&)> on_eval;
   std::function<void(int64_t iteration, const StepStats&)> on_step;  // every iteration
   std::function<std::string()> user_state;           // JSON saved with each checkpoint
