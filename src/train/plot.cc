@@ -166,7 +166,7 @@ void plot_heatmaps(const std::string& path, const std::string& title, const std:
   const int left = 90, plot_w = 720, bar_w = 18, top = 60, panel_gap = 56;
   int H = top + 40;
   for (const auto& p : panels) H += static_cast<int>(std::ceil(row_h * static_cast<double>(p.rows.size()))) + panel_gap;
-  const int W = left + plot_w + 130;
+  const int W = left + plot_w + 180;  // room for the colour bar and its label
   Surface s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H), cairo_surface_destroy);
   Context cr(cairo_create(s.get()), cairo_destroy);
   cairo_t* c = cr.get();
