@@ -1,0 +1,113 @@
+// Matrix products, raw (qk/tensor/ops/linalg.h) and differentiable: mm, bmm,
+// matmul (vectors, broadcast batches), linear; transposed, sliced and
+// expanded operands, K = 1031, empty M and K.
+#include "harness/case_builders.h"
+#include "qk/autograd/functions.h"
+#include "qk/tensor/ops/linalg.h"
+
+namespace qk::harness {
+
+namespace {
+
+using V = std::vector<Tensor>;
+using Fn2 = Tensor (*)(const Tensor&, const Tensor&);
+
+struct Operands {
+  Shape a, b;
+  Layout la = Layout::contiguous, lb = Layout::contiguous;
+};
+
+void products(std::vector<Case>& out, Values& v, const std::string& name, Fn2 f,
+              const std::vector<Operands>& shapes, bool grad) {
+  for (DType t : kFloating) {
+    Gen g = [&v, t](const Shape& s) { return v.uniform(s, t, -1, 1); };
+    for (const Operands& o : shapes) {
+      Case c;
+      c.op = name;
+      c.shape = str_cat(shape_label(o.a, o.la), "x", shape_label(o.b, o.lb));
+      c.dtype = t;
+      c.inputs = {laid_out(o.a, o.la, g, grad), laid_out(o.b, o.lb, g, grad)};
+      c.fn = [f](const V& a) { return V{f(a[0], a[1])}; };
+      out.push_back(std::move(c));
+    }
+  }
+}
+
+const std::vector<Operands> kMm = {
+    {{7, 13}, {13, 5}},
+    {{7, 13}, {13, 5}, Layout::transposed},
+    {{7, 13}, {13, 5}, Layout::contiguous, Layout::transposed},
+    {{7, 13}, {13, 5}, Layout::transposed, Layout::transposed},
+    {{7, 13}, {13, 5}, Layout::sliced, Layout::expanded},
+    {{3, 1031}, {1031, 4}},
+    {{4, 0}, {0, 3}},
+    {{0, 5}, {5, 3}},
+};
+const std::vector<Operands> kBmm = {
+    {{3, 7, 5}, {3, 5, 4}},
+    {{3, 7, 5}, {3, 5, 4}, Layout::transposed, Layout::transposed},
+    {{3, 7, 5}, {3, 5, 4}, Layout::expanded, Layout::sliced},
+    {{2, 3, 1031}, {2, 1031, 3}},
+    {{0, 2, 3}, {0, 3, 4}},
+};
+const std::vector<Operands> kMatmul = {
+    {{13}, {13}},
+    {{13}, {13, 5}},
+    {{7, 13}, {13}, Layout::transposed},
+    {{2, 1, 7, 5}, {3, 5, 4}},
+    {{7, 13}, {13, 5}, Layout::contiguous, Layout::transposed},
+    {{2, 7, 13}, {13, 5}, Layout::sliced},
+};
+
+Tensor raw_mm(const Tensor& a, const Tensor& b) { return ops::mm(a, b); }
+Tensor raw_bmm(const Tensor& a, const Tensor& b) { return ops::bmm(a, b); }
+Tensor raw_matmul(const Tensor& a, const Tensor& b) { return ops::matmul(a, b); }
+Tensor grad_mm(const Tensor& a, const Tensor& b) { return mm(a, b); }
+Tensor grad_bmm(const Tensor& a, const Tensor& b) { return bmm(a, b); }
+Tensor grad_matmul(const Tensor& a, const Tensor& b) { return matmul(a, b); }
+
+void linears(std::vector<Case>& out, Values& v, bool autograd) {
+  struct Lin {
+    Shape x;
+    Layout lx;
+    bool bias;
+    Layout lw;
+  };
+  const std::vector<Lin> lins = {{{7, 13}, Layout::contiguous, true, Layout::contiguous},
+                                 {{7, 13}, Layout::transposed, false, Layout::contiguous},
+                                 {{2, 3, 13}, Layout::sliced, true, Layout::transposed},
+                                 {{5, 1031}, Layout::contiguous, true, Layout::contiguous},
+                                 {{0, 13}, Layout::contiguous, true, Layout::contiguous}};
+  for (DType t : kFloating) {
+    Gen g = [&v, t](const Shape& s) { return v.uniform(s, t, -1, 1); };
+    for (const Lin& l : lins) {
+      const int64_t in = l.x.back();
+      Case c;
+      c.op = autograd ? "linear" : "ops::linear";
+      c.shape = label({str_cat("x", shape_label(l.x, l.lx)), str_cat("w", shape_label({5, in}, l.lw)), l.bias ? "bias" : ""});
+      c.dtype = t;
+      c.inputs = {laid_out(l.x, l.lx, g, autograd), laid_out({5, in}, l.lw, g, autograd),
+                  l.bias ? laid_out({5}, Layout::contiguous, g, autograd) : none()};
+      c.fn = [autograd](const V& a) {
+        return V{autograd ? linear(a[0], a[1], a[2]) : ops::linear(a[0], a[1], a[2])};
+      };
+      out.push_back(std::move(c));
+    }
+  }
+}
+
+}  // namespace
+
+void add_linalg_cases(std::vector<Case>& out) {
+  Values v(505);
+  products(out, v, "ops::mm", &raw_mm, kMm, false);
+  products(out, v, "ops::bmm", &raw_bmm, kBmm, false);
+  products(out, v, "ops::matmul", &raw_matmul, kMatmul, false);
+  products(out, v, "mm", &grad_mm, kMm, true);
+  products(out, v, "bmm", &grad_bmm, kBmm, true);
+  products(out, v, "matmul", &grad_matmul, kMatmul, true);
+  linears(out, v, false);
+  linears(out, v, true);
+}
+
+}  // namespace qk::harness

@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "harness/op_harness.h"
+TEST(OpHarness, Placeholder) {}
