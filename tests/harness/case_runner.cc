@@ -115,21 +115,21 @@ RunResult run_case(const Case& c, const RunOptions& o) {
   return r;
 }
 
-std::string compare(const Tensor& got, const Tensor& want, Tolerance tol, bool check_dtype) {
+Comparison compare(const Tensor& got, const Tensor& want, Tolerance tol, bool check_dtype) {
   if (got.defined() != want.defined())
-    return got.defined() ? "defined, the reference is undefined" : "undefined, the reference is not";
-  if (!got.defined()) return "";
+    return {got.defined() ? "defined, the reference is undefined" : "undefined, the reference is not"};
+  if (!got.defined()) return {};
   if (got.shape() != want.shape())
-    return detail::str_cat("shape ", shape_str(got.shape()), ", want ", shape_str(want.shape()));
+    return {detail::str_cat("shape ", shape_str(got.shape()), ", want ", shape_str(want.shape()))};
   if (check_dtype && got.dtype() != want.dtype())
-    return detail::str_cat("dtype ", dtype_name(got.dtype()), ", want ", dtype_name(want.dtype()));
+    return {detail::str_cat("dtype ", dtype_name(got.dtype()), ", want ", dtype_name(want.dtype()))};
   const bool exact = !is_floating(got.dtype()) || !is_floating(want.dtype());
   const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   double scale = 1;
   for (double v : w)
     if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
   int64_t bad = 0, worst = -1;
-  double worst_ratio = 0;
+  double worst_ratio = 0, used = 0;
   for (size_t i = 0; i < w.size(); ++i) {
     double ratio;
     if (std::isnan(w[i]) || std::isinf(w[i])) {
@@ -138,6 +138,7 @@ std::string compare(const Tensor& got, const Tensor& want, Tolerance tol, bool c
     } else {
       const double err = std::fabs(g[i] - w[i]);
       const double bound = exact ? 0 : tol.atol * scale + tol.rtol * std::fabs(w[i]);
+      if (bound > 0 && err <= bound) used = std::max(used, err / bound);
       ratio = std::isnan(err) ? INFINITY : err <= bound ? 0 : bound > 0 ? err / bound : INFINITY;
     }
     if (ratio > 0) {
@@ -148,31 +149,35 @@ std::string compare(const Tensor& got, const Tensor& want, Tolerance tol, bool c
       }
     }
   }
-  if (bad == 0) return "";
+  if (bad == 0) return {"", used};
   std::ostringstream os;
   os.precision(9);
   os << bad << " of " << w.size() << " elements off; worst at " << index_str(worst, want.shape())
      << ": " << g[worst] << " vs " << w[worst];
   if (!exact) os << " (|diff| " << std::fabs(g[worst] - w[worst]) << ", allowed "
                  << tol.atol * scale + tol.rtol * std::fabs(w[worst]) << ")";
-  return os.str();
+  return {os.str(), worst_ratio};
 }
 
-std::string compare_runs(const RunResult& got, const RunResult& want, Tolerance out_tol,
-                         Tolerance grad_tol, bool check_dtype) {
+Comparison compare_runs(const RunResult& got, const RunResult& want, Tolerance out_tol,
+                        Tolerance grad_tol, bool check_dtype) {
   if (got.outputs.size() != want.outputs.size())
-    return detail::str_cat(got.outputs.size(), " outputs, want ", want.outputs.size());
+    return {detail::str_cat(got.outputs.size(), " outputs, want ", want.outputs.size())};
+  double used = 0;
   for (size_t i = 0; i < got.outputs.size(); ++i) {
-    std::string d = compare(got.outputs[i], want.outputs[i], out_tol, check_dtype);
-    if (!d.empty()) return detail::str_cat("output ", i, ": ", d);
+    Comparison c = compare(got.outputs[i], want.outputs[i], out_tol, check_dtype);
+    if (!c.mismatch.empty()) return {detail::str_cat("output ", i, ": ", c.mismatch), c.used};
+    used = std::max(used, c.used);
   }
   if (got.grads.size() != want.grads.size())
-    return detail::str_cat(got.grads.size(), " gradients, want ", want.grads.size());
+    return {detail::str_cat(got.grads.size(), " gradients, want ", want.grads.size())};
   for (size_t k = 0; k < got.grads.size(); ++k) {
-    std::string d = compare(got.grads[k], want.grads[k], grad_tol, check_dtype);
-    if (!d.empty()) return detail::str_cat("gradient of input ", got.grad_inputs[k], ": ", d);
+    Comparison c = compare(got.grads[k], want.grads[k], grad_tol, check_dtype);
+    if (!c.mismatch.empty())
+      return {detail::str_cat("gradient of input ", got.grad_inputs[k], ": ", c.mismatch), c.used};
+    used = std::max(used, c.used);
   }
-  return "";
+  return {"", used};
 }
 
 }  // namespace qk::harness

@@ -27,15 +27,19 @@ struct RunResult {
 
 RunResult run_case(const Case& c, const RunOptions& o);
 
-// "" when `got` matches `want` within `tol`, else what differs and where.
-// Integer and bool values must be equal. check_dtype: the dtypes must match
-// too (off against an f64 reference).
-std::string compare(const Tensor& got, const Tensor& want, Tolerance tol, bool check_dtype);
+struct Comparison {
+  std::string mismatch;  // "" when within tolerance, else what differs and where
+  double used = 0;       // the largest |diff| / allowed over the elements: how close it came
+};
 
-// Both runs' outputs and gradients, each compared; "" when all match, else
-// the first mismatch, naming the output or gradient.
-std::string compare_runs(const RunResult& got, const RunResult& want, Tolerance out_tol,
-                         Tolerance grad_tol, bool check_dtype);
+// `got` against `want` within `tol`. Integer and bool values must be equal.
+// check_dtype: the dtypes must match too (off against an f64 reference).
+Comparison compare(const Tensor& got, const Tensor& want, Tolerance tol, bool check_dtype);
+
+// Both runs' outputs and gradients, each compared; the first mismatch names
+// the output or gradient.
+Comparison compare_runs(const RunResult& got, const RunResult& want, Tolerance out_tol,
+                        Tolerance grad_tol, bool check_dtype);
 
 Tolerance scaled(Tolerance t, double k);
 

@@ -50,10 +50,12 @@ Tensor call_binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   }
 }
 
-std::vector<DType> binary_dtypes(BinaryOp op) {
+const std::vector<DType>& binary_dtypes(BinaryOp op) {
+  static const std::vector<DType> pow_dtypes = {DType::f32, DType::f64, DType::bf16, DType::f16,
+                                                DType::i32, DType::i64};
   switch (op) {
     case BinaryOp::div: return kFloating;
-    case BinaryOp::pow: return {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64};
+    case BinaryOp::pow: return pow_dtypes;
     case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt:
     case BinaryOp::le: case BinaryOp::gt: case BinaryOp::ge: return kAll;
     default: return kNumeric;
@@ -100,7 +102,7 @@ void binary_cases(std::vector<Case>& out, Values& v) {
       // The scalar form: the right operand a 0-d tensor of a's dtype.
       const double scalar = op == BinaryOp::div ? 0.75 : op >= BinaryOp::eq ? 1.0 : is_floating(t) ? 0.75 : 2.0;
       if (t == DType::boolean) continue;
-      Case c = make("ops::binary_scalar", label({binary_op_name(op), "[7,13]T"}), t,
+      Case c = make("ops::binary_scalar", str_cat(binary_op_name(op), " [7,13]T"), t,
                     {laid_out({7, 13}, Layout::transposed, ga, false)},
                     [op, scalar](const V& a) { return V{ops::binary_scalar(op, a[0], scalar)}; });
       c.f64_reference = !(t == DType::u8 && op == BinaryOp::sub);

@@ -74,6 +74,7 @@ void view_cases(std::vector<Case>& out, Values& v) {
       {"Tensor::select", "dim0 2", {7, 13}, Layout::transposed, [](const Tensor& a) { return a.select(0, 2); }},
       {"Tensor::contiguous", "", {7, 13}, Layout::transposed, [](const Tensor& a) { return a.contiguous(); }},
       {"Tensor::clone", "", {1031}, Layout::sliced, [](const Tensor& a) { return a.clone(); }},
+      {"Tensor::clone", "", {7, 13}, Layout::expanded, [](const Tensor& a) { return a.clone(); }},
       {"Tensor::to", "device round trip", {7, 13}, Layout::sliced,
        [](const Tensor& a) { return a.to(kCPU).to(a.device()); }},
   };

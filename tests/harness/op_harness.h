@@ -92,7 +92,7 @@ struct Options {
   bool cpu_checks = true;         // reference, layout and gradcheck on the CPU
   bool gradients = true;          // compare input gradients too
   bool gradcheck = true;          // finite differences on the small f64 cases
-  int64_t gradcheck_max_numel = 200;
+  int64_t gradcheck_max_numel = 512;
   // Non-CPU devices to compare with the CPU; empty: one of each registered type.
   std::vector<Device> devices;
   bool verbose = false;           // print each case as it runs
@@ -120,6 +120,10 @@ struct BackendReport {
   int failed = 0;
   int missing = 0;     // cases that could not run for want of a kernel
   std::map<std::string, int> checks;  // check name -> how many were made
+  // "check dtype" -> the passing case that came closest to its tolerance, and
+  // how close (largest |diff| / allowed): a tolerance far looser than the
+  // kernels need shows here.
+  std::map<std::string, std::pair<double, std::string>> closest;
   std::vector<Failure> failures;
   std::set<Missing> missing_ops;
 };
@@ -129,6 +133,7 @@ struct Report {
   std::vector<BackendReport> backends;  // the CPU first
   std::vector<std::string> covered_ops;    // public ops with at least one case
   std::vector<std::string> uncovered_ops;  // public ops with none
+  std::set<std::string> gradchecked;       // ops checked against finite differences
   bool ok() const;  // no failure on any backend (missing ops are not failures)
 };
 
