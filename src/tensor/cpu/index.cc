@@ -5,6 +5,7 @@
 #include "cpu/index.h"
 
 #include <cstring>
+#include <functional>
 
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
@@ -137,7 +138,23 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   return out;
 }
 
+// Note [Reduced-float sums]: f16/bf16 sums rounded at every add stall once
+// the total's ulp passes the addends (in bf16, 256 + 1 == 256), and an index
+// may repeat thousands of times (a frequent token): index_add and scatter_add
+// of reduced floats run in f32 and round once.
+namespace {
+Tensor in_f32(const Tensor& a, const Tensor& src,
+              const std::function<Tensor(const Tensor&, const Tensor&)>& op) {
+  return ops::cast(op(ops::cast(a, DType::f32), ops::cast(src, DType::f32)), a.dtype());
+}
+}  // namespace
+
 Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (is_reduced_float(a.dtype())) {
+    return in_f32(a, src, [&](const Tensor& a32, const Tensor& s32) {
+      return index_add(a32, dim, index, s32);
+    });
+  }
   const ONI o = split_at(at_least_1d(a.shape()), dim);
   const auto idx = index_values(index, o.n, "index_add");
   const int64_t k = static_cast<int64_t>(idx.size());
@@ -179,6 +196,11 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (is_reduced_float(a.dtype())) {  // Note [Reduced-float sums]
+    return in_f32(a, src, [&](const Tensor& a32, const Tensor& s32) {
+      return scatter_add(a32, dim, index, s32);
+    });
+  }
   const Shape as = at_least_1d(a.shape()), is = at_least_1d(index.shape());
   const Shape ss = at_least_1d(src.shape());
   const auto idx = index_values(index, as[dim], "scatter_add");
