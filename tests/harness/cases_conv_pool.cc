@@ -32,6 +32,7 @@ const std::vector<Conv> kConvs = {
     {{2, 5, 7, 6}, Layout::contiguous, {3, 5, 1, 1}, true, {}},
     {{1, 3, 13, 11}, Layout::contiguous, {2, 3, 5, 3}, true, {.stride = {2, 1}, .padding = {2, 0}}},
     {{0, 3, 7, 7}, Layout::contiguous, {4, 3, 3, 3}, true, {}},
+    {{2, 8, 17, 17}, Layout::contiguous, {16, 8, 3, 3}, true, {.padding = {1, 1}}},
 };
 
 struct Pool {

@@ -37,6 +37,9 @@ const std::vector<BinaryShape> kBinaryShapes = {
     {{7, 13}, {7, 13}, Layout::transposed, Layout::contiguous},
     {{7, 13}, {7, 13}, Layout::contiguous, Layout::sliced},
     {{7, 13}, {13}, Layout::expanded, Layout::contiguous},
+    // Large enough for the kernels' threaded and vectorised paths.
+    {{129, 67}, {67}},
+    {{129, 67}, {129, 67}, Layout::transposed, Layout::contiguous},
 };
 
 // add/sub/mul/div go through their named wrappers, the rest through binary().
@@ -123,6 +126,7 @@ bool needs_positive(UnaryOp op) {
 const std::vector<std::pair<Shape, Layout>> kUnaryShapes = {
     {{7, 13}, Layout::contiguous}, {{7, 13}, Layout::transposed}, {{7, 13}, Layout::sliced},
     {{1031}, Layout::contiguous},  {{0}, Layout::contiguous},      {{}, Layout::contiguous},
+    {{129, 67}, Layout::contiguous}, {{129, 67}, Layout::transposed},
 };
 
 void unary_cases(std::vector<Case>& out, Values& v) {

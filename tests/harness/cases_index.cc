@@ -143,7 +143,37 @@ void gathers(std::vector<Case>& out, Values& v, bool autograd) {
                        [autograd](const V& a) {
                          return V{autograd ? scatter_add(a[0], 1, a[1], a[2]) : ops::scatter_add(a[0], 1, a[1], a[2])};
                        }));
-    if (autograd) continue;
+    out.push_back(make(autograd ? "scatter_add" : "ops::scatter_add", "[129,67] dim=0 index[200,67] src[200,67]", t,
+                       {laid_out({129, 67}, Layout::contiguous, g, autograd), index(v.index({200, 67}, 129)),
+                        laid_out({200, 67}, Layout::contiguous, g, autograd)},
+                       [autograd](const V& a) {
+                         return V{autograd ? scatter_add(a[0], 0, a[1], a[2]) : ops::scatter_add(a[0], 0, a[1], a[2])};
+                       }));
+    // Thousands of rows into four: sums that must not be rounded at each add
+    // (u8 sums wrap around where f64 does not).
+    out.push_back(make(autograd ? "scatter_add" : "ops::scatter_add", "[4,8] dim=0 index[4096,8] src[4096,8]", t,
+                       {laid_out({4, 8}, Layout::contiguous, g, autograd), index(v.index({4096, 8}, 4)),
+                        laid_out({4096, 8}, Layout::contiguous, g, autograd)},
+                       [autograd](const V& a) {
+                         return V{autograd ? scatter_add(a[0], 0, a[1], a[2]) : ops::scatter_add(a[0], 0, a[1], a[2])};
+                       }));
+    out.back().f64_reference = t != DType::u8;
+    if (autograd) {
+      // The backward of index_select adds the gradient rows of duplicates.
+      out.push_back(make("index_select", "[4,8] dim=0 index[4096]", t,
+                         {laid_out({4, 8}, Layout::contiguous, g), index(v.index({4096}, 4))},
+                         [](const V& a) { return V{index_select(a[0], 0, a[1])}; }));
+      continue;
+    }
+    out.push_back(make("ops::index_add", "[4,8] dim=0 index[4096] src[4096,8]", t,
+                       {laid_out({4, 8}, Layout::contiguous, g, false), index(v.index({4096}, 4)),
+                        laid_out({4096, 8}, Layout::contiguous, g, false)},
+                       [](const V& a) { return V{ops::index_add(a[0], 0, a[1], a[2])}; }));
+    out.back().f64_reference = t != DType::u8;
+    out.push_back(make("ops::index_add", "[129,67] dim=0 index[300] src[300,67]", t,
+                       {laid_out({129, 67}, Layout::contiguous, g, false), index(v.index({300}, 129)),
+                        laid_out({300, 67}, Layout::contiguous, g, false)},
+                       [](const V& a) { return V{ops::index_add(a[0], 0, a[1], a[2])}; }));
     out.push_back(make("ops::index_add", "[7,13] dim=0 index[5] src[5,13]slice", t,
                        {laid_out({7, 13}, Layout::contiguous, g, false), index(v.index({5}, 7)),
                         laid_out({5, 13}, Layout::sliced, g, false)},

@@ -42,6 +42,7 @@ const std::vector<Operands> kMm = {
     {{3, 1031}, {1031, 4}},
     {{4, 0}, {0, 3}},
     {{0, 5}, {5, 3}},
+    {{129, 67}, {67, 33}, Layout::transposed, Layout::contiguous},
 };
 const std::vector<Operands> kBmm = {
     {{3, 7, 5}, {3, 5, 4}},

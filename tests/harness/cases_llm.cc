@@ -109,6 +109,9 @@ void attentions(std::vector<Case>& out, Values& v) {
       {2, 7, 7, 4, 2, 8, 8, true, 0, true},
       {1, 13, 13, 2, 2, 16, 16, false, 0, false, Layout::transposed},
       {2, 7, 11, 4, 2, 8, 8, true, 0.2},
+      // More than one 64-row block of queries and keys, ragged at the end.
+      {1, 130, 130, 2, 1, 64, 64, true},
+      {1, 130, 70, 2, 2, 32, 32, false, 0.1},
   };
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
     Gen g = [&v, t](const Shape& s) { return v.uniform(s, t, -1, 1); };

@@ -50,7 +50,8 @@ void softmaxes(std::vector<Case>& out, Values& v) {
   };
   const std::vector<Soft> softs = {{{7, 13}, Layout::contiguous, -1}, {{7, 13}, Layout::transposed, 0},
                                    {{2, 1031}, Layout::contiguous, 1}, {{3, 5, 7}, Layout::sliced, 1},
-                                   {{3, 5, 7}, Layout::expanded, 2},   {{0, 5}, Layout::contiguous, 1}};
+                                   {{3, 5, 7}, Layout::expanded, 2},   {{0, 5}, Layout::contiguous, 1},
+                                   {{67, 129}, Layout::contiguous, -1}, {{129, 67}, Layout::transposed, 0}};
   for (DType t : kFloating) {
     Gen g = [&v, t](const Shape& s) { return v.uniform(s, t, -4, 4); };
     for (const Soft& s : softs) {
@@ -69,6 +70,12 @@ void softmaxes(std::vector<Case>& out, Values& v) {
                              return V{log ? ops::log_softmax_backward(a[0], y, dim) : ops::softmax_backward(a[0], y, dim)};
                            }));
       }
+    }
+    // Values far beyond exp's range in f32 (|x| > 88): the max must come off first.
+    Gen big = [&v, t](const Shape& s) { return v.uniform(s, t, -300, 300); };
+    for (bool log : {false, true}) {
+      out.push_back(make(log ? "log_softmax" : "softmax", "[7,13] |x|<300 dim=-1", t, {laid_out({7, 13}, Layout::contiguous, big)},
+                         [log](const V& a) { return V{log ? log_softmax(a[0], -1) : softmax(a[0], -1)}; }));
     }
   }
 }
@@ -93,6 +100,7 @@ void losses(std::vector<Case>& out, Values& v) {
                                {{7, 13}, {7}, Layout::sliced, DType::i64, 0, Reduction::none},
                                {{2, 5, 3, 3}, {2, 3, 3}, Layout::contiguous, DType::i64, 0.2, Reduction::mean},
                                {{3, 1031}, {3}, Layout::contiguous, DType::i64, 0, Reduction::mean},
+                               {{129, 67}, {129}, Layout::contiguous, DType::i64, 0.1, Reduction::mean},
                                {{0, 5}, {0}, Layout::contiguous, DType::i64, 0, Reduction::sum}};
   const char* red_names[] = {"none", "mean", "sum"};
   for (DType t : kFloating) {
@@ -116,6 +124,10 @@ void losses(std::vector<Case>& out, Values& v) {
                          }));
       out.back().covers = {"ops::cross_entropy_backward"};
     }
+    Gen big = [&v, t](const Shape& s) { return v.uniform(s, t, -300, 300); };
+    out.push_back(make("cross_entropy", "[7,13] |x|<300", t,
+                       {laid_out({7, 13}, Layout::contiguous, big), index(targets(v, {7}, 13, DType::i64))},
+                       [](const V& a) { return V{cross_entropy(a[0], a[1])}; }));
     for (Reduction red : {Reduction::none, Reduction::mean, Reduction::sum}) {
       out.push_back(make("mse_loss", label({"[7,13]T,[7,13]", red_names[static_cast<int>(red)]}), t,
                          {laid_out({7, 13}, Layout::transposed, g), laid_out({7, 13}, Layout::contiguous, g)},
@@ -183,6 +195,13 @@ void embeddings(std::vector<Case>& out, Values& v) {
     }
     out.push_back(make("embedding", "w[1031,3] idx[0]", t,
                        {laid_out({1031, 3}, Layout::contiguous, g), index(v.index({0}, 1031))},
+                       [](const V& a) { return V{embedding(a[0], a[1])}; }));
+    // Many rows into few: the backward's accumulation of duplicates.
+    out.push_back(make("embedding", "w[13,33] idx[64,33]", t,
+                       {laid_out({13, 33}, Layout::contiguous, g), index(v.index({64, 33}, 13))},
+                       [](const V& a) { return V{embedding(a[0], a[1])}; }));
+    out.push_back(make("embedding", "w[4,8] idx[8192]", t,
+                       {laid_out({4, 8}, Layout::contiguous, g), index(v.index({8192}, 4))},
                        [](const V& a) { return V{embedding(a[0], a[1])}; }));
     out.push_back(make("embedding", "w[1031,3] idx[4,13]", t,
                        {laid_out({1031, 3}, Layout::contiguous, g), index(v.index({4, 13}, 1031))},

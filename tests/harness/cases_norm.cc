@@ -33,7 +33,8 @@ void batch_norms(std::vector<Case>& out, Values& v, DType t) {
                                {{4, 3, 5, 5}, Layout::transposed, false, true, false},
                                {{7, 13}, Layout::contiguous, true, true, true},
                                {{2, 3, 7}, Layout::sliced, true, false, true},
-                               {{2, 1031, 2}, Layout::contiguous, true, true, true}};
+                               {{2, 1031, 2}, Layout::contiguous, true, true, true},
+                               {{8, 16, 9, 9}, Layout::contiguous, true, true, true}};
   for (const Bn& b : bns) {
     const int64_t ch = b.x[1];
     const std::string sh = label({shape_label(b.x, b.layout), b.affine ? "affine" : "",
@@ -84,7 +85,8 @@ void layer_norms(std::vector<Case>& out, Values& v, DType t, bool rms) {
                                {{2, 5, 7}, {5, 7}, Layout::sliced, false, false},
                                {{3, 1031}, {1031}, Layout::contiguous, true, true},
                                {{0, 13}, {13}, Layout::contiguous, true, true},
-                               {{2, 3, 13}, {13}, Layout::expanded, true, true}};
+                               {{2, 3, 13}, {13}, Layout::expanded, true, true},
+                               {{129, 67}, {67}, Layout::contiguous, true, true}};
   const std::string name = rms ? "rms_norm" : "layer_norm";
   for (const Ln& l : lns) {
     if (rms && !l.weight && l.bias) continue;

@@ -32,6 +32,8 @@ const std::vector<Reduction> kReductions = {
     {{1031}, {}},
     {{2, 1031}, {1}},
     {{}, {}},
+    {{129, 67}, {1}},
+    {{129, 67}, {0}, false, Layout::transposed},
 };
 // Reductions of an empty tensor: sums are 0, means NaN (amax/amin refuse).
 const std::vector<Reduction> kEmptyReductions = {{{0, 5}, {0}}, {{4, 0}, {}}};
