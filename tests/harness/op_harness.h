@@ -92,7 +92,7 @@ struct Options {
   bool cpu_checks = true;         // reference, layout and gradcheck on the CPU
   bool gradients = true;          // compare input gradients too
   bool gradcheck = true;          // finite differences on the small f64 cases
-  int64_t gradcheck_max_numel = 512;
+  int64_t gradcheck_max_numel = 2100;
   // Non-CPU devices to compare with the CPU; empty: one of each registered type.
   std::vector<Device> devices;
   bool verbose = false;           // print each case as it runs
