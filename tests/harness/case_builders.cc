@@ -20,9 +20,8 @@ Tensor Values::uniform(const Shape& s, DType t, double lo, double hi) {
 
 Tensor Values::nonzero(const Shape& s, DType t) {
   Tensor mag = uniform(s, DType::f64, 0.5, 2);
-  Tensor sign = ops::binary_scalar(BinaryOp::sub, ops::binary_scalar(BinaryOp::mul,
-                                                                     ops::cast(mask(s), DType::f64), 2.0),
-                                   1.0);
+  Tensor sign = ops::binary_scalar(
+      BinaryOp::sub, ops::binary_scalar(BinaryOp::mul, ops::cast(mask(s), DType::f64), 2.0), 1.0);
   return ops::cast(ops::mul(mag, sign), t);
 }
 
@@ -48,10 +47,14 @@ Tensor Values::data(const Shape& s, DType t) {
 
 const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::contiguous: return "";
-    case Layout::transposed: return "T";
-    case Layout::sliced: return "slice";
-    case Layout::expanded: return "expand";
+    case Layout::contiguous:
+      return "";
+    case Layout::transposed:
+      return "T";
+    case Layout::sliced:
+      return "slice";
+    case Layout::expanded:
+      return "expand";
   }
   return "?";
 }
@@ -129,7 +132,9 @@ std::string shape_label(const Shape& s) {
   return out;
 }
 
-std::string shape_label(const Shape& s, Layout l) { return str_cat(shape_label(s), layout_name(l)); }
+std::string shape_label(const Shape& s, Layout l) {
+  return str_cat(shape_label(s), layout_name(l));
+}
 
 std::string label(std::initializer_list<std::string> parts) {
   std::string out;

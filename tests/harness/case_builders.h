@@ -17,7 +17,7 @@ inline const std::vector<DType> kIntegers = {DType::i32, DType::i64, DType::u8};
 inline const std::vector<DType> kNumeric = {DType::f32, DType::f64, DType::bf16, DType::f16,
                                             DType::i32, DType::i64, DType::u8};
 inline const std::vector<DType> kAll = {DType::f32, DType::f64, DType::bf16, DType::f16,
-                                        DType::i32, DType::i64, DType::u8, DType::boolean};
+                                        DType::i32, DType::i64, DType::u8,   DType::boolean};
 
 // Deterministic values: each table draws from its own seeded stream, so a
 // case's inputs do not depend on which other cases exist.

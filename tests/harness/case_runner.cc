@@ -25,9 +25,8 @@ uint64_t fnv1a(const std::string& s) {
 // same numbers.
 Tensor cotangent(const Case& c, size_t i, const Tensor& out) {
   Generator g(fnv1a(c.id()) + i);
-  Tensor v = ops::binary_scalar(BinaryOp::sub, ops::binary_scalar(BinaryOp::mul,
-                                                                   rand(out.shape(), DType::f64, g), 2.0),
-                                1.0);
+  Tensor v = ops::binary_scalar(
+      BinaryOp::sub, ops::binary_scalar(BinaryOp::mul, rand(out.shape(), DType::f64, g), 2.0), 1.0);
   if (is_floating(c.dtype)) v = ops::cast(v, c.dtype);
   return ops::to_device(ops::cast(v, out.dtype()), out.device());
 }
@@ -63,7 +62,8 @@ RunResult run_case(const Case& c, const RunOptions& o) {
       const Input& in = c.inputs[k];
       Tensor v = in.value;
       if (v.defined()) {
-        if (o.f64 && in.to_f64 && v.dtype() != DType::f64 && v.dtype() != DType::boolean) v = ops::cast(v, DType::f64);
+        if (o.f64 && in.to_f64 && v.dtype() != DType::f64 && v.dtype() != DType::boolean)
+          v = ops::cast(v, DType::f64);
         // A fresh copy per run: ops that write their inputs (running stats,
         // in-place ops) must not change the next run's.
         v = o.device.is_cpu() ? ops::clone(v) : ops::to_device(v, o.device);
@@ -117,12 +117,14 @@ RunResult run_case(const Case& c, const RunOptions& o) {
 
 Comparison compare(const Tensor& got, const Tensor& want, Tolerance tol, bool check_dtype) {
   if (got.defined() != want.defined())
-    return {got.defined() ? "defined, the reference is undefined" : "undefined, the reference is not"};
+    return {got.defined() ? "defined, the reference is undefined"
+                          : "undefined, the reference is not"};
   if (!got.defined()) return {};
   if (got.shape() != want.shape())
     return {detail::str_cat("shape ", shape_str(got.shape()), ", want ", shape_str(want.shape()))};
   if (check_dtype && got.dtype() != want.dtype())
-    return {detail::str_cat("dtype ", dtype_name(got.dtype()), ", want ", dtype_name(want.dtype()))};
+    return {
+        detail::str_cat("dtype ", dtype_name(got.dtype()), ", want ", dtype_name(want.dtype()))};
   const bool exact = !is_floating(got.dtype()) || !is_floating(want.dtype());
   const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   double scale = 1;
@@ -154,8 +156,9 @@ Comparison compare(const Tensor& got, const Tensor& want, Tolerance tol, bool ch
   os.precision(9);
   os << bad << " of " << w.size() << " elements off; worst at " << index_str(worst, want.shape())
      << ": " << g[worst] << " vs " << w[worst];
-  if (!exact) os << " (|diff| " << std::fabs(g[worst] - w[worst]) << ", allowed "
-                 << tol.atol * scale + tol.rtol * std::fabs(w[worst]) << ")";
+  if (!exact)
+    os << " (|diff| " << std::fabs(g[worst] - w[worst]) << ", allowed "
+       << tol.atol * scale + tol.rtol * std::fabs(w[worst]) << ")";
   return {os.str(), worst_ratio};
 }
 

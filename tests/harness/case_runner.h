@@ -11,17 +11,17 @@ namespace qk::harness {
 
 struct RunOptions {
   Device device = kCPU;
-  bool f64 = false;          // inputs (those with to_f64) cast to f64; the reference fn
-  bool contiguous = false;   // each view made contiguous before the op
+  bool f64 = false;         // inputs (those with to_f64) cast to f64; the reference fn
+  bool contiguous = false;  // each view made contiguous before the op
   bool gradients = true;
 };
 
 struct RunResult {
-  std::vector<Tensor> outputs;  // on the CPU, detached
-  std::vector<Tensor> grads;    // per input with grad (undefined: none flowed), on the CPU
+  std::vector<Tensor> outputs;      // on the CPU, detached
+  std::vector<Tensor> grads;        // per input with grad (undefined: none flowed), on the CPU
   std::vector<size_t> grad_inputs;  // the index in Case::inputs of each of grads
-  bool missing = false;         // the device has no kernel for the op (or the dtype)
-  std::string error;            // what the run threw (the kernel table, when missing)
+  bool missing = false;             // the device has no kernel for the op (or the dtype)
+  std::string error;                // what the run threw (the kernel table, when missing)
   bool ok() const { return !missing && error.empty(); }
 };
 

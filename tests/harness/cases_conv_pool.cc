@@ -18,7 +18,8 @@ struct Conv {
   bool bias;
   Conv2dParams p;
   std::string str() const {
-    return label({str_cat("x", shape_label(x, lx)), str_cat("w", shape_label(w)), bias ? "bias" : "",
+    return label({str_cat("x", shape_label(x, lx)), str_cat("w", shape_label(w)),
+                  bias ? "bias" : "",
                   str_cat("s", p.stride[0], p.stride[1], " p", p.padding[0], p.padding[1], " d",
                           p.dilation[0], p.dilation[1], " g", p.groups)});
   }
@@ -40,9 +41,9 @@ struct Pool {
   Layout lx;
   Pool2dParams p;
   std::string str() const {
-    return label({str_cat("x", shape_label(x, lx)), str_cat("k", p.kernel[0], p.kernel[1], " s", p.stride[0],
-                                                    p.stride[1], " p", p.padding[0], p.padding[1], " d",
-                                                    p.dilation[0], p.dilation[1]),
+    return label({str_cat("x", shape_label(x, lx)),
+                  str_cat("k", p.kernel[0], p.kernel[1], " s", p.stride[0], p.stride[1], " p",
+                          p.padding[0], p.padding[1], " d", p.dilation[0], p.dilation[1]),
                   p.ceil_mode ? "ceil" : "", p.count_include_pad ? "" : "exclude-pad"});
   }
 };
@@ -51,11 +52,12 @@ const std::vector<Pool> kPools = {
     {{2, 3, 8, 8}, Layout::contiguous, {}},
     {{2, 3, 7, 7}, Layout::transposed, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},
     {{1, 2, 13, 13}, Layout::sliced, {.kernel = {3, 3}, .stride = {2, 2}, .ceil_mode = true}},
-    {{1, 2, 13, 11}, Layout::contiguous,
+    {{1, 2, 13, 11},
+     Layout::contiguous,
      {.kernel = {3, 2}, .stride = {1, 2}, .padding = {1, 0}, .count_include_pad = false}},
 };
-const Pool kDilatedPool = {{1, 2, 13, 13}, Layout::contiguous,
-                           {.kernel = {3, 3}, .stride = {1, 1}, .dilation = {2, 2}}};
+const Pool kDilatedPool = {
+    {1, 2, 13, 13}, Layout::contiguous, {.kernel = {3, 3}, .stride = {1, 1}, .dilation = {2, 2}}};
 
 }  // namespace
 
@@ -70,7 +72,8 @@ void add_conv_pool_cases(std::vector<Case>& out) {
         if (autograd) c.covers = {"ops::conv2d_backward"};
         c.shape = cv.str();
         c.dtype = t;
-        c.inputs = {laid_out(cv.x, cv.lx, g, autograd), laid_out(cv.w, Layout::contiguous, g, autograd),
+        c.inputs = {laid_out(cv.x, cv.lx, g, autograd),
+                    laid_out(cv.w, Layout::contiguous, g, autograd),
                     cv.bias ? laid_out({cv.w[0]}, Layout::contiguous, g, autograd) : none()};
         const Conv2dParams p = cv.p;
         c.fn = [p, autograd](const V& a) {
@@ -89,7 +92,8 @@ void add_conv_pool_cases(std::vector<Case>& out) {
       c.inputs = {data(g({1, 6, 9, 9}), false), data(g(cv.x), false), data(g(cv.w), false)};
       const Conv2dParams p = cv.p;
       c.fn = [p, need](const V& a) {
-        auto [dx, dw, db] = ops::conv2d_backward(a[0], a[1], a[2], p, need == 0, need == 1, need == 2);
+        auto [dx, dw, db] =
+            ops::conv2d_backward(a[0], a[1], a[2], p, need == 0, need == 1, need == 2);
         return V{dx, dw, db};
       };
       out.push_back(std::move(c));
@@ -100,8 +104,9 @@ void add_conv_pool_cases(std::vector<Case>& out) {
       c.op = "ops::conv2d_fused";
       c.shape = label({"x[2,3,7,7] w[4,3,3,3] p11 scale shift residual", relu ? "relu" : ""});
       c.dtype = t;
-      c.inputs = {data(g({2, 3, 7, 7}), false), data(g({4, 3, 3, 3}), false), data(g({4}), false),
-                  data(g({4}), false), data(g({4}), false), data(g({2, 4, 7, 7}), false)};
+      c.inputs = {data(g({2, 3, 7, 7}), false), data(g({4, 3, 3, 3}), false),
+                  data(g({4}), false),          data(g({4}), false),
+                  data(g({4}), false),          data(g({2, 4, 7, 7}), false)};
       c.fn = [relu](const V& a) {
         return V{ops::conv2d_fused(a[0], a[1], a[2], {.padding = {1, 1}}, a[3], a[4], a[5], relu)};
       };
@@ -135,7 +140,9 @@ void add_conv_pool_cases(std::vector<Case>& out) {
         c.dtype = t;
         c.inputs = {laid_out(pl.x, pl.lx, g, autograd)};
         const Pool2dParams p = pl.p;
-        c.fn = [p, autograd](const V& a) { return V{autograd ? avg_pool2d(a[0], p) : ops::avg_pool2d(a[0], p)}; };
+        c.fn = [p, autograd](const V& a) {
+          return V{autograd ? avg_pool2d(a[0], p) : ops::avg_pool2d(a[0], p)};
+        };
         out.push_back(std::move(c));
       }
     }

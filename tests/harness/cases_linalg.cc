@@ -85,7 +85,8 @@ void linears(std::vector<Case>& out, Values& v, bool autograd) {
       const int64_t in = l.x.back();
       Case c;
       c.op = autograd ? "linear" : "ops::linear";
-      c.shape = label({str_cat("x", shape_label(l.x, l.lx)), str_cat("w", shape_label({5, in}, l.lw)), l.bias ? "bias" : ""});
+      c.shape = label({str_cat("x", shape_label(l.x, l.lx)),
+                       str_cat("w", shape_label({5, in}, l.lw)), l.bias ? "bias" : ""});
       c.dtype = t;
       c.inputs = {laid_out(l.x, l.lx, g, autograd), laid_out({5, in}, l.lw, g, autograd),
                   l.bias ? laid_out({5}, Layout::contiguous, g, autograd) : none()};

@@ -26,7 +26,7 @@ struct Attn {
   int64_t B, T, S, Hq, Hkv, D, Dv;
   bool causal;
   double dropout = 0;
-  bool fused_qkv = false;             // q, k, v are views of one [B,T,Hkv,G+2,D] tensor
+  bool fused_qkv = false;              // q, k, v are views of one [B,T,Hkv,G+2,D] tensor
   Layout layout = Layout::contiguous;  // of q (transposed: [B,Hq,T,D] stored)
   std::string str() const {
     return label({str_cat("B", B, " T", T, " S", S, " Hq", Hq, " Hkv", Hkv, " D", D, " Dv", Dv),
@@ -47,7 +47,8 @@ Tensor attention_dropout_mask(const Attn& a, Device d) {
     for (int64_t h = 0; h < a.Hq; ++h)
       for (int64_t t = 0; t < a.T; ++t)
         for (int64_t s = 0; s < a.S; ++s, ++i) {
-          philox4x32(kAttentionSeed, static_cast<uint64_t>(((b * a.Hq + h) * a.T + t) * groups + s / 4), w);
+          philox4x32(kAttentionSeed,
+                     static_cast<uint64_t>(((b * a.Hq + h) * a.T + t) * groups + s / 4), w);
           m[i] = (w[s % 4] >> 8) < keep_below ? 1.0 / (1.0 - a.dropout) : 0.0;
         }
   return ops::to_device(from_vector<double>(m, {a.B, a.Hq, a.T, a.S}), d);
@@ -55,14 +56,19 @@ Tensor attention_dropout_mask(const Attn& a, Device d) {
 
 // Unfused attention in q's dtype (f64 in the reference run): returns out
 // [B,T,Hq,Dv] and lse [B,Hq,T] (-inf where a query sees no key).
-std::pair<Tensor, Tensor> attention_reference(const Attn& a, Tensor q, const Tensor& k, const Tensor& v) {
+std::pair<Tensor, Tensor> attention_reference(const Attn& a, Tensor q, const Tensor& k,
+                                              const Tensor& v) {
   if (q.dim() == 5) q = q.reshape({a.B, a.T, a.Hq, a.D});
   const int64_t G = a.Hq / a.Hkv;
   auto heads = [&](const Tensor& t, int64_t d) {  // [B,S,Hkv,d] -> [B,Hq,S,d]
-    return t.unsqueeze(3).expand({a.B, a.S, a.Hkv, G, d}).reshape({a.B, a.S, a.Hq, d}).permute({0, 2, 1, 3});
+    return t.unsqueeze(3)
+        .expand({a.B, a.S, a.Hkv, G, d})
+        .reshape({a.B, a.S, a.Hq, d})
+        .permute({0, 2, 1, 3});
   };
   const DType dt = q.dtype();
-  Tensor scores = mul(matmul(q.permute({0, 2, 1, 3}), heads(k, a.D).transpose(2, 3)), 1.0 / std::sqrt(double(a.D)));
+  Tensor scores = mul(matmul(q.permute({0, 2, 1, 3}), heads(k, a.D).transpose(2, 3)),
+                      1.0 / std::sqrt(double(a.D)));
   // Visible: s <= t + (S - T) when causal; masked scores get a large finite
   // negative (not -inf), so that a row with no key stays finite.
   std::vector<uint8_t> vis(static_cast<size_t>(a.T * a.S));
@@ -74,7 +80,8 @@ std::pair<Tensor, Tensor> attention_reference(const Attn& a, Tensor q, const Ten
       if (on) row_any[t] = 1.0;
     }
   const Device d = q.device();
-  Tensor hidden = ops::to_device(ops::binary_scalar(BinaryOp::eq, from_vector<uint8_t>(vis, {a.T, a.S}), 0.0), d);
+  Tensor hidden = ops::to_device(
+      ops::binary_scalar(BinaryOp::eq, from_vector<uint8_t>(vis, {a.T, a.S}), 0.0), d);
   Tensor any = ops::to_device(ops::cast(from_vector<double>(row_any, {a.T, 1}), dt), d);
   Tensor masked = masked_fill(scores, hidden, -1e30);
   Tensor probs = mul(softmax(masked, -1), any);
@@ -117,9 +124,13 @@ void attentions(std::vector<Case>& out, Values& v) {
     Gen g = [&v, t](const Shape& s) { return v.uniform(s, t, -1, 1); };
     for (const Attn& a : attns) {
       auto inputs = [&](bool grad) {
-        if (a.fused_qkv) return std::vector<Input>{laid_out({a.B, a.T, a.Hkv, a.Hq / a.Hkv + 2, a.D}, Layout::contiguous, g, grad)};
+        if (a.fused_qkv)
+          return std::vector<Input>{
+              laid_out({a.B, a.T, a.Hkv, a.Hq / a.Hkv + 2, a.D}, Layout::contiguous, g, grad)};
         Input q = a.layout == Layout::transposed
-                      ? Input{g({a.B, a.Hq, a.T, a.D}), {"T", [](const Tensor& x) { return x.transpose(1, 2); }}, grad}
+                      ? Input{g({a.B, a.Hq, a.T, a.D}),
+                              {"T", [](const Tensor& x) { return x.transpose(1, 2); }},
+                              grad}
                       : laid_out({a.B, a.T, a.Hq, a.D}, Layout::contiguous, g, grad);
         return std::vector<Input>{q, laid_out({a.B, a.S, a.Hkv, a.D}, Layout::contiguous, g, grad),
                                   laid_out({a.B, a.S, a.Hkv, a.Dv}, Layout::contiguous, g, grad)};
@@ -157,7 +168,8 @@ void attentions(std::vector<Case>& out, Values& v) {
         V qkv = qkv_of(a, in);
         const ops::FlashAttentionParams p = raw_params(a);
         auto f = ops::flash_attention(qkv[0], qkv[1], qkv[2], p);
-        auto [dq, dk, dv] = ops::flash_attention_backward(in.back(), qkv[0], qkv[1], qkv[2], f.out, f.lse, p);
+        auto [dq, dk, dv] =
+            ops::flash_attention_backward(in.back(), qkv[0], qkv[1], qkv[2], f.out, f.lse, p);
         return V{f.out, f.lse, dq, dk, dv};
       };
       r.reference = [a](const V& in) {
@@ -179,7 +191,8 @@ std::pair<Tensor, Tensor> rotary_tables(int64_t T, int64_t R) {
   std::vector<float> c(static_cast<size_t>(T * R)), s(static_cast<size_t>(T * R));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < R; ++i) {
-      const double f = 1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i % (R / 2)) / static_cast<double>(R));
+      const double f =
+          1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i % (R / 2)) / static_cast<double>(R));
       c[t * R + i] = static_cast<float>(std::cos(static_cast<double>(t) * f));
       s[t * R + i] = static_cast<float>(std::sin(static_cast<double>(t) * f));
     }
@@ -192,7 +205,8 @@ void rotaries(std::vector<Case>& out, Values& v) {
     int64_t R;
     int layout;  // 0 contiguous, 1 a head slice of a fused [B,T,3H,D], 2 stored [B,H,T,D]
   };
-  const std::vector<Rot> rots = {{{2, 7, 3, 8}, 8, 0}, {{2, 7, 3, 8}, 4, 1}, {{1, 13, 2, 16}, 16, 2}, {{1, 0, 2, 8}, 8, 0}};
+  const std::vector<Rot> rots = {
+      {{2, 7, 3, 8}, 8, 0}, {{2, 7, 3, 8}, 4, 1}, {{1, 13, 2, 16}, 16, 2}, {{1, 0, 2, 8}, 8, 0}};
   for (DType t : kFloating) {
     Gen g = [&v, t](const Shape& s) { return v.data(s, t); };
     for (const Rot& rt : rots) {
@@ -220,7 +234,8 @@ void rotaries(std::vector<Case>& out, Values& v) {
         c.dtype = t;
         c.inputs = {xi, fixed(cos), fixed(sin)};
         c.fn = [autograd](const V& a) {
-          return V{autograd ? rotary_embedding(a[0], a[1], a[2]) : ops::rotary_embedding(a[0], a[1], a[2])};
+          return V{autograd ? rotary_embedding(a[0], a[1], a[2])
+                            : ops::rotary_embedding(a[0], a[1], a[2])};
         };
         out.push_back(std::move(c));
       }
@@ -237,8 +252,10 @@ void rotaries(std::vector<Case>& out, Values& v) {
 }
 
 void swiglus(std::vector<Case>& out, Values& v) {
-  const std::vector<std::pair<Shape, Layout>> shapes = {{{7, 26}, Layout::contiguous}, {{7, 26}, Layout::transposed},
-                                                        {{2, 3, 2062}, Layout::contiguous}, {{0, 8}, Layout::contiguous},
+  const std::vector<std::pair<Shape, Layout>> shapes = {{{7, 26}, Layout::contiguous},
+                                                        {{7, 26}, Layout::transposed},
+                                                        {{2, 3, 2062}, Layout::contiguous},
+                                                        {{0, 8}, Layout::contiguous},
                                                         {{5, 26}, Layout::sliced}};
   for (DType t : kFloating) {
     Gen g = [&v, t](const Shape& s) { return v.data(s, t); };
@@ -288,11 +305,12 @@ void linear_cross_entropies(std::vector<Case>& out, Values& v) {
     Gen g = [&v, t](const Shape& s) { return v.uniform(s, t, -1, 1); };
     Gen pos = [&v, t](const Shape& s) { return v.positive(s, t); };
     for (const Lce& l : lces) {
-      const std::string sh = label({str_cat("N", l.N, " C", l.C, " V", l.V), shape_label({l.N, l.C}, l.lh),
-                                    dtype_name(l.it), l.token_weight ? "token-weight" : ""});
-      std::vector<Input> in = {laid_out({l.N, l.C}, l.lh, g), laid_out({l.V, l.C}, Layout::sliced, g),
-                               index(lce_targets(v, l.N, l.V, l.it)),
-                               l.token_weight ? data(pos({l.N}), false) : none()};
+      const std::string sh =
+          label({str_cat("N", l.N, " C", l.C, " V", l.V), shape_label({l.N, l.C}, l.lh),
+                 dtype_name(l.it), l.token_weight ? "token-weight" : ""});
+      std::vector<Input> in = {
+          laid_out({l.N, l.C}, l.lh, g), laid_out({l.V, l.C}, Layout::sliced, g),
+          index(lce_targets(v, l.N, l.V, l.it)), l.token_weight ? data(pos({l.N}), false) : none()};
       Case c;
       c.op = "linear_cross_entropy";
       c.shape = sh;
@@ -301,7 +319,8 @@ void linear_cross_entropies(std::vector<Case>& out, Values& v) {
       c.fn = [](const V& a) { return V{linear_cross_entropy(a[0], a[1], a[2], a[3])}; };
       // The unfused composition: per-row cross entropy of the full logits.
       c.reference = [](const V& a) {
-        Tensor per = cross_entropy(linear(a[0], a[1]), ops::cast(a[2], DType::i64), -100, 0.0, Reduction::none);
+        Tensor per = cross_entropy(linear(a[0], a[1]), ops::cast(a[2], DType::i64), -100, 0.0,
+                                   Reduction::none);
         return V{a[3].defined() ? sum(mul(per, a[3])) : sum(per)};
       };
       out.push_back(c);

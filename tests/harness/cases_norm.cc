@@ -58,18 +58,19 @@ void batch_norms(std::vector<Case>& out, Values& v, DType t) {
       auto r = ops::batch_norm(a[0], a[1], a[2], a[3], a[4], training, 0.1, 1e-5);
       return V{r.out, r.save_mean, r.save_invstd, a[3], a[4]};
     }));
-    out.push_back(make("ops::batch_norm_backward", sh, t,
-                       [&] {
-                         std::vector<Input> in = inputs(false);
-                         in.push_back(laid_out(b.x, Layout::contiguous, g, false));
-                         return in;
-                       }(),
-                       [training](const V& a) {
-                         auto r = ops::batch_norm(a[0], a[1], a[2], a[3], a[4], training, 0.1, 1e-5);
-                         auto [dx, dw, db] = ops::batch_norm_backward(a[5], a[0], a[1], r.save_mean,
-                                                                      r.save_invstd, training);
-                         return V{dx, dw, db};
-                       }));
+    out.push_back(make(
+        "ops::batch_norm_backward", sh, t,
+        [&] {
+          std::vector<Input> in = inputs(false);
+          in.push_back(laid_out(b.x, Layout::contiguous, g, false));
+          return in;
+        }(),
+        [training](const V& a) {
+          auto r = ops::batch_norm(a[0], a[1], a[2], a[3], a[4], training, 0.1, 1e-5);
+          auto [dx, dw, db] =
+              ops::batch_norm_backward(a[5], a[0], a[1], r.save_mean, r.save_invstd, training);
+          return V{dx, dw, db};
+        }));
   }
 }
 
@@ -113,17 +114,19 @@ void layer_norms(std::vector<Case>& out, Values& v, DType t, bool rms) {
       return V{y, mean, rstd};
     }));
     std::vector<Input> bin = inputs(false);
-    bin.push_back(laid_out(l.x, Layout::transposed == l.layout ? Layout::contiguous : Layout::transposed, g, false));
-    out.push_back(make(str_cat("ops::", name, "_backward"), sh, t, std::move(bin), [ns, rms](const V& a) {
-      if (rms) {
-        auto [y, rstd] = ops::rms_norm(a[0], ns, a[1], 1e-6);
-        auto [dx, dw] = ops::rms_norm_backward(a[2], a[0], ns, rstd, a[1]);
-        return V{dx, dw};
-      }
-      auto [y, mean, rstd] = ops::layer_norm(a[0], ns, a[1], a[2], 1e-5);
-      auto [dx, dw, db] = ops::layer_norm_backward(a[3], a[0], ns, mean, rstd, a[1]);
-      return V{dx, dw, db};
-    }));
+    bin.push_back(laid_out(
+        l.x, Layout::transposed == l.layout ? Layout::contiguous : Layout::transposed, g, false));
+    out.push_back(
+        make(str_cat("ops::", name, "_backward"), sh, t, std::move(bin), [ns, rms](const V& a) {
+          if (rms) {
+            auto [y, rstd] = ops::rms_norm(a[0], ns, a[1], 1e-6);
+            auto [dx, dw] = ops::rms_norm_backward(a[2], a[0], ns, rstd, a[1]);
+            return V{dx, dw};
+          }
+          auto [y, mean, rstd] = ops::layer_norm(a[0], ns, a[1], a[2], 1e-5);
+          auto [dx, dw, db] = ops::layer_norm_backward(a[3], a[0], ns, mean, rstd, a[1]);
+          return V{dx, dw, db};
+        }));
   }
 }
 

@@ -56,13 +56,15 @@ void add_random_cases(std::vector<Case>& out) {
   }
   for (DType t : kAll) {
     Input anchor = data(zeros({1}, t), false);
-    out.push_back(make("bernoulli_", "[7,13]T p=0.3", t,
-                       {laid_out({7, 13}, Layout::transposed, [&v, t](const Shape& s) { return v.data(s, t); }, false)},
-                       [](const V& a) {
-                         Generator g(kSeed);
-                         bernoulli_(a[0], 0.3, g);
-                         return V{a[0]};
-                       }));
+    out.push_back(make(
+        "bernoulli_", "[7,13]T p=0.3", t,
+        {laid_out(
+            {7, 13}, Layout::transposed, [&v, t](const Shape& s) { return v.data(s, t); }, false)},
+        [](const V& a) {
+          Generator g(kSeed);
+          bernoulli_(a[0], 0.3, g);
+          return V{a[0]};
+        }));
     if (t == DType::boolean) continue;
     out.push_back(make("randint", "[-5,6) [7,13] and [1031]", t, {anchor}, [t](const V& a) {
       Generator g(kSeed);

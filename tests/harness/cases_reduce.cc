@@ -52,7 +52,8 @@ void reductions(std::vector<Case>& out, Values& v, const std::string& name,
       c.op = name;
       c.shape = label({variant, r.str()});
       c.dtype = t;
-      c.inputs = {laid_out(r.shape, r.layout, [&v, t](const Shape& s) { return v.data(s, t); }, grad)};
+      c.inputs = {laid_out(
+          r.shape, r.layout, [&v, t](const Shape& s) { return v.data(s, t); }, grad)};
       c.fn = [f, r](const V& a) { return V{f(a[0], r.dims, r.keepdim)}; };
       out.push_back(std::move(c));
     }
@@ -77,9 +78,11 @@ void extremes(std::vector<Case>& out, Values& v, const std::string& name,
     for (const Along& al : alongs) {
       Case c;
       c.op = name;
-      c.shape = label({shape_label(al.shape, al.layout), str_cat("dim=", al.dim), al.keepdim ? "keep" : ""});
+      c.shape = label(
+          {shape_label(al.shape, al.layout), str_cat("dim=", al.dim), al.keepdim ? "keep" : ""});
       c.dtype = t;
-      c.inputs = {laid_out(al.shape, al.layout, [&v, t](const Shape& s) { return v.data(s, t); }, grad)};
+      c.inputs = {laid_out(
+          al.shape, al.layout, [&v, t](const Shape& s) { return v.data(s, t); }, grad)};
       c.fn = [f, al](const V& a) { return f(a[0], al.dim, al.keepdim); };
       out.push_back(std::move(c));
     }
@@ -97,16 +100,46 @@ void add_reduce_cases(std::vector<Case>& out) {
   Values v(303);
   const auto numeric = with_integers(kFloating);
   // Raw.
-  reductions(out, v, "ops::sum", numeric, [](const Tensor& a, const Shape& d, bool k) { return ops::sum(a, d, k); }, true, false);
-  reductions(out, v, "ops::mean", kFloating, [](const Tensor& a, const Shape& d, bool k) { return ops::mean(a, d, k); }, true, false);
-  reductions(out, v, "ops::var", kFloating, [](const Tensor& a, const Shape& d, bool k) { return ops::var(a, d, true, k); }, false, false, "unbiased");
-  reductions(out, v, "ops::var", kFloating, [](const Tensor& a, const Shape& d, bool k) { return ops::var(a, d, false, k); }, false, false, "biased");
-  reductions(out, v, "ops::amax", numeric, [](const Tensor& a, const Shape& d, bool k) { return ops::amax(a, d, k); }, false, false);
-  reductions(out, v, "ops::amin", numeric, [](const Tensor& a, const Shape& d, bool k) { return ops::amin(a, d, k); }, false, false);
-  extremes(out, v, "ops::max_dim", numeric, [](const Tensor& a, int64_t d, bool k) { auto [x, i] = ops::max_dim(a, d, k); return V{x, i}; }, false);
-  extremes(out, v, "ops::min_dim", numeric, [](const Tensor& a, int64_t d, bool k) { auto [x, i] = ops::min_dim(a, d, k); return V{x, i}; }, false);
-  extremes(out, v, "ops::argmax", numeric, [](const Tensor& a, int64_t d, bool k) { return V{ops::argmax(a, d, k)}; }, false);
-  extremes(out, v, "ops::argmin", numeric, [](const Tensor& a, int64_t d, bool k) { return V{ops::argmin(a, d, k)}; }, false);
+  reductions(
+      out, v, "ops::sum", numeric,
+      [](const Tensor& a, const Shape& d, bool k) { return ops::sum(a, d, k); }, true, false);
+  reductions(
+      out, v, "ops::mean", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return ops::mean(a, d, k); }, true, false);
+  reductions(
+      out, v, "ops::var", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return ops::var(a, d, true, k); }, false, false,
+      "unbiased");
+  reductions(
+      out, v, "ops::var", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return ops::var(a, d, false, k); }, false,
+      false, "biased");
+  reductions(
+      out, v, "ops::amax", numeric,
+      [](const Tensor& a, const Shape& d, bool k) { return ops::amax(a, d, k); }, false, false);
+  reductions(
+      out, v, "ops::amin", numeric,
+      [](const Tensor& a, const Shape& d, bool k) { return ops::amin(a, d, k); }, false, false);
+  extremes(
+      out, v, "ops::max_dim", numeric,
+      [](const Tensor& a, int64_t d, bool k) {
+        auto [x, i] = ops::max_dim(a, d, k);
+        return V{x, i};
+      },
+      false);
+  extremes(
+      out, v, "ops::min_dim", numeric,
+      [](const Tensor& a, int64_t d, bool k) {
+        auto [x, i] = ops::min_dim(a, d, k);
+        return V{x, i};
+      },
+      false);
+  extremes(
+      out, v, "ops::argmax", numeric,
+      [](const Tensor& a, int64_t d, bool k) { return V{ops::argmax(a, d, k)}; }, false);
+  extremes(
+      out, v, "ops::argmin", numeric,
+      [](const Tensor& a, int64_t d, bool k) { return V{ops::argmin(a, d, k)}; }, false);
   for (DType t : numeric) {
     for (const auto& [from, to] : std::vector<std::pair<Shape, Shape>>{
              {{7, 13}, {13}}, {{7, 13}, {7, 1}}, {{2, 7, 13}, {1, 13}}, {{0, 13}, {13}}}) {
@@ -120,17 +153,49 @@ void add_reduce_cases(std::vector<Case>& out) {
     }
   }
   // Differentiable.
-  reductions(out, v, "sum", kFloating, [](const Tensor& a, const Shape& d, bool k) { return sum(a, d, k); }, true, true);
-  reductions(out, v, "mean", kFloating, [](const Tensor& a, const Shape& d, bool k) { return mean(a, d, k); }, true, true);
-  reductions(out, v, "var", kFloating, [](const Tensor& a, const Shape& d, bool k) { return var(a, d, true, k); }, false, true);
-  reductions(out, v, "amax", kFloating, [](const Tensor& a, const Shape& d, bool k) { return amax(a, d, k); }, false, true);
-  reductions(out, v, "amin", kFloating, [](const Tensor& a, const Shape& d, bool k) { return amin(a, d, k); }, false, true);
-  reductions(out, v, "Tensor::sum", kFloating, [](const Tensor& a, const Shape& d, bool k) { return d.empty() ? a.sum() : a.sum(d, k); }, true, true);
-  reductions(out, v, "Tensor::mean", kFloating, [](const Tensor& a, const Shape& d, bool k) { return d.empty() ? a.mean() : a.mean(d, k); }, true, true);
-  extremes(out, v, "max", kFloating, [](const Tensor& a, int64_t d, bool k) { auto [x, i] = max(a, d, k); return V{x, i}; }, true);
-  extremes(out, v, "min", kFloating, [](const Tensor& a, int64_t d, bool k) { auto [x, i] = min(a, d, k); return V{x, i}; }, true);
-  extremes(out, v, "argmax", kFloating, [](const Tensor& a, int64_t d, bool k) { return V{argmax(a, d, k)}; }, false);
-  extremes(out, v, "argmin", kFloating, [](const Tensor& a, int64_t d, bool k) { return V{argmin(a, d, k)}; }, false);
+  reductions(
+      out, v, "sum", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return sum(a, d, k); }, true, true);
+  reductions(
+      out, v, "mean", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return mean(a, d, k); }, true, true);
+  reductions(
+      out, v, "var", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return var(a, d, true, k); }, false, true);
+  reductions(
+      out, v, "amax", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return amax(a, d, k); }, false, true);
+  reductions(
+      out, v, "amin", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return amin(a, d, k); }, false, true);
+  reductions(
+      out, v, "Tensor::sum", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return d.empty() ? a.sum() : a.sum(d, k); },
+      true, true);
+  reductions(
+      out, v, "Tensor::mean", kFloating,
+      [](const Tensor& a, const Shape& d, bool k) { return d.empty() ? a.mean() : a.mean(d, k); },
+      true, true);
+  extremes(
+      out, v, "max", kFloating,
+      [](const Tensor& a, int64_t d, bool k) {
+        auto [x, i] = max(a, d, k);
+        return V{x, i};
+      },
+      true);
+  extremes(
+      out, v, "min", kFloating,
+      [](const Tensor& a, int64_t d, bool k) {
+        auto [x, i] = min(a, d, k);
+        return V{x, i};
+      },
+      true);
+  extremes(
+      out, v, "argmax", kFloating,
+      [](const Tensor& a, int64_t d, bool k) { return V{argmax(a, d, k)}; }, false);
+  extremes(
+      out, v, "argmin", kFloating,
+      [](const Tensor& a, int64_t d, bool k) { return V{argmin(a, d, k)}; }, false);
 }
 
 }  // namespace qk::harness

@@ -19,21 +19,31 @@ namespace qk::harness {
 // f32 and round once, so a few half-ulps suffice.
 Tolerance backend_tolerance(DType t) {
   switch (t) {
-    case DType::f64: return {1e-10, 1e-10};
-    case DType::f32: return {1e-5, 1e-5};
-    case DType::f16: return {1e-3, 2e-3};
-    case DType::bf16: return {1e-2, 1.6e-2};
-    default: return {0, 0};
+    case DType::f64:
+      return {1e-10, 1e-10};
+    case DType::f32:
+      return {1e-5, 1e-5};
+    case DType::f16:
+      return {1e-3, 2e-3};
+    case DType::bf16:
+      return {1e-2, 1.6e-2};
+    default:
+      return {0, 0};
   }
 }
 
 Tolerance reference_tolerance(DType t) {
   switch (t) {
-    case DType::f64: return {1e-10, 1e-10};
-    case DType::f32: return {2e-6, 2e-5};
-    case DType::f16: return {2e-3, 4e-3};
-    case DType::bf16: return {1.6e-2, 3.2e-2};
-    default: return {0, 0};
+    case DType::f64:
+      return {1e-10, 1e-10};
+    case DType::f32:
+      return {2e-6, 2e-5};
+    case DType::f16:
+      return {2e-3, 4e-3};
+    case DType::bf16:
+      return {1.6e-2, 3.2e-2};
+    default:
+      return {0, 0};
   }
 }
 
@@ -84,8 +94,9 @@ std::string finite_difference_check(const Case& c, const Options& o) {
     EnableGradGuard on;
     std::vector<Tensor> args;
     for (size_t k = 0; k < leaves.size(); ++k)
-      args.push_back(leaves[k].defined() && c.inputs[k].view.apply ? c.inputs[k].view.apply(leaves[k])
-                                                                   : leaves[k]);
+      args.push_back(leaves[k].defined() && c.inputs[k].view.apply
+                         ? c.inputs[k].view.apply(leaves[k])
+                         : leaves[k]);
     std::vector<Tensor> outs = c.fn(args);
     Generator g(0x9e3779b9);
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -99,7 +110,8 @@ std::string finite_difference_check(const Case& c, const Options& o) {
   auto f = [&](const std::vector<Tensor>& in) {
     std::vector<Tensor> args;
     for (size_t k = 0; k < in.size(); ++k)
-      args.push_back(in[k].defined() && c.inputs[k].view.apply ? c.inputs[k].view.apply(in[k]) : in[k]);
+      args.push_back(in[k].defined() && c.inputs[k].view.apply ? c.inputs[k].view.apply(in[k])
+                                                               : in[k]);
     std::vector<Tensor> outs = c.fn(args);
     Tensor total = zeros({}, DType::f64);
     for (size_t j = 0; j < diff.size(); ++j)
@@ -109,8 +121,8 @@ std::string finite_difference_check(const Case& c, const Options& o) {
   // eps 1e-5: the rounding noise of a difference of two sums over ~2000
   // outputs is ~ulp(f) / eps, 1e-6 at eps 1e-6 (as large as atol); the
   // truncation error, eps^2 f''', stays far below it.
-  autograd::GradcheckResult g = autograd::gradcheck(f, leaves, 1e-5, 1e-6 * c.tol_scale,
-                                                    1e-4 * c.tol_scale);
+  autograd::GradcheckResult g =
+      autograd::gradcheck(f, leaves, 1e-5, 1e-6 * c.tol_scale, 1e-4 * c.tol_scale);
   return g.ok ? "" : g.message;
 }
 
@@ -146,7 +158,8 @@ void cpu_checks(const Case& c, const RunResult& base, const Options& o, BackendR
       fail(b, c, "reference", detail::str_cat("the f64 recomputation raised: ", ref.error), ok);
     } else {
       Tolerance t = reference_tolerance(c.dtype);
-      judge(b, c, "reference", compare_runs(base, ref, scaled(t, out_k), scaled(t, grad_k), false), "", ok);
+      judge(b, c, "reference", compare_runs(base, ref, scaled(t, out_k), scaled(t, grad_k), false),
+            "", ok);
     }
   }
   if (has_view(c)) {
@@ -225,7 +238,8 @@ Report run(const std::vector<Case>& cases, const Options& o) {
         fail(b, c, "backend", detail::str_cat("no CPU result to compare with: ", base.error), dok);
       } else {
         const Tolerance t = scaled(backend_tolerance(c.dtype), c.tol_scale);
-        judge(b, c, "backend", compare_runs(got, base, t, scaled(t, c.grad_tol_scale), true), "", dok);
+        judge(b, c, "backend", compare_runs(got, base, t, scaled(t, c.grad_tol_scale), true), "",
+              dok);
       }
       ++(dok ? b.passed : b.failed);
     }

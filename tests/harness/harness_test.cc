@@ -72,7 +72,8 @@ std::set<std::string> declared_ops() {
         continue;
       }
       if (line.empty() || std::string(" /#}{").find(line[0]) != std::string::npos) continue;
-      for (const char* skip : {"using", "struct", "class", "enum", "QK_", "template", "extern", "return"})
+      for (const char* skip :
+           {"using", "struct", "class", "enum", "QK_", "template", "extern", "return"})
         if (line.rfind(skip, 0) == 0) line.clear();
       if (!std::regex_search(line, m, decl)) continue;
       std::string scope;
@@ -148,7 +149,10 @@ TEST(OpHarness, EveryDifferentiableOpIsGradchecked) {
 
 TEST(OpHarness, LoopbackBackendMatchesTheCpu) {
   install_loopback();
-  Report r = run(all_cases(), only("^ops::(mm|bmm|linear|conv2d|binary|unary|cast|copy_|fill_|flash_attention_backward) ", {kLoopback}));
+  Report r = run(
+      all_cases(),
+      only("^ops::(mm|bmm|linear|conv2d|binary|unary|cast|copy_|fill_|flash_attention_backward) ",
+           {kLoopback}));
   ASSERT_EQ(r.backends.size(), 2u);
   const BackendReport& b = r.backends[1];
   EXPECT_EQ(b.device, "privateuse1:0");
@@ -178,10 +182,12 @@ TEST(OpHarness, AWrongKernelOnABackendIsAFailure) {
   ASSERT_EQ(b.failed, 1) << printed(r);
   EXPECT_EQ(b.failures[0].case_id, "ops::unary f32 exp [7,13]");
   EXPECT_EQ(b.failures[0].check, "backend");
-  EXPECT_NE(b.failures[0].detail.find("output 0: 1 of 91 elements off; worst at [0, 0]"), std::string::npos)
+  EXPECT_NE(b.failures[0].detail.find("output 0: 1 of 91 elements off; worst at [0, 0]"),
+            std::string::npos)
       << b.failures[0].detail;
   EXPECT_FALSE(r.ok());
-  EXPECT_NE(printed(r).find("FAILED [privateuse1:0] ops::unary f32 exp [7,13] (backend)"), std::string::npos);
+  EXPECT_NE(printed(r).find("FAILED [privateuse1:0] ops::unary f32 exp [7,13] (backend)"),
+            std::string::npos);
 }
 
 // A backward kernel whose weight gradient is scaled: only the gradient
@@ -215,7 +221,8 @@ TEST(OpHarness, GradientsAreComparedAcrossBackends) {
 TEST(OpHarness, AMissingKernelIsListedNotSkipped) {
   install_loopback();
   ops::binary_kernel.set(DeviceType::privateuse1, nullptr);
-  Report r = run(all_cases(), only("^ops::binary (f32|i32) add \\[7,13\\]\\+\\[13\\]$", {kLoopback}));
+  Report r =
+      run(all_cases(), only("^ops::binary (f32|i32) add \\[7,13\\]\\+\\[13\\]$", {kLoopback}));
   install_loopback();
   ASSERT_EQ(r.cases, 2);
   const BackendReport& b = r.backends[1];
@@ -226,10 +233,14 @@ TEST(OpHarness, AMissingKernelIsListedNotSkipped) {
   EXPECT_TRUE(b.missing_ops.count({"ops::binary", DType::f32, "binary_kernel"}));
   EXPECT_TRUE(b.missing_ops.count({"ops::binary", DType::i32, "binary_kernel"}));
   const std::string text = printed(r);
-  EXPECT_NE(text.find(qk::detail::str_cat("privateuse1:0: 0 passed, 0 failed, ", r.cases, " missing")),
-            std::string::npos) << text;
-  EXPECT_NE(text.find("missing on privateuse1:0 (op: dtypes; kernel):\n  ops::binary: f32,i32; binary_kernel\n"),
-            std::string::npos) << text;
+  EXPECT_NE(
+      text.find(qk::detail::str_cat("privateuse1:0: 0 passed, 0 failed, ", r.cases, " missing")),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("missing on privateuse1:0 (op: dtypes; kernel):\n  ops::binary: f32,i32; "
+                      "binary_kernel\n"),
+            std::string::npos)
+      << text;
 }
 
 void throwing_fill(const Tensor&, double) { throw std::runtime_error("device lost"); }
@@ -310,7 +321,9 @@ TEST(OpHarness, FiniteDifferencesCatchAWrongBackward) {
 // ---- comparisons ----
 
 TEST(OpHarness, ComparisonRules) {
-  auto f64 = [](std::vector<double> v) { return from_vector<double>(v, {static_cast<int64_t>(v.size())}); };
+  auto f64 = [](std::vector<double> v) {
+    return from_vector<double>(v, {static_cast<int64_t>(v.size())});
+  };
   const Tolerance tol{1e-3, 1e-3};
   EXPECT_EQ(compare(f64({1, NAN, INFINITY}), f64({1, NAN, INFINITY}), tol, true).mismatch, "");
   EXPECT_NE(compare(f64({1, 2}), f64({1, NAN}), tol, true).mismatch, "");

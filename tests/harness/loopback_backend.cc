@@ -105,16 +105,16 @@ struct Forward<Table, R(A...)> {
   }
 };
 
-#define QK_LOOPBACK_KERNELS(X)                            \
-  X(ops::copy_kernel, ops::CopyFn)                        \
-  X(ops::fill_kernel, ops::FillFn)                        \
-  X(ops::binary_kernel, ops::BinaryFn)                    \
-  X(ops::unary_kernel, ops::UnaryFn)                      \
-  X(ops::mm_kernel, ops::MmFn)                            \
-  X(ops::bmm_kernel, ops::MmFn)                           \
-  X(ops::linear_kernel, ops::LinearFn)                    \
-  X(ops::conv2d_fwd_kernel, ops::Conv2dFwdFn)             \
-  X(ops::conv2d_bwd_kernel, ops::Conv2dBwdFn)             \
+#define QK_LOOPBACK_KERNELS(X)                                 \
+  X(ops::copy_kernel, ops::CopyFn)                             \
+  X(ops::fill_kernel, ops::FillFn)                             \
+  X(ops::binary_kernel, ops::BinaryFn)                         \
+  X(ops::unary_kernel, ops::UnaryFn)                           \
+  X(ops::mm_kernel, ops::MmFn)                                 \
+  X(ops::bmm_kernel, ops::MmFn)                                \
+  X(ops::linear_kernel, ops::LinearFn)                         \
+  X(ops::conv2d_fwd_kernel, ops::Conv2dFwdFn)                  \
+  X(ops::conv2d_bwd_kernel, ops::Conv2dBwdFn)                  \
   X(ops::flash_attention_fwd_kernel, ops::FlashAttentionFwdFn) \
   X(ops::flash_attention_bwd_kernel, ops::FlashAttentionBwdFn)
 

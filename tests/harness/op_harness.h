@@ -44,7 +44,7 @@ Tolerance reference_tolerance(DType t);
 // How an input reaches the op: the view taken of the value on each device
 // (transposed, sliced, expanded...), so that kernels see strided memory.
 struct View {
-  std::string label;  // "", "T", "slice", "expand": shown in the case's id
+  std::string label;                           // "", "T", "slice", "expand": shown in the case's id
   std::function<Tensor(const Tensor&)> apply;  // differentiable (Tensor methods)
 };
 
@@ -88,15 +88,15 @@ const std::vector<std::string>& public_ops();
 const std::map<std::string, std::string>& not_ops();  // name -> why
 
 struct Options {
-  std::string filter;             // regex on Case::id(); empty: all
-  bool cpu_checks = true;         // reference, layout and gradcheck on the CPU
-  bool gradients = true;          // compare input gradients too
-  bool gradcheck = true;          // finite differences on the small f64 cases
+  std::string filter;      // regex on Case::id(); empty: all
+  bool cpu_checks = true;  // reference, layout and gradcheck on the CPU
+  bool gradients = true;   // compare input gradients too
+  bool gradcheck = true;   // finite differences on the small f64 cases
   int64_t gradcheck_max_numel = 2100;
   // Non-CPU devices to compare with the CPU; empty: one of each registered type.
   std::vector<Device> devices;
-  bool verbose = false;           // print each case as it runs
-  std::ostream* log = nullptr;    // where verbose goes
+  bool verbose = false;         // print each case as it runs
+  std::ostream* log = nullptr;  // where verbose goes
 };
 
 struct Failure {
@@ -118,7 +118,7 @@ struct BackendReport {
   std::string device;  // "cpu", "cuda:0", ...
   int passed = 0;      // cases whose every check passed
   int failed = 0;
-  int missing = 0;     // cases that could not run for want of a kernel
+  int missing = 0;                    // cases that could not run for want of a kernel
   std::map<std::string, int> checks;  // check name -> how many were made
   // "check dtype" -> the passing case that came closest to its tolerance, and
   // how close (largest |diff| / allowed): a tolerance far looser than the
@@ -130,7 +130,7 @@ struct BackendReport {
 
 struct Report {
   int cases = 0;
-  std::vector<BackendReport> backends;  // the CPU first
+  std::vector<BackendReport> backends;     // the CPU first
   std::vector<std::string> covered_ops;    // public ops with at least one case
   std::vector<std::string> uncovered_ops;  // public ops with none
   std::set<std::string> gradchecked;       // ops checked against finite differences
