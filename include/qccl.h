@@ -179,6 +179,24 @@ qcclResult_t qcclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 /* Block j of sendbuff (count elements) goes to rank j, arriving as block i there. */
 qcclResult_t qcclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           qcclDataType_t datatype, qcclComm_t comm, qcclStream_t stream);
+/* All-to-all with a count per peer (MPI_Alltoallv; a qccl extension). Counts
+ * and displacements are in elements, one per rank: sendcounts[j] elements at
+ * sendbuff + sdispls[j] go to rank j, and the recvcounts[i] elements from
+ * rank i land at recvbuff + rdispls[i]. recvcounts[i] must equal rank i's
+ * sendcounts[this rank]: ranks that disagree get qcclRemoteError naming the
+ * pair, not a hang. Zero counts are fine (a buffer with no elements may be
+ * NULL). There is no in-place form: the span of the send blocks may not
+ * overlap the span of the receive blocks, nor two receive blocks each other.
+ *
+ *   // 2 ranks: rank 0 keeps 1 element and sends 3 to rank 1; rank 1 sends 2
+ *   // to rank 0 and keeps none.
+ *   size_t sc[2] = {1, 3}, sd[2] = {0, 1}, rc[2] = {1, 2}, rd[2] = {0, 1};  // rank 0
+ *   size_t sc[2] = {2, 0}, sd[2] = {0, 2}, rc[2] = {3, 0}, rd[2] = {0, 3};  // rank 1
+ *   QCCL_CHECK(qcclAllToAllv(send, sc, sd, recv, rc, rd, qcclFloat32, comm, NULL));
+ */
+qcclResult_t qcclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           qcclDataType_t datatype, qcclComm_t comm, qcclStream_t stream);
 /* Point to point. Outside a group each call completes alone; pair a send and a
  * receive that must overlap (e.g. an exchange) inside qcclGroupStart/End. */
 qcclResult_t qcclSend(const void* sendbuff, size_t count, qcclDataType_t datatype, int peer,

@@ -5,7 +5,9 @@
 // prints size, count, type, redop, root, time (us), algbw and busbw (GB/s,
 // 1e9 B/s) and #wrong for out-of-place and in-place calls, then the average
 // bus bandwidth. busbw = algbw x (all_reduce 2(n-1)/n; all_gather,
-// reduce_scatter, alltoall (n-1)/n; broadcast, reduce 1), as in nccl-tests.
+// reduce_scatter, alltoall, alltoallv (n-1)/n; broadcast, reduce 1), as in
+// nccl-tests. alltoallv (qcclAllToAllv, out of place only) sends uneven blocks
+// whose per-rank total is the size column: see kAllToAllvPattern.
 // The check (-c 1) runs outside the timed loop, on inputs whose exact result
 // does not depend on the order of reduction.
 //
@@ -55,19 +57,44 @@ struct PerfOptions {
   double timeout_s = 0;
 };
 
-enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll };
+enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kAllToAllv };
 
 struct CollInfo {
   const char* name;
   Coll coll;
   bool has_op, has_root;
+  bool has_in_place = true;
 };
 const CollInfo kColls[] = {{"all_reduce", Coll::kAllReduce, true, false},
                            {"broadcast", Coll::kBroadcast, false, true},
                            {"reduce", Coll::kReduce, true, true},
                            {"all_gather", Coll::kAllGather, false, false},
                            {"reduce_scatter", Coll::kReduceScatter, true, false},
-                           {"alltoall", Coll::kAllToAll, false, false}};
+                           {"alltoall", Coll::kAllToAll, false, false},
+                           {"alltoallv", Coll::kAllToAllv, false, false, false}};
+
+// The blocks of `qk perf alltoallv` (and of bench/qccl_mpi_alltoallv.c, which
+// must match): each rank sends `count` elements in all, rank r giving rank j
+// the share (2k+1)/n^2 of them, k = (j - r) mod n (rounded down; the last
+// share takes the remainder). Shares run from 1/n^2 (to itself) to
+// (2n-1)/n^2 around the mean 1/n, and every rank also receives `count`.
+constexpr const char* kAllToAllvPattern =
+    "alltoallv: each rank sends `size` bytes in all, rank r giving rank j the share (2k+1)/n^2 "
+    "of them, k = (j - r) mod n (skewed around the mean 1/n; each rank also receives `size`); "
+    "out of place only";
+// share[k] for k = 0 .. n-1.
+std::vector<size_t> alltoallv_shares(size_t count, int n) {
+  const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
+  std::vector<size_t> share(n);
+  size_t given = 0;
+  for (int k = 0; k < n - 1; ++k) {
+    const size_t w = 2 * static_cast<size_t>(k) + 1;
+    share[k] = count / nn * w + count % nn * w / nn;  // floor(count * w / n^2) without overflow
+    given += share[k];
+  }
+  share[n - 1] = count - given;
+  return share;
+}
 
 size_t parse_size(const std::string& s) {
   QK_CHECK(!s.empty(), "Expected a size like 8, 64K, 256M or 1G, got an empty string");
@@ -137,6 +164,21 @@ struct Bench {
   qcclRedOp_t op;
   size_t es;
   PerfBuffer sendbuf{nullptr, nullptr}, recvbuf{nullptr, nullptr};
+  // alltoallv's blocks for the current row (layout()), packed in rank order.
+  std::vector<size_t> send_counts{}, send_displs{}, recv_counts{}, recv_displs{};
+
+  void layout(size_t count) {
+    if (ci.coll != Coll::kAllToAllv) return;
+    const std::vector<size_t> share = alltoallv_shares(count, n);
+    send_counts.assign(n, 0), send_displs.assign(n, 0), recv_counts.assign(n, 0), recv_displs.assign(n, 0);
+    for (int j = 0; j < n; ++j) {
+      send_counts[j] = share[(j - rank + n) % n];
+      recv_counts[j] = share[(rank - j + n) % n];
+      if (j == 0) continue;
+      send_displs[j] = send_displs[j - 1] + send_counts[j - 1];
+      recv_displs[j] = recv_displs[j - 1] + recv_counts[j - 1];
+    }
+  }
 
   // Counts per call for a "size" in bytes (nccl-tests: size is the largest buffer).
   size_t count_for(size_t size) const {
@@ -155,7 +197,8 @@ struct Bench {
       case Coll::kAllReduce: return 2.0 * (n - 1) / n;
       case Coll::kAllGather:
       case Coll::kReduceScatter:
-      case Coll::kAllToAll: return double(n - 1) / n;
+      case Coll::kAllToAll:
+      case Coll::kAllToAllv: return double(n - 1) / n;
       default: return 1.0;
     }
   }
@@ -184,6 +227,10 @@ struct Bench {
       case Coll::kAllToAll:
         rc = qcclAllToAll(s, in_place ? s : r, count, t, comm, nullptr);
         break;
+      case Coll::kAllToAllv:
+        rc = qcclAllToAllv(s, send_counts.data(), send_displs.data(), r, recv_counts.data(),
+                           recv_displs.data(), t, comm, nullptr);
+        break;
     }
     QK_CHECK_AS(IoError, rc == qcclSuccess, ci.name, " failed on rank ", rank, ": ",
                 qcclGetErrorString(rc), ": ", qcclGetLastError(comm));
@@ -210,6 +257,10 @@ struct Bench {
       case Coll::kAllToAll:
         for (int d = 0; d < n; ++d)
           for (size_t i = 0; i < count; ++i) set(s, t, d * count + i, (rank * 3 + d * 5 + i) % 61);
+        break;
+      case Coll::kAllToAllv:
+        for (int d = 0; d < n; ++d)
+          for (size_t i = 0; i < send_counts[d]; ++i) set(s, t, send_displs[d] + i, (rank * 3 + d * 5 + i) % 61);
         break;
     }
     call(count, in_place);
@@ -247,6 +298,11 @@ struct Bench {
       case Coll::kAllToAll:
         for (int q = 0; q < n; ++q)
           for (size_t i = 0; i < count; ++i) expect(out, q * count + i, typed((q * 3 + rank * 5 + i) % 61));
+        break;
+      case Coll::kAllToAllv:
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < recv_counts[q]; ++i)
+            expect(r, recv_displs[q] + i, typed((q * 3 + rank * 5 + i) % 61));
         break;
     }
     return wrong;
@@ -313,24 +369,29 @@ int run_rank(const PerfOptions& o, const CollInfo& ci, const qcclUniqueId& id, i
     std::fflush(stdout);
   }
   double bus_sum = 0;
-  int rows = 0;
+  int measured = 0;
   int64_t wrong_total = 0;
   for (double sz = static_cast<double>(lo); sz <= static_cast<double>(hi) * 1.0000001;
        sz = std::max(sz * o.factor, sz + 1)) {
     size_t count = b.count_for(static_cast<size_t>(sz));
     size_t bytes = b.bytes_for(count);
+    b.layout(count);
     std::string cols;
     for (bool in_place : {false, true}) {
+      if (in_place && !ci.has_in_place) {
+        cols += fmt::format("  {:>9} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A");
+        continue;
+      }
       int64_t wrong = o.check ? b.total_wrong(b.check_once(count, in_place)) : 0;
       wrong_total += wrong;
       double us = b.time_us(count, in_place);
       double algbw = us > 0 ? bytes / us / 1e3 : 0;
       double busbw = algbw * b.bus_factor();
       bus_sum += busbw;
+      ++measured;
       cols += fmt::format("  {:>9.2f} {:>7.2f} {:>7.2f} {:>6}", us, algbw, busbw,
                           o.check ? std::to_string(wrong) : std::string("N/A"));
     }
-    ++rows;
     if (show) {
       fmt::print("  {:>10} {:>12} {:>8} {:>6} {:>5}{}\n", bytes, count, o.dtype_s,
                  ci.has_op ? o.op_s : "none", ci.has_root ? o.root : -1, cols);
@@ -340,7 +401,7 @@ int run_rank(const PerfOptions& o, const CollInfo& ci, const qcclUniqueId& id, i
   }
   if (show) {
     fmt::print("# Out of bounds values : {} {}\n", wrong_total, wrong_total ? "FAILED" : "OK");
-    fmt::print("# Avg bus bandwidth    : {:.3f}\n#\n", rows ? bus_sum / (2 * rows) : 0.0);
+    fmt::print("# Avg bus bandwidth    : {:.3f}\n#\n", measured ? bus_sum / measured : 0.0);
     std::fflush(stdout);
   }
   qcclCommDestroy(comm);
@@ -394,7 +455,7 @@ void run_perf(const PerfOptions& o) {
   for (const auto& c : kColls)
     if (o.coll == c.name) ci = &c;
   QK_CHECK(ci, "Expected a collective: all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
-           "alltoall (or memcpy), got '", o.coll, "'");
+           "alltoall, alltoallv (or memcpy), got '", o.coll, "'");
   parse_dtype(o.dtype_s);
   parse_op(o.op_s);
   int rank = 0, size = 0;
@@ -464,7 +525,8 @@ void run_perf(const PerfOptions& o) {
 void setup_perf(CLI::App& app) {
   auto o = std::make_shared<PerfOptions>();
   app.add_option("collective", o->coll,
-                 "all_reduce, broadcast, reduce, all_gather, reduce_scatter, alltoall or memcpy")
+                 std::string("all_reduce, broadcast, reduce, all_gather, reduce_scatter, alltoall, "
+                             "alltoallv or memcpy. ") + kAllToAllvPattern)
       ->capture_default_str();
   app.add_option("-b,--minbytes", o->min_s, "Smallest size (8, 64K, 1M, ...)")->capture_default_str();
   app.add_option("-e,--maxbytes", o->max_s, "Largest size")->capture_default_str();

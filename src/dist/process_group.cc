@@ -298,24 +298,19 @@ WorkPtr ProcessGroup::all_to_all_v_async(const Tensor& out, const Tensor& in, co
            " rows but expects ", outs[rank_]);
   out.bump_version();
   count(&GroupTraffic::all_to_all, in.nbytes());
-  const char* src = static_cast<const char*>(in.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-  const size_t es = dtype_size(in.dtype());
-  const qcclDataType_t dt = qcclUint8;  // counts in bytes: any dtype, no element limit
-  const int n = size_;
-  auto w = comm_->submit([=](qcclComm_t c) {
-    // Every pair exchanges a message, empty ones too, so splits that do not
-    // match across ranks fail on qccl's size check instead of waiting out
-    // the deadline.
-    qcclResult_t rc = qcclGroupStart();
-    for (int j = 0; j < n && rc == qcclSuccess; ++j) {
-      rc = qcclSend(src + in_off[j] * es, (in_off[j + 1] - in_off[j]) * es, dt, j, c, nullptr);
-      if (rc == qcclSuccess)
-        rc = qcclRecv(dst + out_off[j] * es, (out_off[j + 1] - out_off[j]) * es, dt, j, c, nullptr);
-    }
-    const qcclResult_t end = qcclGroupEnd();
-    return rc != qcclSuccess ? rc : end;
-  });
+  // Element counts and offsets per rank. qccl checks the counts between
+  // peers on the data's way: splits that do not match across ranks fail on
+  // its size check instead of waiting out the deadline.
+  const size_t n = static_cast<size_t>(size_);
+  std::vector<size_t> send_counts(n), send_displs(in_off.begin(), in_off.end() - 1);
+  std::vector<size_t> recv_counts(n), recv_displs(out_off.begin(), out_off.end() - 1);
+  for (size_t j = 0; j < n; ++j) {
+    send_counts[j] = in_off[j + 1] - in_off[j];
+    recv_counts[j] = out_off[j + 1] - out_off[j];
+  }
+  auto w = comm_->all_to_all_v_async(in.raw_data(), std::move(send_counts), std::move(send_displs),
+                                     out.raw_data(), std::move(recv_counts), std::move(recv_displs),
+                                     qccl_type(in.dtype(), "all_to_all_v"));
   return std::make_shared<Work>(std::move(w), std::vector<Tensor>{out, in});
 }
 

@@ -71,6 +71,7 @@ Tensor ScheduleContext::backward(int chunk, int64_t microbatch, const Tensor& in
   SpanScope span(timeline(), SpanKind::backward, span_name('B', chunk, microbatch), chunk, microbatch);
   QK_CHECK_AS(InternalError, last_stage(chunk) || output_grad.defined(), "pipeline: no output gradient for chunk ",
               chunk, ", micro-batch ", microbatch);
+  if (options.before_backward) options.before_backward(chunk, microbatch);
   return options.backward_step ? options.backward_step(input, output, output_grad)
                                : autograd_backward_step(input, output, output_grad);
 }
@@ -168,6 +169,11 @@ PipelineSchedule::PipelineSchedule(dist::ProcessGroup& pp)
 }
 
 PipelineSchedule::~PipelineSchedule() = default;
+
+std::vector<dist::ProcessGroup*> PipelineSchedule::p2p_groups() const {
+  if (size_ == 1) return {};
+  return {act_.get(), grad_.get()};
+}
 
 PipelineScheduleResult PipelineSchedule::run(const ForwardStepFn& forward_step, const PipelineScheduleOptions& o) {
   QK_CHECK(forward_step != nullptr, "PipelineSchedule::run: forward_step is empty");

@@ -1,6 +1,8 @@
 // The C API: validates arguments, queues calls inside a group, runs them, and
 // turns exceptions into qcclResult_t with a message for qcclGetLastError.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -55,6 +57,81 @@ void check_type_op(int dt, int op, const char* what) {
 void check_root(const qcclComm* c, int root, const char* what) {
   QK_CHECK(root >= 0 && root < c->nranks, what, ": expected root in [0, ", c->nranks, "), got ",
            root);
+}
+
+// qcclAllToAllv's arrays, checked and copied (a call queued in a group runs
+// after the caller's arrays may be gone): counts and displacements in range,
+// buffers present where blocks are not empty, no overlap between the send
+// and the receive span nor between receive blocks, this rank's own counts
+// equal. Counts between peers are checked where the data meets them.
+struct VArgs {
+  std::vector<size_t> a;  // send counts, send displs, recv counts, recv displs; n each
+  VBlocks blocks() const {
+    const size_t n = a.size() / 4;
+    return {a.data(), a.data() + n, a.data() + 2 * n, a.data() + 3 * n};
+  }
+};
+
+// The byte range [lo, hi) the non-empty blocks of one side span (lo == hi: none).
+struct ByteSpan {
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  bool empty() const { return lo >= hi; }
+};
+
+ByteSpan check_side(const void* buf, const size_t* counts, const size_t* displs, int n, size_t es,
+                    const char* side) {
+  QK_CHECK(counts != nullptr, "qcclAllToAllv: ", side, "counts is NULL; expected one count per rank (",
+           n, ")");
+  QK_CHECK(displs != nullptr, "qcclAllToAllv: ", side[0], "displs is NULL; expected one displacement "
+           "per rank (", n, ")");
+  ByteSpan span;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(buf);
+  for (int j = 0; j < n; ++j) {
+    if (counts[j] == 0) continue;
+    QK_CHECK(buf != nullptr, "qcclAllToAllv: ", side, "buff is NULL but ", side, "counts[", j, "] is ",
+             counts[j]);
+    const size_t end = displs[j] + counts[j];
+    QK_CHECK(end >= displs[j] && end <= (UINTPTR_MAX - base) / es, "qcclAllToAllv: ", side,
+             " block ", j, " (displacement ", displs[j], ", count ", counts[j],
+             " elements) runs past the end of the address space");
+    span.lo = std::min(span.lo, base + displs[j] * es);
+    span.hi = std::max(span.hi, base + end * es);
+  }
+  return span;
+}
+
+VArgs check_alltoallv(const qcclComm* c, const void* send, const size_t* sendcounts,
+                      const size_t* sdispls, const void* recv, const size_t* recvcounts,
+                      const size_t* rdispls, qcclDataType_t dt) {
+  check_type_op(dt, qcclSum, "qcclAllToAllv");
+  const int n = c->nranks;
+  const size_t es = dtype_size(dt);
+  ByteSpan s = check_side(send, sendcounts, sdispls, n, es, "send");
+  ByteSpan r = check_side(recv, recvcounts, rdispls, n, es, "recv");
+  QK_CHECK(s.empty() || r.empty() || s.hi <= r.lo || r.hi <= s.lo,
+           "qcclAllToAllv: the send blocks (", s.hi - s.lo, " bytes from sendbuff + ",
+           s.lo - reinterpret_cast<uintptr_t>(send), ") overlap the receive blocks (", r.hi - r.lo,
+           " bytes from recvbuff + ", r.lo - reinterpret_cast<uintptr_t>(recv),
+           "); there is no in-place form: receive into a separate buffer");
+  QK_CHECK(sendcounts[c->rank] == recvcounts[c->rank], "qcclAllToAllv: this rank (", c->rank,
+           ") sends itself ", sendcounts[c->rank], " elements (sendcounts[", c->rank,
+           "]) but expects ", recvcounts[c->rank], " (recvcounts[", c->rank, "])");
+  // Receive blocks, ordered by displacement, must not overlap: a location
+  // written twice would hold whichever peer came last.
+  std::vector<int> order;
+  for (int j = 0; j < n; ++j)
+    if (recvcounts[j]) order.push_back(j);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return rdispls[a] < rdispls[b]; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const int a = order[k - 1], b = order[k];
+    QK_CHECK(rdispls[a] + recvcounts[a] <= rdispls[b], "qcclAllToAllv: receive blocks ", a,
+             " (elements ", rdispls[a], " to ", rdispls[a] + recvcounts[a], ") and ", b, " (from ",
+             rdispls[b], ") overlap; each element of recvbuff may be written once");
+  }
+  VArgs v;
+  v.a.reserve(4 * static_cast<size_t>(n));
+  for (const size_t* p : {sendcounts, sdispls, recvcounts, rdispls}) v.a.insert(v.a.end(), p, p + n);
+  return v;
 }
 
 // Runs f and converts what it throws. Errors that leave peers out of step
@@ -362,6 +439,17 @@ qcclResult_t qcclAllToAll(const void* send, void* recv, size_t count, qcclDataTy
     check_buffers(send, recv, count, "qcclAllToAll");
     return ([=] {
       backend_for(*c, send, recv).all_to_all(send, recv, count, dt, stream);
+    });
+  });
+}
+
+qcclResult_t qcclAllToAllv(const void* send, const size_t sendcounts[], const size_t sdispls[],
+                           void* recv, const size_t recvcounts[], const size_t rdispls[],
+                           qcclDataType_t dt, qcclComm_t comm, qcclStream_t stream) {
+  return collective(comm, [=](qcclComm* c) {
+    VArgs v = check_alltoallv(c, send, sendcounts, sdispls, recv, recvcounts, rdispls, dt);
+    return ([=, v = std::move(v)] {
+      backend_for(*c, send, recv).all_to_all_v(send, recv, v.blocks(), dt, stream);
     });
   });
 }

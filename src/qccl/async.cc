@@ -146,6 +146,21 @@ std::shared_ptr<Work> Communicator::reduce_scatter_async(const void* s, void* r,
   return submit([=](qcclComm_t c) { return qcclReduceScatter(s, r, n, dt, op, c, nullptr); });
 }
 
+std::shared_ptr<Work> Communicator::all_to_all_v_async(const void* s, std::vector<size_t> sc,
+                                                       std::vector<size_t> sd, void* r,
+                                                       std::vector<size_t> rc,
+                                                       std::vector<size_t> rd, qcclDataType_t dt) {
+  const size_t n = static_cast<size_t>(size_);
+  QK_CHECK(sc.size() == n && sd.size() == n && rc.size() == n && rd.size() == n,
+           "all_to_all_v_async: expected ", n, " send counts, send displacements, receive counts "
+           "and receive displacements (one per rank), got ", sc.size(), ", ", sd.size(), ", ",
+           rc.size(), " and ", rd.size());
+  return submit([=, sc = std::move(sc), sd = std::move(sd), rc = std::move(rc),
+                 rd = std::move(rd)](qcclComm_t c) {
+    return qcclAllToAllv(s, sc.data(), sd.data(), r, rc.data(), rd.data(), dt, c, nullptr);
+  });
+}
+
 void Communicator::barrier() {
   submit([](qcclComm_t c) {
     static const char one = 1;

@@ -33,7 +33,7 @@ uint32_t magic_for(MsgKind k) { return kMsgMagic | (uint32_t(k) << 8) | kMsgVers
 
 const char* kind_word(uint32_t magic) {
   uint32_t k = (magic >> 8) & 0xff;
-  if (k < uint32_t(MsgKind::kP2P) || k > uint32_t(MsgKind::kProbe)) return "an unknown operation";
+  if (k < uint32_t(MsgKind::kP2P) || k > uint32_t(kLastMsgKind)) return "an unknown operation";
   return msg_kind_name(static_cast<MsgKind>(k));
 }
 
@@ -259,6 +259,7 @@ const char* msg_kind_name(MsgKind k) {
     case MsgKind::kReduceScatter: return "reducescatter";
     case MsgKind::kAllToAll: return "alltoall";
     case MsgKind::kProbe: return "cost-probe";
+    case MsgKind::kAllToAllv: return "alltoallv";
   }
   return "?";
 }

@@ -30,9 +30,12 @@ namespace qccl {
 // call different operations are told so.
 // kP2P and kProbe (the cost model's ping-pong at set-up) carry per-peer
 // sequence numbers set by the caller; the collectives use the comm's count.
+// New kinds go last: the numbers are on the wire.
 enum class MsgKind : uint8_t {
-  kP2P = 1, kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kProbe
+  kP2P = 1, kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kProbe,
+  kAllToAllv
 };
+constexpr MsgKind kLastMsgKind = MsgKind::kAllToAllv;
 inline bool per_peer_seq(MsgKind k) { return k == MsgKind::kP2P || k == MsgKind::kProbe; }
 const char* msg_kind_name(MsgKind k);
 

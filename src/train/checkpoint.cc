@@ -210,12 +210,15 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
       m.pp_rng.push_back({r.at("seed").get<uint64_t>(), r.at("offset").get<uint64_t>()});
     const bool tp_sharded = o.tp && o.tp->active();
     const PipelineParallel* pp = o.pp && o.pp->active() ? o.pp : nullptr;
-    const bool sharded = tp_sharded || pp;
-    // Under pipeline parallelism this stage's entries, then (tensor
-    // parallelism) this rank's shards of them.
+    // Expert parallelism: this rank's experts only (picked by name as a stage's parameters).
+    const bool by_name = pp || (o.ep && o.ep->active());
+    const PipelineParallel none;
+    const bool sharded = tp_sharded || by_name;
+    // Under pipeline (or expert) parallelism this rank's entries, then
+    // (tensor parallelism) this rank's shards of them.
     auto local_entries = [&](const nn::TensorMap& whole, const std::set<std::string>& names, bool optimizer,
                              const std::string& file) {
-      const nn::TensorMap mine = pp ? stage_entries(whole, names, *pp, optimizer) : whole;
+      const nn::TensorMap mine = by_name ? stage_entries(whole, names, pp ? *pp : none, optimizer) : whole;
       return tp_sharded ? shard_entries(mine, *o.tp, optimizer, file) : mine;
     };
     QK_CHECK_AS(IoError, m.progress.iteration >= 0 && m.progress.consumed_train_samples >= 0,
@@ -255,8 +258,8 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
           nn::SafetensorsFile f = nn::load_safetensors(optim_path);
           const std::set<std::string> names(s.optimizer->names().begin(), s.optimizer->names().end());
           nn::Metadata metadata = f.metadata;
-          if (pp) {  // this stage's parameters of each group
-            metadata = stage_metadata(f.metadata, names, *pp);
+          if (by_name) {  // this stage's (this rank's) parameters of each group
+            metadata = stage_metadata(f.metadata, names, pp ? *pp : none);
             set_group_sizes(metadata, optimizer_group_sizes(*s.optimizer));
           }
           s.optimizer->load_state_by_name({local_entries(f.tensors, names, true, optim_path), metadata}, optim_path);

@@ -68,7 +68,9 @@ void gather_pipeline_stages(TrainTensors& t, CheckpointMeta& m, const PipelinePa
   // Each group's parameters over the stages (the tied copy once), as the
   // unsplit model's optimizer counts them.
   std::vector<int64_t> sizes;
-  if (opt) sizes = optimizer_group_sizes(*opt, pp.tied_copy ? pp.tied_parameter : std::string());
+  if (opt)
+    sizes = t.optimizer ? gathered_group_sizes(*opt, t.optimizer->metadata, pp.tied_copy ? pp.tied_parameter : "")
+                        : optimizer_group_sizes(*opt, pp.tied_copy ? pp.tied_parameter : std::string());
   if (pp.tied_copy) {  // the first stage's word embedding is the checkpoint's
     drop_param(t.weights, pp.tied_parameter, false);
     if (t.optimizer) {

@@ -25,6 +25,10 @@ nn::Metadata stage_metadata(const nn::Metadata& whole, const std::set<std::strin
 
 // Parameters per optimizer group, `leave_out` not counted.
 std::vector<int64_t> optimizer_group_sizes(const MixedPrecisionOptimizer& opt, const std::string& leave_out = "");
+// optimizer_group_sizes plus the parameters of other expert-parallel ranks
+// that gather_expert_parallel counted into `metadata`'s group sizes.
+std::vector<int64_t> gathered_group_sizes(const MixedPrecisionOptimizer& opt, const nn::Metadata& metadata,
+                                          const std::string& leave_out = "");
 // "group.G.num_params" of the optimizer state's metadata set to sizes[G].
 void set_group_sizes(nn::Metadata& metadata, const std::vector<int64_t>& sizes);
 

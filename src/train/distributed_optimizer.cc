@@ -59,6 +59,18 @@ DistributedOptimizer::DistributedOptimizer(const nn::Module& model, std::vector<
   // one bucket when nothing overlaps the reduction.
   bo.bucket_size = d_.bucket_size > 0 ? d_.bucket_size : 0;
   if (d_.bucket_size == 0 && d_.overlap_grad_reduce) bo.bucket_size = std::max<int64_t>(40000000, 1000000LL * dp);
+  if (d_.shard && !d_.shared_embedding.empty()) {
+    const auto at = std::find(names_.begin(), names_.end(), d_.shared_embedding);
+    QK_CHECK_AS(ValueError, at != names_.end(), "DistributedOptimizer: the shared embedding '", d_.shared_embedding,
+                "' is not a parameter of this optimizer");
+    bo.own_bucket.push_back(buffer_index_[static_cast<size_t>(at - names_.begin())]);
+  }
+  if (d_.expert.active()) {
+    for (size_t k = 0; k < name_index_.size(); ++k)
+      if (d_.expert.is_expert(names_[name_index_[k]])) bo.expert_params.push_back(k);
+    bo.expert_group = d_.expert.expert_dp_size() > 1 ? d_.expert.expert_dp : nullptr;
+    bo.expert_grad_scale = static_cast<double>(d_.expert.expert_dp_size()) / dp;
+  }
   buffer_ = std::make_unique<ParamAndGradBuffer>(std::move(ordered), d_.data_parallel_group, bo);
 
   // This rank's piece of each parameter (at most one: a parameter lies in
@@ -83,6 +95,7 @@ DistributedOptimizer::DistributedOptimizer(const nn::Module& model, std::vector<
     main_groups.push_back(std::move(mg));
   }
   init_inner(make, std::move(main_groups));
+  if (d_.expert.active()) set_expert_parallel(d_.expert);
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
@@ -106,6 +119,17 @@ void DistributedOptimizer::finish_grad_sync(dist::ProcessGroup* dp) {
 }
 
 void DistributedOptimizer::finish_param_sync() { buffer_->finish_param_sync(); }
+
+void DistributedOptimizer::set_pipeline_parallel(PipelineParallel pp) {
+  // The embedding group sums each stage's averaged shard piece of the tied
+  // weight: both stages must cut it alike, i.e. into a bucket of its own.
+  const bool sharded = d_.shard && buffer_->group_size() > 1;
+  QK_CHECK_AS(ValueError, pp.tied_parameter.empty() || !sharded || pp.tied_parameter == d_.shared_embedding,
+              "DistributedOptimizer::set_pipeline_parallel: the tied weight '", pp.tied_parameter,
+              "' is sharded without a bucket of its own; build the optimizer with shared_embedding = '",
+              pp.tied_parameter, "'");
+  MixedPrecisionOptimizer::set_pipeline_parallel(std::move(pp));
+}
 
 // The shard of the averaged gradients as each piece's fp32 gradient.
 void DistributedOptimizer::collect_grads() {
@@ -185,7 +209,6 @@ OptimizerMemory DistributedOptimizer::memory() const {
 MixedPrecisionOptimizer::NamedState DistributedOptimizer::gather_named_state(int writer_rank) const {
   dist::ProcessGroup* group = buffer_->group();
   const bool gather = d_.shard && group && group->size() > 1;
-  const int rank = buffer_->group_rank();
   const optim::OptimizerState local = inner_->state_dict();
   // Which state tensors exist anywhere, and the step count (every piece steps together).
   std::vector<double> have(state_keys().size() + 1, 0.0);
@@ -206,10 +229,13 @@ MixedPrecisionOptimizer::NamedState DistributedOptimizer::gather_named_state(int
     if (have[k] > 0) keys.push_back(state_keys()[k]);
 
   NamedState st;
-  const bool writer = !gather || rank == writer_rank;
   NoGradGuard no_grad;
   for (size_t b = 0; b < buffer_->buckets().size(); ++b) {
     const auto& bk = buffer_->buckets()[b];
+    // Expert buckets are cut over the expert-data-parallel group.
+    dist::ProcessGroup* bucket_group = buffer_->group_of(b);
+    const bool bucket_gather = d_.shard && bucket_group && bucket_group->size() > 1;
+    const bool writer = !bucket_gather || buffer_->group_rank_of(b) == writer_rank;
     for (const std::string& key : keys) {
       Tensor mine = zeros({bk.shard_numel}, TensorOptions(DType::f32));
       for (size_t i = 0; i < main_.size(); ++i) {
@@ -222,9 +248,9 @@ MixedPrecisionOptimizer::NamedState DistributedOptimizer::gather_named_state(int
           ops::copy_(ops::narrow(mine, 0, pieces_[i].buffer_offset - bk.shard_offset, pieces_[i].numel), src);
       }
       Tensor whole = mine;
-      if (gather) {
+      if (bucket_gather) {
         whole = empty({bk.numel}, DType::f32);
-        group->all_gather(whole, mine);
+        bucket_group->all_gather(whole, mine);
       }
       if (!writer) continue;
       for (size_t k : bk.params) {
@@ -234,7 +260,7 @@ MixedPrecisionOptimizer::NamedState DistributedOptimizer::gather_named_state(int
       }
     }
   }
-  if (!writer) return st;
+  if (!writes_state(writer_rank)) return st;
   for (const auto& [k, v] : local.scalars) {
     if (k.rfind("param_groups.", 0) != 0) continue;
     st.scalars["group." + k.substr(13)] = v;
@@ -249,7 +275,16 @@ MixedPrecisionOptimizer::NamedState DistributedOptimizer::gather_named_state(int
 void DistributedOptimizer::gather_state_for_save(int writer_rank) {
   finish_param_sync();
   gathered_ = gather_named_state(writer_rank);
-  if (buffer_->group_rank() != writer_rank) gathered_.reset();
+  if (!writes_state(writer_rank)) gathered_.reset();
+}
+
+bool DistributedOptimizer::writes_state(int writer_rank) const {
+  if (!d_.shard) return true;
+  for (size_t b = 0; b < buffer_->buckets().size(); ++b) {
+    dist::ProcessGroup* g = buffer_->group_of(b);
+    if (!g || g->size() == 1 || buffer_->group_rank_of(b) == writer_rank) return true;
+  }
+  return false;
 }
 
 MixedPrecisionOptimizer::StateByName DistributedOptimizer::state_by_name(const nn::Metadata& extra) const {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "gpt_pretrain_moe.h"
 #include "gpt_pretrain_pipeline.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
@@ -52,12 +53,14 @@ struct World {
   std::shared_ptr<parallel::ParallelState> ps;    // null for one rank
   std::shared_ptr<dist::ProcessGroup> tp, dp;     // this rank's groups (null for one rank)
   std::shared_ptr<dist::ProcessGroup> pp, embedding;  // pipeline groups (embedding: first and last stage only)
+  std::shared_ptr<dist::ProcessGroup> ep, expert_dp;  // expert groups (null below expert-parallel size 2)
   dist::ProcessGroup* job = nullptr;              // every rank (null for one rank)
   int tp_size() const { return tp ? tp->size() : 1; }
   int dp_rank() const { return dp ? dp->rank() : 0; }
   int dp_size() const { return dp ? dp->size() : 1; }
   int pp_rank() const { return pp ? pp->rank() : 0; }
   int pp_size() const { return pp ? pp->size() : 1; }
+  int ep_size() const { return ep ? ep->size() : 1; }
   DataParallel data_parallel() const { return {dp.get(), nullptr}; }
 };
 
@@ -84,6 +87,10 @@ World join_world(const MegatronArgs& a) {
     w.dp = w.ps->group(parallel::GroupKind::dp);
     w.pp = w.ps->group(parallel::GroupKind::pp);
     w.embedding = w.ps->group(parallel::GroupKind::embedding);
+    if (a.expert_model_parallel_size > 1) {
+      w.ep = w.ps->group(parallel::GroupKind::ep);
+      w.expert_dp = w.ps->group(parallel::GroupKind::expert_dp);
+    }
   }
   if (env.local_world_size > 1 && !env::get_raw("QK_NUM_THREADS")) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -170,20 +177,9 @@ GemmPeak measure_peak(const World& w, DType dtype) {
 }  // namespace
 
 PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& o) {
-  QK_CHECK(a.context_parallel_size == 1 && a.expert_model_parallel_size == 1,
-           "pretrain_gpt runs tensor, pipeline and data parallelism (--context-parallel-size and "
-           "--expert-model-parallel-size must be 1)");
+  QK_CHECK(a.context_parallel_size == 1, "pretrain_gpt runs tensor, pipeline, expert and data parallelism "
+           "(--context-parallel-size must be 1)");
   const bool pipelined = a.pipeline_model_parallel_size > 1;
-  QK_CHECK_AS(ValueError, !pipelined || (!a.use_distributed_optimizer && !a.overlap_grad_reduce),
-              "--pipeline-model-parallel-size ", a.pipeline_model_parallel_size,
-              " runs the plain optimizer: --use-distributed-optimizer and --overlap-grad-reduce do not compose with "
-              "pipeline parallelism in this build; drop them or use --pipeline-model-parallel-size 1");
-  // Full recompute lives in the unsplit model's transformer block; the
-  // pipeline's chunks run their layers themselves (selective recompute,
-  // inside attention, composes).
-  QK_CHECK_AS(ValueError, !pipelined || a.recompute_granularity.value_or("") != "full",
-              "--recompute-granularity full does not compose with --pipeline-model-parallel-size ",
-              a.pipeline_model_parallel_size, " in this build; use --recompute-granularity selective or drop it");
   const World world = join_world(a);
   const bool lead = world.rank == 0;
   const auto print = o.print ? o.print : [](const std::string& s) {
@@ -254,9 +250,17 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   // module with the unsplit names (gpt_pretrain_pipeline.h).
   transformer::GPTModel gpt{nullptr};
   std::optional<GptPipelineStage> stage;
-  if (pipelined) stage = build_gpt_pipeline_stage(a, cfg, world.pp_rank(), world.tp);
-  else gpt = tp_size > 1 ? transformer::GPTModel(cfg, world.tp) : transformer::GPTModel(cfg);
+  if (pipelined) stage = build_gpt_pipeline_stage(a, cfg, world.pp_rank(), world.tp, world.ep);
+  else
+    gpt = transformer::GPTModel(cfg, transformer::GPTModelParallel{.tp = tp_size > 1 ? world.tp : nullptr, .ep = world.ep});
   nn::Module& model = pipelined ? *stage->model : static_cast<nn::Module&>(*gpt);
+  // The MoE layers (none without --num-experts): aux-loss scale, expert bias, statistics.
+  std::vector<nn::Module*> parts;
+  if (pipelined)
+    for (auto& ch : stage->chunks) parts.push_back(ch.get());
+  else
+    parts.push_back(gpt.get());
+  GptMoeLayers moe(parts, cfg);
   for (const Tensor& p : model.parameters()) result.num_parameters += p.numel();
   say(fmt::format(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}",
                   result.num_parameters));
@@ -273,11 +277,20 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   } else if (tp_size > 1) {
     mp.tp = tensor_parallel_of(*gpt, world.tp.get(), gpt->tensor_parallel_generator());
   }
+  if (world.ep) {
+    // Expert parallelism: the routed experts' gradients over the
+    // expert-data-parallel ranks, their norm over the expert-parallel group,
+    // checkpoints gathered by name.
+    mp.ep.ep = world.ep.get();
+    mp.ep.expert_dp = world.expert_dp.get();
+    for (const auto& item : model.named_parameters())
+      if (transformer::is_expert_parameter(item.key())) mp.ep.params.insert(item.key());
+  }
   const std::unique_ptr<MixedPrecisionOptimizer> optimizer =
-      pipelined ? std::make_unique<MixedPrecisionOptimizer>(megatron_param_groups(model), gpt_optimizer(a),
-                                                            gpt_loss_scaler(a), gpt_mixed_precision_options(a))
-                : gpt_build_optimizer(a, *gpt, world.dp.get());
+      pipelined ? build_gpt_stage_optimizer(a, *stage, world.dp.get(), mp.ep)
+                : gpt_build_optimizer(a, *gpt, world.dp.get(), mp.ep);
   MixedPrecisionOptimizer& opt = *optimizer;
+  if (mp.ep.active()) opt.set_expert_parallel(mp.ep);
   // Clipping and the inf check over the whole model, the partial gradients
   // (sequence-parallel norms, q/k norms) summed over the group; the tied
   // embedding's gradient over the first and last stage.
@@ -348,6 +361,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     Tensor loss = gpt->forward(b.tokens, b.position_ids, b.labels, b.loss_mask);
     const double value = loss.item<double>(), tokens = mask_sum(b.loss_mask);
     check_loss(value);
+    if (gpt->is_training()) moe.record();
     return MicroBatchOutput{loss, {{"lm loss", {value * tokens, tokens}}}};
   };
   // --profile: each rank's spans of the first profiled steps, one Chrome
@@ -370,9 +384,14 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     po.autocast = to.autocast;
     po.overlap_p2p_comm = a.overlap_p2p_comm && stage->split.interleaved();
     po.check_loss = check_loss;
+    if (!moe.empty()) po.after_training_forward = [&] { moe.record(); };
     po.timeline = a.profile ? &timeline : nullptr;
     pipeline = std::make_unique<GptPipelineSteps>(*stage, opt, po);
     pipeline->set_scheduler(&sched, to.global_batch_size);
+    // The traffic line's "pp": the activations and gradients sent and
+    // received between stages; "embedding": the tied gradient's sum.
+    for (dist::ProcessGroup* g : pipeline->p2p_groups()) trainer.meter_traffic("pp", g);
+    if (!mp.pp.tied_parameter.empty()) trainer.meter_traffic("embedding", world.embedding.get());
     CustomSteps steps;
     steps.train = [&] { return pipeline->step(train_it); };
     if (do_valid) steps.evaluate = [&](int64_t n) { return pipeline->forward_only(*valid_it, n); };
@@ -381,7 +400,17 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     cb.train_step = [&](int64_t) { return forward(train_it); };
     if (do_valid) cb.valid_step = [&](int64_t) { return forward(*valid_it); };
   }
+  // Megatron's MoEAuxLossAutoScaler.set_loss_scale(loss_scale / num_microbatches):
+  // the auxiliary losses' gradients as the main loss's, set for each step.
+  auto set_aux_loss_scale = [&] {
+    moe.set_aux_loss_scale(static_cast<double>(opt.loss_scale()) / static_cast<double>(trainer.num_microbatches()));
+  };
+  set_aux_loss_scale();
   cb.on_step = [&](int64_t iteration, const StepStats& st) {
+    // Aux-loss-free balancing after the step, on the tokens of every
+    // data-parallel rank (the expert-parallel ones included).
+    moe.update_expert_bias(world.dp.get());
+    set_aux_loss_scale();
     // Without a loss scaler a skipped step means non-finite gradients, which
     // Megatron's DDP reports as an error while the check is on.
     QK_CHECK_AS(ValueError, !(st.skipped && !opt.scaler() && a.check_for_nan_in_loss_and_grad), "Rank ",
@@ -389,6 +418,15 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
                 " (--no-check-for-nan-in-loss-and-grad skips such iterations)");
     fault::point("step", iteration);
   };
+  // The interval's MoE statistics (collective over dp and pp): the mean
+  // losses join the iteration line and metrics.jsonl (Megatron's
+  // track_moe_metrics), the per-layer ones the lines below it.
+  std::vector<MoeLayerLog> moe_log;
+  if (!moe.empty())
+    cb.log_losses = [&](int64_t) {
+      moe_log = moe.take_interval(world.dp.get(), world.pp.get(), world.ep_size());
+      return moe_line_losses(moe_log, cfg);
+    };
   bool memory_reported = false;
   cb.on_log = [&](const LogStats& s) {
     IterationLineExtras x;
@@ -396,6 +434,12 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     if (a.log_params_norm) x.params_norm = params_norm(opt);  // collective: before the other ranks leave
     if (!lead) return;
     print(megatron_iteration_line(s, x));
+    if (a.moe_per_layer_logging)
+      for (const MoeLayerLog& l : moe_log) print(moe_layer_line(l));
+    if (!moe_log.empty()) {
+      moe.add_heatmap_column(s.iteration, moe_log);
+      GptMoeLayers::append_jsonl(result.output_dir + "/moe_metrics.jsonl", s.iteration, moe_log);
+    }
     print(throughput_line(s, world.size, result.gemm_peak_flops));
     if (!s.comm.empty()) print(traffic_line(s.comm));
     if (pipeline && a.profile) {
@@ -428,6 +472,11 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say("training ...");
   reset_peak_memory(kCPU);  // "max allocated" in the memory report: training's high-water mark
   result.train = trainer.train(cb);
+  if (lead && !moe.empty()) {
+    const std::string heatmap = result.output_dir + "/moe_expert_load.png";
+    moe.write_heatmap(heatmap);
+    say(fmt::format("> expert load per MoE layer and logged iteration (share of routed tokens): {}", heatmap));
+  }
   if (pipeline && a.profile) {
     // Every rank's timeline to rank 0 (collective over the job), one trace.
     const std::vector<parallel::Timeline> all = parallel::gather_timelines(timeline, *world.job);

@@ -25,8 +25,10 @@ std::string mb(int64_t bytes) { return fmt::format("{:.2f} MB", static_cast<doub
 
 }  // namespace
 
-std::unique_ptr<MixedPrecisionOptimizer> gpt_build_optimizer(const MegatronArgs& a, transformer::GPTModelImpl& model,
-                                                             dist::ProcessGroup* dp) {
+std::unique_ptr<MixedPrecisionOptimizer> gpt_build_optimizer(const MegatronArgs& a, const nn::Module& model,
+                                                             dist::ProcessGroup* dp,
+                                                             const std::string& shared_embedding,
+                                                             const ExpertParallel& expert) {
   auto groups = megatron_param_groups(model);
   if (!a.use_distributed_optimizer && !a.overlap_grad_reduce)
     return std::make_unique<MixedPrecisionOptimizer>(std::move(groups), gpt_optimizer(a), gpt_loss_scaler(a),
@@ -38,10 +40,18 @@ std::unique_ptr<MixedPrecisionOptimizer> gpt_build_optimizer(const MegatronArgs&
   d.overlap_grad_reduce = a.overlap_grad_reduce;
   d.overlap_param_gather = a.overlap_param_gather;
   d.bucket_size = a.ddp_bucket_size.value_or(0);
-  auto opt = std::make_unique<DistributedOptimizer>(model, std::move(groups), gpt_optimizer(a), gpt_loss_scaler(a),
-                                                    gpt_mixed_precision_options(a), d);
+  d.shared_embedding = shared_embedding;
+  d.expert = expert;  // the experts' own buckets over the expert-data-parallel ranks
+  return std::make_unique<DistributedOptimizer>(model, std::move(groups), gpt_optimizer(a), gpt_loss_scaler(a),
+                                                gpt_mixed_precision_options(a), d);
+}
+
+std::unique_ptr<MixedPrecisionOptimizer> gpt_build_optimizer(const MegatronArgs& a, transformer::GPTModelImpl& model,
+                                                             dist::ProcessGroup* dp, const ExpertParallel& expert) {
+  auto opt = gpt_build_optimizer(a, static_cast<const nn::Module&>(model), dp, "", expert);
   // Each part of the model waits for its own buckets' all-gather.
-  if (a.overlap_param_gather) model.set_forward_pre_hook(opt->forward_pre_hook());
+  if (a.overlap_param_gather)
+    if (auto* d = dynamic_cast<DistributedOptimizer*>(opt.get())) model.set_forward_pre_hook(d->forward_pre_hook());
   return opt;
 }
 

@@ -7,9 +7,11 @@
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/autograd.h"
 #include "qk/base/error.h"
+#include "qk/base/log.h"
 #include "qk/base/timer.h"
 #include "qk/parallel/sharding.h"
 #include "qk/tensor/generator.h"
+#include "qk/train/distributed_optimizer.h"
 
 namespace qk::train {
 
@@ -59,7 +61,8 @@ double mask_sum(const Tensor& mask) {
 }  // namespace
 
 GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transformer::TransformerConfig& cfg,
-                                          int pp_rank, std::shared_ptr<dist::ProcessGroup> tp) {
+                                          int pp_rank, std::shared_ptr<dist::ProcessGroup> tp,
+                                          std::shared_ptr<dist::ProcessGroup> ep) {
   parallel::PipelineSplitOptions so;
   so.num_layers = cfg.num_layers;
   so.pipeline_model_parallel_size = a.pipeline_model_parallel_size;
@@ -68,7 +71,9 @@ GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transform
   so.decoder_first_pipeline_num_layers = a.decoder_first_pipeline_num_layers;
   so.decoder_last_pipeline_num_layers = a.decoder_last_pipeline_num_layers;
   GptPipelineStage s{parallel::PipelineLayerSplit::make(so), {}, nullptr};
-  s.chunks = transformer::build_gpt_model_chunks(cfg, s.split, pp_rank, tp && tp->size() > 1 ? tp : nullptr);
+  s.chunks = transformer::build_gpt_model_chunks(
+      cfg, s.split, pp_rank,
+      transformer::GPTModelParallel{.tp = tp && tp->size() > 1 ? tp : nullptr, .ep = ep && ep->size() > 1 ? ep : nullptr});
   s.model = std::make_shared<GptStageModule>(s.chunks);
   // Megatron's _set_random_seed: seed + 100 x pipeline rank; the first
   // stage's generator continues as the unsplit model's does.
@@ -95,6 +100,16 @@ PipelineParallel GptPipelineStage::pipeline_parallel(dist::ProcessGroup* pp, dis
   p.tied_parameter = transformer::shared_embedding_parameter_name(chunks);
   p.tied_copy = !p.tied_parameter.empty() && p.tied_parameter != p.tied_source;
   return p;
+}
+
+std::unique_ptr<MixedPrecisionOptimizer> build_gpt_stage_optimizer(const MegatronArgs& a, GptPipelineStage& stage,
+                                                                   dist::ProcessGroup* dp, const ExpertParallel& expert) {
+  auto opt =
+      gpt_build_optimizer(a, *stage.model, dp, transformer::shared_embedding_parameter_name(stage.chunks), expert);
+  if (a.overlap_param_gather)
+    if (auto* d = dynamic_cast<DistributedOptimizer*>(opt.get()))
+      for (auto& ch : stage.chunks) ch->set_forward_pre_hook(d->forward_pre_hook());
+  return opt;
 }
 
 GptPipelineSteps::GptPipelineSteps(GptPipelineStage& stage, MixedPrecisionOptimizer& opt, GptPipelineOptions o)
@@ -138,6 +153,7 @@ parallel::ForwardStepResult GptPipelineSteps::forward(int chunk, int64_t microba
     if (o_.autocast) amp.emplace(*o_.autocast);
     out = ch->forward(in);
   }
+  if (o_.after_training_forward && ch->is_training()) o_.after_training_forward();
   if (!ch->post_process()) {
     if (out.dtype() != o_.dtype) out = out.to(o_.dtype);  // what the next stage expects
     return {out, {}};
@@ -179,6 +195,10 @@ StepStats GptPipelineSteps::step(GptBatchIterator& data) {
   so.loss_scale = opt_.loss_scale();
   parallel::Timeline* tl = o_.timeline && profiled_ < o_.max_profiled_steps ? o_.timeline : nullptr;
   so.timeline = tl;
+  // Overlapped gradient reduction: a bucket may start once its parameters'
+  // gradients of their chunk's last micro-batch are in (Megatron enables
+  // grad sync for that backward only).
+  so.before_backward = [&](int, int64_t microbatch) { opt_.begin_microbatch(microbatch == o_.num_microbatches - 1); };
   so.backward_step = [&](const Tensor& in, const Tensor& out, const Tensor& grad) {
     Tensor g = parallel::autograd_backward_step(in, out, grad);
     opt_.accumulate_grads();  // --accumulate-allreduce-grads-in-fp32 (bf16/f16 models)
@@ -194,6 +214,11 @@ StepStats GptPipelineSteps::step(GptBatchIterator& data) {
   {
     parallel::SpanScope span(tl, parallel::SpanKind::optimizer, "optimizer");
     opt_.finish_grad_sync(o_.dp);
+    if (const auto* d = dynamic_cast<const DistributedOptimizer*>(&opt_)) {
+      const ParamAndGradBuffer::GradSyncStats& g = d->buffer().last_grad_sync();
+      QK_DEBUG("pipeline stage {}: {} of {} gradient buckets launched during backward", o_.pp->rank(),
+               g.launched_in_backward, g.buckets);
+    }
     s.lr = opt_.optimizer().lr(0);
     u = opt_.step();  // the tied embedding, norm and inf check over the pipeline
   }

@@ -5,9 +5,9 @@
 // and evaluation steps for the Trainer (qk/train/trainer.h CustomSteps).
 //
 //   GptPipelineStage stage = build_gpt_pipeline_stage(a, cfg, pp->rank(), tp);
-//   MixedPrecisionOptimizer opt(megatron_param_groups(*stage.model), ...);
-//   opt.set_pipeline_parallel(stage.pipeline_parallel(pp.get(), embedding.get()));
-//   GptPipelineSteps steps(stage, opt, {...});
+//   auto opt = build_gpt_stage_optimizer(args, stage, dp.get());
+//   opt->set_pipeline_parallel(stage.pipeline_parallel(pp.get(), embedding.get()));
+//   GptPipelineSteps steps(stage, *opt, {...});
 //   trainer.set_custom_steps({[&] { return steps.step(train_it); },
 //                             [&](int64_t n) { return steps.forward_only(*valid_it, n); }});
 #pragma once
@@ -39,8 +39,19 @@ struct GptPipelineStage {
 // initialised as the unsplit model (the default generator must hold the
 // seed); then Megatron's per-stage seed (seed + 100 x pipeline rank) for
 // the stages after the first.
+// ep: the MoE layers' expert-parallel group (null: none).
 GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transformer::TransformerConfig& cfg,
-                                          int pp_rank, std::shared_ptr<dist::ProcessGroup> tp);
+                                          int pp_rank, std::shared_ptr<dist::ProcessGroup> tp,
+                                          std::shared_ptr<dist::ProcessGroup> ep = nullptr);
+
+// The stage's optimizer (gpt_build_optimizer over the stage's parameters):
+// the plain one, or with --use-distributed-optimizer / --overlap-grad-reduce
+// one ParamAndGradBuffer over all of this rank's chunks, reduced over `dp`,
+// the tied weight in a bucket of its own; with --overlap-param-gather each
+// chunk's parts wait for their own buckets' all-gather in the forward.
+std::unique_ptr<MixedPrecisionOptimizer> build_gpt_stage_optimizer(const MegatronArgs& a, GptPipelineStage& stage,
+                                                                   dist::ProcessGroup* dp,
+                                                                   const ExpertParallel& expert = {});
 
 struct GptPipelineOptions {
   dist::ProcessGroup* pp = nullptr;  // required
@@ -57,6 +68,7 @@ struct GptPipelineOptions {
   parallel::Timeline* timeline = nullptr;
   int64_t max_profiled_steps = 20;
   std::function<void(double loss)> check_loss;  // the last stage's loss of each micro-batch
+  std::function<void()> after_training_forward;  // after each chunk's forward in training (MoE statistics)
 };
 
 class GptPipelineSteps {
@@ -76,6 +88,8 @@ class GptPipelineSteps {
   // steps since the last take, and how many; zeroes it.
   std::pair<double, int64_t> take_bubble();
   int64_t profiled_steps() const { return profiled_; }
+  // The schedule's activation and gradient communicators (for the traffic line).
+  std::vector<dist::ProcessGroup*> p2p_groups() const { return schedule_->p2p_groups(); }
 
  private:
   parallel::ForwardStepResult forward(int chunk, int64_t microbatch, const Tensor& input);

@@ -7,9 +7,11 @@
 //
 // As of issue 16 (GPT/Llama over tensor x data-parallel ranks; tensor and
 // sequence parallelism, the distributed optimizer, overlapped reductions and
-// activation recompute): not yet for pipeline/context/expert parallelism, MoE
-// and MLA (issues 17-18); --sequence-parallel at tensor size 1 is turned off
-// with a note, as Megatron does.
+// activation recompute) and issue 17 (pipeline parallelism, composed with
+// all of those) and issue 18 (mixture of experts with expert parallelism,
+// multi-latent attention): not yet for context parallelism (issue 16) and an
+// expert tensor size other than the tensor size; --sequence-parallel at
+// tensor size 1 is turned off with a note, as Megatron does.
 #include <set>
 
 #include "megatron_flag_table.h"
@@ -43,13 +45,17 @@ std::vector<StatusRule> build_rules() {
       // --pipeline-model-parallel-size is supported (no row).
       // --decoder-first/last-pipeline-num-layers, --num-layers-per-virtual-pipeline-stage and
       // --num-virtual-stages-per-pipeline-rank are supported (issue 17; no rows).
-      {"--expert-model-parallel-size", kNotYet, "expert parallelism", kIssue18,
-       [](const A& a) { return a.expert_model_parallel_size == 1; }, "this build runs expert size 1"},
-      {"--expert-tensor-parallel-size", kNotYet, "expert tensor parallelism", kIssue18,
-       [](const A& a) { return a.expert_tensor_parallel_size == 1; }, "this build runs expert tensor size 1"},
+      // --expert-model-parallel-size is supported (issue 18; no row).
+      {"--expert-tensor-parallel-size", kNotYet, "an expert tensor-parallel size other than the tensor size",
+       kIssue18,
+       [](const A& a) {
+         return !a.expert_tensor_parallel_size || *a.expert_tensor_parallel_size == a.tensor_model_parallel_size;
+       },
+       "this build splits the experts over the tensor-parallel group (Megatron's default: "
+       "--expert-tensor-parallel-size = --tensor-model-parallel-size)"},
       // --use-distributed-optimizer, --overlap-grad-reduce, --overlap-param-gather,
       // --ddp-bucket-size and --recompute-{activations,granularity,method,num-layers}
-      // are supported (issue 16 parts 4 and 5).
+      // are supported (issue 16 parts 4 and 5), also with pipeline parallelism (issue 17).
       {"--tp-comm-overlap", kNotYet, "tensor-parallel communication overlap", kIssue16},
       {"--recompute-modules", kSupported, "recomputing modules other than the attention core", kNone,
        [](const A& a) {
@@ -64,12 +70,13 @@ std::vector<StatusRule> build_rules() {
        [](const A& a) { return !a.profile || a.pipeline_model_parallel_size > 1; },
        "this build records the pipeline schedule's timeline (--pipeline-model-parallel-size > 1)"},
 
-      // ---- mixture of experts and multi-latent attention (issue 18)
-      {"--num-experts", kNotYet, "mixture of experts", kIssue18,
-       [](const A& a) { return a.num_experts == 0; }, "--num-experts 0 (no MoE) is accepted"},
-      {"--multi-latent-attention", kNotYet, "multi-latent attention", kIssue18},
-      {"--rope-type", kSupported, "YaRN RoPE", kIssue18, [](const A& a) { return a.rope_type == "rope"; },
-       "--rope-type rope is accepted"},
+      // ---- mixture of experts and multi-latent attention (issue 18): --num-experts,
+      // the --moe-* flags and --multi-latent-attention with its --q-lora-rank ...
+      // --mscale-all-dim are supported (no rows); --moe-token-dispatcher-type flex
+      // (DeepEP) is refused where the config is built.
+      {"--rope-type", kSupported, "YaRN RoPE without multi-latent attention", kIssue18,
+       [](const A& a) { return a.rope_type == "rope" || a.multi_latent_attention; },
+       "--rope-type rope is accepted, and yarn with --multi-latent-attention (which rotates with YaRN)"},
 
       // ---- model features no issue plans yet
       {"--position-embedding-type", kSupported, "this position embedding type", kNone,
@@ -139,8 +146,6 @@ std::vector<StatusRule> build_rules() {
       {"--ckpt-format", kNoop,
        "checkpoints are safetensors with a JSON sidecar, stored whole by name, whatever format is named",
        kNone},
-      {"--moe-permute-fusion", kNoop, "a fusion hint (mixture of experts itself is not built yet, issue 18)",
-       kNone},
       {"--no-mmap-bin-files", kNoop, ".bin files are always memory-mapped", kNone},
       {"--num-workers", kNoop,
        "samples come from memory-mapped files in the training process; there are no worker processes", kNone},
@@ -164,16 +169,6 @@ std::vector<StatusRule> build_rules() {
       {"--timing-log-option", kNoop, "per-operation timers are not reported", kNone},
       {"--logging-level", kNoop, "qianka's log level comes from QK_LOG_LEVEL", kNone},
   };
-  // Every MoE and MLA flag needs the feature itself (--moe-permute-fusion is a no-op above).
-  std::set<std::string_view> have;
-  for (const auto& x : r) have.insert(x.flag);
-  std::vector<FlagSpec> table;
-  add_model_flags(table);
-  for (const auto& f : table) {
-    if (have.count(f.flag)) continue;
-    if (f.group == kMoe) r.push_back({f.flag, kNotYet, "mixture of experts", kIssue18});
-    if (f.group == kMla) r.push_back({f.flag, kNotYet, "multi-latent attention", kIssue18});
-  }
   return r;
 }
 

@@ -2,6 +2,7 @@
 // Megatron's MixedPrecisionOptimizer, and its state by parameter name.
 #include "qk/train/mixed_precision_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "grad_kernels.h"
 #include "qk/autograd/autograd.h"
 #include "qk/base/error.h"
+#include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
 
 namespace qk::train {
@@ -211,7 +213,17 @@ void MixedPrecisionOptimizer::all_reduce_grads(dist::ProcessGroup& pg) {
     if (g.defined()) ops::copy_(view, g);
     else ops::fill_(view, 0.0);
   }
-  if (pg.size() > 1) pg.all_reduce(flat_grads_, dist::ReduceOp::avg);
+  if (dense_numel_ < 0) {
+    if (pg.size() > 1) pg.all_reduce(flat_grads_, dist::ReduceOp::avg);
+  } else {
+    // Megatron's expert gradient scaling: summed over the expert-data-parallel
+    // ranks (the others hold other experts), divided by the data-parallel size.
+    const Tensor dense = ops::narrow(flat_grads_, 0, 0, dense_numel_);
+    const Tensor experts = ops::narrow(flat_grads_, 0, dense_numel_, flat_grads_.numel() - dense_numel_);
+    if (pg.size() > 1 && dense_numel_ > 0) pg.all_reduce(dense, dist::ReduceOp::avg);
+    if (ep_.expert_dp_size() > 1) ep_.expert_dp->all_reduce(experts, dist::ReduceOp::sum);
+    ops::mul_(experts, 1.0 / pg.size());
+  }
   flat_grads_.bump_version();
   for (size_t i = 0; i < model_.size(); ++i) {
     accumulated_[i] = 1;
@@ -242,6 +254,31 @@ void MixedPrecisionOptimizer::set_tensor_parallel(TensorParallel tp) {
     if (partial[n]) partial_.push_back(i);
   }
   tp_ = std::move(tp);
+}
+
+void MixedPrecisionOptimizer::set_expert_parallel(ExpertParallel ep) {
+  QK_CHECK_AS(ValueError, !flat_grads_.defined(), "MixedPrecisionOptimizer::set_expert_parallel: call it before "
+              "the first step");
+  for (const std::string& name : ep.params)
+    QK_CHECK_AS(ValueError, std::find(names_.begin(), names_.end(), name) != names_.end(),
+                "MixedPrecisionOptimizer::set_expert_parallel: '", name, "' is not a parameter of this optimizer");
+  expert_.assign(main_.size(), 0);
+  for (size_t i = 0; i < main_.size(); ++i) expert_[i] = ep.is_expert(names_[name_index_of_main(i)]);
+  // The flat gradient buffer (this class's own, not the distributed
+  // optimizer's): dense parameters first, so each part is reduced in one call.
+  if (!offsets_.empty() && !ep.params.empty()) {
+    int64_t at = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) dense_numel_ = at;
+      for (size_t i = 0; i < model_.size(); ++i)
+        if (ep.is_expert(names_[i]) == (pass == 1)) {
+          offsets_[i] = at;
+          at += model_[i].numel();
+        }
+    }
+    offsets_.back() = at;
+  }
+  ep_ = std::move(ep);
 }
 
 // Megatron's _allreduce_layernorm_grads on the fp32 main gradients (after
@@ -275,16 +312,22 @@ void MixedPrecisionOptimizer::sum_partial_grads() {
 void MixedPrecisionOptimizer::set_pipeline_parallel(PipelineParallel pp) {
   tied_main_ = -1;
   if (!pp.tied_parameter.empty()) {
+    QK_CHECK_AS(ValueError, std::find(names_.begin(), names_.end(), pp.tied_parameter) != names_.end(),
+                "MixedPrecisionOptimizer::set_pipeline_parallel: the tied weight '", pp.tied_parameter,
+                "' is not a parameter of this optimizer");
+    // The distributed optimizer's rank may hold no piece of it (then
+    // neither does its partner on the other stage, the shards being alike).
     for (size_t i = 0; i < main_.size(); ++i)
       if (names_[name_index_of_main(i)] == pp.tied_parameter) tied_main_ = static_cast<int64_t>(i);
-    QK_CHECK_AS(ValueError, tied_main_ >= 0, "MixedPrecisionOptimizer::set_pipeline_parallel: the tied weight '",
-                pp.tied_parameter, "' is not a parameter of this optimizer");
   }
   pp_ = std::move(pp);
 }
 
 // Megatron's _allreduce_word_embedding_grads on the fp32 main gradient: the
-// first stage's embedding and the last stage's copy take the same step.
+// first stage's embedding and the last stage's copy take the same step. It
+// runs after the data-parallel reduction (a sum commutes with its average);
+// the distributed optimizer's main gradient is this rank's averaged piece,
+// which both stages cut alike (the tied weight's own bucket).
 void MixedPrecisionOptimizer::sum_embedding_grads() {
   if (tied_main_ < 0 || !pp_.embedding || pp_.embedding->size() < 2) return;
   Tensor& p = main_[static_cast<size_t>(tied_main_)];
@@ -300,7 +343,7 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
   sum_partial_grads();
   sum_embedding_grads();
   std::vector<Tensor> grads;
-  std::vector<char> shard, uncounted;
+  std::vector<char> shard, uncounted, expert;
   for (size_t i = 0; i < main_.size(); ++i) {
     Tensor g = main_[i].grad();
     if (!g.defined()) continue;
@@ -309,12 +352,18 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
     grads.push_back(g);
     shard.push_back(tp_.active() && sharded_[i]);
     uncounted.push_back(pp_.tied_copy && static_cast<int64_t>(i) == tied_main_);
+    expert.push_back(!expert_.empty() && expert_[i]);
   }
   OptimizerStepResult r;
   collected_ = false;
   // The last stage's copy of the tied embedding is unscaled, checked and
-  // clipped, but its squares are the first stage's (counted there).
-  std::vector<kernels::Span> spans, counted, shard_spans, replicated_spans, copy_spans;
+  // clipped, but its squares are the first stage's (counted there). Routed
+  // experts' squares are counted apart: summed over the expert-parallel group.
+  struct Part {
+    std::vector<kernels::Span> shards, replicated;
+  };
+  Part dense, experts;
+  std::vector<kernels::Span> spans, copy_spans;
   for (size_t i = 0; i < grads.size(); ++i) {
     const kernels::Span s{grads[i].data_ptr<float>(), grads[i].numel()};
     spans.push_back(s);
@@ -322,25 +371,43 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
       copy_spans.push_back(s);
       continue;
     }
-    counted.push_back(s);
-    (shard[i] ? shard_spans : replicated_spans).push_back(s);
+    Part& part = expert[i] ? experts : dense;
+    (shard[i] ? part.shards : part.replicated).push_back(s);
   }
   // One pass: unscale, look for inf/NaN, sum the squares for the norm.
+  // Shards: squares and inf/NaN summed over the tensor-parallel group;
+  // replicated parameters (equal on every rank) counted once.
   const float inv = scaler_ ? scaler_->inv_scale() : 1.0f;
-  kernels::UnscaleResult u;
   const bool copy_inf = kernels::unscale_check_and_norm(copy_spans, inv).found_inf;
-  if (!tp_.active()) {
-    u = kernels::unscale_check_and_norm(counted, inv);
-    u.found_inf = u.found_inf || copy_inf;
-  } else {
-    // Shards: squares and inf/NaN summed over the group; replicated
-    // parameters (equal on every rank) counted once.
-    const kernels::UnscaleResult s = kernels::unscale_check_and_norm(shard_spans, inv);
-    const kernels::UnscaleResult rep = kernels::unscale_check_and_norm(replicated_spans, inv);
-    Tensor both = from_vector<double>({s.sum_squares, s.found_inf || rep.found_inf || copy_inf ? 1.0 : 0.0}, {2});
+  auto measure = [&](const Part& p, bool inf) {
+    const kernels::UnscaleResult sh = kernels::unscale_check_and_norm(p.shards, inv);
+    kernels::UnscaleResult u = kernels::unscale_check_and_norm(p.replicated, inv);
+    u.found_inf = u.found_inf || sh.found_inf || inf;
+    if (!tp_.active()) {
+      u.sum_squares += sh.sum_squares;
+      return u;
+    }
+    Tensor both = from_vector<double>({sh.sum_squares, u.found_inf ? 1.0 : 0.0}, {2});
     tp_.group->all_reduce(both);
-    u.sum_squares = both.data_ptr<double>()[0] + rep.sum_squares;
+    u.sum_squares += both.data_ptr<double>()[0];
     u.found_inf = both.data_ptr<double>()[1] > 0;
+    return u;
+  };
+  // Each expert-parallel rank holds other experts (the distributed
+  // optimizer's data-parallel sum covers them: its pieces are cut over expert_dp).
+  const bool sum_experts = ep_.active() && !sums_pieces_over_data_parallel();
+  auto over_experts = [&](std::vector<double> v) {
+    if (!sum_experts) return v;
+    Tensor t = from_vector<double>(v, {static_cast<int64_t>(v.size())});
+    ep_.ep->all_reduce(t);
+    return t.to_vector<double>();
+  };
+  kernels::UnscaleResult u = measure(dense, copy_inf);
+  if (ep_.active()) {
+    const kernels::UnscaleResult e = measure(experts, false);
+    const std::vector<double> ev = over_experts({e.found_inf ? 1.0 : 0.0, e.sum_squares});
+    u.found_inf = u.found_inf || ev[0] > 0;
+    u.sum_squares += ev[1];
   }
   // The distributed optimizer's shards: the inf check and the norm are global.
   std::vector<double> sums{u.found_inf ? 1.0 : 0.0, u.sum_squares};
@@ -360,15 +427,15 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
     if (coeff < 1.0) kernels::scale(spans, static_cast<float>(coeff));
   }
   if (o_.log_num_zeros_in_grad) {
-    int64_t zeros = 0;
-    if (!tp_.active()) {
-      zeros = kernels::count_zeros(counted);
-    } else {
-      Tensor z = from_vector<int64_t>({kernels::count_zeros(shard_spans)}, {1});
+    auto count = [&](const Part& p) -> double {
+      int64_t zeros = kernels::count_zeros(p.replicated);
+      if (!tp_.active()) return static_cast<double>(zeros + kernels::count_zeros(p.shards));
+      Tensor z = from_vector<int64_t>({kernels::count_zeros(p.shards)}, {1});
       tp_.group->all_reduce(z);
-      zeros = z.data_ptr<int64_t>()[0] + kernels::count_zeros(replicated_spans);
-    }
-    std::vector<double> zeros_count{static_cast<double>(zeros)};
+      return static_cast<double>(zeros + z.data_ptr<int64_t>()[0]);
+    };
+    std::vector<double> zeros_count{count(dense)};
+    if (ep_.active()) zeros_count[0] += over_experts({count(experts)})[0];
     sum_over_data_parallel(zeros_count);
     sum_over_pipeline(zeros_count);
     r.num_zeros_in_grad = static_cast<int64_t>(zeros_count[0]);

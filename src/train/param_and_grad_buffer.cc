@@ -36,6 +36,8 @@ struct ParamAndGradBuffer::State {
   ParamAndGradBufferOptions o;
   dist::ProcessGroup* group = nullptr;
   int size = 1, rank = 0;
+  dist::ProcessGroup* expert_group = nullptr;
+  int expert_size = 1, expert_rank = 0;
   std::vector<Tensor> params;
   std::vector<int64_t> offset;     // per param, in the buffers
   std::vector<size_t> bucket_of;   // per param
@@ -53,16 +55,19 @@ struct ParamAndGradBuffer::State {
   std::vector<dist::WorkPtr> param_work;  // per bucket, null when none pending
 
   bool communicates() const { return group != nullptr && size > 1; }
+  dist::ProcessGroup* group_of(const Bucket& b) const { return b.expert ? expert_group : group; }
+  bool communicates(const Bucket& b) const { return b.expert ? expert_group && expert_size > 1 : communicates(); }
 
   Tensor flat(const Tensor& buffer, int64_t offset, int64_t numel) const { return ops::narrow(buffer, 0, offset, numel); }
 
   void launch(size_t b, bool in_backward) {
     const Bucket& bk = buckets[b];
-    if (communicates()) {
+    if (communicates(bk)) {
+      dist::ProcessGroup* g = group_of(bk);
       const Tensor whole = flat(grad_data, bk.offset, bk.numel);
-      grad_work[b] = o.shard ? group->reduce_scatter_async(flat(grad_data, bk.shard_offset, bk.shard_numel), whole,
-                                                           dist::ReduceOp::avg)
-                             : group->all_reduce_async(whole, dist::ReduceOp::avg);
+      grad_work[b] = o.shard ? g->reduce_scatter_async(flat(grad_data, bk.shard_offset, bk.shard_numel), whole,
+                                                       dist::ReduceOp::avg)
+                             : g->all_reduce_async(whole, dist::ReduceOp::avg);
     }
     if (in_backward) ++stats.launched_in_backward;
   }
@@ -112,6 +117,9 @@ ParamAndGradBuffer::ParamAndGradBuffer(std::vector<Tensor> params, dist::Process
   s.group = group;
   s.size = group ? group->size() : 1;
   s.rank = group ? group->rank() : 0;
+  s.expert_group = o.expert_group;
+  s.expert_size = o.expert_group ? o.expert_group->size() : 1;
+  s.expert_rank = o.expert_group ? o.expert_group->rank() : 0;
   QK_CHECK_AS(ValueError, !params.empty(), "ParamAndGradBuffer: no parameters");
   QK_CHECK_AS(ValueError, o.bucket_size >= 0, "ParamAndGradBuffer: bucket_size must be >= 0, got ", o.bucket_size);
   const DType dtype = params.front().dtype();
@@ -129,18 +137,28 @@ ParamAndGradBuffer::ParamAndGradBuffer(std::vector<Tensor> params, dist::Process
   const size_t n = s.params.size();
 
   // Reverse order; a bucket closes once it holds bucket_size elements.
-  const int64_t pad = o.shard ? std::lcm<int64_t>(s.size, 128) : 1;
+  // Expert parameters after all others, in buckets of their own.
+  std::vector<char> is_expert(n, 0);
+  for (size_t k : o.expert_params) {
+    QK_CHECK_AS(ValueError, k < n, "ParamAndGradBuffer: expert_params index ", k, " is not one of the ", n,
+                " parameters");
+    is_expert[k] = 1;
+  }
   s.offset.assign(n, 0);
   s.bucket_of.assign(n, 0);
   int64_t at = 0;
   Bucket open;
+  bool expert_pass = false;
   auto close = [&] {
     if (open.params.empty()) return;
+    open.expert = expert_pass;
+    const int size = expert_pass ? s.expert_size : s.size, rank = expert_pass ? s.expert_rank : s.rank;
+    const int64_t pad = o.shard ? std::lcm<int64_t>(size, 128) : 1;
     open.numel = round_up(at - open.offset, pad);
     at = open.offset + open.numel;
     if (o.shard) {
-      open.shard_numel = open.numel / s.size;
-      open.shard_offset = open.offset + s.rank * open.shard_numel;
+      open.shard_numel = open.numel / size;
+      open.shard_offset = open.offset + rank * open.shard_numel;
     } else {
       open.shard_numel = open.numel;
       open.shard_offset = open.offset;
@@ -149,14 +167,25 @@ ParamAndGradBuffer::ParamAndGradBuffer(std::vector<Tensor> params, dist::Process
     open = Bucket{};
     open.offset = at;
   };
-  for (size_t k = n; k-- > 0;) {
-    s.offset[k] = at;
-    s.bucket_of[k] = s.buckets.size();
-    open.params.push_back(k);
-    at += s.params[k].numel();
-    if (o.bucket_size > 0 && at - open.offset >= o.bucket_size) close();
+  std::vector<char> alone(n, 0);
+  for (size_t k : o.own_bucket) {
+    QK_CHECK_AS(ValueError, k < n, "ParamAndGradBuffer: own_bucket index ", k, " is not one of the ", n,
+                " parameters");
+    alone[k] = 1;
   }
-  close();
+  for (int pass = 0; pass < 2; ++pass) {
+    expert_pass = pass == 1;
+    for (size_t k = n; k-- > 0;) {
+      if (is_expert[k] != expert_pass) continue;
+      if (alone[k]) close();
+      s.offset[k] = at;
+      s.bucket_of[k] = s.buckets.size();
+      open.params.push_back(k);
+      at += s.params[k].numel();
+      if (alone[k] || (o.bucket_size > 0 && at - open.offset >= o.bucket_size)) close();
+    }
+    close();
+  }
 
   // This rank's pieces: each parameter's overlap with its bucket's shard.
   for (size_t b = 0; b < s.buckets.size(); ++b) {
@@ -212,6 +241,10 @@ const ParamAndGradBufferOptions& ParamAndGradBuffer::options() const { return s_
 dist::ProcessGroup* ParamAndGradBuffer::group() const { return s_->group; }
 int ParamAndGradBuffer::group_size() const { return s_->size; }
 int ParamAndGradBuffer::group_rank() const { return s_->rank; }
+dist::ProcessGroup* ParamAndGradBuffer::group_of(size_t bucket) const { return s_->group_of(s_->buckets.at(bucket)); }
+int ParamAndGradBuffer::group_rank_of(size_t bucket) const {
+  return s_->buckets.at(bucket).expert ? s_->expert_rank : s_->rank;
+}
 const ParamAndGradBuffer::GradSyncStats& ParamAndGradBuffer::last_grad_sync() const { return s_->last; }
 
 Tensor ParamAndGradBuffer::main_grad(size_t param) const {
@@ -238,18 +271,22 @@ void ParamAndGradBuffer::finish_grad_sync() {
   for (auto& w : s.grad_work)
     if (w) w->wait();
   s.stats.wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (s.o.expert_grad_scale != 1.0)
+    for (const Bucket& bk : s.buckets)
+      if (bk.expert) ops::mul_(s.flat(s.grad_data, bk.shard_offset, bk.shard_numel), s.o.expert_grad_scale);
   s.grad_data.bump_version();
   s.last = s.stats;
 }
 
 void ParamAndGradBuffer::start_param_sync() {
   State& s = *s_;
-  if (!s.o.shard || !s.communicates()) return;
+  if (!s.o.shard) return;
   finish_param_sync();  // one round at a time
   for (size_t b = s.buckets.size(); b-- > 0;) {
     const Bucket& bk = s.buckets[b];
-    s.param_work[b] = s.group->all_gather_async(s.flat(s.param_data, bk.offset, bk.numel),
-                                                s.flat(s.param_data, bk.shard_offset, bk.shard_numel));
+    if (!s.communicates(bk)) continue;
+    s.param_work[b] = s.group_of(bk)->all_gather_async(s.flat(s.param_data, bk.offset, bk.numel),
+                                                       s.flat(s.param_data, bk.shard_offset, bk.shard_numel));
   }
 }
 

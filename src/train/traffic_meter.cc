@@ -22,15 +22,23 @@ void add_into(dist::GroupTraffic& sum, const dist::GroupTraffic& d) {
 
 void TrafficMeter::add(std::string label, dist::ProcessGroup* group) {
   if (!group || group->size() < 2) return;
-  groups_.push_back({std::move(label), group, {}, {}});
+  for (Metered& m : groups_)
+    if (m.label == label) {
+      m.groups.push_back(group);
+      m.before.emplace_back();
+      return;
+    }
+  groups_.push_back({std::move(label), {group}, {{}}, {}});
 }
 
 void TrafficMeter::begin_step() {
-  for (Metered& m : groups_) m.before = m.group->traffic();
+  for (Metered& m : groups_)
+    for (size_t i = 0; i < m.groups.size(); ++i) m.before[i] = m.groups[i]->traffic();
 }
 
 void TrafficMeter::end_step() {
-  for (Metered& m : groups_) add_into(m.sum, m.group->traffic() - m.before);
+  for (Metered& m : groups_)
+    for (size_t i = 0; i < m.groups.size(); ++i) add_into(m.sum, m.groups[i]->traffic() - m.before[i]);
   ++steps_;
 }
 

@@ -127,6 +127,8 @@ Trainer::Trainer(nn::Module& model, MixedPrecisionOptimizer& optimizer, Optimize
   runner_->set_scheduler(&sched_, o_.global_batch_size);
   traffic_.add("tp", mp_.tp.group);
   traffic_.add("dp", dp_.group);
+  traffic_.add("ep", mp_.ep.ep);
+  traffic_.add("expert_dp", mp_.ep.expert_dp);
 }
 
 Trainer::~Trainer() = default;
@@ -142,6 +144,7 @@ std::optional<LoadedCheckpoint> Trainer::load() {
       lo.rank = dp_.rank();
       lo.tp = &mp_.tp;
       lo.pp = &mp_.pp;
+      lo.ep = &mp_.ep;
       out = load_train_state(c->path + "/", c->meta, c->path, {&model_, &opt_, &sched_}, lo);
       progress_ = out->meta.progress;
       loaded_user_ = out->meta.user_json;
@@ -192,8 +195,19 @@ std::optional<CheckpointInfo> Trainer::save(const TrainerCallbacks& cb) {
   // The tensor-parallel group of data-parallel rank 0 puts its shards
   // together (the other replicas hold the same); rank 0 of the job writes.
   std::optional<TrainTensors> whole;
-  if (dp_.rank() == 0) {
+  // Expert parallelism: the ranks of data-parallel rank 0's expert-parallel
+  // group (expert-data-parallel rank 0) hold every expert once between
+  // them; they send theirs to it, by name.
+  const bool expert_holder = mp_.ep.active() && mp_.ep.expert_dp_rank() == 0;
+  if (expert_holder) {
+    QK_CHECK(mp_.ep.rank() != 0 || dp_.rank() == 0, "Trainer::save: expert-parallel rank 0 of expert-data-parallel "
+             "rank 0 must be data-parallel rank 0 (Megatron's rank layout)");
     whole = train_tensors(st, mp_.tp);
+    gather_expert_parallel(*whole, mp_.ep, o_.no_save_optim ? nullptr : &opt_);
+    if (dp_.rank() != 0) whole.reset();
+  }
+  if (dp_.rank() == 0) {
+    if (!whole) whole = train_tensors(st, mp_.tp);
     if (!o_.no_save_rng) m.tp_rng = gather_tensor_parallel_rng_states(mp_.tp);
     // Pipeline stages: tensor-parallel rank 0 of each sends its whole
     // tensors to the first stage (job rank 0 among them).
@@ -304,6 +318,8 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
       s.peak_memory_bytes = peak_rss_bytes();
       s.comm_wait_ms = st.comm_wait_ms;
       s.comm = traffic_.take();
+      if (cb.log_losses)
+        for (const auto& [k, v] : cb.log_losses(s.iteration)) s.losses[k] = v;
       if (metrics_) metrics_->write("train", s.iteration, record_of(s));
       if (cb.on_log) cb.on_log(s);
       interval.restart();

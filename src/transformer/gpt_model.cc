@@ -5,11 +5,11 @@
 #include <algorithm>
 
 #include "qk/autograd/autograd.h"
-#include "qk/autograd/checkpoint.h"
 #include "qk/autograd/functions.h"
 #include "qk/parallel/cross_entropy.h"
 #include "qk/parallel/mappings.h"
 #include "qk/transformer/mla.h"
+#include "qk/transformer/moe.h"
 #include "qk/transformer/tensor_parallel.h"
 
 namespace qk::transformer {
@@ -95,8 +95,7 @@ Tensor LanguageModelEmbeddingImpl::forward(const Tensor& tokens, const Tensor& p
 // ---- TransformerBlock ----
 
 TransformerBlockImpl::TransformerBlockImpl(const TransformerConfig& c, const TransformerLayerSpec& spec)
-    : recompute_granularity_(c.recompute_granularity), recompute_method_(c.recompute_method),
-      recompute_num_layers_(c.recompute_num_layers) {
+    : recompute_(LayerRecompute::of(c)) {
   layers = register_module("layers", nn::ModuleList());
   for (int64_t i = 0; i < c.num_layers; ++i) {
     auto layer = std::make_shared<TransformerLayerImpl>(c, /*layer_number=*/i + 1, spec);
@@ -106,49 +105,47 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerConfig& c, const Tra
   final_layernorm = register_module("final_layernorm", Norm(c, c.hidden_size));
 }
 
-Tensor TransformerBlockImpl::run_layers(const Tensor& hidden, const AttentionContext& ctx, size_t begin, size_t end,
-                                        bool checkpointed) {
-  if (forward_pre_hook)
-    for (size_t i = begin; i < end; ++i) forward_pre_hook(*typed_layers_[i]);
-  // By value: the region's re-run happens in backward, after this call returned.
-  auto body = [this, ctx, begin, end](const std::vector<Tensor>& in) {
-    AttentionContext c = ctx;
-    Tensor h = in[0];
-    for (size_t i = begin; i < end; ++i) {
-      c.layer = static_cast<int64_t>(i);
-      h = typed_layers_[i]->forward(h, c);
-    }
-    return std::vector<Tensor>{h};
-  };
-  if (!checkpointed) return body({hidden})[0];
-  return autograd::checkpoint(body, {hidden},
-                              {.generators = {ctx.attention_dropout_generator, ctx.hidden_dropout_generator}})[0];
-}
-
 Tensor TransformerBlockImpl::forward(const Tensor& hidden, const RotaryTables& rotary, KVCache* cache) {
-  Tensor h = hidden;
   const AttentionContext ctx{rotary, cache, 0, attention_dropout_generator, hidden_dropout_generator};
-  const size_t n = typed_layers_.size();
-  const bool full = recompute_granularity_ == RecomputeGranularity::full && is_training() && cache == nullptr &&
-                    autograd::grad_mode_enabled();
-  const auto k = static_cast<size_t>(recompute_num_layers_);
-  if (full && recompute_method_ == RecomputeMethod::uniform) {
-    for (size_t i = 0; i < n; i += k) h = run_layers(h, ctx, i, std::min(i + k, n), true);
-  } else {
-    const size_t checkpointed = full && recompute_method_ == RecomputeMethod::block ? k : 0;
-    for (size_t i = 0; i < n; ++i) h = run_layers(h, ctx, i, i + 1, i < checkpointed);
-  }
+  const Tensor h = run_layers_with_recompute(typed_layers_, hidden, ctx, recompute_, is_training(), forward_pre_hook);
   if (forward_pre_hook) forward_pre_hook(*final_layernorm);
   return final_layernorm(h);
 }
 
 // ---- GPTModel ----
 
+TransformerLayerSpec gpt_layer_spec(const TransformerConfig& c, const GPTModelParallel& groups,
+                                    const TransformerLayerSpec* base) {
+  const TransformerLayerSpec spec =
+      base ? *base : (groups.tp ? gpt_layer_tensor_parallel_spec(groups.tp) : gpt_layer_local_spec());
+  return with_moe_layers(with_attention_of(c, spec, groups.tp), MoEParallel{.ep = groups.ep, .tp = groups.tp});
+}
+
 GPTModelImpl::GPTModelImpl(const TransformerConfig& config, const TransformerLayerSpec& spec)
     : config_(validated(config)) {
+  build_local(gpt_layer_spec(config_, {}, &spec));
+}
+
+GPTModelImpl::GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist::ProcessGroup> tp)
+    : config_(validated(config)), tp_(std::move(tp)) {
+  QK_CHECK(tp_ != nullptr, "GPTModel: the tensor-parallel constructor needs a group (a group of one for none)");
+  build_tensor_parallel(gpt_layer_spec(config_, {.tp = tp_}));
+}
+
+GPTModelImpl::GPTModelImpl(const TransformerConfig& config, GPTModelParallel groups)
+    : config_(validated(config)), tp_(std::move(groups.tp)), ep_(std::move(groups.ep)) {
+  const int64_t ep = ep_ ? ep_->size() : 1;
+  QK_CHECK(config_.expert_model_parallel_size == ep, "GPTModel: the config's expert_model_parallel_size (",
+           config_.expert_model_parallel_size, ") differs from the expert-parallel group's size (", ep, ")");
+  const TransformerLayerSpec spec = gpt_layer_spec(config_, {.tp = tp_, .ep = ep_});
+  if (tp_) build_tensor_parallel(spec);
+  else build_local(spec);
+}
+
+void GPTModelImpl::build_local(const TransformerLayerSpec& spec) {
   const TransformerConfig& c = config_;
   embedding = register_module("embedding", LanguageModelEmbedding(c));
-  decoder = register_module("decoder", TransformerBlock(c, with_attention_of(c, spec, nullptr)));
+  decoder = register_module("decoder", TransformerBlock(c, spec));
   if (!c.share_embeddings_and_output_weights) {
     output_layer = register_module("output_layer",
                                    nn::Linear(nn::LinearOptions(c.hidden_size, c.padded_vocab_size()).bias(false)));
@@ -157,17 +154,14 @@ GPTModelImpl::GPTModelImpl(const TransformerConfig& config, const TransformerLay
   if (c.params_dtype != DType::f32) to(c.params_dtype);
 }
 
-GPTModelImpl::GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist::ProcessGroup> tp)
-    : config_(validated(config)), tp_(std::move(tp)) {
-  QK_CHECK(tp_ != nullptr, "GPTModel: the tensor-parallel constructor needs a group (a group of one for none)");
+void GPTModelImpl::build_tensor_parallel(const TransformerLayerSpec& spec) {
   const TransformerConfig& c = config_;
   check_tensor_parallel_config(c, tp_->size());
   // Megatron's model_parallel_cuda_manual_seed: seed + 2718 + tp rank. Making
   // it draws nothing, so the default generator stays in step with the unsplit model's.
   tp_rng_ = std::make_shared<Generator>(default_generator().seed() + 2718 + static_cast<uint64_t>(tp_->rank()));
   embedding = register_module("embedding", LanguageModelEmbedding(c, tp_, tp_rng_.get()));
-  decoder =
-      register_module("decoder", TransformerBlock(c, with_attention_of(c, gpt_layer_tensor_parallel_spec(tp_), tp_)));
+  decoder = register_module("decoder", TransformerBlock(c, spec));
   if (tp_->size() > 1) decoder->attention_dropout_generator = tp_rng_.get();
   if (c.sequence_parallel) decoder->hidden_dropout_generator = tp_rng_.get();
   if (!c.share_embeddings_and_output_weights) {

@@ -13,6 +13,8 @@
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/view.h"
 #include "qk/transformer/functional.h"
+#include "qk/transformer/layer_recompute.h"
+#include "qk/transformer/mla.h"
 #include "qk/transformer/tensor_parallel.h"
 
 namespace qk::transformer {
@@ -61,9 +63,10 @@ LanguageModelEmbedding make_embedding(const TransformerConfig& c, const std::sha
 }  // namespace
 
 GPTModelChunkImpl::GPTModelChunkImpl(const TransformerConfig& config, const parallel::PipelineLayerSplit& split,
-                                     int pp_rank, int vp_stage, std::shared_ptr<dist::ProcessGroup> tp,
+                                     int pp_rank, int vp_stage, GPTModelParallel groups,
                                      std::shared_ptr<Generator> tp_rng, DrawSkipper& skipper)
-    : config_(validated(config)), tp_(std::move(tp)), tp_rng_(std::move(tp_rng)), vp_stage_(vp_stage) {
+    : config_(validated(config)), tp_(std::move(groups.tp)), ep_(std::move(groups.ep)), tp_rng_(std::move(tp_rng)),
+      vp_stage_(vp_stage) {
   const TransformerConfig& c = config_;
   pre_process_ = split.is_first_stage(pp_rank, vp_stage);
   post_process_ = split.is_last_stage(pp_rank, vp_stage);
@@ -85,14 +88,20 @@ GPTModelChunkImpl::GPTModelChunkImpl(const TransformerConfig& config, const para
   // 2. Layers 0..L-1 in order, this chunk's kept under their global index.
   decoder = register_module("decoder", std::make_shared<nn::Module>("TransformerBlock"));
   auto layers = decoder->register_module("layers", std::make_shared<nn::Module>("ModuleList"));
-  const TransformerLayerSpec spec = tp_ ? gpt_layer_tensor_parallel_spec(tp_) : gpt_layer_local_spec();
+  // GPTModel's spec (MLA, MoE layers); the skipped layers are drawn unsplit
+  // (one expert-parallel rank holding every expert draws what each rank does).
+  const TransformerLayerSpec spec = gpt_layer_spec(c, {.tp = tp_, .ep = ep_});
+  TransformerConfig unsplit = c;
+  unsplit.expert_model_parallel_size = 1;
+  const TransformerLayerSpec unsplit_spec = gpt_layer_spec(unsplit, {});
   for (int64_t i = 0; i < c.num_layers; ++i) {
     if (i >= layer_offset_ && i < layer_end) {
       layers_.push_back(std::make_shared<TransformerLayerImpl>(c, /*layer_number=*/i + 1, spec));
       layers->register_module(std::to_string(i), layers_.back());
     } else {
       // The unsplit layer draws what a tensor-parallel one does (full master weights).
-      skipper.skip("layer", [&] { TransformerLayerImpl unused(c, i + 1, gpt_layer_local_spec()); });
+      skipper.skip(c.is_moe_layer(i + 1) ? "moe layer" : "layer",
+                   [&] { TransformerLayerImpl unused(unsplit, i + 1, unsplit_spec); });
     }
   }
   if (post_process_) final_layernorm = decoder->register_module("final_layernorm", Norm(c, c.hidden_size));
@@ -117,8 +126,8 @@ GPTModelChunkImpl::GPTModelChunkImpl(const TransformerConfig& config, const para
       init_normal(output_layer->weight, c);
     }
   } else if (output_copy_.defined()) {
-    auto holder = register_module("output_layer", std::make_shared<nn::Module>("SharedEmbeddingCopy"));
-    output_copy_ = holder->register_parameter("weight", output_copy_);
+    output_copy_holder_ = register_module("output_layer", std::make_shared<nn::Module>("SharedEmbeddingCopy"));
+    output_copy_ = output_copy_holder_->register_parameter("weight", output_copy_);
   }
   if (c.params_dtype != DType::f32) {
     to(c.params_dtype);
@@ -174,6 +183,7 @@ Tensor GPTModelChunkImpl::forward(const GPTChunkInput& in) {
              "GPTModelChunk: ", seq, " positions exceed max_position_embeddings (", c.max_position_embeddings, ")");
     QK_CHECK(!sp || seq % tp_->size() == 0, "GPTModelChunk: a sequence of ", seq, " tokens does not split over "
              "--tensor-model-parallel-size ", tp_->size(), " under --sequence-parallel");
+    if (forward_pre_hook_) forward_pre_hook_(*embedding);
     h = embedding(in.tokens, in.position_ids);
   } else {
     QK_CHECK(in.hidden.defined() && in.hidden.dim() == 3 && in.hidden.size(2) == c.hidden_size,
@@ -182,18 +192,26 @@ Tensor GPTModelChunkImpl::forward(const GPTChunkInput& in) {
     h = in.hidden;
     seq = h.size(1) * (sp ? tp_->size() : 1);
   }
-  RotaryTables rotary;
-  if (c.position_embedding_type == PositionEmbeddingType::rope) rotary = rotary_tables(c, 0, seq);
+  RotaryTables rotary;  // MLA rotates its own dims with YaRN, as GPTModel
+  if (c.multi_latent_attention) rotary = mla_rotary_tables(c, 0, seq);
+  else if (c.position_embedding_type == PositionEmbeddingType::rope) rotary = rotary_tables(c, 0, seq);
   Generator* tp_gen = tp_ && tp_->size() > 1 ? tp_rng_.get() : nullptr;
   AttentionContext ctx{rotary, nullptr, 0, tp_gen, sp ? tp_rng_.get() : nullptr};
-  for (const auto& layer : layers_) h = layer->forward(h, ctx);
+  // Full recompute over this chunk's layers (recompute_num_layers per chunk, as Megatron's per-stage block).
+  h = run_layers_with_recompute(layers_, h, ctx, LayerRecompute::of(c), is_training(), forward_pre_hook_);
   if (!post_process_) return h;
+  if (forward_pre_hook_) forward_pre_hook_(*final_layernorm);
   return head(final_layernorm(h), in);
 }
 
 // GPTModel's head: logits, or the masked mean of the cross entropy
 // (vocabulary-parallel under tensor parallelism, logits never gathered).
 Tensor GPTModelChunkImpl::head(const Tensor& hidden, const GPTChunkInput& in) {
+  if (forward_pre_hook_) {
+    if (parallel_output_layer) forward_pre_hook_(*parallel_output_layer);
+    if (output_layer) forward_pre_hook_(*output_layer);
+    if (output_copy_holder_) forward_pre_hook_(*output_copy_holder_);
+  }
   Tensor local_logits;  // [B, T, V/tp] f32 under tensor parallelism
   if (tp_) {
     const Tensor input = config_.sequence_parallel ? parallel::gather_from_sequence_parallel_region(hidden, *tp_, 1)
@@ -221,7 +239,17 @@ Tensor GPTModelChunkImpl::head(const Tensor& hidden, const GPTChunkInput& in) {
 std::vector<GPTModelChunk> build_gpt_model_chunks(const TransformerConfig& config,
                                                   const parallel::PipelineLayerSplit& split, int pp_rank,
                                                   std::shared_ptr<dist::ProcessGroup> tp) {
+  return build_gpt_model_chunks(config, split, pp_rank, GPTModelParallel{.tp = std::move(tp)});
+}
+
+std::vector<GPTModelChunk> build_gpt_model_chunks(const TransformerConfig& config,
+                                                  const parallel::PipelineLayerSplit& split, int pp_rank,
+                                                  GPTModelParallel groups) {
   const TransformerConfig c = validated(config);
+  const std::shared_ptr<dist::ProcessGroup>& tp = groups.tp;
+  const int64_t ep = groups.ep ? groups.ep->size() : 1;
+  QK_CHECK(c.expert_model_parallel_size == ep, "build_gpt_model_chunks: --expert-model-parallel-size ",
+           c.expert_model_parallel_size, " differs from the expert-parallel group's size (", ep, ")");
   QK_CHECK(c.num_layers == split.num_layers(), "the model has ", c.num_layers,
            " layers but the pipeline split was made for --num-layers ", split.num_layers());
   QK_CHECK(pp_rank >= 0 && pp_rank < split.pipeline_size(), "pipeline rank ", pp_rank, " is outside [0, ",
@@ -242,7 +270,7 @@ std::vector<GPTModelChunk> build_gpt_model_chunks(const TransformerConfig& confi
   std::vector<GPTModelChunk> chunks;
   for (int vp = 0; vp < split.virtual_pipeline_size(); ++vp) {
     g.set_state(seed, start);  // each chunk goes through the whole model's draws
-    chunks.push_back(GPTModelChunk(std::make_shared<GPTModelChunkImpl>(c, split, pp_rank, vp, tp, tp_rng, skipper)));
+    chunks.push_back(GPTModelChunk(std::make_shared<GPTModelChunkImpl>(c, split, pp_rank, vp, groups, tp_rng, skipper)));
   }
   return chunks;
 }

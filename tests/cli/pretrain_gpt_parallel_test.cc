@@ -3,11 +3,14 @@
 // checkpoint saved at TP=2 continues at TP=1 and at TP=2 x DP=2 on the
 // uninterrupted run's losses; a SIGKILLed rank of a TP=2 x DP=2 run resumes
 // bit-identically; sizes that do not split are errors naming the flags.
-// Pipeline parallelism: PP=2, PP=4, PP=2 x TP=2 (SP), PP=2 x DP=2, the
-// interleaved schedule and uneven stages train like one rank; a checkpoint
-// saved at PP=2 continues at PP=1 and TP=2, one saved at PP=4 at PP=2 with
-// virtual stages; a SIGKILLed rank of PP=2 x TP=2
-// resumes bit-identically; what does not compose is refused naming flags.
+// Pipeline parallelism: PP=2, PP=4, PP=2 x TP=2 (SP), PP=2 x DP=2 (plain,
+// distributed optimizer, overlapped reductions), the interleaved schedule
+// (also x DP=2 with the distributed optimizer) and uneven stages train like
+// one rank, moving the formula's point-to-point bytes; full recompute in the
+// chunks changes nothing; a checkpoint saved at PP=2 continues at PP=1 and
+// TP=2, one saved at PP=4 at PP=2 with virtual stages; a SIGKILLed rank of
+// PP=2 x TP=2 resumes bit-identically; sizes that do not fit are refused
+// naming flags.
 //
 // Tolerances (f32; the shards add their products and the vocabulary-parallel
 // softmax its sums in another order): losses per step within a relative
@@ -19,6 +22,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -41,6 +45,7 @@ using qk::test::operator+;
 const qk::test::ScratchRoot kScratch("pretrain_gpt_parallel");
 
 std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
+std::string scratch(const std::string& name) { return (kScratch.root() / name).string(); }
 
 // 2 layers, hidden 64, 4 heads, SwiGLU width 128, sequence 32, mock data.
 // --vocab-size 4095 (4096 ids with eod) pads to 4096 rows at tensor sizes 1,
@@ -114,11 +119,13 @@ const std::string& single_rank_run() {
   return dir;
 }
 
-// `base` + `layout` on nranks ranks against the one-rank run `one` of `base`.
+// `base` + `layout` on nranks ranks against the one-rank run `one` of `base`
+// (in the folder `name`; `env` for the ranks).
 void expect_layout_equals(const Argv& base, const std::string& one, int nranks, const Argv& layout,
-                          const std::string& name, const std::vector<std::string>& printed) {
+                          const std::string& name, const std::vector<std::string>& printed,
+                          const std::string& env = "") {
   const std::string dir = fresh_dir(name);
-  const auto r = ranks(nranks, base + layout + Argv{"--save", dir, "--save-interval", "100"});
+  const auto r = ranks(nranks, base + layout + Argv{"--save", dir, "--save-interval", "100"}, env);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const auto& p : printed) EXPECT_NE(r.output.find(p), std::string::npos) << p << "\n" << r.output;
   expect_same_losses(one, dir, 1, 10);
@@ -147,6 +154,32 @@ const std::string& single_rank_run_4_layers() {
   }();
   return dir;
 }
+
+// The traffic line's "pp" on rank 0 (the first stage) against the formula:
+// per micro-batch and virtual-stage boundary one activation [micro batch,
+// sequence (/ tp under SP), hidden] in the model's dtype goes forward and its
+// gradient back. Rank 0's v chunks send v activations per micro-batch and
+// receive v - 1 (its first chunk reads tokens), the gradients the other way:
+// (4v - 2) m tensors moved, (2v - 1) m of them sent, m micro-batches per
+// step. Every logged iteration (metrics.jsonl) moves exactly that.
+void expect_p2p_bytes(const std::string& dir, int v, int64_t m, int64_t activation_bytes) {
+  const auto train = metrics(dir, "train");
+  ASSERT_EQ(train.size(), 10u) << dir;
+  const double moved = static_cast<double>((4 * v - 2) * m * activation_bytes);
+  const double sent = static_cast<double>((2 * v - 1) * m * activation_bytes);
+  for (const auto& [it, j] : train) {
+    ASSERT_TRUE(j.contains("comm/pp/bytes")) << "iteration " << it << ": no pp traffic in " << j.dump();
+    EXPECT_EQ(j["comm/pp/bytes"].get<double>(), moved) << "iteration " << it;
+    EXPECT_EQ(j["comm/pp/other_bytes"].get<double>(), moved) << "send and receive count as other";
+    EXPECT_EQ(j["comm/pp/calls"].get<double>(), static_cast<double>((4 * v - 2) * m)) << "iteration " << it;
+    // What qccl put on the wire: the payload (plus any transport framing).
+    EXPECT_GE(j["comm/pp/wire_bytes_sent"].get<double>(), sent) << "iteration " << it;
+    EXPECT_LE(j["comm/pp/wire_bytes_sent"].get<double>(), 1.01 * sent) << "iteration " << it;
+  }
+}
+
+// tiny()'s activation: micro batch 2 x sequence 32 x hidden 64, f32.
+constexpr int64_t kActivationBytes = 2 * 32 * 64 * 4;
 
 TEST(PretrainGptParallel, TensorParallelTwoEqualsOneRank) {
   expect_layout_equals_one_rank(2, {"--tensor-model-parallel-size", "2"}, "tp2",
@@ -182,19 +215,71 @@ TEST(PretrainGptParallel, TensorTwoTimesDataTwoWithTheDistributedOptimizerEquals
 TEST(PretrainGptParallel, PipelineTwoEqualsOneRank) {
   expect_layout_equals_one_rank(2, {"--pipeline-model-parallel-size", "2"}, "pp2",
                                 {"> parallel layout: world 2 = tp 1 x cp 1 x dp 1 x pp 2",
-                                 "> pipeline layers: pp 0: [0]; pp 1: [1]", "[ t 1/1, p 1/2 ]"});
+                                 "> pipeline layers: pp 0: [0]; pp 1: [1]", "[ t 1/1, p 1/2 ]",
+                                 " [qk] bytes per iteration: pp 0.13 MB in 8 calls (other 0.13 MB), 0.07 MB sent | "
+                                 "embedding 1.05 MB in 1 calls (all-reduce 1.05 MB)"});
+  expect_p2p_bytes(scratch("pp2"), 1, 4, kActivationBytes);
 }
 
+// Under sequence parallelism the stages exchange [b, s / tp, h].
 TEST(PretrainGptParallel, PipelineTwoTimesTensorTwoWithSequenceParallelEqualsOneRank) {
   expect_layout_equals_one_rank(4,
                                 {"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2",
                                  "--sequence-parallel"},
                                 "pp2tp2", {"> parallel layout: world 4 = tp 2 x cp 1 x dp 1 x pp 2", "[ t 1/2, p 1/2 ]"});
+  expect_p2p_bytes(scratch("pp2tp2"), 1, 4, kActivationBytes / 2);
 }
 
 TEST(PretrainGptParallel, PipelineTwoTimesDataTwoEqualsOneRank) {
   expect_layout_equals_one_rank(4, {"--pipeline-model-parallel-size", "2"}, "pp2dp2",
                                 {"> parallel layout: world 4 = tp 1 x cp 1 x dp 2 x pp 2"});
+}
+
+// The distributed optimizer per stage: each stage's buffer reduce-scattered
+// over its data-parallel group, the tied embedding in a bucket of its own
+// (the first stage's and the last stage's copy cut alike), its averaged
+// shard pieces summed over the embedding group (half the rows' bytes on
+// each data-parallel rank), the norm over both stages.
+TEST(PretrainGptParallel, PipelineTwoTimesDataTwoWithTheDistributedOptimizerEqualsOneRank) {
+  expect_layout_equals_one_rank(4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"},
+                                "pp2dp2_distopt",
+                                {"> parallel layout: world 4 = tp 1 x cp 1 x dp 2 x pp 2", "reduce-scatter ",
+                                 " | embedding 0.52 MB in 1 calls (all-reduce 0.52 MB)"});
+  expect_p2p_bytes(scratch("pp2dp2_distopt"), 1, 2, kActivationBytes);
+}
+
+// Overlapped: small buckets, each launched by the hooks of its parameters'
+// last micro-batch backward (the debug line counts them on every rank),
+// sharded with the parameters' all-gather overlapped too, and all-reduced
+// without the distributed optimizer.
+TEST(PretrainGptParallel, PipelineTwoTimesDataTwoWithOverlappedGradReduceEqualsOneRank) {
+  for (const Argv& distopt : {Argv{"--use-distributed-optimizer", "--overlap-param-gather"}, Argv{}}) {
+    const std::string name = distopt.empty() ? "pp2dp2_overlap" : "pp2dp2_distopt_overlap";
+    const std::string dir = fresh_dir(name);
+    const auto r = ranks(4,
+                         tiny() + distopt +
+                             Argv{"--pipeline-model-parallel-size", "2", "--overlap-grad-reduce", "--ddp-bucket-size",
+                                  "20000", "--save", dir, "--save-interval", "100"},
+                         "QK_LOG_LEVEL=debug");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    int lines = 0;
+    for (size_t at = r.output.find(" gradient buckets launched during backward"); at != std::string::npos;
+         at = r.output.find(" gradient buckets launched during backward", at + 1)) {
+      const size_t start = r.output.rfind(": ", at) + 2;  // "pipeline stage S: N of M"
+      int launched = -1, buckets = -1;
+      ASSERT_EQ(std::sscanf(r.output.c_str() + start, "%d of %d", &launched, &buckets), 2)
+          << r.output.substr(start, 80);
+      EXPECT_GE(buckets, 2) << name << ": --ddp-bucket-size 20000 cuts the stage into several buckets";
+      EXPECT_EQ(launched, buckets) << name << ": every bucket starts in the last micro-batch's backward";
+      ++lines;
+    }
+    EXPECT_EQ(lines, 4 * 10) << name << ": one line per rank and step\n" << r.output;
+    expect_same_losses(single_rank_run(), dir, 1, 10);
+    expect_close_weights(single_rank_run() + "/iter_0000000010/model.safetensors",
+                         dir + "/iter_0000000010/model.safetensors");
+    expect_close_weights(single_rank_run() + "/iter_0000000010/optim.safetensors",
+                         dir + "/iter_0000000010/optim.safetensors");
+  }
 }
 
 TEST(PretrainGptParallel, PipelineFourEqualsOneRank) {
@@ -208,6 +293,48 @@ TEST(PretrainGptParallel, InterleavedPipelineTwoByTwoVirtualStagesEqualsOneRank)
   expect_layout_equals(tiny4(), single_rank_run_4_layers(), 2,
                        {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2"}, "vpp2",
                        {"> pipeline layers: pp 0: [0] [2]; pp 1: [1] [3]"});
+  expect_p2p_bytes(scratch("vpp2"), 2, 4, kActivationBytes);
+}
+
+// Two chunks per rank in one buffer per rank: a bucket starts once its
+// parameters' last micro-batch backward ran in their own chunk.
+TEST(PretrainGptParallel, InterleavedPipelineTimesDataTwoWithTheDistributedOptimizerEqualsOneRank) {
+  expect_layout_equals(tiny4(), single_rank_run_4_layers(), 4,
+                       {"--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                        "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+                        "--ddp-bucket-size", "20000"},
+                       "vpp2dp2_distopt",
+                       {"> parallel layout: world 4 = tp 1 x cp 1 x dp 2 x pp 2", "reduce-scatter "});
+  expect_p2p_bytes(scratch("vpp2dp2_distopt"), 2, 2, kActivationBytes);
+}
+
+// Full recompute inside the chunks (uniform over groups of 1 layer, block of
+// 1 layer per chunk), dropout on, changes no number: the same losses,
+// gradient norms and final weights as the pipeline without it, bit for bit.
+TEST(PretrainGptParallel, PipelineWithFullRecomputeEqualsWithout) {
+  const Argv base = tiny4() + Argv{"--pipeline-model-parallel-size", "2", "--attention-dropout", "0.1",
+                                   "--hidden-dropout", "0.1", "--save-interval", "100"};
+  std::vector<std::string> dirs;
+  for (const Argv& recompute :
+       {Argv{}, Argv{"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+        Argv{"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"}}) {
+    dirs.push_back(fresh_dir("pp2_recompute" + std::to_string(dirs.size())));
+    const auto r = ranks(2, base + recompute + Argv{"--save", dirs.back()});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const auto plain = metrics(dirs[0], "train");
+  ASSERT_EQ(plain.size(), 10u);
+  for (size_t k = 1; k < dirs.size(); ++k) {
+    const auto got = metrics(dirs[k], "train");
+    for (const auto& [it, j] : plain) {
+      ASSERT_TRUE(got.count(it)) << dirs[k] << " iteration " << it;
+      EXPECT_EQ(got.at(it)["lm loss"].get<double>(), j["lm loss"].get<double>()) << dirs[k] << " iteration " << it;
+      EXPECT_EQ(got.at(it)["grad_norm"].get<double>(), j["grad_norm"].get<double>()) << dirs[k] << " iteration " << it;
+    }
+    EXPECT_TRUE(qk::read_file(dirs[k] + "/iter_0000000010/model.safetensors") ==
+                qk::read_file(dirs[0] + "/iter_0000000010/model.safetensors"))
+        << dirs[k];
+  }
 }
 
 TEST(PretrainGptParallel, UnevenPipelineStagesEqualOneRank) {
@@ -245,17 +372,11 @@ TEST(PretrainGptParallel, PipelineProfileWritesEveryRanksTraceAndTheBubble) {
       EXPECT_TRUE(kinds[pid].count(k)) << "rank " << pid << " has no " << k << " span";
 }
 
-// What does not compose with the pipeline, and Megatron's micro-batch rule
-// for the interleaved schedule, are errors naming the flags, before any step.
+// Megatron's micro-batch rule for the interleaved schedule and layers that
+// do not split are errors naming the flags, before any step.
 TEST(PretrainGptParallel, PipelineRefusalsNameTheFlags) {
   const Argv base = tiny4() + Argv{"--train-iters", "1", "--pipeline-model-parallel-size", "2"};
   const std::vector<std::pair<Argv, std::string>> cases = {
-      {{"--use-distributed-optimizer"},
-       "--use-distributed-optimizer and --overlap-grad-reduce do not compose with pipeline parallelism"},
-      {{"--overlap-grad-reduce"},
-       "--use-distributed-optimizer and --overlap-grad-reduce do not compose with pipeline parallelism"},
-      {{"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
-       "--recompute-granularity full does not compose with --pipeline-model-parallel-size 2"},
       {{"--num-virtual-stages-per-pipeline-rank", "2", "--global-batch-size", "6"},
        "the interleaved schedule needs the number of micro-batches (3 = --global-batch-size / "
        "(--micro-batch-size x data-parallel size)) to be a multiple of --pipeline-model-parallel-size (2)"},

@@ -11,6 +11,7 @@
 // collects failures instead of stopping, so ranks never fall out of step.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sys/mman.h>
 
 #include <climits>
 #include <cstdio>
@@ -19,17 +20,24 @@
 #include <string>
 #include <vector>
 
+#include "alltoallv_data.h"
 #include "data.h"
 #include "backend/backend.h"
 #include "backend/mpi.h"
 #include "comm.h"
 
-// Counts the MPI_Allreduce calls qccl makes (the executable's definition wins
-// over libmpi's; PMPI_Allreduce is the real one).
+// Counts the MPI_Allreduce and MPI_Alltoallv calls qccl makes (the
+// executable's definitions win over libmpi's; PMPI_* are the real ones).
 static long g_mpi_allreduce_calls = 0;
+static long g_mpi_alltoallv_calls = 0;
 extern "C" int MPI_Allreduce(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
   ++g_mpi_allreduce_calls;
   return PMPI_Allreduce(s, r, n, t, op, c);
+}
+extern "C" int MPI_Alltoallv(const void* s, const int sc[], const int sd[], MPI_Datatype st, void* r,
+                             const int rc[], const int rd[], MPI_Datatype rt, MPI_Comm c) {
+  ++g_mpi_alltoallv_calls;
+  return PMPI_Alltoallv(s, sc, sd, st, r, rc, rd, rt, c);
 }
 
 namespace qccl_test {
@@ -175,6 +183,16 @@ void all_to_all_matrix(const Me& me, std::vector<std::string>& errs) {
     }
 }
 
+void all_to_all_v_matrix(const Me& me, std::vector<std::string>& errs) {
+  for (VPattern p : kAllVPatterns)
+    for (auto t : kAllTypes) {
+      VCase c(p, me.rank, me.nranks, t);
+      CHECK_OK(errs, c.run(me.comm));
+      CHECK_DIFF(errs, c.check(), "alltoallv ", pattern_name(p), " ", qccl::dtype_name(t), " on ",
+                 me.nranks, " ranks");
+    }
+}
+
 void send_recv_matrix(const Me& me, std::vector<std::string>& errs) {
   int n = me.nranks, next = (me.rank + 1) % n, prev = (me.rank + n - 1) % n;
   for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(300000)}) {
@@ -249,6 +267,67 @@ TEST(MpiBackend, AllGather) { run_everywhere(all_gather_matrix); }
 TEST(MpiBackend, ReduceScatter) { run_everywhere(reduce_scatter_matrix); }
 TEST(MpiBackend, AllToAll) { run_everywhere(all_to_all_matrix); }
 TEST(MpiBackend, SendRecvAndGroups) { run_everywhere(send_recv_matrix); }
+
+TEST(MpiBackend, AllToAllvEveryTypeAndPattern) {
+  long before = g_mpi_alltoallv_calls;
+  run_everywhere(all_to_all_v_matrix);
+  // 3 patterns x 12 types on the world and on each rank's two splits.
+  EXPECT_EQ(g_mpi_alltoallv_calls - before, 3 * 12 * 3) << "qcclAllToAllv did not reach MPI_Alltoallv";
+}
+
+// Counts that differ between two ranks fail on every rank, naming the pair,
+// before MPI moves anything (it would under-fill or truncate the receive).
+TEST(MpiBackend, AllToAllvCountsThatDisagreeFailOnEveryRank) {
+  qcclComm_t world = qk::qccl::init_from_mpi(MPI_COMM_WORLD);
+  Me me = who(world);
+  if (me.nranks < 2) GTEST_SKIP() << "needs 2 MPI ranks (run under mpirun -np 4)";
+  std::vector<size_t> sc(me.nranks, 3), rc(me.nranks, 3), sd, rd;
+  if (me.rank == 1) rc[0] = 4;
+  std::vector<float> send(scatter_blocks(sc, true, sd)), recv(scatter_blocks(rc, false, rd));
+  qcclResult_t r = qcclAllToAllv(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
+                                 qcclFloat32, world, nullptr);
+  std::string err = qcclGetLastError(world);
+  EXPECT_EQ(r, qcclRemoteError) << err;
+  EXPECT_NE(err.find("sends 3 elements to rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("which expects 4 (its recvcounts[0]): ranks passed different counts"), std::string::npos)
+      << err;
+  qcclCommDestroy(world);
+}
+
+// Displacements past MPI's int: every rank learns that one rank's do not
+// fit and all move the blocks point to point instead of MPI_Alltoallv.
+TEST(MpiBackend, AllToAllvBeyondIntDisplacementsGoPointToPoint) {
+  qcclComm_t world = qk::qccl::init_from_mpi(MPI_COMM_WORLD);
+  Me me = who(world);
+  const int n = me.nranks;
+  const size_t far = size_t(INT_MAX) + 100, bytes = far + 4096;
+  // Address space only: the pages of the few blocks written are the ones that get memory.
+  auto reserve = [&] {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+  };
+  uint8_t* send = reserve();
+  uint8_t* recv = reserve();
+  ASSERT_TRUE(send && recv) << "mmap of 2 GiB of address space failed";
+  std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+  for (int j = 0; j < n; ++j) {
+    sc[j] = rc[j] = 10 + j + me.rank;                   // what I send j; j sends me 10 + me + j too
+    sd[j] = me.rank == 0 && j == n - 1 ? far : 64 * j;  // rank 0's last block lies past INT_MAX
+    rd[j] = me.rank == n - 1 && j == 0 ? far + 50 : 64 * j;
+    for (size_t i = 0; i < sc[j]; ++i) send[sd[j] + i] = static_cast<uint8_t>(me.rank * 16 + j + i);
+  }
+  long before = g_mpi_alltoallv_calls;
+  EXPECT_EQ(qcclAllToAllv(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), qcclUint8, world, nullptr),
+            qcclSuccess)
+      << qcclGetLastError(world);
+  EXPECT_EQ(g_mpi_alltoallv_calls, before) << "MPI_Alltoallv was called with displacements past INT_MAX";
+  for (int j = 0; j < n; ++j)
+    for (size_t i = 0; i < rc[j]; ++i)
+      ASSERT_EQ(recv[rd[j] + i], static_cast<uint8_t>(j * 16 + me.rank + i)) << "block from rank " << j << " element " << i;
+  ::munmap(send, bytes);
+  ::munmap(recv, bytes);
+  qcclCommDestroy(world);
+}
 
 // A receive that expects more than was sent is a remote error naming the
 // peer, and breaks only that communicator.

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "alltoallv_data.h"
 #include "backend/backend.h"
 #include "comm.h"
 #include "core/reduce.h"
@@ -108,6 +109,35 @@ TEST(NcclBackend, AllReduceOfDeviceBuffersAcrossTwoProcesses) {
 TEST(NcclBackend, AllReduceOfDeviceBuffersOnOneRank) {
   SKIP_WITHOUT_DEVICES(1);
   auto r = run_ranks(1, device_all_reduce);
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// qcclAllToAllv of device buffers: NCCL's grouped send/receive, on one rank
+// (NCCL refuses two ranks on one device) with blocks at scattered
+// displacements, the gaps left alone.
+TEST(NcclBackend, AllToAllvOfDeviceBuffersOnOneRank) {
+  SKIP_WITHOUT_DEVICES(1);
+  auto r = run_ranks(1, [](const Rank& me) {
+    REQUIRE(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+    qcclComm_t comm = me.init();
+    for (VPattern p : {VPattern::kUneven, VPattern::kLarge}) {
+      VCase c(p, me.rank, me.nranks, qcclFloat32);
+      void *dsend = nullptr, *drecv = nullptr;
+      REQUIRE(cudaMalloc(&dsend, c.send.size()) == cudaSuccess, "cudaMalloc");
+      REQUIRE(cudaMalloc(&drecv, c.recv.size()) == cudaSuccess, "cudaMalloc");
+      REQUIRE(cudaMemcpy(dsend, c.send.data(), c.send.size(), cudaMemcpyHostToDevice) == cudaSuccess, "copy in");
+      REQUIRE(cudaMemcpy(drecv, c.recv.data(), c.recv.size(), cudaMemcpyHostToDevice) == cudaSuccess, "copy in");
+      REQUIRE_OK(qcclAllToAllv(dsend, c.send_counts.data(), c.send_displs.data(), drecv, c.recv_counts.data(),
+                               c.recv_displs.data(), c.dtype, comm, nullptr));
+      REQUIRE(comm->device_backend && std::string(comm->device_backend->name()) == "nccl",
+              "device buffers did not go through NCCL");
+      REQUIRE(cudaMemcpy(c.recv.data(), drecv, c.recv.size(), cudaMemcpyDeviceToHost) == cudaSuccess, "copy out");
+      REQUIRE(c.check().empty(), pattern_name(p), ": ", c.check());
+      cudaFree(dsend);
+      cudaFree(drecv);
+    }
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 

@@ -59,12 +59,26 @@ TEST_F(PerfCli, RegisteredBuffersGoDirect) {
 }
 
 TEST_F(PerfCli, EveryCollectiveRunsOverTcpWithHalf) {
-  for (const char* c : {"broadcast", "reduce", "all_gather", "reduce_scatter", "alltoall"}) {
+  for (const char* c : {"broadcast", "reduce", "all_gather", "reduce_scatter", "alltoall", "alltoallv"}) {
     QkRun r = qk(std::string("perf ") + c + " --np 2 -b 64 -e 4K -f 8 -n 1 -w 0 -d half -o max -r 1",
                "QCCL_TRANSPORT=tcp QCCL_DEBUG=INFO QCCL_DEBUG_SUBSYS=NET");
     EXPECT_EQ(r.code, 0) << c << ": " << r.out;
     EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << c << ": " << r.out;
     EXPECT_NE(r.out.find("via tcp"), std::string::npos) << c << ": " << r.out;
+  }
+}
+
+// alltoallv: uneven blocks that add up to the size column (100 B = 25 floats
+// do not split evenly over 3 or 4 ranks), checked; no in-place form, so
+// those columns say N/A.
+TEST_F(PerfCli, AllToAllvChecksUnevenBlocksOutOfPlaceOnly) {
+  for (int np : {3, 4}) {
+    QkRun r = qk("perf alltoallv --np " + std::to_string(np) + " -b 100 -e 6400 -f 8 -n 2 -w 1 -d float");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << r.out;
+    EXPECT_TRUE(std::regex_search(
+        r.out, std::regex("\\n +100 +25 +float +none +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 +N/A +N/A +N/A +N/A\\n")))
+        << r.out;
   }
 }
 

@@ -18,15 +18,10 @@ using train::FlagStatus;
 // Each seed flag's status: issue 15's, with tensor and sequence parallelism
 // flipped by issue 16; flipped here (and in the table in
 // src/train/megatron_args_status.cc) as issues 16-18 land.
+// Issue 18 built mixture of experts, expert parallelism and multi-latent
+// attention: no seed flag needs a missing feature any more.
 const std::set<std::string>& expected_not_yet() {
-  static const std::set<std::string> s = {
-      "--num-experts", "--expert-model-parallel-size", "--moe-token-dispatcher-type",
-      "--moe-router-score-function", "--moe-router-num-groups", "--moe-router-group-topk",
-      "--moe-router-load-balancing-type", "--moe-router-topk", "--moe-router-pre-softmax",
-      "--moe-router-topk-scaling-factor", "--moe-aux-loss-coeff", "--moe-expert-capacity-factor",
-      "--moe-device-level-capacity", "--moe-device-level-aux-loss-coeff", "--moe-comm-aux-loss-coeff",
-      "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-grouped-gemm",
-      "--multi-latent-attention", "--moe-shared-expert-overlap"};
+  static const std::set<std::string> s = {};
   return s;
 }
 // Supported flags whose seed value Megatron itself rejects at the practice
@@ -38,7 +33,7 @@ const std::set<std::string>& expected_invalid_at_pipeline_size_one() {
 }
 const std::set<std::string>& expected_noop() {
   static const std::set<std::string> s = {"--use-mcore-models", "--no-rope-fusion", "--distributed-backend",
-                                          "--wait-after-ckpt", "--moe-permute-fusion"};
+                                          "--wait-after-ckpt"};
   return s;
 }
 
@@ -62,11 +57,21 @@ TEST(MegatronSeedArgs, FixtureHasTheSeedArrays) {
 }
 
 // The flags Megatron validates together (full recompute needs a method and a
-// layer count): each is tried with its partners from the same array.
-Argv partners(const Argv& flag, const std::vector<std::string>& array) {
+// layer count; the MoE flags need experts and one another's sizes, grouped
+// GEMM bf16): each is tried with its partners from the same array (the MoE
+// flags with MOE_ARGS and --bf16).
+Argv partners(const Argv& flag, const std::vector<std::string>& array, const std::vector<std::string>& moe_args) {
   static const std::set<std::string> recompute = {"--recompute-granularity", "--recompute-method",
                                                   "--recompute-num-layers"};
   Argv out;
+  if (flag[0].rfind("--moe-", 0) == 0 || flag[0] == "--num-experts" || flag[0] == "--expert-model-parallel-size") {
+    out = Argv{"--bf16"};  // --moe-grouped-gemm's (the seed's MIXED_PRECISION_ARGS)
+    for (const auto& line : moe_args) {
+      const Argv f = expand_line(line);
+      if (f[0] != flag[0]) out = out + f;
+    }
+    return out;
+  }
   if (!recompute.count(flag[0])) return out;
   for (const auto& line : array) {
     const Argv f = expand_line(line);
@@ -85,7 +90,7 @@ TEST(MegatronSeedArgs, EveryFlagAcceptedOrRefusedAsItsStatusSays) {
     if (name == "DATA_PATH") continue;
     for (const auto& line : s.arrays.at(name)) {
       const Argv flag = expand_line(line);
-      const Argv with = partners(flag, s.arrays.at(name)) + flag;
+      const Argv with = partners(flag, s.arrays.at(name), s.arrays.at("MOE_ARGS")) + flag;
       const train::FlagInfo i = info(flag[0]);
       SCOPED_TRACE(name + ": " + line);
       const FlagStatus want = expected_not_yet().count(flag[0]) ? FlagStatus::kNotYet
@@ -246,31 +251,46 @@ TEST(MegatronSeedArgs, PracticeLaunchParsesToTheExpectedFields) {
       << p.notes[3];
 }
 
-TEST(MegatronSeedArgs, FullTrainingArgsRefuseExactlyTheMissingFeatures) {
+// The whole TRAINING_ARGS: at pipeline size 1 only Megatron's own rule for
+// virtual stages refuses them (nothing needs a missing feature); with the
+// MOE_ARGS and a pipeline of 2 (8 layers: 2 virtual stages of 2 per rank)
+// everything parses, expert parallelism carved from the data-parallel ranks.
+TEST(MegatronSeedArgs, FullTrainingArgsParseWithAPipelineAndTheMoeArgs) {
   const SeedFlags s = load_seed_flags();
   const std::string err = parse_error(practice() + expand_array(s.arrays.at("TRAINING_ARGS")), 2);
-  EXPECT_EQ(err.find("2 flags need features this build does not have yet:"), 0u) << err;
-  for (const char* line :
-       {"--multi-latent-attention: multi-latent attention is not built yet (issue 18)",
-        "--moe-shared-expert-overlap: mixture of experts is not built yet (issue 18)"})
-    EXPECT_NE(err.find(std::string("\n  ") + line), std::string::npos) << line << "\n in: " << err;
-  // Issue 16 and 17 built these: they are not among the refusals.
-  for (const char* flag : {"--use-distributed-optimizer", "--recompute-granularity", "--recompute-method",
-                           "--recompute-num-layers", "--overlap-grad-reduce", "--num-layers-per-virtual-pipeline-stage"})
-    EXPECT_EQ(err.find(std::string("\n  ") + flag), std::string::npos) << flag << "\n in: " << err;
+  EXPECT_EQ(err.find("need features this build does not have yet"), std::string::npos) << err;
+  EXPECT_NE(err.find("needs --pipeline-model-parallel-size > 1 (got 1)"), std::string::npos) << err;
+  const Argv all = practice() + Argv{"--bf16"} + expand_array(s.arrays.at("MOE_ARGS")) +
+                   expand_array(s.arrays.at("TRAINING_ARGS")) +
+                   Argv{"--num-layers", "8", "--moe-layer-freq", "([0]*1+[1]*7)", "--pipeline-model-parallel-size", "2"};
+  EXPECT_EQ(parse_error(all, 4), "");
+  const auto p = train::parse_megatron_args(all, options(4));
+  EXPECT_TRUE(p.args.multi_latent_attention);
+  EXPECT_EQ(p.args.expert_model_parallel_size, 2);
+  EXPECT_EQ(p.args.data_parallel_size, 2);
+  EXPECT_TRUE(p.args.moe_shared_expert_overlap);
 }
 
-TEST(MegatronSeedArgs, MoeArgsAreRefusedUntilMoeLands) {
+TEST(MegatronSeedArgs, MoeArgsParseToTheMoeFields) {
   const SeedFlags s = load_seed_flags();
-  const std::string err = parse_error(practice() + Argv{"--bf16"} + expand_array(s.arrays.at("MOE_ARGS")), 2);
-  EXPECT_EQ(err.find("19 flags need features this build does not have yet:"), 0u) << err;
-  EXPECT_NE(err.find("\n  --num-experts 4: mixture of experts is not built yet (issue 18)"), std::string::npos);
-  EXPECT_NE(err.find("\n  --expert-model-parallel-size 2: expert parallelism is not built yet (issue 18); this "
-                     "build runs expert size 1"),
-            std::string::npos);
-  EXPECT_NE(err.find("\n  --moe-aux-loss-coeff 3e-3: mixture of experts"), std::string::npos) << err;
-  EXPECT_NE(err.find("\n  --moe-layer-freq ([0]*1+[1]*5): mixture of experts"), std::string::npos) << err;
-  EXPECT_EQ(err.find("--moe-permute-fusion"), std::string::npos) << "a no-op, not refused";
+  const Argv moe = practice() + Argv{"--bf16"} + expand_array(s.arrays.at("MOE_ARGS"));
+  EXPECT_EQ(parse_error(moe, 2), "");
+  const auto p = train::parse_megatron_args(moe, options(2));
+  const auto& a = p.args;
+  EXPECT_EQ(a.num_experts, 4);
+  EXPECT_EQ(a.expert_model_parallel_size, 2);
+  EXPECT_EQ(a.moe_token_dispatcher_type, "alltoall");
+  EXPECT_EQ(a.moe_router_topk, 2);
+  EXPECT_EQ(a.moe_router_num_groups, 2);
+  EXPECT_EQ(a.moe_ffn_hidden_size, 704);
+  EXPECT_TRUE(a.moe_grouped_gemm);
+  EXPECT_TRUE(a.moe_permute_fusion);
+  EXPECT_TRUE(p.notes.empty()) << p.notes[0];  // --moe-permute-fusion is the fused permutation, not a no-op
+  // An expert tensor size other than the tensor size is refused, naming the flag.
+  EXPECT_EQ(parse_error(moe + Argv{"--expert-tensor-parallel-size", "2"}, 2)
+                .find("--expert-tensor-parallel-size 2: an expert tensor-parallel size other than the tensor size "
+                      "is not built yet (issue 18)"),
+            0u);
 }
 
 TEST(MegatronSeedArgs, ParallelSizesAboveOneAreRefusedWithTheFeatureAndIssueButTensorAndPipelineRun) {

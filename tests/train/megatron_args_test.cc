@@ -258,15 +258,17 @@ TEST(MegatronArgsTable, SpellingsAndFieldsAreUniqueAndEveryRuleNamesAFlag) {
   }
   for (const auto& r : train::detail::status_rules())
     EXPECT_NE(train::detail::find_flag(r.flag), nullptr) << "status rule for unknown flag " << r.flag;
-  // Every MoE and MLA flag waits for issue 18, except the size-1 layouts and a fusion hint.
+  // Issue 18 built every MoE and MLA flag: supported, every value (an
+  // expert tensor size other than the tensor size is the one refusal).
   for (const auto& f : flags) {
     if (f.group != "moe" && f.group != "mla") continue;
-    if (f.flag == "--moe-permute-fusion") {
-      EXPECT_EQ(f.status, train::FlagStatus::kNoop);
+    if (f.flag == "--expert-tensor-parallel-size") {
+      EXPECT_EQ(f.status, train::FlagStatus::kNotYet);
+      EXPECT_TRUE(f.status_depends_on_value);
       continue;
     }
-    EXPECT_EQ(f.status, train::FlagStatus::kNotYet) << f.flag;
-    EXPECT_NE(f.status_text.find("(issue 18)"), std::string::npos) << f.flag;
+    EXPECT_EQ(f.status, train::FlagStatus::kSupported) << f.flag;
+    EXPECT_FALSE(f.status_depends_on_value) << f.flag;
   }
 }
 

@@ -3,7 +3,8 @@
 // lcm(DP, 128), shards cut across parameters), parameters viewing the
 // buffer, gradients accumulated by the hooks and averaged over the ranks by
 // reduce-scatter or all-reduce, overlap launching buckets during the last
-// micro-batch's backward only, the late-gradient error, and the all-gather.
+// micro-batch's backward only, the late-gradient error, the all-gather, and
+// parameters in a bucket of their own cut alike in two buffers.
 #include "qk/train/param_and_grad_buffer.h"
 
 #include <gtest/gtest.h>
@@ -123,11 +124,47 @@ TEST(ParamAndGradBuffer, AllGatherSpreadsEveryRanksShard) {
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 
+// Megatron's shared embedding under the distributed optimizer: a parameter
+// in own_bucket closes the bucket before and after it, so two buffers with
+// other neighbours (the first and last pipeline stage) cut it into the same
+// shard pieces.
+TEST(ParamAndGradBuffer, OwnBucketIsCutAlikeWhateverItsNeighbours) {
+  const auto r = qk_dist_test::on_ranks(2, "buffer-test", [](const qccl_test::Rank&, dist::ProcessGroup& pg) {
+    std::vector<Tensor> first = make_params();  // the 300-element p1 between p0 and p2
+    std::vector<Tensor> last = {full({30}, 1.0).requires_grad_(), full({300}, 2.0).requires_grad_()};
+    train::ParamAndGradBuffer a(first, &pg, {.bucket_size = 1000, .own_bucket = {1}});
+    train::ParamAndGradBuffer b(last, &pg, {.bucket_size = 1000, .own_bucket = {1}});
+    // a: [p2] [p1] [p0]; b: [y] [x]; the 300 elements padded to 384 alone.
+    REQUIRE(a.buckets().size() == 3u && a.buckets()[1].params == std::vector<size_t>{1} &&
+                a.buckets()[1].numel == 384,
+            "a's buckets");
+    REQUIRE(b.buckets().size() == 2u && b.buckets()[0].params == std::vector<size_t>{1} &&
+                b.buckets()[0].numel == 384,
+            "b's buckets");
+    auto piece_of = [](const train::ParamAndGradBuffer& buf, size_t param) {
+      for (const auto& pc : buf.shard_pieces())
+        if (pc.param == param) return std::pair{pc.param_offset, pc.numel};
+      return std::pair<int64_t, int64_t>{-1, 0};
+    };
+    const auto want = pg.rank() == 0 ? std::pair<int64_t, int64_t>{0, 192} : std::pair<int64_t, int64_t>{192, 108};
+    REQUIRE(piece_of(a, 1) == want && piece_of(b, 1) == want, "rank ", pg.rank(), ": pieces [", piece_of(a, 1).first,
+            ", +", piece_of(a, 1).second, ") and [", piece_of(b, 1).first, ", +", piece_of(b, 1).second, ")");
+    // Without it the neighbours shift the cut.
+    std::vector<Tensor> first2 = make_params();
+    std::vector<Tensor> last2 = {full({30}, 1.0).requires_grad_(), full({300}, 2.0).requires_grad_()};
+    train::ParamAndGradBuffer c(first2, &pg, {.bucket_size = 1000}), d(last2, &pg, {.bucket_size = 1000});
+    REQUIRE(piece_of(c, 1) != piece_of(d, 1), "shared buckets cut alike by chance");
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
 TEST(ParamAndGradBuffer, BadInputsAreErrors) {
   EXPECT_THROW(train::ParamAndGradBuffer({}, nullptr), ValueError);
   Tensor a = zeros({4}).requires_grad_(), b = zeros({4}, DType::bf16).requires_grad_();
   EXPECT_THROW(train::ParamAndGradBuffer({a, b}, nullptr), ValueError);
   EXPECT_THROW(train::ParamAndGradBuffer({a, a}, nullptr), ValueError);
+  Tensor c = zeros({4}).requires_grad_();
+  EXPECT_THROW(train::ParamAndGradBuffer({c}, nullptr, {.own_bucket = {1}}), ValueError);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "qk/dist/process_group.h"
 #include "qk/parallel/timeline.h"
@@ -87,6 +88,11 @@ struct PipelineScheduleOptions {
   double loss_scale = 1.0;       // multiplies each loss before its backward
   Timeline* timeline = nullptr;  // forward, backward, send and recv spans
   BackwardStepFn backward_step;  // null: autograd_backward_step
+  // Called right before each backward with its chunk and micro-batch (each
+  // chunk's micro-batches go backward in order 0..m-1): where an overlapped
+  // gradient reduction learns that m-1, the chunk's last, is under way
+  // (Megatron's no_sync / enable_grad_sync). Null: nothing.
+  std::function<void(int chunk, int64_t microbatch)> before_backward;
 };
 
 struct PipelineScheduleResult {
@@ -115,6 +121,9 @@ class PipelineSchedule {
 
   int stage() const { return rank_; }
   int num_stages() const { return size_; }
+  // The communicators activations and their gradients travel on (empty for
+  // one stage): what a traffic meter counts as the pipeline's p2p bytes.
+  std::vector<dist::ProcessGroup*> p2p_groups() const;
 
  private:
   int rank_ = 0, size_ = 1;

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "qccl.h"
 
@@ -81,6 +82,12 @@ class Communicator {
                                          qcclDataType_t dt);
   std::shared_ptr<Work> reduce_scatter_async(const void* send, void* recv, size_t recvcount,
                                              qcclDataType_t dt, qcclRedOp_t op);
+  // qcclAllToAllv; the count and displacement arrays (one per rank, in
+  // elements) are copied, the buffers must stay valid until wait().
+  std::shared_ptr<Work> all_to_all_v_async(const void* send, std::vector<size_t> sendcounts,
+                                           std::vector<size_t> sdispls, void* recv,
+                                           std::vector<size_t> recvcounts,
+                                           std::vector<size_t> rdispls, qcclDataType_t dt);
   // Runs any qccl call (taking this communicator) on the progress thread.
   std::shared_ptr<Work> submit(std::function<qcclResult_t(qcclComm_t)> call);
 

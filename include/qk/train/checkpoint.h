@@ -110,6 +110,13 @@ TrainTensors train_tensors(const TrainState& s, const TensorParallel& tp = {});
 void gather_pipeline_stages(TrainTensors& t, CheckpointMeta& m, const PipelineParallel& pp,
                             const MixedPrecisionOptimizer* opt = nullptr);
 
+// Expert parallelism: every expert-parallel rank's routed experts (weights,
+// optimizer tensors and their "KEY/NAME" metadata) into rank 0's `t`, the
+// optimizer groups' "group.G.num_params" counting them (`opt`: whose
+// groups, when the tensors hold its state). Collective over ep.ep (point to
+// point to its rank 0); run before gather_pipeline_stages; a no-op for one rank.
+void gather_expert_parallel(TrainTensors& t, const ExpertParallel& ep, const MixedPrecisionOptimizer* opt = nullptr);
+
 // Writes the weights and optimizer files into `dir` (each under a temporary
 // name, then renamed) and returns the checkpoint's JSON, which names them.
 // `tensors`: what train_tensors gathered (null: the TrainState's own).
@@ -134,6 +141,8 @@ struct LoadOptions {
   // whole tensors (the tied copy from pp->tied_source) and its own
   // generators when the checkpoint has one per stage of this size.
   const PipelineParallel* pp = nullptr;
+  // Expert parallelism: each rank takes its own experts from the whole tensors.
+  const ExpertParallel* ep = nullptr;
 };
 
 struct LoadedCheckpoint {

@@ -46,6 +46,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -63,6 +64,19 @@ struct DistributedOptimizerOptions {
   // Elements per bucket (--ddp-bucket-size); 0: Megatron's max(40M, 1M x DP)
   // with overlap_grad_reduce, one bucket without.
   int64_t bucket_size = 0;
+  // Pipeline parallelism with tied embeddings: this stage's tied weight
+  // (PipelineParallel::tied_parameter; "" none). With shard it gets a bucket
+  // of its own, as Megatron's DDP does, so the first stage's embedding and
+  // the last stage's copy are cut into the same shards and their averaged
+  // shard pieces can be summed over the embedding group after the
+  // reduce-scatter (set_pipeline_parallel requires it).
+  std::string shared_embedding{};
+  // Expert parallelism (qk/train/model_parallel.h): the routed experts'
+  // parameters in buckets of their own, reduced and sharded over
+  // expert.expert_dp (Megatron's expert buffers), their gradients scaled
+  // to an unsplit run's; checkpoints gather them on expert-data-parallel
+  // rank 0 of every expert-parallel rank.
+  ExpertParallel expert{};
 };
 
 class DistributedOptimizer : public MixedPrecisionOptimizer {
@@ -84,6 +98,8 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   StateByName state_by_name(const nn::Metadata& extra = {}) const override;
   void load_state_by_name(const StateByName& state, const std::string& where) override;
   void reload_model_params() override;
+  // Checks that a sharded tied weight has its bucket (options().shared_embedding).
+  void set_pipeline_parallel(PipelineParallel pp) override;
 
   // Megatron's forward pre-hook: waits for the all-gather of the part's
   // parameters. Install it on the model (GPTModel::set_forward_pre_hook)
@@ -100,10 +116,14 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   void collect_grads() override;
   size_t name_index_of_main(size_t i) const override { return name_index_[pieces_[i].param]; }
   void sum_over_data_parallel(std::vector<double>& sums) override;
+  bool sums_pieces_over_data_parallel() const override { return d_.shard && buffer_->group_size() > 1; }
   void update_model_params() override;
 
  private:
   NamedState gather_named_state(int writer_rank) const;
+  // Whether this rank writes some bucket's state (data-parallel rank
+  // writer_rank, or expert-data-parallel rank writer_rank for expert buckets).
+  bool writes_state(int writer_rank) const;
   void wait_for_part(const nn::Module& part);
 
   DistributedOptimizerOptions d_;

@@ -124,7 +124,14 @@ OptimizerFactory gpt_optimizer(const MegatronArgs& a);                // --optim
 // --overlap-param-gather: its forward pre-hook goes on the model,
 // --ddp-bucket-size).
 std::unique_ptr<MixedPrecisionOptimizer> gpt_build_optimizer(const MegatronArgs& a, transformer::GPTModelImpl& model,
-                                                             dist::ProcessGroup* dp);
+                                                             dist::ProcessGroup* dp, const ExpertParallel& expert = {});
+// The same over any module's parameters, no hook installed (a pipeline
+// stage's: gpt_pretrain_pipeline.h). shared_embedding: the stage's tied
+// weight, a bucket of its own under the distributed optimizer.
+std::unique_ptr<MixedPrecisionOptimizer> gpt_build_optimizer(const MegatronArgs& a, const nn::Module& model,
+                                                             dist::ProcessGroup* dp,
+                                                             const std::string& shared_embedding = "",
+                                                             const ExpertParallel& expert = {});
 // Megatron's report_theoretical_memory line for the weights and optimizer
 // ("Theoretical memory footprints: weight and optimizer=... MB") with the
 // parts per rank, this run's and the other optimizer's.

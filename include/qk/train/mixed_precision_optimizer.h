@@ -150,8 +150,14 @@ class MixedPrecisionOptimizer {
   // Pipeline parallelism (qk/train/model_parallel.h): every stage calls
   // step() together; the tied embedding's gradient is summed over pp.embedding,
   // the norm, inf check and zero count over pp.group (the copy not counted).
-  void set_pipeline_parallel(PipelineParallel pp);
+  virtual void set_pipeline_parallel(PipelineParallel pp);
   const PipelineParallel& pipeline_parallel() const { return pp_; }
+  // Expert parallelism (qk/train/model_parallel.h): the expert parameters'
+  // gradients are summed over ep.expert_dp and divided by the data-parallel
+  // size in all_reduce_grads; the norm, inf check and zero count sum their
+  // part over ep.ep. Before the first step.
+  void set_expert_parallel(ExpertParallel ep);
+  const ExpertParallel& expert_parallel() const { return ep_; }
 
   // The inner optimizer, over the fp32 main parameters (schedulers set its rates).
   optim::Optimizer& optimizer() { return *inner_; }
@@ -203,6 +209,10 @@ class MixedPrecisionOptimizer {
   // names_ index of main_[i] (the same index unless main parameters are pieces).
   virtual size_t name_index_of_main(size_t i) const { return i; }
   virtual void sum_over_data_parallel(std::vector<double>& /*sums*/) {}
+  // Whether sum_over_data_parallel sums every rank's pieces (the
+  // distributed optimizer's shards): then the experts' squares need no sum
+  // over the expert-parallel group of their own.
+  virtual bool sums_pieces_over_data_parallel() const { return false; }
   virtual void update_model_params();
   // The state file's contents: tensors "KEY/NAME" (exp_avg, ...,
   // main_param), numbers "step/NAME" and "group.G.HPARAM".
@@ -234,6 +244,9 @@ class MixedPrecisionOptimizer {
   bool collected_ = false;
   TensorParallel tp_;
   PipelineParallel pp_;
+  ExpertParallel ep_;
+  std::vector<char> expert_;          // per main param: a routed expert's (set_expert_parallel)
+  int64_t dense_numel_ = -1;          // flat_grads_: dense parameters first, then the experts' (-1: no split)
   int64_t tied_main_ = -1;            // main param of pp_.tied_parameter (-1: none)
   std::vector<char> sharded_;         // per main param: a tensor-parallel shard
   std::vector<size_t> partial_;       // main params whose gradients are summed over tp

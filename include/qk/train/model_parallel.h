@@ -17,6 +17,7 @@
 // Without model parallelism every member is empty and nothing changes.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,10 +62,31 @@ struct PipelineParallel {
   bool active() const { return size() > 1; }
 };
 
+// Expert parallelism (Megatron's MoE): the routed experts' parameters
+// (`params`, by name) are split over the expert-parallel group `ep` (each
+// rank holds other experts) and replicated over `expert_dp`, the
+// expert-data-parallel ranks (EP is carved out of the data-parallel group:
+// dp = ep x expert_dp). Their gradients are summed over expert_dp and
+// divided by the data-parallel size (Megatron's expert gradient scaling), so
+// they equal an unsplit run's; the gradient norm and inf check count each
+// expert once (summed over ep); checkpoints gather them over ep by name.
+struct ExpertParallel {
+  dist::ProcessGroup* ep = nullptr;         // null: no expert parallelism
+  dist::ProcessGroup* expert_dp = nullptr;  // null: one expert-data-parallel rank
+  std::set<std::string> params;             // the expert parameters of this rank
+  int size() const { return ep ? ep->size() : 1; }
+  int rank() const { return ep ? ep->rank() : 0; }
+  int expert_dp_rank() const { return expert_dp ? expert_dp->rank() : 0; }
+  int expert_dp_size() const { return expert_dp ? expert_dp->size() : 1; }
+  bool active() const { return size() > 1; }
+  bool is_expert(const std::string& name) const { return params.count(name) > 0; }
+};
+
 // The ranks of a job beyond its data-parallel group.
 struct ModelParallel {
   TensorParallel tp;
   PipelineParallel pp;
+  ExpertParallel ep;
   // Every rank of the job (null: the data-parallel group is the whole job).
   // All ranks agree on the resumed iteration and on exit decisions over it,
   // and its rank 0 writes checkpoints, metrics and curves.

@@ -17,13 +17,13 @@
 //
 // Layout: parameters in reverse order (the order backward produces their
 // gradients), back to back; a bucket closes once it holds bucket_size
-// elements (0: one bucket). With `shard` (Megatron's
-// use_distributed_optimizer) each bucket is padded to a multiple of
-// lcm(group size, 128) and rank r owns elements [r, r+1) x numel/size of it,
-// cutting across parameter boundaries. Each parameter's data moves into the
-// parameter buffer: its tensor handles stay valid and now view the buffer
-// (Megatron's param.data = buffer view), so an all-gather into the buffer
-// updates the model. The gradient buffer holds each parameter's "main_grad":
+// elements (0: one bucket), and before and after each own_bucket parameter.
+// With `shard` (Megatron's use_distributed_optimizer) each bucket is padded
+// to a multiple of lcm(group size, 128) and rank r owns elements
+// [r, r+1) x numel/size of it, cutting across parameter boundaries. Each
+// parameter's data moves into the parameter buffer: its tensor handles stay
+// valid and now view the buffer (Megatron's param.data = buffer view), so an
+// all-gather into the buffer updates the model. The gradient buffer holds each parameter's "main_grad":
 // a post-accumulate hook adds every .grad into it (in grad_dtype) and drops
 // .grad, micro-batch after micro-batch.
 //
@@ -51,6 +51,18 @@ struct ParamAndGradBufferOptions {
   int64_t bucket_size = 0;        // elements; 0: one bucket
   bool shard = true;              // reduce-scatter + all-gather (distributed optimizer); false: all-reduce
   bool overlap_grad_reduce = false;
+  // Indices into params that get a bucket of their own (Megatron's
+  // shared embedding under the distributed optimizer: the first and last
+  // pipeline stage then cut it into the same shards).
+  std::vector<size_t> own_bucket{};
+  // Expert parallelism (Megatron's separate expert buffers): these
+  // parameters (indices into params) are laid out after all others in
+  // buckets of their own, reduced and sharded over expert_group (the
+  // expert-data-parallel ranks; null: one rank) and multiplied by
+  // expert_grad_scale after the average (Megatron: expert-DP size / DP size).
+  std::vector<size_t> expert_params{};
+  dist::ProcessGroup* expert_group = nullptr;
+  double expert_grad_scale = 1.0;
 };
 
 class ParamAndGradBuffer {
@@ -66,6 +78,7 @@ class ParamAndGradBuffer {
     int64_t offset = 0, numel = 0;              // in the buffers, padding included
     std::vector<size_t> params;                 // indices into params(), in buffer order
     int64_t shard_offset = 0, shard_numel = 0;  // this rank's part (the whole bucket without shard)
+    bool expert = false;                        // reduced over options().expert_group
   };
   // A run of a parameter's elements inside this rank's shard.
   struct ShardPiece {
@@ -89,6 +102,10 @@ class ParamAndGradBuffer {
   dist::ProcessGroup* group() const;
   int group_size() const;
   int group_rank() const;
+  // The group a bucket is reduced and gathered over (the expert group for
+  // expert buckets), and this rank's place in it.
+  dist::ProcessGroup* group_of(size_t bucket) const;
+  int group_rank_of(size_t bucket) const;
 
   // ---- gradients
   // Zeroes the gradient buffer and re-arms the buckets (start of a step).

@@ -5,6 +5,7 @@
 //
 //   qk::train::TrafficMeter meter;
 //   meter.add("tp", tp.get());   meter.add("dp", dp.get());   // null or size 1: not metered
+//   meter.add("pp", act);  meter.add("pp", grad);              // one label: the groups' sum
 //   meter.begin_step();  runner.step(...);  meter.end_step();
 //   for (const qk::train::GroupVolume& v : meter.take()) ...  // per iteration since the last take()
 #pragma once
@@ -32,6 +33,7 @@ struct GroupVolume {
 
 class TrafficMeter {
  public:
+  // Meters `group` under `label`; groups added under one label are summed.
   void add(std::string label, dist::ProcessGroup* group);
   bool empty() const { return groups_.empty(); }
   void begin_step();
@@ -43,8 +45,9 @@ class TrafficMeter {
  private:
   struct Metered {
     std::string label;
-    dist::ProcessGroup* group;
-    dist::GroupTraffic before, sum;
+    std::vector<dist::ProcessGroup*> groups;
+    std::vector<dist::GroupTraffic> before;
+    dist::GroupTraffic sum;
   };
   std::vector<Metered> groups_;
   int64_t steps_ = 0;

@@ -107,7 +107,8 @@ struct LogStats {
   double tflops_per_rank = 0;            // 0 without flops_per_sample; over every rank of the job
   uint64_t peak_memory_bytes = 0;        // this process's peak RSS
   double comm_wait_ms = 0;               // DDP wait of this iteration
-  std::vector<GroupVolume> comm;         // per iteration of the interval: "dp", "tp" (groups of 2+ ranks)
+  // Per iteration of the interval: "tp", "dp" and meter_traffic's labels (groups of 2+ ranks).
+  std::vector<GroupVolume> comm;
 };
 
 struct EvalStats {
@@ -121,6 +122,9 @@ struct TrainerCallbacks {
   ForwardStep train_step;                            // required
   ForwardStep valid_step;                            // optional
   std::function<void(const LogStats&)> on_log;       // every rank; rank 0 usually prints
+  // Every rank, at each log before the record is written (it may reduce over
+  // ranks): more values for LogStats::losses, e.g. the MoE auxiliary losses.
+  std::function<std::map<std::string, double>(int64_t iteration)> log_losses;
   std::function<void(const EvalStats&)> on_eval;
   std::function<void(int64_t iteration, const StepStats&)> on_step;  // every iteration
   std::function<std::string()> user_state;           // JSON saved with each checkpoint
@@ -157,6 +161,9 @@ class Trainer {
   std::optional<LoadedCheckpoint> load();
   // Before train(): steps that replace StepRunner's (see CustomSteps).
   void set_custom_steps(CustomSteps s) { custom_ = std::move(s); }
+  // Before train(): LogStats::comm reports `group`'s bytes per iteration
+  // too, under `label` (beside "tp" and "dp"; one label sums its groups).
+  void meter_traffic(std::string label, dist::ProcessGroup* group) { traffic_.add(std::move(label), group); }
   TrainResult train(const TrainerCallbacks& cb);
   // eval_iters iterations of valid_step in eval mode without gradients.
   EvalStats evaluate(const ForwardStep& valid_step);

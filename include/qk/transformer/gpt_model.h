@@ -9,6 +9,7 @@
 //   model->named_parameters();   // "embedding.word_embeddings.weight", "decoder.layers.0. ...", ...
 //
 //   GPTModel split(config_tp2, tp_group);            // tensor parallel (qk/transformer/tensor_parallel.h)
+//   GPTModel moe(config_moe, GPTModelParallel{.tp = tp_group, .ep = ep_group});   // + expert parallel
 //
 //   model->eval();                                   // generation with a KV cache
 //   auto cache = model->make_kv_cache(1, 128);
@@ -20,6 +21,8 @@
 //   decoder.layers.{i}.*                                                 (qk/transformer/layers.h)
 //   decoder.layers.{i}.self_attention.*  with config.multi_latent_attention: MLA (qk/transformer/mla.h),
 //                                        in place of the spec's self_attention
+//   decoder.layers.{i}.mlp.*             in config.is_moe_layer(i + 1) layers an MoELayer
+//                                        (qk/transformer/moe.h: router, experts.local_experts.{e}, shared_experts)
 //   decoder.final_layernorm.weight/.bias
 //   output_layer.weight [V_padded, C]          (only when untied; tied reuses the word embedding)
 // Parameters are created in f32, initialised as Megatron does (layers.h's
@@ -34,7 +37,9 @@
 #include "qk/nn/embedding.h"
 #include "qk/parallel/layers.h"
 #include "qk/parallel/sharding.h"
+#include "qk/transformer/layer_recompute.h"
 #include "qk/transformer/layers.h"
+#include "qk/transformer/moe.h"
 
 namespace qk::transformer {
 
@@ -92,14 +97,23 @@ class TransformerBlockImpl : public nn::Module {
   ForwardPreHook forward_pre_hook;
 
  private:
-  // Layers [begin, end) from `hidden`, as one checkpointed region or plainly.
-  Tensor run_layers(const Tensor& hidden, const AttentionContext& ctx, size_t begin, size_t end, bool checkpointed);
   std::vector<std::shared_ptr<TransformerLayerImpl>> typed_layers_;
-  RecomputeGranularity recompute_granularity_;
-  RecomputeMethod recompute_method_;
-  int64_t recompute_num_layers_;
+  LayerRecompute recompute_;
 };
 QK_MODULE(TransformerBlock);
+
+// The groups a GPT model is split over (null: none).
+struct GPTModelParallel {
+  std::shared_ptr<dist::ProcessGroup> tp = nullptr;  // tensor parallel (and sequence parallel)
+  std::shared_ptr<dist::ProcessGroup> ep = nullptr;  // expert parallel: the MoE layers' experts
+};
+
+// The layer spec GPTModel builds its layers from: `base` (null: the local
+// spec, or the tensor-parallel one over groups.tp) with multi-latent
+// attention when config.multi_latent_attention and an MoELayer over
+// {groups.ep, groups.tp} as the MLP of config.is_moe_layer() layers.
+TransformerLayerSpec gpt_layer_spec(const TransformerConfig& config, const GPTModelParallel& groups,
+                                    const TransformerLayerSpec* base = nullptr);
 
 class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
  public:
@@ -113,6 +127,11 @@ class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
   // (qk/transformer/tensor_parallel.h). config.tensor_model_parallel_size
   // must be tp's size; every rank of tp passes the same config and seed.
   GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist::ProcessGroup> tp);
+  // Tensor parallel over groups.tp when given (as above; else the local
+  // layers), the MoE layers' experts split over groups.ep
+  // (config.expert_model_parallel_size must be its size; every rank of ep
+  // passes the same config and seed, and draws every expert, keeping its own).
+  GPTModelImpl(const TransformerConfig& config, GPTModelParallel groups);
 
   // tokens [B, T] i64 (T <= max_position_embeddings with learned positions);
   // position_ids [B, T] feed the learned position embedding only (RoPE uses
@@ -151,6 +170,8 @@ class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
   void set_forward_pre_hook(ForwardPreHook hook);
   // The tensor-parallel group (null for the unsplit model).
   const std::shared_ptr<dist::ProcessGroup>& tensor_parallel_group() const { return tp_; }
+  // The expert-parallel group (null: none).
+  const std::shared_ptr<dist::ProcessGroup>& expert_parallel_group() const { return ep_; }
   // The per-rank generator of attention dropout and of sequence-parallel
   // dropout (Megatron's model-parallel RNG: the default generator's seed at
   // construction + 2718 + tp rank); null for the unsplit model. Its state
@@ -168,6 +189,8 @@ class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
   parallel::ColumnParallelLinear parallel_output_layer{nullptr};  // "output_layer" under TP (untied)
 
  private:
+  void build_local(const TransformerLayerSpec& spec);
+  void build_tensor_parallel(const TransformerLayerSpec& spec);
   Tensor run(const Tensor& tokens, const Tensor& position_ids, KVCache* cache);
   void before_output_layer() const;
   void check_tokens(const Tensor& tokens, int64_t offset) const;
@@ -176,7 +199,7 @@ class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
   Tensor vocab_parallel_logits(const Tensor& hidden);
 
   TransformerConfig config_;
-  std::shared_ptr<dist::ProcessGroup> tp_;
+  std::shared_ptr<dist::ProcessGroup> tp_, ep_;
   std::shared_ptr<Generator> tp_rng_;
   ForwardPreHook forward_pre_hook_;
 };

@@ -33,6 +33,10 @@
 // kept equal by summing its gradient with the first stage's over the
 // embedding group; it is left out of stage state dicts and loaded from
 // embedding.word_embeddings.weight.
+//
+// config.recompute_granularity full applies to each chunk's own layers
+// (qk/transformer/layer_recompute.h): recompute_num_layers counts layers
+// per chunk (virtual stage), as in Megatron.
 #pragma once
 
 #include <memory>
@@ -62,7 +66,7 @@ class GPTModelChunkImpl : public nn::Module, public parallel::TensorParallelModu
  public:
   // Use build_gpt_model_chunks (it positions the generator for each chunk).
   GPTModelChunkImpl(const TransformerConfig& config, const parallel::PipelineLayerSplit& split, int pp_rank,
-                    int vp_stage, std::shared_ptr<dist::ProcessGroup> tp, std::shared_ptr<Generator> tp_rng,
+                    int vp_stage, GPTModelParallel groups, std::shared_ptr<Generator> tp_rng,
                     DrawSkipper& skipper);
 
   // Not on the last stage: the hidden states after this chunk's layers.
@@ -87,6 +91,12 @@ class GPTModelChunkImpl : public nn::Module, public parallel::TensorParallelModu
   std::vector<std::pair<std::string, parallel::ShardSpec>> shard_specs() const override;
   std::vector<std::string> partial_gradient_parameters() const override;
 
+  // Called with each part that holds parameters (the embedding, each layer,
+  // the final norm, the output layer or the tied copy) right before it runs:
+  // the distributed optimizer's wait for that part's all-gather under
+  // --overlap-param-gather (GPTModel::set_forward_pre_hook's). Empty: none.
+  void set_forward_pre_hook(ForwardPreHook hook) { forward_pre_hook_ = std::move(hook); }
+
   LanguageModelEmbedding embedding{nullptr};   // first stage
   std::shared_ptr<nn::Module> decoder;         // "decoder": layers.{global}, final_layernorm (last stage)
   Norm final_layernorm{nullptr};
@@ -98,13 +108,15 @@ class GPTModelChunkImpl : public nn::Module, public parallel::TensorParallelModu
   Tensor head(const Tensor& hidden, const GPTChunkInput& in);
 
   TransformerConfig config_;
-  std::shared_ptr<dist::ProcessGroup> tp_;
+  std::shared_ptr<dist::ProcessGroup> tp_, ep_;
   std::shared_ptr<Generator> tp_rng_;
   bool pre_process_ = false, post_process_ = false;
   int vp_stage_ = 0;
   int64_t layer_offset_ = 0;
   std::vector<std::shared_ptr<TransformerLayerImpl>> layers_;
   Tensor output_copy_;  // tied embeddings, last stage (not first)
+  std::shared_ptr<nn::Module> output_copy_holder_;  // "output_layer" holding output_copy_
+  ForwardPreHook forward_pre_hook_;
 };
 QK_MODULE(GPTModelChunk);
 
@@ -117,6 +129,11 @@ QK_MODULE(GPTModelChunk);
 std::vector<GPTModelChunk> build_gpt_model_chunks(const TransformerConfig& config,
                                                   const parallel::PipelineLayerSplit& split, int pp_rank,
                                                   std::shared_ptr<dist::ProcessGroup> tp = nullptr);
+// The same with the MoE layers' experts split over groups.ep (as GPTModel's
+// GPTModelParallel constructor; config.expert_model_parallel_size its size).
+std::vector<GPTModelChunk> build_gpt_model_chunks(const TransformerConfig& config,
+                                                  const parallel::PipelineLayerSplit& split, int pp_rank,
+                                                  GPTModelParallel groups);
 
 // Megatron's _allreduce_word_embedding_grads: sums the tied weight's
 // gradient (.grad) of the first and last stage over the embedding group, so

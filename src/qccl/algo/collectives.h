@@ -32,6 +32,16 @@ void reduce_scatter(qcclComm& c, const void* send, void* recv, size_t recvcount,
                     qcclRedOp_t op);
 void all_to_all(qcclComm& c, const void* send, void* recv, size_t count, qcclDataType_t dt);
 
+// qcclAllToAllv's blocks: per rank, counts and displacements in elements
+// (the C API has checked them: blocks in range, no overlaps, own counts equal).
+struct VBlocks {
+  const size_t* send_counts;
+  const size_t* send_displs;
+  const size_t* recv_counts;
+  const size_t* recv_displs;
+};
+void all_to_all_v(qcclComm& c, const void* send, void* recv, const VBlocks& v, qcclDataType_t dt);
+
 struct P2POp {
   bool is_send;
   int peer;

@@ -1,5 +1,5 @@
-// All-gather and reduce-scatter on the topology-aware ring, all-to-all as a pairwise
-// exchange, and grouped point-to-point.
+// All-gather and reduce-scatter on the topology-aware ring, all-to-all (equal
+// and variable counts) as a pairwise exchange, and grouped point-to-point.
 #include <cstring>
 #include <vector>
 
@@ -87,6 +87,39 @@ void all_to_all(qcclComm& c, const void* send, void* recv, size_t count, qcclDat
     int to = (r + s) % n, from = (r - s + n) % n;
     xs.push_back(Xfer::send(to, in + to * blk, blk));
     xs.push_back(Xfer::recv(from, out + from * blk, blk));
+  }
+  run(call, xs);
+  finish(call);
+}
+
+void all_to_all_v(qcclComm& c, const void* send, void* recv, const VBlocks& v, qcclDataType_t dt) {
+  const size_t es = dtype_size(dt);
+  const int n = c.nranks, r = c.rank;
+  size_t sent = 0;
+  for (int j = 0; j < n; ++j) sent += v.send_counts[j] * es;
+  Call call(c, "alltoallv", MsgKind::kAllToAllv, sent, "pairwise");
+  call.dtype = dt;
+  QCCL_INFO("COLL", "alltoallv #{} sends {} {} in all, nranks {} algo pairwise", call.seq, sent / es,
+            dtype_name(dt), n);
+  // An empty block may sit in a NULL buffer: no offset is applied to it.
+  auto send_blk = [&](int j) {
+    return v.send_counts[j] ? static_cast<const char*>(send) + v.send_displs[j] * es : nullptr;
+  };
+  auto recv_blk = [&](int j) {
+    return v.recv_counts[j] ? static_cast<char*>(recv) + v.recv_displs[j] * es : nullptr;
+  };
+  if (v.send_counts[r]) std::memcpy(recv_blk(r), send_blk(r), v.send_counts[r] * es);
+  // Pairwise order: step s sends to rank r+s and receives from rank r-s; all
+  // steps are in flight together, as in all_to_all (the engine moves whichever
+  // peer is ready). Every pair exchanges a message, empty ones too, so counts
+  // that differ between peers fail the receiver's size check (engine.h)
+  // instead of leaving it waiting for a message that never comes.
+  thread_local std::vector<Xfer> xs;
+  xs.clear();
+  for (int s = 1; s < n; ++s) {
+    const int to = (r + s) % n, from = (r - s + n) % n;
+    xs.push_back(Xfer::send(to, send_blk(to), v.send_counts[to] * es));
+    xs.push_back(Xfer::recv(from, recv_blk(from), v.recv_counts[from] * es));
   }
   run(call, xs);
   finish(call);

@@ -79,6 +79,19 @@ void attach_backend(qcclComm& c) {
     }
 }
 
+void check_all_to_all_v_counts(const qcclComm& c, std::span<const uint64_t> all, size_t stride) {
+  const size_t n = static_cast<size_t>(c.nranks);
+  QK_INTERNAL_ASSERT(stride >= 2 * n && all.size() == stride * n, "bad count table");
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      const uint64_t sends = all[i * stride + j], expects = all[j * stride + n + i];
+      if (sends != expects)
+        QK_THROW(RemoteError, "qcclAllToAllv on comm '", c.name, "': ", c.peer_name(static_cast<int>(i)),
+                 " sends ", sends, " elements to ", c.peer_name(static_cast<int>(j)), ", which expects ",
+                 expects, " (its recvcounts[", i, "]): ranks passed different counts");
+    }
+}
+
 Backend& backend_for(qcclComm& c, const void* a, const void* b) {
   if (!c.device_owns || !((a && c.device_owns(a)) || (b && c.device_owns(b)))) return *c.backend;
   if (!c.device_backend) {

@@ -42,9 +42,19 @@ class Backend {
                               qcclRedOp_t op, void* stream) = 0;
   virtual void all_to_all(const void* send, void* recv, size_t count, qcclDataType_t dt,
                           void* stream) = 0;
+  virtual void all_to_all_v(const void* send, void* recv, const VBlocks& v, qcclDataType_t dt,
+                            void* stream) = 0;
   // One group's point-to-point operations, run together, in order per peer.
   virtual void point_to_point(std::span<const P2POp> ops, void* stream) = 0;
 };
+
+// For backends whose engine cannot tell that ranks disagree on the counts of
+// an all-to-all-v (MPI under-fills or truncates, NCCL waits): `all` holds,
+// for each rank in turn, `stride` values starting with its n send counts and
+// then its n receive counts (gathered by the caller). Throws RemoteError
+// naming the first pair that disagrees; every rank sees the same pairs, so
+// all of them fail together.
+void check_all_to_all_v_counts(const qcclComm& c, std::span<const uint64_t> all, size_t stride);
 
 // A backend that a library adds at static-initialisation time (the NCCL one
 // lives in its own library so that programs without it never load CUDA).

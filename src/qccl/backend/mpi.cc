@@ -190,6 +190,57 @@ class MpiBackend final : public Backend {
     QCCL_MPI(MPI_Alltoall(sp, k, mpi_type(t), r, k, mpi_type(t), comm_), c_);
   }
 
+  // MPI_Alltoallv, after every rank has checked every pair's counts: MPI
+  // would under-fill or truncate a receive whose count differs from the
+  // send. Its counts and displacements are int; when any rank's do not fit,
+  // all ranks (they gathered that too) move the blocks as point-to-point
+  // messages instead, which go in pieces.
+  void all_to_all_v(const void* s, void* r, const VBlocks& v, qcclDataType_t t, void*) override {
+    const int n = c_.nranks;
+    bool fits = true;
+    for (int j = 0; j < n; ++j)
+      fits = fits && v.send_counts[j] + v.send_displs[j] <= size_t(INT_MAX) &&
+             v.recv_counts[j] + v.recv_displs[j] <= size_t(INT_MAX);
+    const size_t stride = 2 * static_cast<size_t>(n) + 1;
+    std::vector<uint64_t> mine(stride), all(stride * n);
+    for (int j = 0; j < n; ++j) {
+      mine[j] = v.send_counts[j];
+      mine[n + j] = v.recv_counts[j];
+    }
+    mine[2 * n] = fits;
+    QCCL_MPI(MPI_Allgather(mine.data(), static_cast<int>(stride), MPI_UINT64_T, all.data(),
+                           static_cast<int>(stride), MPI_UINT64_T, comm_), c_);
+    check_all_to_all_v_counts(c_, all, stride);
+    for (int i = 0; i < n; ++i) fits = fits && all[i * stride + 2 * n] != 0;
+    const size_t es = dtype_size(t);
+    if (!fits) {
+      std::vector<P2POp> ops;
+      for (int j = 0; j < n; ++j) {
+        char* sb = v.send_counts[j] ? const_cast<char*>(static_cast<const char*>(s)) + v.send_displs[j] * es
+                                    : nullptr;
+        char* rb = v.recv_counts[j] ? static_cast<char*>(r) + v.recv_displs[j] * es : nullptr;
+        ops.push_back({true, j, sb, v.send_counts[j] * es});
+        ops.push_back({false, j, rb, v.recv_counts[j] * es});
+      }
+      point_to_point(ops, nullptr);
+      return;
+    }
+    std::vector<int> a(4 * n);
+    for (int j = 0; j < n; ++j) {
+      a[j] = static_cast<int>(v.send_counts[j]);
+      a[n + j] = static_cast<int>(v.send_displs[j]);
+      a[2 * n + j] = static_cast<int>(v.recv_counts[j]);
+      a[3 * n + j] = static_cast<int>(v.recv_displs[j]);
+    }
+    // MPI reads no data through a NULL buffer whose counts are all zero, but
+    // some MPIs refuse the pointer: give them a valid one.
+    static char none;
+    const void* sp = s ? s : &none;
+    void* rp = r ? r : &none;
+    QCCL_MPI(MPI_Alltoallv(sp, a.data(), a.data() + n, mpi_type(t), rp, a.data() + 2 * n,
+                           a.data() + 3 * n, mpi_type(t), comm_), c_);
+  }
+
   // All posted at once (a group's exchange cannot deadlock); MPI keeps the
   // messages between a pair in order, as qccl promises.
   void point_to_point(std::span<const P2POp> ops, void*) override {

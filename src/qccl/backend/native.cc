@@ -29,6 +29,9 @@ class NativeBackend final : public Backend {
   void all_to_all(const void* s, void* r, size_t n, qcclDataType_t t, void*) override {
     qccl::all_to_all(c_, s, r, n, t);
   }
+  void all_to_all_v(const void* s, void* r, const VBlocks& v, qcclDataType_t t, void*) override {
+    qccl::all_to_all_v(c_, s, r, v, t);
+  }
   void point_to_point(std::span<const P2POp> ops, void*) override { qccl::point_to_point(c_, ops); }
 
  private:

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/backend.h"
 #include "comm.h"
@@ -122,6 +123,37 @@ class NcclBackend final : public Backend {
                    "cudaMemcpyAsync", c_);
       }
       return ncclAlltoAll(src, r, n, nccl_type(t), nc_, q);
+    });
+  }
+  // Grouped ncclSend/ncclRecv in pairwise order, after the counts were
+  // checked over qccl's own connections: NCCL would wait on a receive whose
+  // count differs from the send until the deadline aborts it.
+  void all_to_all_v(const void* s, void* r, const VBlocks& v, qcclDataType_t t, void* st) override {
+    const int n = c_.nranks, me = c_.rank;
+    std::vector<uint64_t> mine(2 * n), all(2 * n * n);
+    for (int j = 0; j < n; ++j) {
+      mine[j] = v.send_counts[j];
+      mine[n + j] = v.recv_counts[j];
+    }
+    qccl::all_gather(c_, mine.data(), all.data(), 2 * n, qcclUint64);
+    check_all_to_all_v_counts(c_, all, 2 * n);
+    const size_t es = dtype_size(t);
+    const ncclDataType_t nt = nccl_type(t);
+    // Empty blocks are left out (as torch's NCCL all-to-all does): the counts
+    // are known to match, so both sides leave out the same ones.
+    run("ncclSend/ncclRecv (alltoallv)", st, [&](cudaStream_t q) {
+      ncclResult_t rc = ncclGroupStart();
+      for (int k = 0; k < n && rc == ncclSuccess; ++k) {
+        const int to = (me + k) % n, from = (me - k + n) % n;
+        if (v.send_counts[to])
+          rc = ncclSend(static_cast<const char*>(s) + v.send_displs[to] * es, v.send_counts[to], nt, to,
+                        nc_, q);
+        if (rc == ncclSuccess && v.recv_counts[from])
+          rc = ncclRecv(static_cast<char*>(r) + v.recv_displs[from] * es, v.recv_counts[from], nt, from,
+                        nc_, q);
+      }
+      ncclResult_t e = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : e;
     });
   }
   void point_to_point(std::span<const P2POp> ops, void* st) override {
