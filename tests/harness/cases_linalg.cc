@@ -1,9 +1,13 @@
 // Matrix products, raw (qk/tensor/ops/linalg.h) and differentiable: mm, bmm,
 // matmul (vectors, broadcast batches), linear; transposed, sliced and
-// expanded operands, K = 1031, empty M and K.
+// expanded operands, K = 1031, empty M and K; grouped products.
 #include "harness/case_builders.h"
 #include "qk/autograd/functions.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/grouped_linalg.h"
+#include "qk/tensor/ops/index.h"
 #include "qk/tensor/ops/linalg.h"
+#include "qk/tensor/ops/view.h"
 
 namespace qk::harness {
 
@@ -98,6 +102,90 @@ void linears(std::vector<Case>& out, Values& v, bool autograd) {
   }
 }
 
+// Grouped products (qk/tensor/ops/grouped_linalg.h): groups of rows, one
+// empty, each against its own matrix; the reference is the loop of plain
+// products it replaces.
+struct Grouped {
+  int64_t K, N;
+  std::vector<int64_t> rows;
+  bool trans_b, bias;
+  Layout la;
+};
+
+int64_t total_rows(const std::vector<int64_t>& rows) {
+  int64_t m = 0;
+  for (int64_t r : rows) m += r;
+  return m;
+}
+
+// Inputs: a, then the groups' b, then their biases.
+V grouped_loop(const Grouped& gp, const V& in) {
+  const size_t groups = gp.rows.size();
+  V parts;
+  int64_t at = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    Tensor a = ops::narrow(in[0], 0, at, gp.rows[g]);
+    at += gp.rows[g];
+    Tensor b = gp.trans_b ? ops::transpose(in[1 + g], 0, 1) : in[1 + g];
+    Tensor y = ops::mm(a, b);
+    if (gp.bias) y = ops::add(y, in[1 + groups + g]);
+    parts.push_back(y);
+  }
+  return V{ops::cat(parts, 0)};
+}
+
+void grouped(std::vector<Case>& out, Values& v) {
+  const std::vector<Grouped> gps = {{7, 5, {5, 0, 8}, true, true, Layout::contiguous},
+                                    {7, 5, {5, 0, 8}, false, false, Layout::transposed},
+                                    {67, 33, {64, 1, 0, 64}, true, false, Layout::contiguous}};
+  for (DType t : kFloating) {
+    Gen g = [&v, t](const Shape& s) { return v.uniform(s, t, -1, 1); };
+    for (const Grouped& gp : gps) {
+      const int64_t m = total_rows(gp.rows);
+      const std::string sh =
+          label({str_cat("a", shape_label({m, gp.K}, gp.la)), "rows" + shape_label(gp.rows),
+                 str_cat("b[", gp.trans_b ? gp.N : gp.K, ",", gp.trans_b ? gp.K : gp.N, "]"),
+                 gp.trans_b ? "trans_b" : "", gp.bias ? "bias" : ""});
+      Case c;
+      c.op = "ops::grouped_mm";
+      c.shape = sh;
+      c.dtype = t;
+      c.inputs = {laid_out({m, gp.K}, gp.la, g, false)};
+      for (size_t k = 0; k < gp.rows.size(); ++k)
+        c.inputs.push_back(data(g(gp.trans_b ? Shape{gp.N, gp.K} : Shape{gp.K, gp.N}), false));
+      if (gp.bias)
+        for (size_t k = 0; k < gp.rows.size(); ++k) c.inputs.push_back(data(g({gp.N}), false));
+      c.fn = [gp](const V& in) {
+        const size_t groups = gp.rows.size();
+        V b(in.begin() + 1, in.begin() + 1 + static_cast<int64_t>(groups));
+        V bias = gp.bias ? V(in.begin() + 1 + static_cast<int64_t>(groups), in.end()) : V{};
+        return V{ops::grouped_mm(in[0], gp.rows, b, gp.trans_b, bias)};
+      };
+      c.reference = [gp](const V& in) { return grouped_loop(gp, in); };
+      out.push_back(std::move(c));
+      // The weight gradients: a_g^T . b_g per group.
+      Case tn;
+      tn.op = "ops::grouped_mm_tn";
+      tn.shape = label({str_cat("a", shape_label({m, gp.K}, gp.la), " b", shape_label({m, gp.N})),
+                        "rows" + shape_label(gp.rows)});
+      tn.dtype = t;
+      tn.inputs = {laid_out({m, gp.K}, gp.la, g, false), data(g({m, gp.N}), false)};
+      tn.fn = [gp](const V& in) { return ops::grouped_mm_tn(in[0], in[1], gp.rows); };
+      tn.reference = [gp](const V& in) {
+        V outs;
+        int64_t at = 0;
+        for (int64_t r : gp.rows) {
+          outs.push_back(ops::mm(ops::transpose(ops::narrow(in[0], 0, at, r), 0, 1),
+                                 ops::narrow(in[1], 0, at, r)));
+          at += r;
+        }
+        return outs;
+      };
+      out.push_back(std::move(tn));
+    }
+  }
+}
+
 }  // namespace
 
 void add_linalg_cases(std::vector<Case>& out) {
@@ -110,6 +198,7 @@ void add_linalg_cases(std::vector<Case>& out) {
   products(out, v, "matmul", &grad_matmul, kMatmul, true);
   linears(out, v, false);
   linears(out, v, true);
+  grouped(out, v);
 }
 
 }  // namespace qk::harness

@@ -48,6 +48,9 @@ const std::vector<std::string>& public_ops() {
       "ops::scatter_add",
       "ops::topk",
       "ops::one_hot",
+      // qk/tensor/ops/grouped_linalg.h
+      "ops::grouped_mm",
+      "ops::grouped_mm_tn",
       // qk/tensor/ops/linalg.h
       "ops::mm",
       "ops::bmm",
