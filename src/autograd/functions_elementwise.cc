@@ -42,10 +42,12 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = ops::div(a, b);
   bool gb = b.requires_grad();
-  record("DivBackward", {a, b}, {out}, [a, b, out, gb](const V& g) -> V {
+  // The saved output is detached: `out` itself would hold its own grad_fn,
+  // a cycle that leaks the graph when no backward runs.
+  record("DivBackward", {a, b}, {out}, [a, b, y = out.detach(), gb](const V& g) -> V {
     Tensor da = ops::sum_to(ops::div(g[0], b), a.shape());
     // d(a/b)/db = -a/b^2 = -out/b
-    Tensor db = gb ? ops::sum_to(ops::unary(UnaryOp::neg, ops::div(ops::mul(g[0], out), b)), b.shape())
+    Tensor db = gb ? ops::sum_to(ops::unary(UnaryOp::neg, ops::div(ops::mul(g[0], y), b)), b.shape())
                    : Tensor();
     return {da, db};
   });
@@ -55,11 +57,11 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor out = ops::binary(BinaryOp::pow, a, b);
   bool gb = b.requires_grad();
-  record("PowBackward", {a, b}, {out}, [a, b, out, gb](const V& g) -> V {
+  record("PowBackward", {a, b}, {out}, [a, b, y = out.detach(), gb](const V& g) -> V {
     // d/da = b * a^(b-1), d/db = out * log(a)
     Tensor bm1 = ops::binary_scalar(BinaryOp::sub, b, 1.0);
     Tensor da = ops::sum_to(ops::mul(g[0], ops::mul(b, ops::binary(BinaryOp::pow, a, bm1))), a.shape());
-    Tensor db = gb ? ops::sum_to(ops::mul(g[0], ops::mul(out, ops::unary(UnaryOp::log, a))), b.shape())
+    Tensor db = gb ? ops::sum_to(ops::mul(g[0], ops::mul(y, ops::unary(UnaryOp::log, a))), b.shape())
                    : Tensor();
     return {da, db};
   });

@@ -69,8 +69,10 @@ namespace {
 Tensor extreme(bool is_max, const Tensor& a, const Shape& dims, bool keepdim) {
   Tensor out = is_max ? ops::amax(a, dims, keepdim) : ops::amin(a, dims, keepdim);
   Shape ks = keep_shape(a, dims);
-  record(is_max ? "AmaxBackward" : "AminBackward", {a}, {out}, [a, out, ks, dims](const V& g) -> V {
-    Tensor hit = ops::cast(ops::binary(BinaryOp::eq, a, ops::reshape(out, ks)), a.dtype());
+  // The saved output is detached (a cycle through its grad_fn otherwise).
+  const char* name = is_max ? "AmaxBackward" : "AminBackward";
+  record(name, {a}, {out}, [a, y = out.detach(), ks, dims](const V& g) -> V {
+    Tensor hit = ops::cast(ops::binary(BinaryOp::eq, a, ops::reshape(y, ks)), a.dtype());
     Tensor count = ops::sum(hit, dims, true);
     return {ops::mul(hit, ops::div(ops::reshape(g[0], ks), count))};
   });

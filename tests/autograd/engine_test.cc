@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <memory>
 
 #include "common/fixtures.h"
 #include "qk/autograd/autograd.h"
@@ -123,6 +125,33 @@ TEST(Autograd, DtypeCastPassesGradientBack) {
   (x.to(DType::bf16) * 3.0).to(DType::f32).sum().backward();
   EXPECT_EQ(x.grad().dtype(), DType::f64);
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 3}));
+}
+
+// A graph whose backward never runs (a forward in grad mode, then dropped)
+// must free itself: a backward closure that saved its own output (not a
+// detached view of it) kept that output's grad_fn alive, a cycle. Found by
+// the op harness under LeakSanitizer (div, pow, amax/amin).
+TEST(Autograd, AGraphWithoutBackwardIsFreed) {
+  using Fn = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<const char*, Fn>> fns = {
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(abs(a), b); }},
+      {"amax", [](const Tensor& a, const Tensor&) { return amax(a, {1}); }},
+      {"amin", [](const Tensor& a, const Tensor&) { return amin(a); }},
+      {"exp", [](const Tensor& a, const Tensor&) { return exp(a); }},
+      {"softmax", [](const Tensor& a, const Tensor&) { return softmax(a, 1); }},
+  };
+  for (const auto& [name, f] : fns) {
+    std::weak_ptr<TensorImpl> out;
+    {
+      Tensor a = rnd({3, 4}).requires_grad_();
+      Tensor b = rnd({3, 4}).requires_grad_();
+      Tensor y = f(a, b);
+      ASSERT_TRUE(y.requires_grad()) << name;
+      out = y.impl_ptr();
+    }
+    EXPECT_TRUE(out.expired()) << name << ": the output outlived every handle to it";
+  }
 }
 
 TEST(Gradcheck, CatchesAWrongGradient) {

@@ -105,6 +105,23 @@ TEST(IndexAdd, AccumulatesDuplicates) {
   EXPECT_THROW(ops::index_add(a, 0, idx({0}, {1}), src), ValueError);
 }
 
+// Reduced floats sum in f32 and round once (Note [Reduced-float sums] in
+// cpu/index.cc): in bf16, 1000 ones added one at a time stall at 256.
+TEST(IndexAdd, ReducedFloatsAccumulateInF32) {
+  const Tensor rows = ops::cast(zeros({1000}), DType::i64);
+  for (DType t : {DType::bf16, DType::f16}) {
+    Tensor added = ops::index_add(zeros({2, 3}, t), 0, rows, ones({1000, 3}, t));
+    EXPECT_EQ(added.dtype(), t);
+    EXPECT_EQ(ops::cast(added, DType::f64).to_vector<double>(),
+              (std::vector<double>{1000, 1000, 1000, 0, 0, 0})) << dtype_name(t);
+    Tensor scattered = ops::scatter_add(zeros({2, 3}, t), 0, ops::cast(zeros({1000, 3}), DType::i64),
+                                        ones({1000, 3}, t));
+    EXPECT_EQ(scattered.dtype(), t);
+    EXPECT_EQ(ops::cast(scattered, DType::f64).to_vector<double>(),
+              (std::vector<double>{1000, 1000, 1000, 0, 0, 0})) << dtype_name(t);
+  }
+}
+
 TEST(Gather, PicksAlongDim) {
   // torch.gather([[1,2],[3,4]], 1, [[0,0],[1,0]]) = [[1,1],[4,3]]
   Tensor a = vals({1, 2, 3, 4}, {2, 2});

@@ -271,6 +271,20 @@ TEST(Embedding, BackwardSumsDuplicatesAndSkipsPadding) {
   EXPECT_TRUE(all_close(dwp, from_vector<double>({3, 4, 7, 8, 0, 0, 0, 0}, {4, 2}, DType::f64)));
 }
 
+// Reduced floats sum a row's gradients in f32 and round once: summed in
+// bf16, 1000 ones stall at 256 (256 + 1 rounds back to 256); in f16 at 2048.
+TEST(Embedding, BackwardOfReducedFloatsAccumulatesInF32) {
+  Tensor idx = ops::cast(from_vector<int64_t>(std::vector<int64_t>(1000, 1), {1000}), DType::i64);
+  for (DType t : {DType::bf16, DType::f16}) {
+    Tensor g = ones({1000, 3}, t);
+    Tensor dw = ops::embedding_backward(g, idx, 3, /*padding_idx=*/-1);
+    EXPECT_EQ(dw.dtype(), t);
+    EXPECT_EQ(ops::cast(dw, DType::f64).to_vector<double>(),
+              (std::vector<double>{0, 0, 0, 1000, 1000, 1000, 0, 0, 0}))
+        << dtype_name(t);
+  }
+}
+
 TEST(Embedding, BadInputRaisesNamedErrors) {
   Tensor w = zeros({3, 2});
   expect_message<IndexError>(

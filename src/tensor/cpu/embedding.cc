@@ -1,10 +1,14 @@
 // Embedding lookup on the CPU: out[i, :] = weight[indices[i], :], a row copy
 // (any dtype). The backward adds grad rows into dweight [V, D]; to avoid
 // write races without atomics, each task owns a range of vocabulary rows and
-// scans all indices (indices are few next to M * D multiply-adds).
+// scans all indices (indices are few next to M * D multiply-adds), summing
+// each row in the accumulation type (f32 for f16/bf16) before one rounding.
 #include "cpu/embedding.h"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "qk/base/thread_pool.h"
 #include "cpu/norm_lanes.h"
@@ -60,15 +64,48 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
       check_indices(ip, M, V, "embedding_backward");
       const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(num_threads(), V));
       parallel_for(0, parts, 1, [&](int64_t plo, int64_t phi) {
+        std::vector<int64_t> start, order, next;
+        std::vector<A> acc(static_cast<size_t>(D));
         for (int64_t part = plo; part < phi; ++part) {
           int64_t vlo, vhi;
           block_range(V, parts, part, vlo, vhi);
+          if constexpr (std::is_same_v<A, T>) {  // f32/f64: add in place
+            for (int64_t i = 0; i < M; ++i) {
+              const int64_t v = static_cast<int64_t>(ip[i]);
+              if (v < vlo || v >= vhi || v == padding_idx) continue;
+              T* drow = dp + v * D;
+              const T* grow = gp + i * D;
+              for (int64_t k = 0; k < D; ++k) drow[k] += grow[k];
+            }
+            continue;
+          }
+          // f16/bf16: sums rounded at every add stall (in bf16, 256 + 1 ==
+          // 256), and a frequent token has thousands of rows. Bucket this
+          // range's positions by row (a counting sort, in position order),
+          // sum each row in f32 and round once.
+          const int64_t n = vhi - vlo;
+          start.assign(static_cast<size_t>(n + 1), 0);
           for (int64_t i = 0; i < M; ++i) {
             const int64_t v = static_cast<int64_t>(ip[i]);
-            if (v < vlo || v >= vhi || v == padding_idx) continue;
-            T* drow = dp + v * D;
-            const T* grow = gp + i * D;
-            for (int64_t k = 0; k < D; ++k) st(drow, k, ld<A>(drow, k) + ld<A>(grow, k));
+            if (v >= vlo && v < vhi && v != padding_idx) ++start[v - vlo + 1];
+          }
+          for (int64_t r = 0; r < n; ++r) start[r + 1] += start[r];
+          order.resize(static_cast<size_t>(start[n]));
+          next.assign(start.begin(), start.end() - 1);
+          for (int64_t i = 0; i < M; ++i) {
+            const int64_t v = static_cast<int64_t>(ip[i]);
+            if (v >= vlo && v < vhi && v != padding_idx) order[next[v - vlo]++] = i;
+          }
+          for (int64_t r = 0; r < n; ++r) {
+            if (start[r] == start[r + 1]) continue;  // dw is zero there already
+            const T* first = gp + order[start[r]] * D;
+            for (int64_t k = 0; k < D; ++k) acc[k] = ld<A>(first, k);
+            for (int64_t j = start[r] + 1; j < start[r + 1]; ++j) {
+              const T* grow = gp + order[j] * D;
+              for (int64_t k = 0; k < D; ++k) acc[k] += ld<A>(grow, k);
+            }
+            T* drow = dp + (vlo + r) * D;
+            for (int64_t k = 0; k < D; ++k) st(drow, k, acc[k]);
           }
         }
       });

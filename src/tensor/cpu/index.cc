@@ -5,6 +5,8 @@
 #include "cpu/index.h"
 
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
@@ -137,10 +139,27 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   return out;
 }
 
+// Note [Reduced-float sums]: f16/bf16 sums rounded at every add stall once
+// the total's ulp passes the addends (in bf16, 256 + 1 == 256), and an index
+// may repeat thousands of times (a frequent token). index_add and
+// scatter_add accumulate in compute_t (f32 for f16/bf16) and round once; for
+// the other dtypes the additions are the same, in the same order, as adding
+// in place.
 Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
   const ONI o = split_at(at_least_1d(a.shape()), dim);
   const auto idx = index_values(index, o.n, "index_add");
   const int64_t k = static_cast<int64_t>(idx.size());
+  // The source rows of each target row, in source order (a counting sort).
+  std::vector<int64_t> start(static_cast<size_t>(o.n + 1), 0), order(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) ++start[idx[i] + 1];
+  for (int64_t j = 0; j < o.n; ++j) start[j + 1] += start[j];
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < k; ++i) order[next[idx[i]]++] = i;
+  }
+  std::vector<int64_t> targets;
+  for (int64_t j = 0; j < o.n; ++j)
+    if (start[j + 1] > start[j]) targets.push_back(j);
   Tensor out = ops::clone(a);
   dispatch_numeric(a.dtype(), "index_add", [&](auto tag) {
     using T = decltype(tag);
@@ -150,13 +169,24 @@ Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor
     // Tasks own (outer row, block of inner columns): disjoint writes.
     const int64_t bw = 1024, nblk = (o.inner + bw - 1) / bw;
     parallel_for(0, o.outer * nblk, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<A> acc(std::is_same_v<A, T> ? 0 : static_cast<size_t>(std::min(bw, o.inner)));
       for (int64_t t = lo; t < hi; ++t) {
         const int64_t r = t / nblk, c0 = (t % nblk) * bw, c1 = std::min(o.inner, c0 + bw);
-        for (int64_t i = 0; i < k; ++i) {
-          T* dst = op + (r * o.n + idx[i]) * o.inner;
-          const T* s = sp + (r * k + i) * o.inner;
-          for (int64_t c = c0; c < c1; ++c)
-            dst[c] = cast_value<T>(cast_value<A>(dst[c]) + cast_value<A>(s[c]));
+        for (int64_t j : targets) {
+          T* dst = op + (r * o.n + j) * o.inner;
+          if constexpr (std::is_same_v<A, T>) {  // in place, no rounding between adds
+            for (int64_t q = start[j]; q < start[j + 1]; ++q) {
+              const T* s = sp + (r * k + order[q]) * o.inner;
+              for (int64_t c = c0; c < c1; ++c) dst[c] += s[c];
+            }
+            continue;
+          }
+          for (int64_t c = c0; c < c1; ++c) acc[c - c0] = cast_value<A>(dst[c]);
+          for (int64_t q = start[j]; q < start[j + 1]; ++q) {
+            const T* s = sp + (r * k + order[q]) * o.inner;
+            for (int64_t c = c0; c < c1; ++c) acc[c - c0] += cast_value<A>(s[c]);
+          }
+          for (int64_t c = c0; c < c1; ++c) dst[c] = cast_value<T>(acc[c - c0]);
         }
       }
     });
@@ -182,21 +212,23 @@ Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tens
   const Shape as = at_least_1d(a.shape()), is = at_least_1d(index.shape());
   const Shape ss = at_least_1d(src.shape());
   const auto idx = index_values(index, as[dim], "scatter_add");
-  Tensor out = ops::clone(a);
+  // Reduced floats add into an f32 copy (Note [Reduced-float sums]).
+  const DType acc_dtype = is_reduced_float(a.dtype()) ? DType::f32 : a.dtype();
+  Tensor out = acc_dtype == a.dtype() ? ops::clone(a) : ops::cast(a, acc_dtype);
   const bool dim_is_last = dim == static_cast<int64_t>(is.size()) - 1;
   dispatch_numeric(a.dtype(), "scatter_add", [&](auto tag) {
     using T = decltype(tag);
     using A = compute_t<T>;
-    T* op = out.data_ptr<T>();
+    A* op = out.data_ptr<A>();
     const T* sp = src.data_ptr<T>();
     // Along the last dim a run only writes its own output row; otherwise
     // columns of the last dim are disjoint.
     index_walk(is, contiguous_strides(as), contiguous_strides(ss), dim, idx,
                /*by_columns=*/!dim_is_last, [&](int64_t, int64_t o_off, int64_t s_off) {
-                 op[o_off] = cast_value<T>(cast_value<A>(op[o_off]) + cast_value<A>(sp[s_off]));
+                 op[o_off] += cast_value<A>(sp[s_off]);
                });
   });
-  return out;
+  return acc_dtype == a.dtype() ? out : ops::cast(out, a.dtype());
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes) {

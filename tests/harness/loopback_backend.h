@@ -1,0 +1,30 @@
+// The loopback device: a second backend for testing the harness (and the
+// dispatch) where there is no GPU. It takes the privateuse1 slot; its memory
+// is host memory behind its own allocator and copy, and each kernel it has
+// runs the CPU kernel on host aliases of its tensors, then copies the
+// tensors the CPU kernel returns onto the device. It registers only the
+// kernel tables the public headers declare (qk/tensor/kernel_tables.h,
+// qk/tensor/ops/attention.h), so it is incomplete on purpose: every other op
+// shows in the harness's missing list, as a backend's gaps must.
+//
+//   qk::harness::install_loopback();     // register_backend + the kernels
+//   qk::Tensor x = qk::ops::to_device(qk::ones({4}), qk::harness::kLoopback);
+//   qk::harness::run(qk::harness::all_cases());   // cpu and privateuse1:0
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "qk/tensor/device.h"
+
+namespace qk::harness {
+
+inline const Device kLoopback{DeviceType::privateuse1, 0};
+
+// Registers the loopback backend under privateuse1 and sets its kernels;
+// calling it again restores any kernel a test replaced.
+void install_loopback();
+// The kernel tables it fills, by name.
+std::vector<std::string> loopback_kernels();
+
+}  // namespace qk::harness
