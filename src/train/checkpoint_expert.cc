@@ -2,7 +2,6 @@
 // experts (weights, optimizer entries and their metadata, by name) sent to
 // expert-parallel rank 0, so the checkpoint holds every expert whole and
 // does not depend on the expert-parallel size; loading picks each rank's own.
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_pipeline.h"
@@ -33,16 +32,14 @@ void gather_expert_parallel(TrainTensors& t, const ExpertParallel& ep, const Mix
     json entries = json::array();
     for (const auto& [name, x] : t.weights) {
       if (!ep.is_expert(name)) continue;
-      entries.push_back({0, name, static_cast<int>(x.dtype()), x.shape()});
-      payload.push_back(x.contiguous());
+      add_parcel_entry(entries, payload, 0, name, x);
     }
     json metadata = json::object();
     std::vector<int64_t> counts;
     if (t.optimizer) {
       for (const auto& [key, x] : t.optimizer->tensors) {
         if (!ep.is_expert(param_of(key))) continue;
-        entries.push_back({1, key, static_cast<int>(x.dtype()), x.shape()});
-        payload.push_back(x.contiguous());
+        add_parcel_entry(entries, payload, 1, key, x);
       }
       for (const auto& [k, v] : t.optimizer->metadata)
         if (ep.is_expert(param_of(k))) metadata[k] = v;
@@ -57,33 +54,11 @@ void gather_expert_parallel(TrainTensors& t, const ExpertParallel& ep, const Mix
     h["entries"] = entries;
     h["metadata"] = metadata;
     h["group_counts"] = counts;
-    const std::string text = h.dump();
-    Tensor bytes = empty({static_cast<int64_t>(text.size())}, TensorOptions(DType::u8));
-    std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
-    group.send(from_vector<int64_t>({static_cast<int64_t>(text.size())}, {1}), 0);
-    group.send(bytes, 0);
-    for (const Tensor& x : payload) group.send(x, 0);
+    send_checkpoint_parcel(group, h, payload);
     return;
   }
   for (int r = 1; r < group.size(); ++r) {
-    Tensor size = empty({1}, TensorOptions(DType::i64));
-    group.recv(size, r);
-    Tensor bytes = empty({size.data_ptr<int64_t>()[0]}, TensorOptions(DType::u8));
-    group.recv(bytes, r);
-    const json h = json::parse(std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
-                                           static_cast<size_t>(bytes.numel())));
-    for (const json& e : h.at("entries")) {
-      Tensor x = empty(e.at(3).get<Shape>(), TensorOptions(static_cast<DType>(e.at(2).get<int>())));
-      group.recv(x, r);
-      const std::string name = e.at(1).get<std::string>();
-      if (e.at(0).get<int>() == 0) {
-        t.weights[name] = x;
-      } else {
-        QK_CHECK(t.optimizer.has_value(), "gather_expert_parallel: expert-parallel rank ", r,
-                 " sent optimizer state but rank 0 has none");
-        t.optimizer->tensors[name] = x;
-      }
-    }
+    const json h = recv_checkpoint_parcel(group, r, t, "gather_expert_parallel: expert-parallel rank");
     if (!t.optimizer) continue;
     for (const auto& [k, v] : h.at("metadata").items()) t.optimizer->metadata[k] = v.get<std::string>();
     const std::vector<int64_t> counts = h.at("group_counts").get<std::vector<int64_t>>();

@@ -45,6 +45,42 @@ void append_rng(std::vector<RngState>& out, const json& a) {
 
 }  // namespace
 
+void add_parcel_entry(json& entries, std::vector<Tensor>& payload, int kind, const std::string& name,
+                      const Tensor& x) {
+  entries.push_back({kind, name, static_cast<int>(x.dtype()), x.shape()});
+  payload.push_back(x.contiguous());
+}
+
+void send_checkpoint_parcel(dist::ProcessGroup& group, const json& header, const std::vector<Tensor>& payload) {
+  const std::string text = header.dump();
+  Tensor bytes = empty({static_cast<int64_t>(text.size())}, TensorOptions(DType::u8));
+  std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  group.send(from_vector<int64_t>({static_cast<int64_t>(text.size())}, {1}), 0);
+  group.send(bytes, 0);
+  for (const Tensor& x : payload) group.send(x, 0);
+}
+
+json recv_checkpoint_parcel(dist::ProcessGroup& group, int from, TrainTensors& t, const char* who) {
+  Tensor size = empty({1}, TensorOptions(DType::i64));
+  group.recv(size, from);
+  Tensor bytes = empty({size.data_ptr<int64_t>()[0]}, TensorOptions(DType::u8));
+  group.recv(bytes, from);
+  json h = json::parse(std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                                   static_cast<size_t>(bytes.numel())));
+  for (const json& e : h.at("entries")) {
+    Tensor x = empty(e.at(3).get<Shape>(), TensorOptions(static_cast<DType>(e.at(2).get<int>())));
+    group.recv(x, from);
+    const std::string name = e.at(1).get<std::string>();
+    if (e.at(0).get<int>() == 0) {
+      t.weights[name] = x;
+    } else {
+      QK_CHECK(t.optimizer.has_value(), who, " ", from, " sent optimizer state but rank 0 has none");
+      t.optimizer->tensors[name] = x;
+    }
+  }
+  return h;
+}
+
 std::vector<int64_t> optimizer_group_sizes(const MixedPrecisionOptimizer& opt, const std::string& leave_out) {
   std::vector<int64_t> n;
   for (const ParamGroupSpec& g : opt.groups()) {
@@ -87,46 +123,19 @@ void gather_pipeline_stages(TrainTensors& t, CheckpointMeta& m, const PipelinePa
     h["metadata"] = t.optimizer ? json(t.optimizer->metadata) : json::object();
     std::vector<Tensor> payload;
     json entries = json::array();
-    auto add = [&](const nn::TensorMap& map, int kind) {
-      for (const auto& [name, x] : map) {
-        entries.push_back({kind, name, static_cast<int>(x.dtype()), x.shape()});
-        payload.push_back(x.contiguous());
-      }
-    };
-    add(t.weights, 0);
-    if (t.optimizer) add(t.optimizer->tensors, 1);
+    for (const auto& [name, x] : t.weights) add_parcel_entry(entries, payload, 0, name, x);
+    if (t.optimizer)
+      for (const auto& [key, x] : t.optimizer->tensors) add_parcel_entry(entries, payload, 1, key, x);
     h["entries"] = entries;
     h["group_sizes"] = sizes;
-    const std::string text = h.dump();
-    Tensor bytes = empty({static_cast<int64_t>(text.size())}, TensorOptions(DType::u8));
-    std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
-    group.send(from_vector<int64_t>({static_cast<int64_t>(text.size())}, {1}), 0);
-    group.send(bytes, 0);
-    for (const Tensor& x : payload) group.send(x, 0);
+    send_checkpoint_parcel(group, h, payload);
     return;
   }
   m.pp_rng = {{g.seed(), g.offset()}};
   for (int stage = 1; stage < group.size(); ++stage) {
-    Tensor size = empty({1}, TensorOptions(DType::i64));
-    group.recv(size, stage);
-    Tensor bytes = empty({size.data_ptr<int64_t>()[0]}, TensorOptions(DType::u8));
-    group.recv(bytes, stage);
-    const json h = json::parse(std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
-                                           static_cast<size_t>(bytes.numel())));
+    const json h = recv_checkpoint_parcel(group, stage, t, "gather_pipeline_stages: stage");
     append_rng(m.pp_rng, h.at("rng"));
     append_rng(m.tp_rng, h.at("tp_rng"));
-    for (const json& e : h.at("entries")) {
-      Tensor x = empty(e.at(3).get<Shape>(), TensorOptions(static_cast<DType>(e.at(2).get<int>())));
-      group.recv(x, stage);
-      const std::string name = e.at(1).get<std::string>();
-      if (e.at(0).get<int>() == 0) {
-        t.weights[name] = x;
-      } else {
-        QK_CHECK(t.optimizer.has_value(), "gather_pipeline_stages: stage ", stage,
-                 " sent optimizer state but stage 0 has none");
-        t.optimizer->tensors[name] = x;
-      }
-    }
     if (t.optimizer)
       for (const auto& [k, v] : h.at("metadata").items()) t.optimizer->metadata.emplace(k, v.get<std::string>());
     const std::vector<int64_t> theirs = h.at("group_sizes").get<std::vector<int64_t>>();

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "qk/train/checkpoint.h"
 
 namespace qk::train {
@@ -31,5 +33,18 @@ std::vector<int64_t> gathered_group_sizes(const MixedPrecisionOptimizer& opt, co
                                           const std::string& leave_out = "");
 // "group.G.num_params" of the optimizer state's metadata set to sizes[G].
 void set_group_sizes(nn::Metadata& metadata, const std::vector<int64_t>& sizes);
+
+// The wire format of a checkpoint gather (pipeline stages, expert-parallel
+// ranks): a JSON header whose "entries" list [kind, name, dtype, shape]
+// (kind 0: a weight, 1: an optimizer tensor), then the tensors in order.
+// add_parcel_entry appends one tensor; send_checkpoint_parcel sends the
+// header and tensors to rank 0 of `group`; on rank 0,
+// recv_checkpoint_parcel stores rank `from`'s tensors in `t` by name and
+// returns its header (errors name `who`, e.g. "gather_pipeline_stages: stage").
+void add_parcel_entry(nlohmann::json& entries, std::vector<Tensor>& payload, int kind, const std::string& name,
+                      const Tensor& x);
+void send_checkpoint_parcel(dist::ProcessGroup& group, const nlohmann::json& header,
+                            const std::vector<Tensor>& payload);
+nlohmann::json recv_checkpoint_parcel(dist::ProcessGroup& group, int from, TrainTensors& t, const char* who);
 
 }  // namespace qk::train
