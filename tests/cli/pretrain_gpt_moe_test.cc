@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "cli/pretrain_runs.h"
 #include "cli/run_qk.h"
 #include "cli/scratch_dir.h"
 #include "common/argv.h"
@@ -52,33 +53,17 @@ Argv tiny_moe() {
           "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3", "--moe-per-layer-logging"};
 }
 
-qk::test::RunResult one_rank(const Argv& args) {
-  return run_qk("pretrain-gpt" + qk::test::shell_words(args), "QK_NUM_THREADS=1");
-}
-qk::test::RunResult ranks(int n, const Argv& args) {
-  return run_qk("run --nproc-per-node " + std::to_string(n) + " -- '" + QK_BIN + "' pretrain-gpt" +
-                qk::test::shell_words(args));
-}
+qk::test::RunResult one_rank(const Argv& args) { return qk::test::pretrain_one_rank(args); }
+qk::test::RunResult ranks(int n, const Argv& args) { return qk::test::pretrain_ranks(n, args); }
+using qk::test::metrics;
 
-std::map<int64_t, nlohmann::json> metrics(const std::string& dir, const std::string& kind) {
-  std::map<int64_t, nlohmann::json> out;
-  std::ifstream in(dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == kind) out[j["iteration"].get<int64_t>()] = j;
-  }
-  return out;
-}
-
+// The shared loss comparison, and the MoE losses (over every rank's tokens) as closely.
 void expect_same_losses(const std::string& ref, const std::string& got, int64_t from, int64_t to) {
+  qk::test::expect_same_losses(ref, got, from, to);
   const auto a = metrics(ref, "train"), b = metrics(got, "train");
   for (int64_t i = from; i <= to; ++i) {
-    ASSERT_TRUE(a.count(i) && b.count(i)) << "iteration " << i << " missing in " << ref << " or " << got;
-    const double x = a.at(i)["lm loss"], y = b.at(i)["lm loss"];
-    EXPECT_NEAR(y, x, 1e-5 * std::abs(x)) << "lm loss at iteration " << i;
-    const double gx = a.at(i)["grad_norm"], gy = b.at(i)["grad_norm"];
-    EXPECT_NEAR(gy, gx, 1e-4 * gx) << "grad norm at iteration " << i;
-    for (const char* moe : {"load_balancing_loss", "z_loss"}) {  // over every rank's tokens
+    if (!a.count(i) || !b.count(i)) continue;  // reported by the shared comparison
+    for (const char* moe : {"load_balancing_loss", "z_loss"}) {
       ASSERT_TRUE(a.at(i).contains(moe) && b.at(i).contains(moe)) << moe << " at iteration " << i;
       const double mx = a.at(i)[moe], my = b.at(i)[moe];
       EXPECT_NEAR(my, mx, 1e-5 * mx) << moe << " at iteration " << i;
@@ -86,29 +71,14 @@ void expect_same_losses(const std::string& ref, const std::string& got, int64_t 
   }
 }
 
-// Whole tensors by name: every expert of the EP run's checkpoint is there.
+// Whole tensors by name: every expert of the EP run's checkpoint is there,
+// and the optimizer groups count every expert.
 void expect_close_tensors(const std::string& ref_file, const std::string& got_file) {
+  qk::test::expect_close_tensors(ref_file, got_file);
   const qk::nn::SafetensorsFile a = qk::nn::load_safetensors(ref_file), b = qk::nn::load_safetensors(got_file);
-  ASSERT_EQ(a.tensors.size(), b.tensors.size()) << got_file;
-  for (const auto& [name, t] : a.tensors) {
-    ASSERT_TRUE(b.tensors.count(name)) << name << " missing in " << got_file;
-    const qk::Tensor& u = b.tensors.at(name);
-    ASSERT_EQ(t.shape(), u.shape()) << name;
-    const float* x = t.data_ptr<float>();
-    const float* y = u.data_ptr<float>();
-    double diff2 = 0, norm2 = 0, max_abs = 0;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      const double d = static_cast<double>(x[i]) - y[i];
-      diff2 += d * d;
-      norm2 += static_cast<double>(x[i]) * x[i];
-      max_abs = std::max(max_abs, std::abs(d));
-    }
-    EXPECT_LE(std::sqrt(diff2 / std::max(norm2, 1e-30)), 1e-4) << name;
-    EXPECT_LE(max_abs, 3e-4) << name;
-  }
   for (const auto& [k, v] : a.metadata) {
     if (k.rfind("group.", 0) == 0) {
-      EXPECT_EQ(b.metadata.at(k), v) << k;  // the groups count every expert
+      EXPECT_EQ(b.metadata.at(k), v) << k;
     }
   }
 }

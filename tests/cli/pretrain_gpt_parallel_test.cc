@@ -29,6 +29,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "cli/pretrain_runs.h"
 #include "cli/run_qk.h"
 #include "cli/scratch_dir.h"
 #include "common/argv.h"
@@ -59,53 +60,15 @@ Argv tiny(const std::string& vocab = "4095") {
           "--hidden-dropout", "0"};
 }
 
-qk::test::RunResult one_rank(const Argv& args) { return run_qk("pretrain-gpt" + qk::test::shell_words(args), "QK_NUM_THREADS=1"); }
+qk::test::RunResult one_rank(const Argv& args) { return qk::test::pretrain_one_rank(args); }
 qk::test::RunResult ranks(int n, const Argv& args, const std::string& env = "") {
-  return run_qk("run --nproc-per-node " + std::to_string(n) + " -- '" + QK_BIN + "' pretrain-gpt" + qk::test::shell_words(args), env);
+  return qk::test::pretrain_ranks(n, args, env);
 }
-
-// iteration -> record of that kind in DIR/metrics.jsonl (the newest wins).
-std::map<int64_t, nlohmann::json> metrics(const std::string& dir, const std::string& kind) {
-  std::map<int64_t, nlohmann::json> out;
-  std::ifstream in(dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == kind) out[j["iteration"].get<int64_t>()] = j;
-  }
-  return out;
-}
-
-void expect_same_losses(const std::string& ref, const std::string& got, int64_t from, int64_t to) {
-  const auto a = metrics(ref, "train"), b = metrics(got, "train");
-  for (int64_t i = from; i <= to; ++i) {
-    ASSERT_TRUE(a.count(i) && b.count(i)) << "iteration " << i << " missing in " << ref << " or " << got;
-    const double x = a.at(i)["lm loss"], y = b.at(i)["lm loss"];
-    EXPECT_NEAR(y, x, 1e-5 * std::abs(x)) << "lm loss at iteration " << i;
-    const double gx = a.at(i)["grad_norm"], gy = b.at(i)["grad_norm"];
-    EXPECT_NEAR(gy, gx, 1e-4 * gx) << "grad norm at iteration " << i;
-  }
-}
-
+using qk::test::expect_same_losses;
+using qk::test::metrics;
 // The final checkpoints' weights, tensor by tensor (see the tolerances at the top).
 void expect_close_weights(const std::string& ref_file, const std::string& got_file) {
-  const qk::nn::SafetensorsFile a = qk::nn::load_safetensors(ref_file), b = qk::nn::load_safetensors(got_file);
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (const auto& [name, t] : a.tensors) {
-    ASSERT_TRUE(b.tensors.count(name)) << name;
-    const qk::Tensor& u = b.tensors.at(name);
-    ASSERT_EQ(t.shape(), u.shape()) << name;
-    const float* x = t.data_ptr<float>();
-    const float* y = u.data_ptr<float>();
-    double diff2 = 0, norm2 = 0, max_abs = 0;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      const double d = static_cast<double>(x[i]) - y[i];
-      diff2 += d * d;
-      norm2 += static_cast<double>(x[i]) * x[i];
-      max_abs = std::max(max_abs, std::abs(d));
-    }
-    EXPECT_LE(std::sqrt(diff2 / norm2), 1e-4) << name;
-    EXPECT_LE(max_abs, 3e-4) << name;
-  }
+  qk::test::expect_close_tensors(ref_file, got_file);
 }
 
 // The single-rank run every layout is compared with (run once).
