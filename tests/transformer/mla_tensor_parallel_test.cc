@@ -16,6 +16,7 @@
 #include "qk/tensor/generator.h"
 #include "qk/transformer/gpt_model.h"
 #include "qk/transformer/mla.h"
+#include "transformer/mla_testing.h"
 
 namespace qk::transformer {
 namespace {
@@ -25,33 +26,7 @@ using qk_tp_test::on_tp_ranks;
 using qk_tp_test::require_close;
 using qk_tp_test::require_equal;
 
-TransformerConfig tiny_mla(bool q_lora) {
-  TransformerConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.seq_length = 8;
-  c.vocab_size = 128;
-  c.make_vocab_size_divisible_by = 32;
-  c.hidden_dropout = 0.0;
-  c.attention_dropout = 0.0;
-  c.position_embedding_type = PositionEmbeddingType::rope;
-  c.normalization = Normalization::RMSNorm;
-  c.set_swiglu();
-  c.ffn_hidden_size = 48;
-  c.add_bias_linear = false;
-  c.share_embeddings_and_output_weights = false;
-  c.multi_latent_attention = true;
-  c.q_lora_rank = q_lora ? 16 : 0;
-  c.kv_lora_rank = 12;
-  c.qk_head_dim = 8;
-  c.qk_pos_emb_head_dim = 4;
-  c.v_head_dim = 6;
-  c.qk_layernorm = true;
-  c.rotary_scaling_factor = 4;
-  c.mscale_all_dim = 0.5;
-  return c;
-}
+TransformerConfig tiny_mla(bool q_lora) { return tiny_mla_config(/*seq_length=*/8, q_lora ? 16 : 0); }
 
 nn::NamedTensors grads_of(nn::Module& m) {
   nn::NamedTensors g;

@@ -15,6 +15,7 @@
 #include "qk/transformer/gpt_model.h"
 #include "qk/transformer/mla.h"
 #include "transformer/fixture_params.h"
+#include "transformer/mla_testing.h"
 
 namespace qk::transformer {
 namespace {
@@ -135,33 +136,7 @@ TEST(MultiLatentAttention, YarnTablesAtScaleOneArePlainRope) {
   EXPECT_NEAR(cs[100 * 16 + 7], m * std::cos(100 / std::pow(500.0, 14.0 / 16) / 8), 1e-5);  // slowest
 }
 
-TransformerConfig tiny_mla_gpt() {
-  TransformerConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.seq_length = 16;
-  c.vocab_size = 128;
-  c.make_vocab_size_divisible_by = 32;
-  c.hidden_dropout = 0.0;
-  c.attention_dropout = 0.0;
-  c.position_embedding_type = PositionEmbeddingType::rope;
-  c.normalization = Normalization::RMSNorm;
-  c.set_swiglu();
-  c.ffn_hidden_size = 48;
-  c.add_bias_linear = false;
-  c.share_embeddings_and_output_weights = false;
-  c.multi_latent_attention = true;
-  c.q_lora_rank = 16;
-  c.kv_lora_rank = 12;
-  c.qk_head_dim = 8;
-  c.qk_pos_emb_head_dim = 4;
-  c.v_head_dim = 6;
-  c.qk_layernorm = true;
-  c.rotary_scaling_factor = 4;
-  c.mscale_all_dim = 0.5;
-  return c;
-}
+TransformerConfig tiny_mla_gpt() { return tiny_mla_config(/*seq_length=*/16, /*q_lora_rank=*/16); }
 
 TEST(MultiLatentAttention, GptStateDictHasMegatronNames) {
   manual_seed(3);
