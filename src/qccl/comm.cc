@@ -195,7 +195,6 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
   c->timeout_s = default_timeout_s();
   std::string transport = default_transport();
   c->algo = forced_algo();
-  c->cma_min_bytes = cma_min_bytes();
   if (cfg) {
     QK_CHECK(cfg->magic == QCCL_CONFIG_MAGIC && cfg->size == sizeof(qcclConfig_t),
              "qcclConfig_t was not initialised with QCCL_CONFIG_INITIALIZER (bad magic or size)");
@@ -236,7 +235,6 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
       ++n_shm;
     }
   }
-  c->spin_us = spin_us();
   int local = static_cast<int>(std::count_if(c->peers.begin(), c->peers.end(), [&](const PeerInfo& p) {
     return p.host_hash == c->peers[rank].host_hash;
   }));
@@ -245,13 +243,22 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
   c->cost = CostModel::for_transport(slowest);
   c->cost.use_slowest(n_shm > 0, n_tcp > 0);
   topo::attach(*c);  // hosts, topology-aware rings, hierarchical plan
+  const CacheSizes caches = cache_sizes();
+  c->tuning = machine_tuning(caches, local);
+  c->cost.cma_chunk = c->tuning.cma_chunk;
+  c->cost.llc_bytes = caches.llc;
+  c->cost.host_ranks = local;
   if (cost_model_measured()) measure_cost_model(*c);  // along that ring
+  derive_thresholds(c->tuning, c->cost, nranks, c->oversubscribed, shm_ring_bytes());
   const CostModel& m = c->cost;
   QCCL_INFO("INIT", "comm '{}' rank {} of {} ready in {:.1f} ms: {} peers via shm, {} via tcp; "
             "timeout {} s; cost model ({}) shm {:.2f} us + {:.2f} GB/s, tcp {:.2f} us + {:.2f} GB/s; "
-            "collectives pay {:.2f} us + {:.2f} GB/s per step, reduce {:.2f} GB/s{}",
+            "collectives pay {:.2f} us + {:.2f} GB/s per step, reduce {:.2f} GB/s, single copy {}; {}{}",
             c->name, rank, nranks, timer.millis(), n_shm, n_tcp, c->timeout_s, m.source, m.shm.lat_us,
             m.shm.gbps, m.tcp.lat_us, m.tcp.gbps, m.alpha_us, m.gbps, m.reduce_gbps,
+            m.cma_everywhere ? fmt::format("{:.2f} us + {:.2f} GB/s between every pair", m.cma.lat_us, m.cma.gbps)
+                             : std::string("not between every pair"),
+            c->tuning.describe(),
             c->oversubscribed
                 ? fmt::format("; {} ranks on this host's {} CPUs: waits yield at once, shm links not timed",
                               local, cpus)

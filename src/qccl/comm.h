@@ -11,6 +11,7 @@
 
 #include "qccl.h"
 #include "algo/cost_model.h"
+#include "algo/tuning.h"
 #include "bootstrap/bootstrap.h"
 #include "flight_recorder.h"
 #include "transport/conn.h"
@@ -45,8 +46,7 @@ struct qcclComm {
   };
   AlgoChoice last_choice[qccl::kNumColls];
   std::shared_ptr<const qccl::topo::CommTopo> topo;  // hosts, rings, hierarchical plan
-  size_t cma_min_bytes = 256 << 10;  // messages this large go single-copy where possible
-  double spin_us = 0;  // waits spin this long before yielding the core (QCCL_SPIN_US)
+  qccl::Tuning tuning;  // machine-derived knobs (algo/tuning.h), set at init
   // More ranks on this host than CPUs: the peer we wait for may need our core,
   // so waits yield at once, and the cost probe's shared-memory timings (which
   // measure the scheduler then, not the link) give way to the static figures.
@@ -66,6 +66,7 @@ struct qcclComm {
   std::vector<char> scratch;  // temporaries of the algorithms, reused
   qccl::PeerMappings peer_maps;  // peers' qcclMemAlloc buffers mapped here (algo/direct.h)
   uint64_t direct_calls = 0;     // all-reduces that went direct (tests read it)
+  uint64_t direct_cma_calls = 0;  // of those, the ones that reached some peer by single copy
 
   std::atomic<bool> aborted{false};
   std::atomic<int> active_calls{0};

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/debug.h"
+#include "transport/cma.h"
 
 namespace qccl {
 
@@ -21,7 +22,6 @@ constexpr uint32_t kMsgVersion = 1;
 constexpr size_t kReduceSlice = 64 << 10;   // consume in slices so the producer keeps going
 constexpr uint32_t kCmaFlag = 0x8000u;       // in the kind byte: a CMA descriptor follows
 constexpr size_t kCmaCopyChunk = 4 << 20;    // per progress step, so other transfers keep moving
-constexpr size_t kCmaReduceChunk = 256 << 10;  // stays in cache between the read and the reduce
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -71,10 +71,13 @@ bool step_send(Call& call, Conn& c, Xfer& x) {
   bool moved = false;
   if (x.hdr_done < sizeof(MsgHeader)) {
     if (x.hdr_done == 0) {
-      x.cma = c.cma() && x.bytes >= call.comm.cma_min_bytes;
+      x.cma = c.cma() && x.bytes >= call.comm.tuning.cma_min_bytes;
       x.hdr = MsgHeader{magic_for(call.kind) | (x.cma ? kCmaFlag : 0), x.seq, x.bytes};
       // getpid() is a system call every time (glibc caches nothing): only for CMA.
-      if (x.cma) x.desc = {reinterpret_cast<uint64_t>(x.src), static_cast<uint64_t>(::getpid())};
+      if (x.cma) {
+        x.desc = {reinterpret_cast<uint64_t>(x.src), static_cast<uint64_t>(::getpid())};
+        advise_huge_pages(x.src, x.bytes);
+      }
       if (!x.cma) {
         // Header and data together where the transport can (Conn::try_send2).
         size_t k = c.try_send2(&x.hdr, sizeof(MsgHeader), x.src, x.bytes);
@@ -152,25 +155,9 @@ bool recv_desc(Conn& c, Xfer& x, bool* moved) {
 }
 
 // Copies [x.done, x.done + n) of the peer's buffer to dst; returns bytes copied.
-size_t cma_read(Conn& c, Xfer& x, void* dst, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    iovec local{static_cast<char*>(dst) + got, n - got};
-    iovec remote{reinterpret_cast<void*>(x.desc.addr + x.done + got), n - got};
-    ssize_t k = ::process_vm_readv(c.peer_pid(), &local, 1, &remote, 1, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      const int err = errno;
-      // A peer that gave up (and may have exited since) left its reason in
-      // the connection: report that, naming the first failure, not our read.
-      c.check_alive();
-      QCCL_REMOTE_ERROR("single-copy read of ", n - got, " bytes from ", c.peer_name(), " failed: ",
-                        k < 0 ? qk::detail::errno_string(err) : std::string("no progress"),
-                        err == ESRCH ? " (the process is gone)" : " (QCCL_CMA=0 disables single copy)");
-    }
-    got += static_cast<size_t>(k);
-  }
-  return got;
+size_t cma_read_next(Conn& c, Xfer& x, void* dst, size_t n) {
+  cma_read(c, dst, x.desc.addr + x.done, n);
+  return n;
 }
 
 bool step_recv_cma(Call& call, Conn& c, Xfer& x, bool moved) {
@@ -178,12 +165,14 @@ bool step_recv_cma(Call& call, Conn& c, Xfer& x, bool moved) {
   if (x.done == x.bytes) return moved;
   if (x.kind == Xfer::kRecv) {
     size_t n = std::min(kCmaCopyChunk, x.bytes - x.done);
-    x.done += cma_read(c, x, static_cast<char*>(x.dst) + x.done, n);
+    x.done += cma_read_next(c, x, static_cast<char*>(x.dst) + x.done, n);
   } else {
-    thread_local std::vector<char> tmp(kCmaReduceChunk);
-    size_t n = std::min(kCmaReduceChunk, x.bytes - x.done);
+    // Pieces that stay in cache between the read and the reduction.
+    thread_local std::vector<char> tmp;
+    tmp.resize(call.comm.tuning.cma_chunk);
+    size_t n = std::min(tmp.size(), x.bytes - x.done);
     n -= n % dtype_size(call.dtype);
-    cma_read(c, x, tmp.data(), n);
+    cma_read_next(c, x, tmp.data(), n);
     reduce_into(call, x, tmp.data(), n);
   }
   if (x.done == x.bytes) c.cma_ack();
@@ -355,8 +344,10 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
       }
   uint64_t idle = 0;
   const auto spin = std::chrono::duration_cast<Deadline::Clock::duration>(
-      std::chrono::duration<double, std::micro>(comm.spin_us));
-  bool spin_left = comm.spin_us > 0;
+      std::chrono::duration<double, std::nano>(comm.tuning.spin_ns));
+  const bool spins = comm.tuning.spin_ns > 0 && !comm.oversubscribed;
+  bool spin_left = spins;
+  Deadline::Clock::time_point spin_start{};
   // Read the clock only once a wait outlasts the spin (see Call::deadline()).
   Deadline::Clock::time_point idle_start{}, last_alive{};
   while (pending > 0) {
@@ -388,38 +379,28 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
     if (moved) {
       idle = 0;
       idle_start = {};
-      spin_left = comm.spin_us > 0;
+      spin_left = spins;
       continue;
     }
     ++idle;
-    // A short spin (16 polls, ~0.5 us: pause is ~21 ns on the 2-core
-    // development VM, Intel Xeon, where all figures here were measured)
-    // catches a peer running on another core. Longer only delays the yield
-    // a peer on our core needs: with more ranks than cores (4 ranks on 2
-    // cores: an 8-byte all-reduce took 45 us with the spin, 16 us without),
-    // and with 2 ranks on 2 loaded cores, where the peer often shares ours
-    // (128 polls, ~4 us: 6-9 us per 8 B-2 KiB all-reduce; 16: 2.4-4; same
-    // runs, load 3.5).
-    if (idle < 16 && !comm.oversubscribed) {
-      cpu_relax();
-      continue;
-    }
-    if (idle_start == Deadline::Clock::time_point{}) {
-      idle_start = Deadline::Clock::now();
-      if (last_alive == Deadline::Clock::time_point{}) last_alive = idle_start;
-    }
-    // Optional bounded spin (QCCL_SPIN_US, off by default; see spin_us() in
-    // core/settings.cc for why yielding is the better default).
+    // Poll for as long as one yield costs (Tuning::spin_ns, measured at init:
+    // spinning longer than the alternative costs can at most double a wait),
+    // then yield. Timed by the clock, read every 8 polls, not by a poll count:
+    // a pause takes 21 ns on one x86 and a few on another, so a count tuned on
+    // one machine yields at once on the next (issue 19). With more ranks than
+    // cores the peer we wait for may need our core: yield at once (4 ranks on
+    // 2 cores: an 8-byte all-reduce took 45 us with 128 polls, 16 us without).
     if (spin_left) {
-      if ((idle & 63) != 0) {
-        cpu_relax();
-        continue;
-      }
-      if (Deadline::Clock::now() - idle_start < spin) {
+      if (idle == 1) spin_start = Deadline::Clock::now();
+      if ((idle & 7) != 0 || Deadline::Clock::now() - spin_start < spin) {
         cpu_relax();
         continue;
       }
       spin_left = false;
+    }
+    if (idle_start == Deadline::Clock::time_point{}) {
+      idle_start = Deadline::Clock::now();
+      if (last_alive == Deadline::Clock::time_point{}) last_alive = idle_start;
     }
     if (comm.aborted.load(std::memory_order_relaxed)) throw_aborted(call);
     auto now = Deadline::Clock::now();
@@ -459,5 +440,46 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
   }
 }
 }  // namespace
+
+void wait_until(Call& call, const std::function<bool()>& ready, std::span<const int> peers, const char* what) {
+  qcclComm& comm = call.comm;
+  const bool spins = comm.tuning.spin_ns > 0 && !comm.oversubscribed;
+  const auto spin = std::chrono::duration_cast<Deadline::Clock::duration>(
+      std::chrono::duration<double, std::nano>(comm.tuning.spin_ns));
+  auto start = Deadline::Clock::now(), last_alive = start;
+  for (;;) {
+    if (ready()) return;
+    if (spins && Deadline::Clock::now() - start < spin) {
+      cpu_relax();
+      continue;
+    }
+    try {
+      if (comm.aborted.load(std::memory_order_relaxed)) throw_aborted(call);
+      if (call.deadline().expired()) {
+        std::string msg = fmt::format(
+            "{} #{} on rank {} of comm '{}' timed out after {} s waiting for {}; a peer is stalled or dead "
+            "(QCCL_TIMEOUT_S / config.timeoutS sets the deadline)",
+            call.what, call.seq, comm.rank, comm.name, call.deadline().total_seconds(), what);
+        comm.fr.note(call.fr_slot, std::string("timed out waiting for ") + what);
+        comm.fr.dump_on_error(comm.name, comm.rank, msg);
+        QK_THROW(qk::TimeoutError, msg);
+      }
+      auto now = Deadline::Clock::now();
+      if (now - last_alive > std::chrono::milliseconds(5)) {
+        last_alive = now;
+        for (int p : peers) comm.conns[p]->check_alive();
+      }
+      if (now - start < std::chrono::milliseconds(20)) {
+        sched_yield();
+      } else {
+        timespec ts{0, 50000};
+        nanosleep(&ts, nullptr);
+      }
+    } catch (const qk::Error&) {
+      if (comm.aborted.load()) throw_aborted(call);
+      throw;
+    }
+  }
+}
 
 }  // namespace qccl

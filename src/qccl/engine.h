@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -109,6 +110,10 @@ struct Xfer {
 // sent a bad message), TimeoutError (deadline; the flight recorder is dumped)
 // or UsageError (the communicator was aborted).
 void run(Call& call, std::span<Xfer> xs);
+
+// Waits until ready() holds, with run()'s waiting policy, deadline, abort
+// check and liveness checks of `peers`; `what` names the wait in a timeout.
+void wait_until(Call& call, const std::function<bool()>& ready, std::span<const int> peers, const char* what);
 
 // Marks the call done in the flight recorder (call on success).
 void finish(Call& call);

@@ -4,6 +4,8 @@
 // only when every rank's buffers are shared; a rank with plain buffers, tcp,
 // QCCL_DIRECT=0 or QCCL_ALGO=ring keep the ring; random floats are summed in
 // rank order on every rank; a rank killed mid-call gives the others an error.
+// Plain buffers go direct by single copy (CMA) when forced or beyond the
+// last-level cache, exact, and not without CMA.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -200,6 +202,88 @@ TEST(DirectAuto, RandomFloatsAreSummedInRankOrder) {
     REQUIRE(comm->direct_calls == 1, "did not go direct");
     REQUIRE(std::memcmp(buf.data(), want.data(), kCount * 4) == 0,
             "sums differ from the rank-order reference");
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// Single copy: plain (malloc'd) buffers go direct when forced, every op
+// exact, each peer reached by process_vm_readv / process_vm_writev; where some
+// ranks' buffers are shared, those that can map them do, the rest copy.
+class DirectCma : public ::testing::TestWithParam<int> {};
+
+TEST_P(DirectCma, ForcedOnPlainBuffersIsExactForEveryOp) {
+  auto r = run_ranks(GetParam(), [](const Rank& me) {
+    qcclComm_t comm = me.init(0, "direct");
+    bool cma = true;
+    for (int p = 0; p < me.nranks; ++p)
+      if (p != me.rank) cma &= comm->conns[p]->cma();
+    REQUIRE(cma, "single copy is not allowed between these processes (ptrace policy?)");
+    for (auto t : {qcclFloat32, qcclInt32, qcclBfloat16, qcclInt8, qcclFloat64})
+      for (auto op : kAllOps)
+        for (size_t count : {size_t(1), size_t(3), size_t(1000), size_t(65537), size_t(300001)})
+          for (int layout = 0; layout < 3; ++layout) {  // plain out of place, plain in place, rank 1 shared
+            size_t es = qccl::dtype_size(t);
+            bool shared = layout == 2 && me.rank == 1;
+            auto in = make_input(me.rank, count, op, t);
+            auto want = reference(me.nranks, count, op, t);
+            Buf src(count * es, shared, in), out(count * es, shared);
+            char* dst = layout == 1 ? src.data() : out.data();
+            uint64_t before = comm->direct_cma_calls;
+            REQUIRE_OK(qcclAllReduce(src.data(), dst, count, t, op, comm, nullptr));
+            std::string what = cat(qccl::dtype_name(t), " ", qccl::op_name(op), " count ", count,
+                                   " layout ", layout);
+            std::string d = diff(dst, want.data(), count, t);
+            REQUIRE(d.empty(), what, ": ", d);
+            REQUIRE(comm->direct_cma_calls == before + 1, what, ": did not go direct by single copy");
+          }
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DirectCma, ::testing::Values(2, 3, 4));
+
+// Without single copy (QCCL_CMA=0) plain buffers cannot be reached: a forced
+// direct all-reduce runs the ring, exact.
+TEST(DirectCmaOff, PlainBuffersFallBackToTheRing) {
+  auto r = run_ranks(3, [](const Rank& me) {
+    ::setenv("QCCL_CMA", "0", 1);
+    qcclComm_t comm = me.init(0, "direct");
+    REQUIRE(!comm->cost.cma_everywhere, "single copy on with QCCL_CMA=0");
+    size_t count = 100000;
+    auto in = make_input(me.rank, count, qcclSum, qcclFloat32);
+    auto want = reference(me.nranks, count, qcclSum, qcclFloat32);
+    Buf src(count * 4, false, in), dst(count * 4, false);
+    REQUIRE_OK(qcclAllReduce(src.data(), dst.data(), count, qcclFloat32, qcclSum, comm, nullptr));
+    REQUIRE(diff(dst.data(), want.data(), count, qcclFloat32).empty(), "wrong sum");
+    REQUIRE(comm->direct_calls == 0, "went direct without single copy");
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// Auto: the model takes the direct all-reduce on plain buffers once they
+// outgrow the last-level cache (set small here, alike on every rank, so the
+// test does not depend on this machine's cache), not below.
+TEST(DirectCmaAuto, TakenWhereTheBuffersOutgrowTheCache) {
+  auto r = run_ranks(2, [](const Rank& me) {
+    qcclComm_t comm = me.init();
+    REQUIRE(comm->cost.cma_everywhere, "single copy not measured on every pair");
+    comm->cost.llc_bytes = 1 << 20;
+    auto run = [&](size_t count, bool expect) {
+      auto in = make_input(me.rank, count, qcclSum, qcclFloat32);
+      auto want = reference(me.nranks, count, qcclSum, qcclFloat32);
+      Buf src(count * 4, false, in), dst(count * 4, false);
+      uint64_t before = comm->direct_cma_calls;
+      REQUIRE_OK(qcclAllReduce(src.data(), dst.data(), count, qcclFloat32, qcclSum, comm, nullptr));
+      REQUIRE(diff(dst.data(), want.data(), count, qcclFloat32).empty(), "count ", count, ": wrong sum");
+      REQUIRE(comm->direct_cma_calls == before + (expect ? 1 : 0), "count ", count, ": direct ",
+              comm->direct_cma_calls - before, " times");
+    };
+    run(1 << 16, false);  // 256 KiB: 2 ranks x 2 buffers = 1 MiB, fits
+    run((1 << 16) + 1, true);
+    run(1 << 20, true);
     REQUIRE_OK(qcclCommDestroy(comm));
   });
   EXPECT_TRUE(r.ok()) << r.summary();

@@ -125,24 +125,29 @@ void all_reduce(qcclComm& c, const void* send, void* recv, size_t count, qcclDat
   QCCL_INFO("COLL", "allreduce #{} count {} {} {} ({} bytes) nranks {} algo {} (predicted {:.1f} us)",
             call.seq, count, dtype_name(dt), op_name(op), bytes, c.nranks, algo_name(a),
             predict_us(c.cost, Coll::kAllReduce, a, c.nranks, bytes));
+  const uint64_t cma_before = c.direct_cma_calls;
   auto* s = static_cast<const char*>(send);
   auto* r = static_cast<char*>(recv);
-  // Direct when forced, or in place of a ring the cost model chose (not one
-  // forced with QCCL_ALGO=ring, which stays a ring).
-  bool forced_direct = a == Algo::kDirect;
-  bool may_go_direct = forced_direct || (a == Algo::kRing && (c.algo.empty() || c.algo == "auto"));
+  // Direct when forced or chosen (single copy between every pair makes any
+  // buffers reachable), or, from Tuning::direct_min_bytes, in place of what
+  // the model chose when every rank's buffers turn out to be shared; not
+  // under another forced algorithm.
+  bool chosen_direct = a == Algo::kDirect;
+  bool forced = !(c.algo.empty() || c.algo == "auto");
+  bool may_go_direct = chosen_direct || (!forced && bytes >= c.tuning.direct_min_bytes);
   if (c.nranks == 1) {
     if (s != r) std::memcpy(r, s, bytes);
-  } else if (may_go_direct && direct_candidate(c, bytes, forced_direct) &&
-             direct_all_reduce(call, s, r, count, es)) {
+  } else if (may_go_direct && direct_candidate(c) &&
+             direct_all_reduce(call, s, r, count, es, /*allow_cma=*/chosen_direct)) {
     c.fr.set_algo(call.fr_slot, "direct");
-    QCCL_INFO("COLL", "allreduce #{}: buffers shared on every rank, went direct", call.seq);
+    QCCL_INFO("COLL", "allreduce #{}: went direct{}", call.seq,
+              c.direct_cma_calls > cma_before ? " (single copy to some peer)" : " (buffers shared on every rank)");
   } else if (a == Algo::kRecursiveDoubling) {
     recursive_doubling(call, s, r, count, es);
   } else if (a == Algo::kAllPairs) {
     all_pairs(call, s, r, count, es);
   } else {
-    if (forced_direct) c.fr.set_algo(call.fr_slot, "ring");  // some rank's buffers are not shared
+    if (chosen_direct) c.fr.set_algo(call.fr_slot, "ring");  // no rank can reach the others' buffers
     ring(call, s, r, count, es);
   }
   finish(call);

@@ -44,6 +44,18 @@ struct CostModel {
   // separates ring from recursive doubling on two ranks, where both move the
   // same bytes but doubling reduces all of them. QCCL_REDUCE_GBPS or measured.
   double reduce_gbps = 4.0;
+  // Single copy between the ranks of one host (transport/cma.h): per system
+  // call and GB/s into a cache-sized buffer, measured on ring neighbours.
+  // cma_everywhere: every pair of ranks can read and write each other (then
+  // the direct all-reduce works on any buffers, and the model may choose it).
+  LinkCost cma{2.0, 6.0};
+  bool cma_everywhere = false;
+  size_t cma_chunk = 256 << 10;  // the pieces single-copy calls move (Tuning::cma_chunk)
+  // The last-level cache and the ranks that share it (this host's ranks):
+  // where an all-reduce's buffers outgrow it, the direct all-reduce is taken
+  // (see direct_preferred in cost_model.cc). 0: unknown, never.
+  size_t llc_bytes = 0;
+  int host_ranks = 1;
   const char* source = "static";  // "static", "measured", "configured" or a mix, for logs
   // Hierarchical all-reduce (algo/hierarchical.h): set by topo::attach when the
   // ranks span several hosts with equal counts; hosts 1: not available.
@@ -74,8 +86,10 @@ struct AlgoDesc {
   bool (*supports)(Coll);
   // Predicted microseconds for `bytes` per rank over nranks >= 2.
   double (*predict)(const CostModel&, Coll, int nranks, double bytes);
-  // false: only when forced (QCCL_ALGO) or taken inside a call (direct).
-  bool chosen_by_model = true;
+  // Whether the model may choose it on this communicator (null: always).
+  bool (*usable)(const CostModel&) = nullptr;
+  // Taken without comparing predictions for these sizes (null: never).
+  bool (*preferred)(const CostModel&, int nranks, double bytes) = nullptr;
 };
 std::span<const AlgoDesc> algorithms();
 

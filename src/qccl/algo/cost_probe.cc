@@ -10,6 +10,7 @@
 #include "algo/ring_order.h"
 #include "core/debug.h"
 #include "engine.h"
+#include "transport/cma.h"
 
 namespace qccl {
 
@@ -27,7 +28,10 @@ constexpr int kTrain = 4;
 // not measured.
 constexpr int kMinPings = 8, kMaxPings = 32, kMinTrains = 1, kMaxTrains = 4;
 constexpr double kPingBudgetUs = 500, kBulkBudgetUs = 2000;  // per pair: at most 3 pairs per rank
-enum : uint64_t { kDone = 0, kPing = 1, kBulk = 2 };
+enum : uint64_t { kDone = 0, kPing = 1, kBulk = 2, kAddress = 3 };
+// Single-copy timing: latency from small reads, bandwidth from the bulk in
+// Tuning::cma_chunk pieces (best of kCmaReps).
+constexpr int kCmaPings = 16, kCmaReps = 3;
 
 using Clock = std::chrono::steady_clock;
 double us_since(Clock::time_point t) {
@@ -45,21 +49,47 @@ void recv_from(Call& call, int peer, void* p, size_t n) {
   run(call, x);
 }
 
-// The initiator of a pair times round trips; returns the link's figures.
-LinkCost probe_link(Call& call, int peer, char* bulk) {
+// Single-copy figures of one pair: the peer's bulk buffer read into ours.
+LinkCost cma_figures(Conn& conn, uint64_t addr, char* bulk, size_t chunk) {
+  std::vector<double> lat;
+  for (int i = 0; i < kCmaPings; ++i) {
+    auto t = Clock::now();
+    cma_read(conn, bulk, addr, 64);
+    lat.push_back(us_since(t));
+  }
+  std::sort(lat.begin(), lat.end());
+  double lat_us = lat[lat.size() / 4];
+  chunk = std::min(chunk, kBulkBytes / 2);
+  double best = std::numeric_limits<double>::infinity();
+  size_t calls = 0;
+  for (int rep = 0; rep < kCmaReps; ++rep) {
+    auto t = Clock::now();
+    calls = 0;
+    // Read into the first chunk of our bulk over and over: it stays in cache,
+    // as the direct all-reduce's pieces do.
+    for (size_t o = 0; o + chunk <= kBulkBytes; o += chunk, ++calls) cma_read(conn, bulk, addr + o, chunk);
+    best = std::min(best, us_since(t));
+  }
+  double copy_us = std::max(best - calls * lat_us, 0.5 * best);
+  return LinkCost{lat_us, static_cast<double>(calls * chunk) / copy_us / 1e3};
+}
+
+// The initiator of a pair times round trips (time_link) and single-copy
+// reads of the other side's bulk buffer (cma_out, where the pair has CMA).
+LinkCost probe_link(Call& call, int peer, char* bulk, bool time_link, LinkCost* cma_out) {
   uint64_t cmd = kPing, reply = 0;
   std::vector<double> rtts;
+  std::vector<double> train_us;
   auto start = Clock::now();
-  while (rtts.size() < kMaxPings && (rtts.size() < kMinPings || us_since(start) < kPingBudgetUs)) {
+  while (time_link && rtts.size() < kMaxPings && (rtts.size() < kMinPings || us_since(start) < kPingBudgetUs)) {
     auto t = Clock::now();
     send_to(call, peer, &cmd, sizeof cmd);
     recv_from(call, peer, &reply, sizeof reply);
     rtts.push_back(us_since(t));
   }
   cmd = kBulk;
-  std::vector<double> train_us;
   start = Clock::now();
-  while (train_us.size() < kMaxTrains &&
+  while (time_link && train_us.size() < kMaxTrains &&
          (train_us.size() < 1 + kMinTrains || us_since(start) < kBulkBudgetUs)) {
     auto t = Clock::now();
     Xfer xs[2 * kTrain];
@@ -72,9 +102,17 @@ LinkCost probe_link(Call& call, int peer, char* bulk) {
     for (int i = 0; i < kTrain; ++i) recv_from(call, peer, &reply, sizeof reply);
     train_us.push_back(us_since(t));
   }
+  Conn& conn = *call.comm.conns[peer];
+  if (cma_out && conn.cma()) {
+    cmd = kAddress;
+    uint64_t addr = 0;
+    send_to(call, peer, &cmd, sizeof cmd);
+    recv_from(call, peer, &addr, sizeof addr);
+    *cma_out = cma_figures(conn, addr, bulk, call.comm.tuning.cma_chunk);
+  }
   cmd = kDone;
   send_to(call, peer, &cmd, sizeof cmd);
-  return link_figures(rtts, train_us, kTrain * kBulkBytes);
+  return time_link ? link_figures(rtts, train_us, kTrain * kBulkBytes) : LinkCost{};
 }
 
 // The other side answers until the initiator says it is done.
@@ -84,10 +122,15 @@ void answer_link(Call& call, int peer, char* bulk) {
     uint64_t cmd = ~0ull;
     recv_from(call, peer, &cmd, sizeof cmd);
     if (cmd == kDone) return;
+    if (cmd == kAddress) {
+      uint64_t addr = reinterpret_cast<uint64_t>(bulk);
+      send_to(call, peer, &addr, sizeof addr);
+      continue;
+    }
     if (cmd == kBulk) recv_from(call, peer, bulk, kBulkBytes);
     else if (cmd != kPing)
       QCCL_REMOTE_ERROR(call.comm.peer_name(peer), " sent cost-probe command ", cmd,
-                        " (expected 0, 1 or 2); mixed qccl builds?");
+                        " (expected 0 to 3); mixed qccl builds?");
     send_to(call, peer, &reply, sizeof reply);
   }
 }
@@ -99,6 +142,9 @@ struct Figures {
   double in_use[2];  // 1 where some rank has a link of that transport
   double neg_reduce;  // minus the local reduction speed, GB/s
   double oversubscribed;  // 1 where some rank's host has more ranks than CPUs
+  double cma_lat;      // single copy, us per call; 0: not measured
+  double neg_cma_bw;   // minus GB/s; -inf: not measured
+  double no_cma;       // 1 where some rank cannot single-copy to some peer
 };
 
 // Local reduction speed: float sums over the bulk buffer, best of three.
@@ -173,9 +219,15 @@ void measure_cost_model(qcclComm& c) {
   Call call(c, "cost-probe", MsgKind::kProbe, kBulkBytes, "probe");
   char* bulk = scratch(c, kBulkBytes);
   std::memset(bulk, 0, kBulkBytes);  // fault the pages in before timing
-  Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk), c.oversubscribed ? 1.0 : 0.0};
+  Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk), c.oversubscribed ? 1.0 : 0.0, 0, -1e300, 0};
   for (auto& conn : c.conns)
-    if (conn) f.in_use[std::string(conn->kind()) == "tcp" ? 1 : 0] = 1;
+    if (conn) {
+      f.in_use[std::string(conn->kind()) == "tcp" ? 1 : 0] = 1;
+      if (!conn->cma()) f.no_cma = 1;
+    }
+  // Bulks time the shared-memory rings, not single copy (measured on its own).
+  const size_t cma_min = c.tuning.cma_min_bytes;
+  c.tuning.cma_min_bytes = SIZE_MAX;
   // Edges (i, i+1) of the ring the collectives run along (positions; Note
   // [ring order]) in at most three rounds, so each rank is in at most one
   // pair at a time: even i, odd i, then the wrap-around (n-1, 0).
@@ -195,23 +247,33 @@ void measure_cost_model(qcclComm& c) {
     }
     // With more ranks than CPUs a shared-memory ping-pong times the scheduler
     // (4 ranks on 2 cores: 6 us to 1.7 ms from one run to the next), so such
-    // pairs (both sides know: one host) keep the static figures.
-    auto skip = [&](int peer) { return c.oversubscribed && std::string(c.conns[peer]->kind()) == "shm"; };
-    if (init >= 0 && skip(init)) init = -1;
-    if (resp >= 0 && skip(resp)) resp = -1;
+    // pairs (both sides know: one host) keep the static figures; single copy
+    // is timed by one side alone and is measured anyway.
     if (init >= 0) {
-      LinkCost l = probe_link(call, init, bulk);
-      int t = std::string(c.conns[init]->kind()) == "tcp" ? 1 : 0;
-      f.lat[t] = std::max(f.lat[t], l.lat_us);
-      f.neg_bw[t] = std::max(f.neg_bw[t], -l.gbps);
-      QCCL_TRACE("INIT", "cost probe rank {} -> {} via {}: {:.2f} us, {:.2f} GB/s", r, init,
-                 c.conns[init]->kind(), l.lat_us, l.gbps);
+      bool shm = std::string(c.conns[init]->kind()) == "shm";
+      bool time_link = !(c.oversubscribed && shm);
+      LinkCost cma{};
+      LinkCost l = probe_link(call, init, bulk, time_link, shm ? &cma : nullptr);
+      int t = shm ? 0 : 1;
+      if (time_link) {
+        f.lat[t] = std::max(f.lat[t], l.lat_us);
+        f.neg_bw[t] = std::max(f.neg_bw[t], -l.gbps);
+        QCCL_TRACE("INIT", "cost probe rank {} -> {} via {}: {:.2f} us, {:.2f} GB/s", r, init,
+                   c.conns[init]->kind(), l.lat_us, l.gbps);
+      }
+      if (cma.gbps > 0) {
+        f.cma_lat = std::max(f.cma_lat, cma.lat_us);
+        f.neg_cma_bw = std::max(f.neg_cma_bw, -cma.gbps);
+        QCCL_TRACE("INIT", "cost probe rank {} -> {} single copy: {:.2f} us per call, {:.2f} GB/s", r,
+                   init, cma.lat_us, cma.gbps);
+      }
     } else if (resp >= 0) {
       answer_link(call, resp, bulk);
     }
   }
   agree(call, &f);
   finish(call);
+  c.tuning.cma_min_bytes = cma_min;
   // In place: other fields (the topology's host counts) stay.
   CostModel& m = c.cost;
   m.shm = static_link_cost("shm");
@@ -234,6 +296,13 @@ void measure_cost_model(qcclComm& c) {
   if (f.oversubscribed > 0 && f.neg_bw[0] <= -1e300 && !bw_configured("shm"))
     m.shm.gbps = kOversubscribedShmGbps;
   m.use_slowest(f.in_use[0] > 0, f.in_use[1] > 0);
+  // Agreed too: the model may choose the direct all-reduce only where every
+  // rank can single-copy to every other.
+  m.cma_everywhere = f.no_cma == 0 && f.in_use[1] == 0;
+  if (f.cma_lat > 0) {
+    m.cma = LinkCost{f.cma_lat, -f.neg_cma_bw};
+    measured = true;
+  }
   m.reduce_gbps = configured_reduce_gbps() > 0 ? configured_reduce_gbps() : -f.neg_reduce;
   m.source = measured ? (configured ? "measured+configured" : "measured") : configured ? "configured" : "static";
 }

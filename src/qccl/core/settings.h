@@ -12,8 +12,5 @@ std::string forced_algo();            // QCCL_ALGO: auto or a name in algorithms
 int flight_recorder_entries();        // QCCL_FR_ENTRIES
 std::string flight_recorder_dir();    // QCCL_FR_DUMP_DIR
 bool cma_enabled();                   // QCCL_CMA (read when a communicator is created)
-size_t cma_min_bytes();               // QCCL_CMA_MIN_BYTES
-// QCCL_SPIN_US: microseconds a wait spins before yielding (default 0).
-double spin_us();
 
 }  // namespace qccl

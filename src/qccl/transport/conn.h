@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -74,6 +75,17 @@ class Conn {
   // Whether both sides can map each other's qcclMemAlloc buffers
   // (transport/shared_mem.h), probed at set-up: only shared memory offers it.
   virtual bool maps_peer_memory() const { return false; }
+
+  // A notice board per pair (shared memory only): a rank posts a few bytes
+  // for one collective, the peer reads them when it gets there, without a
+  // message in the stream (the direct all-reduce's buffer descriptors: a
+  // rank whose buffers rule the direct path out posts and moves on).
+  // board_post publishes n <= kBoardBytes bytes for collective `seq`;
+  // board_read copies the peer's notice when it is for `seq` (else false).
+  static constexpr size_t kBoardBytes = 120;
+  virtual bool has_board() const { return false; }
+  virtual void board_post(uint64_t /*seq*/, const void* /*p*/, size_t /*n*/) {}
+  virtual bool board_read(uint64_t /*seq*/, void* /*p*/, size_t /*n*/) { return false; }
 
   int peer() const { return peer_; }
   const std::string& peer_name() const { return peer_name_; }

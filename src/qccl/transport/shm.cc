@@ -5,7 +5,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <cstring>
 
 #include "core/debug.h"
+#include "transport/cma.h"
 #include "transport/shared_mem.h"
 #include "qk/base/env.h"
 
@@ -24,7 +24,7 @@ QK_ENV_INT(env_ring_bytes, "QCCL_SHM_RING_BYTES", 1 << 20,
            "Bytes in each shared-memory ring (one per direction per peer pair).");
 
 constexpr uint64_t kSegMagic = 0x51434353484d3031ull;  // "QCCSHM01"
-constexpr uint32_t kSegVersion = 2;  // 2: the set-up also probes shared buffers
+constexpr uint32_t kSegVersion = 3;  // 2: the set-up also probes shared buffers; 3: notice boards
 // Producers publish at least every slice so the consumer can start early
 // (64 KiB and the 1 MiB ring: not measured against other sizes).
 constexpr size_t kSlice = 64 << 10;
@@ -36,6 +36,13 @@ struct RingCtl {
   alignas(64) std::atomic<uint64_t> cma_acks;  // single-copy buffers the consumer finished
 };
 
+// Conn::board_post / board_read: a sequence lock, written by one side only.
+struct BoardSlot {
+  alignas(64) std::atomic<uint64_t> seq;  // collective + 1 once the notice is complete; odd writes pending
+  std::atomic<uint64_t> writes;           // bumped before and after each write (seqlock)
+  char data[Conn::kBoardBytes];
+};
+
 struct SegHeader {
   uint64_t magic;
   uint32_t version;
@@ -43,6 +50,7 @@ struct SegHeader {
   uint64_t ring_bytes;
   RingCtl ring[2];  // ring 0: low rank -> high rank; ring 1: high -> low
   char reason[2][256];  // why side 0 / side 1 closed, written before `closed`
+  BoardSlot board[2];   // posted by side 0 / side 1
 };
 
 constexpr size_t kDataOffset = (sizeof(SegHeader) + 4095) & ~size_t(4095);
@@ -57,16 +65,6 @@ struct AckMsg {
   char pad[7];
   uint64_t base;  // the opener's mapping
 };
-
-// Can this process read the peer's memory? Reads the peer's copy of the
-// segment magic through process_vm_readv (denied by ptrace policy, seccomp,
-// or different users).
-bool cma_probe(int pid, uint64_t base) {
-  uint64_t magic = 0;
-  iovec local{&magic, sizeof magic};
-  iovec remote{reinterpret_cast<void*>(base), sizeof magic};
-  return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof magic && magic == kSegMagic;
-}
 
 class ShmConn final : public Conn {
  public:
@@ -153,6 +151,24 @@ class ShmConn final : public Conn {
     rx_->tail.store(rx_tail_, std::memory_order_release);
   }
 
+  bool has_board() const override { return true; }
+  void board_post(uint64_t seq, const void* p, size_t n) override {
+    BoardSlot& b = static_cast<SegHeader*>(base_)->board[side_];
+    b.writes.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    std::memcpy(b.data, p, std::min(n, sizeof b.data));
+    b.seq.store(seq + 1, std::memory_order_relaxed);
+    b.writes.fetch_add(1, std::memory_order_release);
+  }
+  bool board_read(uint64_t seq, void* p, size_t n) override {
+    BoardSlot& b = static_cast<SegHeader*>(base_)->board[1 - side_];
+    uint64_t w = b.writes.load(std::memory_order_acquire);
+    if (w % 2 != 0 || b.seq.load(std::memory_order_relaxed) != seq + 1) return false;
+    std::memcpy(p, b.data, std::min(n, sizeof b.data));
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return b.writes.load(std::memory_order_relaxed) == w;
+  }
+
   bool cma() const override { return cma_; }
   bool maps_peer_memory() const override { return maps_; }
   int peer_pid() const override { return peer_pid_; }
@@ -205,6 +221,8 @@ class ShmConn final : public Conn {
 std::atomic<uint64_t> g_seg_counter{0};
 
 }  // namespace
+
+size_t shm_ring_bytes() { return static_cast<size_t>(std::max<int64_t>(0, env_ring_bytes.get())); }
 
 std::unique_ptr<Conn> make_shm_conn(int my_rank, int peer, std::string peer_name, Fd ctl,
                                     int peer_pid, bool want_cma, const Deadline& dl) {
@@ -294,8 +312,10 @@ std::unique_ptr<Conn> make_shm_conn(int my_rank, int peer, std::string peer_name
       recv_all(ctl.get(), &theirs, 1, dl, peer_name);
       return mine && theirs == 1;
     };
-    // Single copy: both sides may read each other.
-    cma = both(want_cma && cma_probe(peer_pid, peer_base));
+    // Single copy: both sides may read and write each other (the probe reads
+    // the peer's copy of the segment magic and writes it back; ptrace policy,
+    // seccomp or different users deny it).
+    cma = both(want_cma && cma_probe(peer_pid, peer_base, kSegMagic));
     // Shared buffers (qcclMemAlloc): both sides may map each other's. Our
     // probe lives until the peer's answer says it is done with it.
     SharedProbe probe;

@@ -19,6 +19,9 @@ namespace qccl {
 // nothing is left in /dev/shm even if a rank is killed later. With want_cma
 // both sides probe process_vm_readv on each other and enable single-copy
 // transfers when both succeed.
+// Bytes in each ring (QCCL_SHM_RING_BYTES).
+size_t shm_ring_bytes();
+
 std::unique_ptr<Conn> make_shm_conn(int my_rank, int peer, std::string peer_name, Fd ctl,
                                     int peer_pid, bool want_cma, const Deadline& dl);
 

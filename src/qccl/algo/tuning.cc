@@ -1,0 +1,162 @@
+#include "algo/tuning.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <vector>
+
+#include "algo/cost_model.h"
+#include "core/debug.h"
+#include "qk/base/env.h"
+#include "qk/base/error.h"
+
+namespace qccl {
+
+namespace {
+
+QK_ENV_DOUBLE(env_spin_us, "QCCL_SPIN_US", -1.0,
+              "Microseconds a waiting rank polls before it yields its core (-1: the measured cost "
+              "of one sched_yield).");
+QK_ENV_INT(env_cma_min, "QCCL_CMA_MIN_BYTES", -1,
+           "Messages at least this large use single-copy CMA on shared memory (-1: where the "
+           "measured single-copy figures beat the shared-memory ring's).");
+QK_ENV_INT(env_direct_min, "QCCL_DIRECT_MIN_BYTES", -1,
+           "Smallest all-reduce (bytes) that checks for shared buffers (-1: where the check costs "
+           "at most 5% of the call by the cost model; QCCL_ALGO=direct: any size).");
+
+// Spinning longer than this never pays, whatever a yield costs (a yield
+// that costs more is the scheduler running someone else).
+constexpr double kMaxSpinNs = 20000;
+
+size_t sysconf_bytes(int name) {
+  long v = ::sysconf(name);
+  return v > 0 ? static_cast<size_t>(v) : 0;
+}
+
+size_t pow2_floor(size_t v) {
+  size_t p = 1;
+  while (p * 2 <= v) p *= 2;
+  return p;
+}
+
+std::string bytes_str(size_t b) {
+  if (b == SIZE_MAX) return "never";
+  if (b >= (1 << 20) && b % (1 << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b >= 1024 && b % 1024 == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+}  // namespace
+
+CacheSizes cache_sizes() {
+  // sysfs first: what the kernel read from the CPU. glibc's sysconf decodes
+  // cpuid itself and can be far off in a VM (an EPYC guest with a 32 MiB L3:
+  // _SC_LEVEL3_CACHE_SIZE said 320 MiB).
+  CacheSizes c;
+  int llc_level = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level(dir + "level"), type(dir + "type"), size(dir + "size");
+    int lv = 0;
+    std::string ty, sz;
+    if (!(level >> lv) || !(type >> ty) || !(size >> sz) || sz.empty()) break;
+    size_t bytes = std::strtoull(sz.c_str(), nullptr, 10);
+    if (sz.back() == 'K') bytes <<= 10;
+    else if (sz.back() == 'M') bytes <<= 20;
+    if (lv == 1 && ty == "Data") c.l1d = bytes;
+    if (lv == 2 && ty == "Unified") c.l2 = bytes;
+    if (lv >= 2 && ty == "Unified" && lv >= llc_level) {
+      llc_level = lv;
+      c.llc = bytes;
+    }
+  }
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+  if (c.l1d == 0) c.l1d = sysconf_bytes(_SC_LEVEL1_DCACHE_SIZE);
+  if (c.l2 == 0) c.l2 = sysconf_bytes(_SC_LEVEL2_CACHE_SIZE);
+  if (c.llc == 0) c.llc = sysconf_bytes(_SC_LEVEL3_CACHE_SIZE);
+#endif
+  if (c.llc == 0) c.llc = c.l2;
+  return c;
+}
+
+double measure_yield_ns() {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kBatches = 8, kPerBatch = 16;
+  std::vector<double> ns;
+  for (int b = 0; b < kBatches; ++b) {
+    auto t = Clock::now();
+    for (int i = 0; i < kPerBatch; ++i) ::sched_yield();
+    ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t).count() / kPerBatch);
+  }
+  // Another process that takes the core during a batch only adds: the lower quartile.
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 4];
+}
+
+Tuning machine_tuning(const CacheSizes& caches, int ranks_on_host) {
+  Tuning t;
+  // Fallbacks where the C library does not know a size: common x86 sizes.
+  if (caches.l1d > 0) t.direct_chunk = std::clamp<size_t>(pow2_floor(caches.l1d), 8 << 10, 256 << 10);
+  if (caches.l2 > 0) t.cma_chunk = std::clamp<size_t>(pow2_floor(caches.l2 / 8), 32 << 10, 2 << 20);
+  if (caches.llc > 0) t.stream_from = std::max<size_t>(64 << 10, caches.llc / (2 * std::max(ranks_on_host, 1)));
+  double spin_us = env_spin_us.reload();
+  if (spin_us >= 0) {
+    t.spin_ns = spin_us * 1e3;
+  } else {
+    t.yield_ns = measure_yield_ns();
+    t.spin_ns = std::min(t.yield_ns, kMaxSpinNs);
+  }
+  return t;
+}
+
+void derive_thresholds(Tuning& t, const CostModel& m, int nranks, bool oversubscribed, size_t ring_bytes) {
+  int64_t cma_env = env_cma_min.reload();
+  if (cma_env >= 0) {
+    t.cma_min_bytes = static_cast<size_t>(cma_env);
+  } else if (oversubscribed) {
+    // A message that fits in the ring lets the sender go on while the
+    // receiver waits for a core; a single-copy one keeps the sender until the
+    // receiver has run (4 ranks on 2 cores, 1 MiB all-reduce: 0.42 ms
+    // through the rings, 1.65 ms single copy from 256 KiB).
+    t.cma_min_bytes = ring_bytes + 1;
+  } else {
+    // From twice a single-copy piece (a quarter of the L2) a message and its
+    // copy in the ring no longer share the L2, and the ring's second copy goes
+    // out to the L3 or memory while single copy moves each byte once (2 ranks
+    // on the 2-core EPYC VM, median of 5: 1 MiB all-reduces 0.64 ms through
+    // the rings, 0.42 with single copy from 256 KiB; 64 KiB alike).
+    t.cma_min_bytes = 2 * t.cma_chunk;
+  }
+  int64_t direct_env = env_direct_min.reload();
+  if (direct_env >= 0) {
+    t.direct_min_bytes = static_cast<size_t>(direct_env);
+  } else {
+    // Where buffers turn out not to be shared, the descriptor exchange was
+    // spent for nothing: take it from where it is at most 5% of the call.
+    double exchange = m.alpha_us * (1 + 0.25 * (std::max(nranks, 2) - 2));
+    t.direct_min_bytes = size_t(1) << 30;
+    for (size_t b = 1024; b <= (size_t(1) << 30); b *= 2) {
+      Algo a = choose(m, "auto", Coll::kAllReduce, std::max(nranks, 2), b);
+      if (a == Algo::kDirect || exchange <= 0.05 * predict_us(m, Coll::kAllReduce, a, std::max(nranks, 2), b)) {
+        t.direct_min_bytes = b;
+        break;
+      }
+    }
+  }
+}
+
+std::string Tuning::describe() const {
+  return fmt::format(
+      "spin {:.0f} ns{}, single copy from {} in {} pieces, shared-buffer check from {}, direct chunk {}, "
+      "streaming stores from {}",
+      spin_ns, yield_ns > 0 ? fmt::format(" (a yield costs {:.0f} ns)", yield_ns) : std::string(),
+      bytes_str(cma_min_bytes), bytes_str(cma_chunk), bytes_str(direct_min_bytes), bytes_str(direct_chunk),
+      bytes_str(stream_from));
+}
+
+}  // namespace qccl
