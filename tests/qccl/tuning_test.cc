@@ -51,13 +51,19 @@ TEST(Tuning, SpinIsTheMeasuredCostOfAYield) {
   EXPECT_NE(t.describe().find("a yield costs"), std::string::npos) << t.describe();
 }
 
-TEST(Tuning, SingleCopyThresholdFollowsTheL2AndTheCoreCount) {
+TEST(Tuning, SingleCopyThresholdFollowsTheCacheAndTheCoreCount) {
   CostModel m;
+  m.llc_bytes = 32 << 20;
+  m.host_ranks = 2;
   Tuning t = machine_tuning(CacheSizes{32 << 10, 1 << 20, 32 << 20}, 2);
   derive_thresholds(t, m, 2, /*oversubscribed=*/false, 1 << 20);
-  EXPECT_EQ(t.cma_min_bytes, size_t(256) << 10);  // two pieces: a quarter of the L2
-  derive_thresholds(t, m, 4, /*oversubscribed=*/true, 1 << 20);
-  EXPECT_EQ(t.cma_min_bytes, (size_t(1) << 20) + 1);  // never what fits in the ring
+  EXPECT_EQ(t.cma_min_bytes, size_t(8) << 20);  // 2 ranks x (send + receive) fill the LLC
+  m.host_ranks = 16;
+  derive_thresholds(t, m, 16, /*oversubscribed=*/true, 4 << 20);
+  EXPECT_EQ(t.cma_min_bytes, (size_t(4) << 20) + 1);  // never what fits in the ring
+  m.llc_bytes = 0;  // unknown: two single-copy pieces
+  derive_thresholds(t, m, 2, false, 1 << 20);
+  EXPECT_EQ(t.cma_min_bytes, 2 * t.cma_chunk);
   ::setenv("QCCL_CMA_MIN_BYTES", "4096", 1);
   ::setenv("QCCL_DIRECT_MIN_BYTES", "12345", 1);
   derive_thresholds(t, m, 4, true, 1 << 20);

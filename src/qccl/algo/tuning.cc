@@ -118,19 +118,20 @@ void derive_thresholds(Tuning& t, const CostModel& m, int nranks, bool oversubsc
   int64_t cma_env = env_cma_min.reload();
   if (cma_env >= 0) {
     t.cma_min_bytes = static_cast<size_t>(cma_env);
-  } else if (oversubscribed) {
-    // A message that fits in the ring lets the sender go on while the
-    // receiver waits for a core; a single-copy one keeps the sender until the
-    // receiver has run (4 ranks on 2 cores, 1 MiB all-reduce: 0.42 ms
-    // through the rings, 1.65 ms single copy from 256 KiB).
-    t.cma_min_bytes = ring_bytes + 1;
   } else {
-    // From twice a single-copy piece (a quarter of the L2) a message and its
-    // copy in the ring no longer share the L2, and the ring's second copy goes
-    // out to the L3 or memory while single copy moves each byte once (2 ranks
-    // on the 2-core EPYC VM, median of 5: 1 MiB all-reduces 0.64 ms through
-    // the rings, 0.42 with single copy from 256 KiB; 64 KiB alike).
-    t.cma_min_bytes = 2 * t.cma_chunk;
+    // Single copy pays the kernel's page pinning on every call; the rings pay
+    // a second copy, which is cheap while the buffers stay in the last-level
+    // cache (cache to cache) and costs a trip through memory once they do
+    // not. So: from where the host's ranks' send and receive buffers (2 S per
+    // rank) outgrow the LLC. 2 ranks on the 2-core EPYC VM (32 MiB L3),
+    // all-reduce medians of 3: 1 MiB 0.09 ms through the rings against 0.15
+    // single copy, 4 MiB 0.45 against 0.58, 16 MiB 4.6 against 3.7.
+    t.cma_min_bytes = m.llc_bytes > 0 ? m.llc_bytes / (2 * std::max(m.host_ranks, 1)) : 2 * t.cma_chunk;
+    // With more ranks than cores a message that fits in the ring lets the
+    // sender go on while the receiver waits for a core; a single-copy one
+    // keeps the sender until the receiver has run (4 ranks on 2 cores, 1 MiB
+    // all-reduce: 0.42 ms through the rings, 1.65 ms single copy from 256 KiB).
+    if (oversubscribed) t.cma_min_bytes = std::max(t.cma_min_bytes, ring_bytes + 1);
   }
   int64_t direct_env = env_direct_min.reload();
   if (direct_env >= 0) {

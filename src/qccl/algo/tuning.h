@@ -10,10 +10,11 @@
 //                     so operand, result and destination lines stay in it
 //   stream_from       non-temporal stores from this size: when the ranks'
 //                     send and receive buffers no longer fit in the last-level cache
-//   cma_min_bytes     engine messages go single-copy from this size: a quarter
-//                     of the L2 (where a message and its ring copy outgrow
-//                     it), or never below the ring's size with more ranks than
-//                     cores (a ring lets the sender go on without the receiver)
+//   cma_min_bytes     engine messages go single-copy from this size: where the
+//                     host's ranks' buffers outgrow the last-level cache (the
+//                     rings' second copy then goes through memory), and never
+//                     below the ring's size with more ranks than cores (a ring
+//                     lets the sender go on without the receiver)
 //   direct_min_bytes  all-reduces check for shared buffers from this size:
 //                     where that check costs at most 5% of the call
 //
