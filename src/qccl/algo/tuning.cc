@@ -1,6 +1,7 @@
 #include "algo/tuning.h"
 
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "algo/cost_model.h"
+#include "transport/registry.h"
 #include "core/debug.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
@@ -25,6 +27,9 @@ QK_ENV_DOUBLE(env_spin_us, "QCCL_SPIN_US", -1.0,
 QK_ENV_INT(env_cma_min, "QCCL_CMA_MIN_BYTES", -1,
            "Messages at least this large use single-copy CMA on shared memory (-1: where the "
            "measured single-copy figures beat the shared-memory ring's).");
+QK_ENV_INT(env_register_min, "QCCL_REGISTER_MIN_BYTES", -1,
+           "Smallest all-reduce (bytes) whose plain buffers are registered for direct access (-1: where "
+           "checking a registration costs at most 5% of the call by the cost model).");
 QK_ENV_INT(env_direct_min, "QCCL_DIRECT_MIN_BYTES", -1,
            "Smallest all-reduce (bytes) that checks for shared buffers (-1: where the check costs "
            "at most 5% of the call by the cost model; QCCL_ALGO=direct: any size).");
@@ -98,6 +103,25 @@ double measure_yield_ns() {
   return ns[ns.size() / 4];
 }
 
+double measure_validate_ns() {
+  // A one-page memfd mapping checked the way registry.cc checks one.
+  int fd = ::memfd_create("qccl-probe", MFD_CLOEXEC);
+  if (fd < 0) return 0;
+  void* p = ::ftruncate(fd, 4096) == 0 ? ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  ::close(fd);
+  if (p == MAP_FAILED) return 0;
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> ns;
+  for (int i = 0; i < 9; ++i) {
+    auto t = Clock::now();
+    registration_still_holds(p, 4096);
+    ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t).count());
+  }
+  ::munmap(p, 4096);
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2];
+}
+
 Tuning machine_tuning(const CacheSizes& caches, int ranks_on_host) {
   Tuning t;
   // Fallbacks where the C library does not know a size: common x86 sizes.
@@ -111,8 +135,11 @@ Tuning machine_tuning(const CacheSizes& caches, int ranks_on_host) {
     t.yield_ns = measure_yield_ns();
     t.spin_ns = std::min(t.yield_ns, kMaxSpinNs);
   }
+  t.validate_ns = measure_validate_ns();
   return t;
 }
+
+void derive_register_min(Tuning& t, const CostModel& m, int nranks);
 
 void derive_thresholds(Tuning& t, const CostModel& m, int nranks, bool oversubscribed, size_t ring_bytes) {
   int64_t cma_env = env_cma_min.reload();
@@ -149,15 +176,34 @@ void derive_thresholds(Tuning& t, const CostModel& m, int nranks, bool oversubsc
       }
     }
   }
+  derive_register_min(t, m, nranks);
+}
+
+void derive_register_min(Tuning& t, const CostModel& m, int nranks) {
+  int64_t env = env_register_min.reload();
+  if (env >= 0) {
+    t.register_min_bytes = static_cast<size_t>(env);
+    return;
+  }
+  // A call checks its two buffers' registrations.
+  double check_us = 2 * t.validate_ns / 1e3;
+  t.register_min_bytes = size_t(1) << 30;
+  for (size_t b = 4096; b <= (size_t(1) << 30); b *= 2) {
+    Algo a = choose(m, "auto", Coll::kAllReduce, std::max(nranks, 2), b);
+    if (check_us <= 0.05 * predict_us(m, Coll::kAllReduce, a, std::max(nranks, 2), b)) {
+      t.register_min_bytes = b;
+      break;
+    }
+  }
 }
 
 std::string Tuning::describe() const {
   return fmt::format(
-      "spin {:.0f} ns{}, single copy from {} in {} pieces, shared-buffer check from {}, direct chunk {}, "
-      "streaming stores from {}",
+      "spin {:.0f} ns{}, single copy from {} in {} pieces, shared-buffer check from {}, plain buffers "
+      "registered from {} (a check costs {:.1f} us), direct chunk {}, streaming stores from {}",
       spin_ns, yield_ns > 0 ? fmt::format(" (a yield costs {:.0f} ns)", yield_ns) : std::string(),
-      bytes_str(cma_min_bytes), bytes_str(cma_chunk), bytes_str(direct_min_bytes), bytes_str(direct_chunk),
-      bytes_str(stream_from));
+      bytes_str(cma_min_bytes), bytes_str(cma_chunk), bytes_str(direct_min_bytes), bytes_str(register_min_bytes),
+      validate_ns / 1e3, bytes_str(direct_chunk), bytes_str(stream_from));
 }
 
 }  // namespace qccl

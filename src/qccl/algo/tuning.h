@@ -17,6 +17,9 @@
 //                     lets the sender go on without the receiver)
 //   direct_min_bytes  all-reduces check for shared buffers from this size:
 //                     where that check costs at most 5% of the call
+//   register_min_bytes  plain buffers are looked up and registered
+//                     (transport/registry.h) from this size: where checking a
+//                     registration (timed at init) costs at most 5% of the call
 //
 // QCCL_SPIN_US, QCCL_CMA_MIN_BYTES and QCCL_DIRECT_MIN_BYTES override the
 // derived values; QCCL_DEBUG=INFO prints them with the init time.
@@ -37,6 +40,8 @@ struct Tuning {
   size_t stream_from = 4 << 20;
   size_t cma_min_bytes = 256 << 10;
   size_t direct_min_bytes = 64 << 10;
+  size_t register_min_bytes = 1 << 20;
+  double validate_ns = 0;  // measured cost of checking one registration
   std::string describe() const;  // one line for the INFO log
 };
 
@@ -54,5 +59,7 @@ Tuning machine_tuning(const CacheSizes& caches, int ranks_on_host);
 void derive_thresholds(Tuning& t, const CostModel& m, int nranks, bool oversubscribed, size_t ring_bytes);
 // Cost of one sched_yield that returns at once, in ns (lower quartile of batches).
 double measure_yield_ns();
+// Cost of checking that one registration still holds (registry.h), in ns.
+double measure_validate_ns();
 
 }  // namespace qccl

@@ -31,7 +31,7 @@ std::atomic<uint64_t> g_next_id{1};
 
 constexpr size_t kMaxPeerMappings = 256;  // per communicator; the least recently used go first
 
-std::string memfd_name(uint64_t id) { return "qccl-" + std::to_string(id); }
+std::string memfd_name(uint64_t id) { return shared_memfd_name(id); }
 
 size_t page_round(size_t n) {
   size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -40,10 +40,13 @@ size_t page_round(size_t n) {
 
 }  // namespace
 
+uint64_t new_shared_id() { return g_next_id.fetch_add(1); }
+std::string shared_memfd_name(uint64_t id) { return "qccl-" + std::to_string(id); }
+
 void* shared_alloc(size_t bytes) {
   QK_CHECK(bytes > 0, "qcclMemAlloc: size must be positive");
   size_t len = page_round(bytes);
-  uint64_t id = g_next_id.fetch_add(1);
+  uint64_t id = new_shared_id();
   int fd = ::memfd_create(memfd_name(id).c_str(), MFD_CLOEXEC);
   if (fd < 0)
     QK_THROW(qk::IoError, "qcclMemAlloc: memfd_create failed: ", qk::detail::errno_string(errno));
@@ -97,7 +100,7 @@ PeerMappings::~PeerMappings() {
   for (auto& [key, m] : maps_) ::munmap(m.base, m.bytes);
 }
 
-char* PeerMappings::map(int peer_pid, const SharedRef& ref, const std::string& who) {
+char* PeerMappings::map(int peer_pid, const SharedRef& ref, const std::string& who, uint64_t peer_base) {
   auto key = std::make_pair(peer_pid, ref.id);
   auto it = maps_.find(key);
   if (it != maps_.end() && it->second.bytes == ref.region_bytes) {
@@ -137,6 +140,19 @@ char* PeerMappings::map(int peer_pid, const SharedRef& ref, const std::string& w
     ::munmap(it->second.base, it->second.bytes);
     maps_.erase(it);
   }
+  if (peer_base != 0) {
+    for (auto j = maps_.begin(); j != maps_.end();) {
+      const Mapping& m = j->second;
+      bool overlaps = j->first.first == peer_pid && m.peer_base != 0 && m.peer_base < peer_base + ref.region_bytes &&
+                      peer_base < m.peer_base + m.bytes;
+      if (overlaps) {
+        ::munmap(m.base, m.bytes);
+        j = maps_.erase(j);
+      } else {
+        ++j;
+      }
+    }
+  }
   if (maps_.size() >= kMaxPeerMappings) {
     auto lru = maps_.begin();
     for (auto j = maps_.begin(); j != maps_.end(); ++j)
@@ -144,7 +160,7 @@ char* PeerMappings::map(int peer_pid, const SharedRef& ref, const std::string& w
     ::munmap(lru->second.base, lru->second.bytes);
     maps_.erase(lru);
   }
-  maps_[key] = Mapping{static_cast<char*>(p), ref.region_bytes, ++uses_};
+  maps_[key] = Mapping{static_cast<char*>(p), ref.region_bytes, ++uses_, peer_base};
   return static_cast<char*>(p);
 }
 

@@ -38,6 +38,11 @@ void shared_free(void* p);
 // The allocation holding [p, p + n), if any.
 std::optional<SharedRef> find_shared(const void* p, size_t n);
 
+// Allocation ids (never reused in a process) and the memfd name that carries
+// one, so a peer can tell it opened the right file (registry.h uses them too).
+uint64_t new_shared_id();
+std::string shared_memfd_name(uint64_t id);
+
 // A peer's allocations, mapped into this process on first use and kept until
 // the communicator goes (a freed one stays mapped until then or until evicted:
 // the ids are never reused, so a stale mapping is never mistaken for a new one).
@@ -49,13 +54,18 @@ class PeerMappings {
   PeerMappings& operator=(const PeerMappings&) = delete;
   // The base of the peer's allocation `ref` in this process. Throws
   // RemoteError when it cannot be opened or is not what the peer said.
-  char* map(int peer_pid, const SharedRef& ref, const std::string& who);
+  // peer_base: where the allocation lies in the peer; mappings of older
+  // allocations of the peer over the same addresses are stale (freed, or
+  // registered anew) and go.
+  char* map(int peer_pid, const SharedRef& ref, const std::string& who, uint64_t peer_base = 0);
+  size_t size() const { return maps_.size(); }
 
  private:
   struct Mapping {
     char* base;
     size_t bytes;
     uint64_t last_use;
+    uint64_t peer_base;
   };
   std::map<std::pair<int, uint64_t>, Mapping> maps_;  // (pid, id)
   uint64_t uses_ = 0;
