@@ -55,6 +55,7 @@ for ((round = 0; round < ROUNDS; ++round)); do
     for R in 0 1; do
       f="$OUT/qccl_${NP}_${R}_$round.txt"
       : > "$f"
+      sleep 1  # the last run's teardown (hundreds of MB freed) settles first
       "$QK" perf all_reduce --np "$NP" -b 8 -e "$SMALL_MAX" -f 2 -n "$SMALL_ITERS" -w 20 -c 1 -R "$R" \
         -d float -o sum >> "$f"
       "$QK" perf all_reduce --np "$NP" -b $((SMALL_MAX * 2)) -e "$MID_MAX" -f 2 -n "$MID_ITERS" -w "$WARMUP" \
@@ -65,6 +66,7 @@ for ((round = 0; round < ROUNDS; ++round)); do
         { cat "$f"; echo "qccl check failed" >&2; exit 2; }
     done
     f="$OUT/mpi_${NP}_$round.txt"
+    sleep 1
     "${MPIRUN[@]}" -np "$NP" "$OUT/mpi_allreduce" 8 "$SMALL_MAX" 2 "$SMALL_ITERS" 20 > "$f"
     "${MPIRUN[@]}" -np "$NP" "$OUT/mpi_allreduce" $((SMALL_MAX * 2)) "$MID_MAX" 2 "$MID_ITERS" "$WARMUP" >> "$f"
     "${MPIRUN[@]}" -np "$NP" "$OUT/mpi_allreduce" $((MID_MAX * 2)) "$MAX" 2 "$ITERS" "$WARMUP" >> "$f"

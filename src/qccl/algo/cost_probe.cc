@@ -145,6 +145,7 @@ struct Figures {
   double cma_lat;      // single copy, us per call; 0: not measured
   double neg_cma_bw;   // minus GB/s; -inf: not measured
   double no_cma;       // 1 where some rank cannot single-copy to some peer
+  double validate_ns;  // checking a registration (Tuning): the slowest rank's, so all register alike
 };
 
 // Local reduction speed: float sums over the bulk buffer, best of three.
@@ -219,7 +220,8 @@ void measure_cost_model(qcclComm& c) {
   Call call(c, "cost-probe", MsgKind::kProbe, kBulkBytes, "probe");
   char* bulk = scratch(c, kBulkBytes);
   std::memset(bulk, 0, kBulkBytes);  // fault the pages in before timing
-  Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk), c.oversubscribed ? 1.0 : 0.0, 0, -1e300, 0};
+  Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk), c.oversubscribed ? 1.0 : 0.0, 0, -1e300, 0,
+             c.tuning.validate_ns};
   for (auto& conn : c.conns)
     if (conn) {
       f.in_use[std::string(conn->kind()) == "tcp" ? 1 : 0] = 1;
@@ -274,6 +276,7 @@ void measure_cost_model(qcclComm& c) {
   agree(call, &f);
   finish(call);
   c.tuning.cma_min_bytes = cma_min;
+  c.tuning.validate_ns = f.validate_ns;
   // In place: other fields (the topology's host counts) stay.
   CostModel& m = c.cost;
   m.shm = static_link_cost("shm");

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -37,6 +38,8 @@ struct Reg {
   int fd;
   uint64_t id;
   uint64_t last_use;
+  dev_t dev;  // the memfd's identity: its name is not unique (a peer's
+  ino_t ino;  // allocation mapped here may carry the same one)
 };
 
 struct Registry {
@@ -55,17 +58,18 @@ size_t page_size() {
   return p;
 }
 
-// Whether [lo, hi) is still the mapping of memfd `id` (a freed range mapped
-// anew is private memory, or another file).
-bool still_mapped(uintptr_t lo, uintptr_t hi, uint64_t id) {
-  char path[96], link[256];
+// Whether [lo, hi) is still exactly one mapping of the file (dev, ino): a
+// freed range mapped anew is private memory, or another file. By identity,
+// not by name: a peer's allocation that this process maps can carry the
+// same memfd name and land on the very addresses a freed registration left
+// (DirectCma.ForcedOnPlainBuffersIsExactForEveryOp caught a name check
+// taking one for the other).
+bool still_mapped(uintptr_t lo, uintptr_t hi, dev_t dev, ino_t ino) {
+  char path[96];
   std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(lo),
                 static_cast<unsigned long>(hi));
-  ssize_t k = ::readlink(path, link, sizeof link - 1);
-  if (k <= 0) return false;
-  link[k] = '\0';
-  std::string want = "/memfd:" + shared_memfd_name(id);
-  return std::strncmp(link, want.c_str(), want.size()) == 0 && (link[want.size()] == '\0' || link[want.size()] == ' ');
+  struct stat st {};
+  return ::stat(path, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
 }
 
 // Whether every page of [lo, hi) is private anonymous read-write memory
@@ -130,24 +134,29 @@ void move_to_private(uintptr_t lo, uintptr_t hi) {
 
 // Private pages back under whatever is still mapped from memfd `id` (all of
 // the range, or what is left of it after the program unmapped a part).
-void give_back(uintptr_t lo, uintptr_t hi, uint64_t id) {
-  if (still_mapped(lo, hi, id)) {
-    move_to_private(lo, hi);
+void give_back(const Reg& g, uintptr_t lo) {
+  if (still_mapped(lo, g.hi, g.dev, g.ino)) {
+    move_to_private(lo, g.hi);
     return;
   }
+  // What is left of it after the program unmapped a part: lines of
+  // /proc/self/maps with its inode, checked by identity one by one.
   std::ifstream maps("/proc/self/maps");
-  std::string line, name = "/memfd:" + shared_memfd_name(id) + " ";
+  std::string line;
   std::vector<std::pair<uintptr_t, uintptr_t>> left;
   while (std::getline(maps, line)) {
-    unsigned long a = 0, b = 0;
-    if (line.find(name) != std::string::npos && std::sscanf(line.c_str(), "%lx-%lx", &a, &b) == 2) left.emplace_back(a, b);
+    unsigned long a = 0, b = 0, off = 0, inode = 0;
+    char perms[8] = {0}, dev[16] = {0};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %15s %lu", &a, &b, perms, &off, dev, &inode) == 6 &&
+        inode == g.ino && still_mapped(a, b, g.dev, g.ino))
+      left.emplace_back(a, b);
   }
   for (auto [a, b] : left) move_to_private(a, b);
 }
 
 void drop_locked(Registry& r, std::map<uintptr_t, Reg>::iterator it) {
   r.generation.fetch_add(1);
-  give_back(it->first, it->second.hi, it->second.id);
+  give_back(it->second, it->first);
   ::close(it->second.fd);
   r.regs.erase(it);
 }
@@ -194,7 +203,7 @@ std::optional<Registration> registered(const void* p, size_t n, bool register_if
   if (it != r.regs.begin()) {
     --it;
     if (it->second.hi >= hi) {
-      if (still_mapped(it->first, it->second.hi, it->second.id)) {
+      if (still_mapped(it->first, it->second.hi, it->second.dev, it->second.ino)) {
         it->second.last_use = ++r.uses;
         Registration reg;
         reg.ref.id = it->second.id;
@@ -219,7 +228,7 @@ std::optional<Registration> registered(const void* p, size_t n, bool register_if
   // Registrations this one overlaps are replaced by it, and the ones the
   // program has freed since (their memfd would otherwise live on) go.
   for (auto j = r.regs.begin(); j != r.regs.end();) {
-    if ((j->first < hi && lo < j->second.hi) || !still_mapped(j->first, j->second.hi, j->second.id)) {
+    if ((j->first < hi && lo < j->second.hi) || !still_mapped(j->first, j->second.hi, j->second.dev, j->second.ino)) {
       auto next = std::next(j);
       drop_locked(r, j);
       j = next;
@@ -237,7 +246,13 @@ std::optional<Registration> registered(const void* p, size_t n, bool register_if
   uint64_t id = new_shared_id();
   int fd = move_to_memfd(lo, hi, id);
   if (fd < 0) return std::nullopt;
-  r.regs[lo] = Reg{hi, fd, id, ++r.uses};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {  // cannot happen on a memfd we hold; keep the pages private then
+    move_to_private(lo, hi);
+    ::close(fd);
+    return std::nullopt;
+  }
+  r.regs[lo] = Reg{hi, fd, id, ++r.uses, st.st_dev, st.st_ino};
   QCCL_TRACE("SHM", "registered [{:#x}, {:#x}) ({} KiB) as shared memory {}", lo, hi, (hi - lo) >> 10, id);
   Registration reg;
   reg.ref.id = id;
@@ -256,11 +271,11 @@ void unregister_all() {
 }
 
 bool registration_still_holds(const void* p, size_t n) {
-  char path[96], link[256];
+  char path[96];
   std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", reinterpret_cast<unsigned long>(p),
                 reinterpret_cast<unsigned long>(p) + static_cast<unsigned long>(n));
-  ssize_t k = ::readlink(path, link, sizeof link - 1);
-  return k > 0 && std::strncmp(link, "/memfd:qccl-", 12) == 0;
+  struct stat st {};
+  return ::stat(path, &st) == 0 && st.st_nlink == 0;  // a memfd: no name in any directory
 }
 
 uint64_t generation() { return registry().generation.load(); }
