@@ -18,10 +18,16 @@
 #include "comm.h"
 #include "data.h"
 #include "ranks.h"
+#include "algo/tuning.h"
 #include "transport/registry.h"
 
 namespace qccl {
 namespace {
+
+// Registrations are checked through /proc/self/map_files; where that cannot
+// be read (some containers) qccl never registers, and these tests skip.
+#define SKIP_WITHOUT_MAP_FILES() \
+  if (measure_validate_ns() >= 1e12) GTEST_SKIP() << "/proc/self/map_files cannot be read here"
 
 std::string backing(const void* lo, size_t len) {
   char path[96], link[256];
@@ -32,6 +38,7 @@ std::string backing(const void* lo, size_t len) {
 }
 
 TEST(Registry, SecondSightingMovesWholePagesAndKeepsTheContents) {
+  SKIP_WITHOUT_MAP_FILES();
   unregister_all();
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t n = 64 * page + 123;
@@ -64,6 +71,7 @@ TEST(Registry, SecondSightingMovesWholePagesAndKeepsTheContents) {
 }
 
 TEST(Registry, AFreedRangeIsNeverTakenForItsSuccessor) {
+  SKIP_WITHOUT_MAP_FILES();
   unregister_all();
   const size_t len = 1 << 20;
   void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -104,6 +112,7 @@ TEST(Registry, FileBackedAndReadOnlyMemoryNeverMoves) {
 }
 
 TEST(Registry, ForkGivesPrivatePagesBack) {
+  SKIP_WITHOUT_MAP_FILES();
   unregister_all();
   const size_t len = 1 << 20;
   std::vector<char> buf(len, 3);
@@ -137,6 +146,7 @@ TEST(DirectRegistered, ReusedPlainBuffersGoDirect) {
   auto r = run_ranks(3, [](const Rank& me) {
     qcclComm_t comm = me.init();
     REQUIRE(comm->cost.cma_everywhere, "single copy not measured on every pair");
+    if (comm->tuning.validate_ns >= 1e12) return;  // registrations cannot be checked here: never made
     comm->cost.llc_bytes = size_t(1) << 40;  // keep the single-copy rule out of the way
     comm->tuning.register_min_bytes = 64 << 10;  // the size below, whatever a check costs here
     for (bool in_place : {false, true}) {

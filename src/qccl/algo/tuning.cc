@@ -104,20 +104,25 @@ double measure_yield_ns() {
 }
 
 double measure_validate_ns() {
+  constexpr double kUncheckable = 1e12;
   // A one-page memfd mapping checked the way registry.cc checks one.
   int fd = ::memfd_create("qccl-probe", MFD_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return kUncheckable;
   void* p = ::ftruncate(fd, 4096) == 0 ? ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   ::close(fd);
-  if (p == MAP_FAILED) return 0;
+  if (p == MAP_FAILED) return kUncheckable;
   using Clock = std::chrono::steady_clock;
   std::vector<double> ns;
+  bool holds = true;
   for (int i = 0; i < 9; ++i) {
     auto t = Clock::now();
-    registration_still_holds(p, 4096);
+    holds &= registration_still_holds(p, 4096);
     ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t).count());
   }
   ::munmap(p, 4096);
+  // Where /proc/self/map_files cannot be read (some containers) a
+  // registration could never be checked: too dear to ever register.
+  if (!holds) return kUncheckable;
   std::sort(ns.begin(), ns.end());
   return ns[ns.size() / 2];
 }
@@ -183,6 +188,10 @@ void derive_register_min(Tuning& t, const CostModel& m, int nranks) {
   int64_t env = env_register_min.reload();
   if (env >= 0) {
     t.register_min_bytes = static_cast<size_t>(env);
+    return;
+  }
+  if (t.validate_ns >= 1e12) {  // measure_validate_ns: registrations cannot be checked here
+    t.register_min_bytes = SIZE_MAX;
     return;
   }
   // A call checks its two buffers' registrations.
