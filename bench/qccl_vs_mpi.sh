@@ -11,9 +11,9 @@
 # cores at 512 KiB: 0.83x Open MPI with 20 iterations, 1.2-1.5x with 50).
 # Each of ROUNDS rounds runs memcpy, qccl on malloc'd buffers (like the MPI
 # program), qccl on qcclMemAlloc buffers (-R 1, nccl-tests' buffer
-# registration flag) and Open MPI, one after the other, and the table shows
-# each size's median over the rounds: on a shared VM one run's figures move
-# by 2x, its order far less. Both sides check their results before timing
+# registration flag) and Open MPI, the three taking turns at going first,
+# and the table shows each size's median over the rounds: on a shared VM one
+# run's figures move by 2x, its order far less. Both sides check their results before timing
 # (qk perf -c 1; the MPI program checks one call per size). The header names
 # the machine (CPU model, family/model/stepping, caches, kernel, THP mode) so
 # a table from another machine is never mistaken for this one's.
@@ -49,27 +49,36 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load average: $(cut -d
 echo "# CPU: $(cpu_field 'model name') (vendor $(cpu_field vendor_id), family $(cpu_field 'cpu family'), model $(cpu_field 'model'), stepping $(cpu_field stepping)); L1d $(cache_of 1 Data), L2 $(cache_of 2 Unified), L3 $(cache_of 3 Unified)"
 echo "# kernel $(uname -r), transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown); $ROUNDS rounds, median per size"
 
+run_qccl() {  # NP R round
+  local f="$OUT/qccl_${1}_${2}_$3.txt"
+  : > "$f"
+  "$QK" perf all_reduce --np "$1" -b 8 -e "$SMALL_MAX" -f 2 -n "$SMALL_ITERS" -w 20 -c 1 -R "$2" \
+    -d float -o sum >> "$f"
+  "$QK" perf all_reduce --np "$1" -b $((SMALL_MAX * 2)) -e "$MID_MAX" -f 2 -n "$MID_ITERS" -w "$WARMUP" \
+    -c 1 -R "$2" -d float -o sum >> "$f"
+  "$QK" perf all_reduce --np "$1" -b $((MID_MAX * 2)) -e "$MAX" -f 2 -n "$ITERS" -w "$WARMUP" -c 1 \
+    -R "$2" -d float -o sum >> "$f"
+  [ "$(grep -c 'Out of bounds values : 0 OK' "$f")" = 3 ] ||
+    { cat "$f"; echo "qccl check failed" >&2; exit 2; }
+}
+run_mpi() {  # NP round
+  local f="$OUT/mpi_${1}_$2.txt"
+  "${MPIRUN[@]}" -np "$1" "$OUT/mpi_allreduce" 8 "$SMALL_MAX" 2 "$SMALL_ITERS" 20 > "$f"
+  "${MPIRUN[@]}" -np "$1" "$OUT/mpi_allreduce" $((SMALL_MAX * 2)) "$MID_MAX" 2 "$MID_ITERS" "$WARMUP" >> "$f"
+  "${MPIRUN[@]}" -np "$1" "$OUT/mpi_allreduce" $((MID_MAX * 2)) "$MAX" 2 "$ITERS" "$WARMUP" >> "$f"
+}
 for ((round = 0; round < ROUNDS; ++round)); do
   "$QK" perf memcpy -b 32768 -e "$MAX" -f 2 -n "$ITERS" -w "$WARMUP" > "$OUT/memcpy_$round.txt"
   for NP in 2 4; do
-    for R in 0 1; do
-      f="$OUT/qccl_${NP}_${R}_$round.txt"
-      : > "$f"
-      sleep 1  # the last run's teardown (hundreds of MB freed) settles first
-      "$QK" perf all_reduce --np "$NP" -b 8 -e "$SMALL_MAX" -f 2 -n "$SMALL_ITERS" -w 20 -c 1 -R "$R" \
-        -d float -o sum >> "$f"
-      "$QK" perf all_reduce --np "$NP" -b $((SMALL_MAX * 2)) -e "$MID_MAX" -f 2 -n "$MID_ITERS" -w "$WARMUP" \
-        -c 1 -R "$R" -d float -o sum >> "$f"
-      "$QK" perf all_reduce --np "$NP" -b $((MID_MAX * 2)) -e "$MAX" -f 2 -n "$ITERS" -w "$WARMUP" -c 1 \
-        -R "$R" -d float -o sum >> "$f"
-      [ "$(grep -c 'Out of bounds values : 0 OK' "$f")" = 3 ] ||
-        { cat "$f"; echo "qccl check failed" >&2; exit 2; }
+    # The three take turns at going first, so no program always runs right
+    # after the same other one.
+    for ((k = 0; k < 3; ++k)); do
+      case $(((round + k) % 3)) in
+        0) run_qccl "$NP" 0 "$round" ;;
+        1) run_qccl "$NP" 1 "$round" ;;
+        2) run_mpi "$NP" "$round" ;;
+      esac
     done
-    f="$OUT/mpi_${NP}_$round.txt"
-    sleep 1
-    "${MPIRUN[@]}" -np "$NP" "$OUT/mpi_allreduce" 8 "$SMALL_MAX" 2 "$SMALL_ITERS" 20 > "$f"
-    "${MPIRUN[@]}" -np "$NP" "$OUT/mpi_allreduce" $((SMALL_MAX * 2)) "$MID_MAX" 2 "$MID_ITERS" "$WARMUP" >> "$f"
-    "${MPIRUN[@]}" -np "$NP" "$OUT/mpi_allreduce" $((MID_MAX * 2)) "$MAX" 2 "$ITERS" "$WARMUP" >> "$f"
   done
 done
 
