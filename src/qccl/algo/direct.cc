@@ -201,9 +201,8 @@ bool direct_all_reduce(Call& call, const char* send, char* recv, size_t count, s
   std::vector<DirectDesc> descs(n);
   describe(&descs[r], c, send, recv, bytes);
   const bool mine_ready = ready(descs[r]);
-  // Huge pages for what peers will copy (not for registered pages, which
-  // they map: collapsing those shared pages while registering them gave
-  // wrong sums in DirectCma.ForcedOnPlainBuffersIsExactForEveryOp).
+  // Huge pages for what peers will copy (registered pages they map: no
+  // pinning to save there).
   if (allow_cma && descs[r].send.mapped == 0) advise_huge_pages(send, bytes);
   if (allow_cma && recv != send && descs[r].recv.mapped == 0) advise_huge_pages(recv, bytes);
   // Descriptors go on the pairs' notice boards, not into the streams. A rank
