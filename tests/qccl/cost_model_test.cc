@@ -3,6 +3,7 @@
 // measures its links (or takes the static figures) and picks per call.
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -203,6 +204,23 @@ TEST(CostModelInit, MeasuredFiguresAgreeAcrossRanksAndConfiguredOnesDecide) {
             "flight recorder:\n", fr);
     REQUIRE_OK(qcclCommDestroy(comm));
   }, two_ids());
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// Init may move a rank off a CPU another rank of its host runs on, but
+// never leaves it bound: every rank's CPU mask after init is the one before.
+TEST(CostModelInit, InitLeavesTheCpuMaskAsItWas) {
+  auto r = run_ranks(2, [](const Rank& me) {
+    cpu_set_t before, after;
+    CPU_ZERO(&before);
+    CPU_ZERO(&after);
+    REQUIRE(::sched_getaffinity(0, sizeof before, &before) == 0, "sched_getaffinity");
+    qcclComm_t comm = me.init();
+    REQUIRE(::sched_getaffinity(0, sizeof after, &after) == 0, "sched_getaffinity");
+    REQUIRE(CPU_EQUAL(&before, &after), "the CPU mask changed: ", CPU_COUNT(&before), " CPUs before, ",
+            CPU_COUNT(&after), " after");
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 

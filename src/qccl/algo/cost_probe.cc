@@ -1,5 +1,7 @@
 #include "algo/cost_probe.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "algo/ring_order.h"
 #include "core/debug.h"
 #include "engine.h"
+#include "qk/base/env.h"
 #include "transport/cma.h"
 
 namespace qccl {
@@ -28,6 +31,10 @@ constexpr int kTrain = 4;
 // not measured.
 constexpr int kMinPings = 8, kMaxPings = 32, kMinTrains = 1, kMaxTrains = 4;
 constexpr double kPingBudgetUs = 500, kBulkBudgetUs = 2000;  // per pair: at most 3 pairs per rank
+QK_ENV_BOOL(env_spread, "QCCL_SPREAD", true,
+            "At set-up, move a rank that shares its CPU with another rank of its host to a free CPU "
+            "(its mask is given back at once: nothing stays bound).");
+
 enum : uint64_t { kDone = 0, kPing = 1, kBulk = 2, kAddress = 3 };
 // Single-copy timing: latency from small reads, bandwidth from the bulk in
 // Tuning::cma_chunk pieces (best of kCmaReps).
@@ -191,12 +198,58 @@ void agree(Call& call, Figures* f) {
   agree_max(call, reinterpret_cast<double*>(f), sizeof(Figures) / sizeof(double));
 }
 
+// Every rank ends with all ranks' v (rank 0 gathers and answers all).
+void all_gather(Call& call, const std::vector<double>& mine, std::vector<double>* all) {
+  qcclComm& c = call.comm;
+  const size_t k = mine.size(), bytes = k * sizeof(double);
+  all->assign(c.nranks * k, 0.0);
+  std::copy(mine.begin(), mine.end(), all->begin() + c.rank * k);
+  if (c.rank != 0) {
+    send_to(call, 0, mine.data(), bytes);
+    recv_from(call, 0, all->data(), all->size() * sizeof(double));
+    return;
+  }
+  std::vector<Xfer> xs;
+  for (int p = 1; p < c.nranks; ++p) {
+    xs.push_back(Xfer::recv(p, all->data() + p * k, bytes));
+    xs.back().seq = c.p2p_recv_seq[p]++;
+  }
+  run(call, xs);
+  xs.clear();
+  for (int p = 1; p < c.nranks; ++p) {
+    xs.push_back(Xfer::send(p, all->data(), all->size() * sizeof(double)));
+    xs.back().seq = c.p2p_send_seq[p]++;
+  }
+  run(call, xs);
+}
+
 void barrier(Call& call) {
   double none = 0;
   agree_max(call, &none, 1);
 }
 
 }  // namespace
+
+std::vector<int> spread_plan(const std::vector<int>& cpu, const std::vector<uint64_t>& host,
+                             const std::vector<std::vector<int>>& allowed) {
+  const size_t n = cpu.size();
+  std::vector<int> plan(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    bool shared = false;
+    for (size_t j = 0; j < i && !shared; ++j) shared = host[j] == host[i] && cpu[j] == cpu[i] && cpu[i] >= 0;
+    if (!shared) continue;
+    for (int candidate : allowed[i]) {
+      bool taken = false;
+      for (size_t j = 0; j < n && !taken; ++j)
+        taken = host[j] == host[i] && (cpu[j] == candidate || plan[j] == candidate);
+      if (!taken) {
+        plan[i] = candidate;
+        break;
+      }
+    }
+  }
+  return plan;
+}
 
 LinkCost link_figures(std::vector<double> rtts_us, const std::vector<double>& train_us, size_t train_bytes) {
   QK_INTERNAL_ASSERT(!rtts_us.empty() && train_us.size() >= 2, "cost probe: too few samples");
@@ -212,6 +265,43 @@ LinkCost link_figures(std::vector<double> rtts_us, const std::vector<double>& tr
   // A train's round trip is one latency each way plus the transfer.
   double transfer_us = std::max(best - rtt, 0.5 * best);
   return LinkCost{rtt / 2, train_bytes / transfer_us / 1e3};
+}
+
+void spread_local_ranks(qcclComm& c) {
+  if (c.nranks < 2 || c.oversubscribed || !env_spread.get()) return;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return;
+  std::vector<int> allowed;
+  for (int i = 0; i < CPU_SETSIZE && allowed.size() < 64; ++i)
+    if (CPU_ISSET(i, &mask)) allowed.push_back(i);
+  // What each rank says: its host, its CPU, and up to 64 CPUs it may use.
+  std::vector<double> mine(2 + 64, -1.0);
+  mine[0] = static_cast<double>(c.peers[c.rank].host_hash >> 12);  // exact in a double
+  mine[1] = ::sched_getcpu();
+  for (size_t i = 0; i < allowed.size(); ++i) mine[2 + i] = allowed[i];
+  Call call(c, "placement", MsgKind::kProbe, mine.size() * sizeof(double), "gather");
+  std::vector<double> all;
+  all_gather(call, mine, &all);
+  finish(call);
+  std::vector<int> cpu(c.nranks);
+  std::vector<uint64_t> host(c.nranks);
+  std::vector<std::vector<int>> may(c.nranks);
+  for (int r = 0; r < c.nranks; ++r) {
+    const double* v = all.data() + r * mine.size();
+    host[r] = static_cast<uint64_t>(v[0]);
+    cpu[r] = static_cast<int>(v[1]);
+    for (size_t i = 2; i < mine.size() && v[i] >= 0; ++i) may[r].push_back(static_cast<int>(v[i]));
+  }
+  int to = spread_plan(cpu, host, may)[c.rank];
+  if (to < 0) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(to, &one);
+  bool moved = ::sched_setaffinity(0, sizeof one, &one) == 0;
+  ::sched_setaffinity(0, sizeof mask, &mask);  // nothing stays bound
+  QCCL_INFO("INIT", "comm '{}' rank {}: shared CPU {} with a rank of this host; {} CPU {}", c.name, c.rank,
+            cpu[c.rank], moved ? "moved to" : "could not move to", to);
 }
 
 void measure_cost_model(qcclComm& c) {
