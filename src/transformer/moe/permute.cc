@@ -50,43 +50,18 @@ Tensor gather_rows(const Tensor& tokens, const TokenPermutation& p) {
   return out;
 }
 
-// grad_tokens[n] = sum of grad[r] over n's rows (the adjoint of gather_rows).
-Tensor sum_rows_per_token(const Tensor& grad, const TokenPermutation& p) {
-  const Tensor g = ops::contiguous(grad);
-  const int64_t c = g.size(1);
-  Tensor out = empty({p.num_tokens, c}, TensorOptions(g.dtype()));
-  dispatch_floating(g.dtype(), "permute_tokens backward", [&](auto tag) {
-    using T = decltype(tag);
-    using A = compute_t<T>;
-    const T* gp = g.data_ptr<T>();
-    T* op = out.data_ptr<T>();
-    parallel_for(0, p.num_tokens, row_grain(c), [&](int64_t lo, int64_t hi) {
-      std::vector<A> acc(static_cast<size_t>(c));
-      for (int64_t n = lo; n < hi; ++n) {
-        std::fill(acc.begin(), acc.end(), A(0));
-        for (int64_t i = p.token_offsets[static_cast<size_t>(n)]; i < p.token_offsets[static_cast<size_t>(n) + 1]; ++i) {
-          const T* row = gp + p.token_rows[static_cast<size_t>(i)] * c;
-          for (int64_t j = 0; j < c; ++j) acc[static_cast<size_t>(j)] += static_cast<A>(row[j]);
-        }
-        for (int64_t j = 0; j < c; ++j) op[n * c + j] = cast_value<T>(acc[static_cast<size_t>(j)]);
-      }
-    });
-  });
-  return out;
-}
-
-// ---- fused unpermute ----
-
-// out[n] = sum over n's rows of probs[n, e_r] * rows[r] (A: the sum's type).
-Tensor combine_rows(const Tensor& rows, const Tensor& probs_acc, const TokenPermutation& p) {
+// out[n] = sum over n's rows r of w_r * rows[r], accumulated in the compute
+// type: w_r = probs[n, e_r] (the fused unpermute), or 1 without probs (the
+// adjoint of gather_rows; x * 1 is exact, so one loop serves both).
+Tensor sum_rows_per_token(const Tensor& rows, const TokenPermutation& p, const Tensor* probs_acc = nullptr) {
   const Tensor x = ops::contiguous(rows);
   const int64_t c = x.size(1), e = p.num_experts;
   Tensor out = empty({p.num_tokens, c}, TensorOptions(x.dtype()));
-  dispatch_floating(x.dtype(), "unpermute_tokens", [&](auto tag) {
+  dispatch_floating(x.dtype(), probs_acc ? "unpermute_tokens" : "permute_tokens backward", [&](auto tag) {
     using T = decltype(tag);
-    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    using A = compute_t<T>;
     const T* xp = x.data_ptr<T>();
-    const A* pp = probs_acc.data_ptr<A>();
+    const A* pp = probs_acc ? probs_acc->data_ptr<A>() : nullptr;
     T* op = out.data_ptr<T>();
     parallel_for(0, p.num_tokens, row_grain(c), [&](int64_t lo, int64_t hi) {
       std::vector<A> acc(static_cast<size_t>(c));
@@ -94,7 +69,7 @@ Tensor combine_rows(const Tensor& rows, const Tensor& probs_acc, const TokenPerm
         std::fill(acc.begin(), acc.end(), A(0));
         for (int64_t i = p.token_offsets[static_cast<size_t>(n)]; i < p.token_offsets[static_cast<size_t>(n) + 1]; ++i) {
           const int64_t r = p.token_rows[static_cast<size_t>(i)];
-          const A w = pp[n * e + p.row_expert[static_cast<size_t>(r)]];
+          const A w = pp ? pp[n * e + p.row_expert[static_cast<size_t>(r)]] : A(1);
           const T* row = xp + r * c;
           for (int64_t j = 0; j < c; ++j) acc[static_cast<size_t>(j)] += static_cast<A>(row[j]) * w;
         }
@@ -104,6 +79,8 @@ Tensor combine_rows(const Tensor& rows, const Tensor& probs_acc, const TokenPerm
   });
   return out;
 }
+
+// ---- fused unpermute ----
 
 // d rows[r] = probs[n_r, e_r] * grad[n_r] (zeros for padding rows);
 // d probs[n, e_r] = grad[n] . rows[r] (zeros where no route).
@@ -241,7 +218,7 @@ Tensor unpermute_tokens(const Tensor& rows, const Tensor& probs, const TokenPerm
     return summed.narrow(0, 0, n).to(rows.dtype());
   }
   const Tensor probs_acc = ops::contiguous(ops::cast(probs.detach(), acc));
-  Tensor out = combine_rows(rows, probs_acc, *p);
+  Tensor out = sum_rows_per_token(rows, *p, &probs_acc);
   const bool need_rows = rows.requires_grad(), need_probs = probs.requires_grad();
   if (autograd::needs_grad({rows, probs})) {
     const Tensor saved_rows = need_probs ? ops::contiguous(rows.detach()) : Tensor();
