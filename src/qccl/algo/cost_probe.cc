@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <functional>
 #include <vector>
 
 #include "algo/collectives.h"
@@ -167,60 +168,58 @@ double reduce_gbps(char* buf) {
   return n * sizeof(float) / std::max(best, 1e-3) / 1e3;
 }
 
-// Every rank ends with the element-wise max over all ranks of v[0..n): rank 0
-// hears from all, then answers all. With nothing to agree on, a barrier.
-void agree_max(Call& call, double* v, size_t n) {
+// Rank 0 hears every rank's `mine` (all the same length), then sends each
+// rank r the reply_size values answer(all, r) computes for it; every rank
+// returns its own. What rank 0 sends is only what each rank needs (a max, a CPU), not
+// everyone's figures: at a thousand ranks that is the difference between
+// kilobytes and megabytes.
+using Answer = std::function<std::vector<double>(const std::vector<double>& all, int rank)>;
+std::vector<double> gather_and_answer(Call& call, const std::vector<double>& mine, size_t reply_size,
+                                      const Answer& answer) {
   qcclComm& c = call.comm;
-  const size_t bytes = n * sizeof(double);
+  const size_t k = mine.size();
+  std::vector<double> all(c.nranks * k);
+  std::copy(mine.begin(), mine.end(), all.begin() + c.rank * k);
   if (c.rank != 0) {
-    send_to(call, 0, v, bytes);
-    recv_from(call, 0, v, bytes);
-    return;
+    send_to(call, 0, mine.data(), k * sizeof(double));
+    std::vector<double> reply(reply_size);
+    recv_from(call, 0, reply.data(), reply.size() * sizeof(double));
+    return reply;
   }
-  std::vector<double> all(c.nranks * n);
   std::vector<Xfer> xs;
   for (int p = 1; p < c.nranks; ++p) {
-    xs.push_back(Xfer::recv(p, all.data() + p * n, bytes));
+    xs.push_back(Xfer::recv(p, all.data() + p * k, k * sizeof(double)));
     xs.back().seq = c.p2p_recv_seq[p]++;
   }
   run(call, xs);
-  for (int p = 1; p < c.nranks; ++p)
-    for (size_t i = 0; i < n; ++i) v[i] = std::max(v[i], all[p * n + i]);
+  std::vector<std::vector<double>> replies(c.nranks);
+  for (int p = 0; p < c.nranks; ++p) {
+    replies[p] = answer(all, p);
+    QK_INTERNAL_ASSERT(replies[p].size() == reply_size, "answer of ", replies[p].size(), " values, not ", reply_size);
+  }
   xs.clear();
   for (int p = 1; p < c.nranks; ++p) {
-    xs.push_back(Xfer::send(p, v, bytes));
+    xs.push_back(Xfer::send(p, replies[p].data(), replies[p].size() * sizeof(double)));
     xs.back().seq = c.p2p_send_seq[p]++;
   }
   run(call, xs);
+  return replies[0];
+}
+
+// Every rank ends with the element-wise max over all ranks of v[0..n). With
+// nothing to agree on, a barrier.
+void agree_max(Call& call, double* v, size_t n) {
+  std::vector<double> mine(v, v + n);
+  std::vector<double> max = gather_and_answer(call, mine, n, [n](const std::vector<double>& all, int) {
+    std::vector<double> m(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
+    for (size_t i = n; i < all.size(); ++i) m[i % n] = std::max(m[i % n], all[i]);
+    return m;
+  });
+  std::copy(max.begin(), max.end(), v);
 }
 
 void agree(Call& call, Figures* f) {
   agree_max(call, reinterpret_cast<double*>(f), sizeof(Figures) / sizeof(double));
-}
-
-// Every rank ends with all ranks' v (rank 0 gathers and answers all).
-void all_gather(Call& call, const std::vector<double>& mine, std::vector<double>* all) {
-  qcclComm& c = call.comm;
-  const size_t k = mine.size(), bytes = k * sizeof(double);
-  all->assign(c.nranks * k, 0.0);
-  std::copy(mine.begin(), mine.end(), all->begin() + c.rank * k);
-  if (c.rank != 0) {
-    send_to(call, 0, mine.data(), bytes);
-    recv_from(call, 0, all->data(), all->size() * sizeof(double));
-    return;
-  }
-  std::vector<Xfer> xs;
-  for (int p = 1; p < c.nranks; ++p) {
-    xs.push_back(Xfer::recv(p, all->data() + p * k, bytes));
-    xs.back().seq = c.p2p_recv_seq[p]++;
-  }
-  run(call, xs);
-  xs.clear();
-  for (int p = 1; p < c.nranks; ++p) {
-    xs.push_back(Xfer::send(p, all->data(), all->size() * sizeof(double)));
-    xs.back().seq = c.p2p_send_seq[p]++;
-  }
-  run(call, xs);
 }
 
 void barrier(Call& call) {
@@ -281,19 +280,26 @@ void spread_local_ranks(qcclComm& c) {
   mine[1] = ::sched_getcpu();
   for (size_t i = 0; i < allowed.size(); ++i) mine[2 + i] = allowed[i];
   Call call(c, "placement", MsgKind::kProbe, mine.size() * sizeof(double), "gather");
-  std::vector<double> all;
-  all_gather(call, mine, &all);
+  const size_t k = mine.size();
+  // Rank 0 plans for everyone and tells each rank where to go (-1: stay).
+  std::vector<int> plan;
+  std::vector<double> reply = gather_and_answer(call, mine, 1, [&](const std::vector<double>& all, int r) {
+    if (plan.empty()) {
+      std::vector<int> cpu(c.nranks);
+      std::vector<uint64_t> host(c.nranks);
+      std::vector<std::vector<int>> may(c.nranks);
+      for (int q = 0; q < c.nranks; ++q) {
+        const double* v = all.data() + q * k;
+        host[q] = static_cast<uint64_t>(v[0]);
+        cpu[q] = static_cast<int>(v[1]);
+        for (size_t i = 2; i < k && v[i] >= 0; ++i) may[q].push_back(static_cast<int>(v[i]));
+      }
+      plan = spread_plan(cpu, host, may);
+    }
+    return std::vector<double>{static_cast<double>(plan[r])};
+  });
   finish(call);
-  std::vector<int> cpu(c.nranks);
-  std::vector<uint64_t> host(c.nranks);
-  std::vector<std::vector<int>> may(c.nranks);
-  for (int r = 0; r < c.nranks; ++r) {
-    const double* v = all.data() + r * mine.size();
-    host[r] = static_cast<uint64_t>(v[0]);
-    cpu[r] = static_cast<int>(v[1]);
-    for (size_t i = 2; i < mine.size() && v[i] >= 0; ++i) may[r].push_back(static_cast<int>(v[i]));
-  }
-  int to = spread_plan(cpu, host, may)[c.rank];
+  const int to = static_cast<int>(reply[0]);
   if (to < 0) return;
   cpu_set_t one;
   CPU_ZERO(&one);
@@ -301,7 +307,7 @@ void spread_local_ranks(qcclComm& c) {
   bool moved = ::sched_setaffinity(0, sizeof one, &one) == 0;
   ::sched_setaffinity(0, sizeof mask, &mask);  // nothing stays bound
   QCCL_INFO("INIT", "comm '{}' rank {}: shared CPU {} with a rank of this host; {} CPU {}", c.name, c.rank,
-            cpu[c.rank], moved ? "moved to" : "could not move to", to);
+            static_cast<int>(mine[1]), moved ? "moved to" : "could not move to", to);
 }
 
 void measure_cost_model(qcclComm& c) {

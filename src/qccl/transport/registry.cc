@@ -64,12 +64,18 @@ size_t page_size() {
 // same memfd name and land on the very addresses a freed registration left
 // (DirectCma.ForcedOnPlainBuffersIsExactForEveryOp caught a name check
 // taking one for the other).
-bool still_mapped(uintptr_t lo, uintptr_t hi, dev_t dev, ino_t ino) {
+// The file mapped exactly at [lo, hi), through /proc/self/map_files (false:
+// no one mapping has that range, or anonymous memory).
+bool stat_mapping(uintptr_t lo, uintptr_t hi, struct stat* st) {
   char path[96];
   std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(lo),
                 static_cast<unsigned long>(hi));
+  return ::stat(path, st) == 0;
+}
+
+bool still_mapped(uintptr_t lo, uintptr_t hi, dev_t dev, ino_t ino) {
   struct stat st {};
-  return ::stat(path, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+  return stat_mapping(lo, hi, &st) && st.st_dev == dev && st.st_ino == ino;
 }
 
 // Whether every page of [lo, hi) is private anonymous read-write memory
@@ -271,11 +277,9 @@ void unregister_all() {
 }
 
 bool registration_still_holds(const void* p, size_t n) {
-  char path[96];
-  std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", reinterpret_cast<unsigned long>(p),
-                reinterpret_cast<unsigned long>(p) + static_cast<unsigned long>(n));
   struct stat st {};
-  return ::stat(path, &st) == 0 && st.st_nlink == 0;  // a memfd: no name in any directory
+  const auto lo = reinterpret_cast<uintptr_t>(p);
+  return stat_mapping(lo, lo + n, &st) && st.st_nlink == 0;  // a memfd: no name in any directory
 }
 
 uint64_t generation() { return registry().generation.load(); }
