@@ -386,8 +386,9 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
     // Poll for as long as one yield costs (Tuning::spin_ns, measured at init:
     // spinning longer than the alternative costs can at most double a wait),
     // then yield. Timed by the clock, read every 8 polls, not by a poll count:
-    // a pause takes 21 ns on one x86 and a few on another, so a count tuned on
-    // one machine yields at once on the next (issue 19). With more ranks than
+    // how long a pause takes depends on the CPU (21 ns on the Intel VM the
+    // old count was tuned on, 27 on the EPYC VM), so a count tuned on one
+    // machine spins another length on the next (issue 19). With more ranks than
     // cores the peer we wait for may need our core: yield at once (4 ranks on
     // 2 cores: an 8-byte all-reduce took 45 us with 128 polls, 16 us without).
     if (spin_left) {

@@ -209,8 +209,8 @@ bool direct_all_reduce(Call& call, const char* send, char* recv, size_t count, s
   // whose own buffers rule the direct path out (not mappable, and single copy
   // not chosen) posts and moves on: the others will read that and fall back
   // too, so a call on plain buffers pays n-1 small stores for the check, not
-  // a round of messages (4 ranks on 2 cores: a round cost 40-140 us at 64
-  // KiB-1 MiB, more than the ring's own time). A notice stays until the
+  // a round of messages (with more ranks than cores such a round waits until
+  // every rank has been scheduled once more). A notice stays until the
   // poster's next all-reduce, which cannot start before every rank has
   // joined this one: its result needs every rank's input.
   for (int p = 0; p < n; ++p)
