@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "comm_init.h"
 #include "algo/cost_probe.h"
+#include "algo/placement.h"
 #include "core/debug.h"
 #include "core/settings.h"
 #include "topo/comm_topo.h"
@@ -243,7 +244,7 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
   c->cost = CostModel::for_transport(slowest);
   c->cost.use_slowest(n_shm > 0, n_tcp > 0);
   topo::attach(*c);  // hosts, topology-aware rings, hierarchical plan
-  spread_local_ranks(*c);  // before anything is timed
+  place_local_ranks(*c);  // before anything is timed
   const CacheSizes caches = cache_sizes();
   c->tuning = machine_tuning(caches, local);
   c->cost.cma_chunk = c->tuning.cma_chunk;

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "algo/cost_model.h"
-#include "algo/cost_probe.h"
 #include "algo/tuning.h"
 #include "transport/cma.h"
 
@@ -109,24 +108,6 @@ TEST(Tuning, HugePageAdviceKeepsTheContents) {
   advise_huge_pages(buf.data(), 100);  // nothing 2 MiB-aligned inside: nothing to do
   buf[5] = 1;
   EXPECT_EQ(buf[5], 1u);
-}
-
-}  // namespace
-}  // namespace qccl
-
-namespace qccl {
-namespace {
-
-TEST(SpreadPlan, LaterRanksSharingACpuMoveToFreeOnes) {
-  using V = std::vector<int>;
-  using H = std::vector<uint64_t>;
-  std::vector<V> all4(3, V{0, 1, 2, 3});
-  EXPECT_EQ(spread_plan(V{0, 0}, H{7, 7}, {V{0, 1}, V{0, 1}}), (V{-1, 1}));
-  EXPECT_EQ(spread_plan(V{0, 0, 1}, H{7, 7, 7}, all4), (V{-1, 2, -1}));
-  EXPECT_EQ(spread_plan(V{3, 3, 3}, H{7, 7, 7}, all4), (V{-1, 0, 1}));
-  EXPECT_EQ(spread_plan(V{0, 0}, H{7, 8}, {V{0, 1}, V{0, 1}}), (V{-1, -1})) << "other hosts: no conflict";
-  EXPECT_EQ(spread_plan(V{0, 0}, H{7, 7}, {V{0}, V{0}}), (V{-1, -1})) << "nowhere to go";
-  EXPECT_EQ(spread_plan(V{0, 1}, H{7, 7}, {V{0, 1}, V{0, 1}}), (V{-1, -1}));
 }
 
 }  // namespace

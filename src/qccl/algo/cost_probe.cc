@@ -32,9 +32,6 @@ constexpr int kTrain = 4;
 // not measured.
 constexpr int kMinPings = 8, kMaxPings = 32, kMinTrains = 1, kMaxTrains = 4;
 constexpr double kPingBudgetUs = 500, kBulkBudgetUs = 2000;  // per pair: at most 3 pairs per rank
-QK_ENV_BOOL(env_spread, "QCCL_SPREAD", true,
-            "At set-up, move a rank that shares its CPU with another rank of its host to a free CPU "
-            "(its mask is given back at once: nothing stays bound).");
 
 enum : uint64_t { kDone = 0, kPing = 1, kBulk = 2, kAddress = 3 };
 // Single-copy timing: latency from small reads, bandwidth from the bulk in
@@ -168,12 +165,29 @@ double reduce_gbps(char* buf) {
   return n * sizeof(float) / std::max(best, 1e-3) / 1e3;
 }
 
-// Rank 0 hears every rank's `mine` (all the same length), then sends each
-// rank r the reply_size values answer(all, r) computes for it; every rank
-// returns its own. What rank 0 sends is only what each rank needs (a max, a CPU), not
-// everyone's figures: at a thousand ranks that is the difference between
-// kilobytes and megabytes.
-using Answer = std::function<std::vector<double>(const std::vector<double>& all, int rank)>;
+// Every rank ends with the element-wise max over all ranks of v[0..n). With
+// nothing to agree on, a barrier.
+void agree_max(Call& call, double* v, size_t n) {
+  std::vector<double> mine(v, v + n);
+  std::vector<double> max = gather_and_answer(call, mine, n, [n](const std::vector<double>& all, int) {
+    std::vector<double> m(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
+    for (size_t i = n; i < all.size(); ++i) m[i % n] = std::max(m[i % n], all[i]);
+    return m;
+  });
+  std::copy(max.begin(), max.end(), v);
+}
+
+void agree(Call& call, Figures* f) {
+  agree_max(call, reinterpret_cast<double*>(f), sizeof(Figures) / sizeof(double));
+}
+
+void barrier(Call& call) {
+  double none = 0;
+  agree_max(call, &none, 1);
+}
+
+}  // namespace
+
 std::vector<double> gather_and_answer(Call& call, const std::vector<double>& mine, size_t reply_size,
                                       const Answer& answer) {
   qcclComm& c = call.comm;
@@ -206,50 +220,6 @@ std::vector<double> gather_and_answer(Call& call, const std::vector<double>& min
   return replies[0];
 }
 
-// Every rank ends with the element-wise max over all ranks of v[0..n). With
-// nothing to agree on, a barrier.
-void agree_max(Call& call, double* v, size_t n) {
-  std::vector<double> mine(v, v + n);
-  std::vector<double> max = gather_and_answer(call, mine, n, [n](const std::vector<double>& all, int) {
-    std::vector<double> m(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
-    for (size_t i = n; i < all.size(); ++i) m[i % n] = std::max(m[i % n], all[i]);
-    return m;
-  });
-  std::copy(max.begin(), max.end(), v);
-}
-
-void agree(Call& call, Figures* f) {
-  agree_max(call, reinterpret_cast<double*>(f), sizeof(Figures) / sizeof(double));
-}
-
-void barrier(Call& call) {
-  double none = 0;
-  agree_max(call, &none, 1);
-}
-
-}  // namespace
-
-std::vector<int> spread_plan(const std::vector<int>& cpu, const std::vector<uint64_t>& host,
-                             const std::vector<std::vector<int>>& allowed) {
-  const size_t n = cpu.size();
-  std::vector<int> plan(n, -1);
-  for (size_t i = 0; i < n; ++i) {
-    bool shared = false;
-    for (size_t j = 0; j < i && !shared; ++j) shared = host[j] == host[i] && cpu[j] == cpu[i] && cpu[i] >= 0;
-    if (!shared) continue;
-    for (int candidate : allowed[i]) {
-      bool taken = false;
-      for (size_t j = 0; j < n && !taken; ++j)
-        taken = host[j] == host[i] && (cpu[j] == candidate || plan[j] == candidate);
-      if (!taken) {
-        plan[i] = candidate;
-        break;
-      }
-    }
-  }
-  return plan;
-}
-
 LinkCost link_figures(std::vector<double> rtts_us, const std::vector<double>& train_us, size_t train_bytes) {
   QK_INTERNAL_ASSERT(!rtts_us.empty() && train_us.size() >= 2, "cost probe: too few samples");
   // Delays from other processes only add, so the lower quartile, not the
@@ -264,50 +234,6 @@ LinkCost link_figures(std::vector<double> rtts_us, const std::vector<double>& tr
   // A train's round trip is one latency each way plus the transfer.
   double transfer_us = std::max(best - rtt, 0.5 * best);
   return LinkCost{rtt / 2, train_bytes / transfer_us / 1e3};
-}
-
-void spread_local_ranks(qcclComm& c) {
-  if (c.nranks < 2 || c.oversubscribed || !env_spread.get()) return;
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return;
-  std::vector<int> allowed;
-  for (int i = 0; i < CPU_SETSIZE && allowed.size() < 64; ++i)
-    if (CPU_ISSET(i, &mask)) allowed.push_back(i);
-  // What each rank says: its host, its CPU, and up to 64 CPUs it may use.
-  std::vector<double> mine(2 + 64, -1.0);
-  mine[0] = static_cast<double>(c.peers[c.rank].host_hash >> 12);  // exact in a double
-  mine[1] = ::sched_getcpu();
-  for (size_t i = 0; i < allowed.size(); ++i) mine[2 + i] = allowed[i];
-  Call call(c, "placement", MsgKind::kProbe, mine.size() * sizeof(double), "gather");
-  const size_t k = mine.size();
-  // Rank 0 plans for everyone and tells each rank where to go (-1: stay).
-  std::vector<int> plan;
-  std::vector<double> reply = gather_and_answer(call, mine, 1, [&](const std::vector<double>& all, int r) {
-    if (plan.empty()) {
-      std::vector<int> cpu(c.nranks);
-      std::vector<uint64_t> host(c.nranks);
-      std::vector<std::vector<int>> may(c.nranks);
-      for (int q = 0; q < c.nranks; ++q) {
-        const double* v = all.data() + q * k;
-        host[q] = static_cast<uint64_t>(v[0]);
-        cpu[q] = static_cast<int>(v[1]);
-        for (size_t i = 2; i < k && v[i] >= 0; ++i) may[q].push_back(static_cast<int>(v[i]));
-      }
-      plan = spread_plan(cpu, host, may);
-    }
-    return std::vector<double>{static_cast<double>(plan[r])};
-  });
-  finish(call);
-  const int to = static_cast<int>(reply[0]);
-  if (to < 0) return;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(to, &one);
-  bool moved = ::sched_setaffinity(0, sizeof one, &one) == 0;
-  ::sched_setaffinity(0, sizeof mask, &mask);  // nothing stays bound
-  QCCL_INFO("INIT", "comm '{}' rank {}: shared CPU {} with a rank of this host; {} CPU {}", c.name, c.rank,
-            static_cast<int>(mine[1]), moved ? "moved to" : "could not move to", to);
 }
 
 void measure_cost_model(qcclComm& c) {

@@ -7,10 +7,12 @@
 // skips the measurement.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "algo/cost_model.h"
 #include "comm.h"
+#include "engine.h"
 
 namespace qccl {
 
@@ -31,22 +33,13 @@ LinkCost link_figures(std::vector<double> rtts_us, const std::vector<double>& tr
 // Sets c.cost from the measurement and the configured figures.
 void measure_cost_model(qcclComm& c);
 
-// Ranks of one host that the scheduler started on one CPU (forked ranks
-// start where their parent ran) can stay there: a waiting rank yields its
-// core to the very peer it waits for, and the pair runs at context-switch
-// speed (2 ranks on the 2-core VM, unbound: 5 us per 8-byte all-reduce in
-// 1 run of 3, 0.3 us bound). Collective at set-up: the ranks tell each
-// other their CPU, and where local ranks share one while another CPU they
-// may use is free, the later rank moves there: its CPU mask is set to that
-// CPU, which moves it, and then given back, so nothing stays bound.
-// Skipped with more local ranks than CPUs (nothing to spread to) and with
-// QCCL_SPREAD=0.
-void spread_local_ranks(qcclComm& c);
-
-// Which CPU each rank should move to (-1: stay): ranks on the same host
-// (host[i]) reporting the same CPU, all but the lowest, each to a CPU no
-// rank of its host reports that its own mask (allowed[i]) allows.
-std::vector<int> spread_plan(const std::vector<int>& cpu, const std::vector<uint64_t>& host,
-                             const std::vector<std::vector<int>>& allowed);
+// Set-up collective: rank 0 hears every rank's `mine` (all the same length),
+// then sends each rank r the reply_size values answer(all, r) computes for
+// it; every rank returns its own. What rank 0 sends is only what each rank
+// needs (a max, a CPU), not everyone's figures: at a thousand ranks that is
+// the difference between kilobytes and megabytes.
+using Answer = std::function<std::vector<double>(const std::vector<double>& all, int rank)>;
+std::vector<double> gather_and_answer(Call& call, const std::vector<double>& mine, size_t reply_size,
+                                      const Answer& answer);
 
 }  // namespace qccl
