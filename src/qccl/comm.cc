@@ -244,7 +244,9 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
   c->cost = CostModel::for_transport(slowest);
   c->cost.use_slowest(n_shm > 0, n_tcp > 0);
   topo::attach(*c);  // hosts, topology-aware rings, hierarchical plan
-  place_local_ranks(*c);  // before anything is timed
+  // Before anything is timed. The ranks' masks can allow fewer CPUs than
+  // sysconf counts (a cpuset, a taskset): then they are oversubscribed too.
+  if (place_local_ranks(*c)) c->oversubscribed = true;
   const CacheSizes caches = cache_sizes();
   c->tuning = machine_tuning(caches, local);
   c->cost.cma_chunk = c->tuning.cma_chunk;
@@ -262,7 +264,8 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
                              : std::string("not between every pair"),
             c->tuning.describe(),
             c->oversubscribed
-                ? fmt::format("; {} ranks on this host's {} CPUs: waits yield at once, shm links not timed",
+                ? fmt::format("; {} ranks on this host, more than the CPUs they may use ({} online): waits "
+                              "yield at once, shm links not timed",
                               local, cpus)
                 : "");
   attach_backend(*c);  // QCCL_BACKEND: the engine of its calls

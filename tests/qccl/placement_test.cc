@@ -18,9 +18,10 @@ namespace {
 RankCpus on(uint64_t host, int cpu, std::vector<int> allowed) {
   return RankCpus{host, cpu, static_cast<int>(allowed.size()), std::move(allowed)};
 }
-Placement move_to(int cpu) { return {cpu, false}; }
-Placement bind_to(int cpu) { return {cpu, true}; }
+Placement move_to(int cpu) { return {cpu, false, false}; }
+Placement bind_to(int cpu) { return {cpu, true, true}; }
 const Placement stay{};
+const Placement stay_oversubscribed{-1, false, true};
 
 TEST(PlacementPlan, LaterRanksSharingACpuMoveToFreeOnes) {
   using V = std::vector<int>;
@@ -42,19 +43,22 @@ TEST(PlacementPlan, RanksOutnumberingTheirCpusAreBoundEvenly) {
   using P = std::vector<Placement>;
   std::vector<RankCpus> four_on_two(4, on(7, 0, {0, 1}));
   EXPECT_EQ(placement_plan(four_on_two, true, true), (P{bind_to(0), bind_to(1), bind_to(0), bind_to(1)}));
-  EXPECT_EQ(placement_plan(four_on_two, true, false), (P(4, stay))) << "QCCL_BIND=0, and nothing to spread to";
+  EXPECT_EQ(placement_plan(four_on_two, true, false), (P(4, stay_oversubscribed)))
+      << "QCCL_BIND=0, and nothing to spread to";
   // Ranks already confined to one CPU stay, and count: the others go elsewhere.
   EXPECT_EQ(placement_plan({on(7, 0, {0}), on(7, 0, {0, 1, 2}), on(7, 0, {0, 1, 2}), on(7, 0, {0, 1, 2}),
                             on(7, 0, {0, 1, 2})},
                            true, true),
-            (P{stay, bind_to(1), bind_to(2), bind_to(0), bind_to(1)}));
+            (P{stay_oversubscribed, bind_to(1), bind_to(2), bind_to(0), bind_to(1)}));
   // Per host: the host with a CPU per rank is left alone.
   EXPECT_EQ(placement_plan({on(7, 0, {0}), on(7, 0, {0}), on(8, 0, {0, 1}), on(8, 1, {0, 1})}, true, true),
-            (P(4, stay)));
+            (P{stay_oversubscribed, stay_oversubscribed, stay, stay}));
   // A mask's count, not its (cut) list, says how many CPUs it allows: 3
   // ranks listing 2 of 100 CPUs are not oversubscribed.
   std::vector<RankCpus> cut(3, RankCpus{7, 0, 100, {0, 1}});
   EXPECT_EQ(placement_plan(cut, false, true), (P(3, stay)));
+  // A rank that could not read its mask (none reported): nothing is known of its host.
+  EXPECT_EQ(placement_plan({on(7, 0, {0}), on(7, 0, {0}), RankCpus{7, 0, 0, {}}}, true, true), (P(3, stay)));
 }
 
 }  // namespace
@@ -80,8 +84,9 @@ void confine_to(const std::vector<int>& cpus) {
   REQUIRE(::sched_setaffinity(0, sizeof mask, &mask) == 0, "sched_setaffinity");
 }
 
-// 4 ranks whose masks allow the same 2 CPUs: after init each is bound to one
-// of them, two per CPU; with QCCL_BIND=0 the masks are as they were.
+// 4 ranks whose masks allow the same 2 CPUs (of however many the machine
+// has): oversubscribed, and after init each is bound to one of them, two per
+// CPU; with QCCL_BIND=0 the masks are as they were.
 TEST(PlacementInit, RanksOutnumberingTheirCpusAreBoundTwoPerCpu) {
   const std::vector<int> mine = cpus_of_mask();
   if (mine.size() < 2) GTEST_SKIP() << "needs a mask of 2 CPUs";
@@ -91,6 +96,7 @@ TEST(PlacementInit, RanksOutnumberingTheirCpusAreBoundTwoPerCpu) {
       confine_to(two);
       if (!bind) ::setenv("QCCL_BIND", "0", 1);
       qcclComm_t comm = me.init();
+      REQUIRE(comm->oversubscribed, "4 ranks confined to 2 CPUs not taken as oversubscribed");
       const std::vector<int> after = cpus_of_mask();
       if (!bind) {
         REQUIRE(after == two, "QCCL_BIND=0: the mask changed to ", after.size(), " CPUs");
@@ -106,6 +112,24 @@ TEST(PlacementInit, RanksOutnumberingTheirCpusAreBoundTwoPerCpu) {
     });
     EXPECT_TRUE(r.ok()) << (bind ? "bound: " : "QCCL_BIND=0: ") << r.summary();
   }
+}
+
+// 2 ranks confined to one CPU: oversubscribed whatever sysconf counts (2
+// CPUs on the VM), waits yield at once; nothing to bind, the masks stay.
+TEST(PlacementInit, TwoRanksConfinedToOneCpuAreOversubscribed) {
+  const std::vector<int> mine = cpus_of_mask();
+  const std::vector<int> one{mine[0]};
+  auto r = run_ranks(2, [&](const Rank& me) {
+    confine_to(one);
+    qcclComm_t comm = me.init();
+    REQUIRE(comm->oversubscribed, "2 ranks on one CPU not taken as oversubscribed");
+    REQUIRE(cpus_of_mask() == one, "the mask changed");
+    float x = 1.0f + me.rank, sum = 0;
+    REQUIRE_OK(qcclAllReduce(&x, &sum, 1, qcclFloat32, qcclSum, comm, nullptr));
+    REQUIRE(sum == 3.0f, "sum ", sum);
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
 }
 
 }  // namespace

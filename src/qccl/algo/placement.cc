@@ -34,11 +34,15 @@ std::vector<Placement> placement_plan(const std::vector<RankCpus>& ranks, bool s
   for (const auto& [host, members] : hosts) {
     std::set<int> cpus;
     size_t most = 0;  // a mask's CPU count: a lower bound where lists were cut at kMaxListed
+    bool known = true;  // a rank that could not read its mask reports none
     for (size_t i : members) {
       cpus.insert(ranks[i].allowed.begin(), ranks[i].allowed.end());
       most = std::max(most, static_cast<size_t>(ranks[i].allowed_count));
+      known = known && ranks[i].allowed_count > 0;
     }
+    if (!known) continue;
     const bool oversubscribed = members.size() > std::max(cpus.size(), most);
+    for (size_t i : members) plan[i].oversubscribed = oversubscribed;
     if (oversubscribed && bind) {
       std::map<int, int> load;
       for (size_t i : members)
@@ -50,7 +54,8 @@ std::vector<Placement> placement_plan(const std::vector<RankCpus>& ranks, bool s
           if (best < 0 || load[cpu] < load[best]) best = cpu;
         if (best < 0) continue;
         ++load[best];
-        plan[i] = {best, true};
+        plan[i].cpu = best;
+        plan[i].bind = true;
       }
     } else if (!oversubscribed && spread) {
       std::set<int> taken;
@@ -61,7 +66,7 @@ std::vector<Placement> placement_plan(const std::vector<RankCpus>& ranks, bool s
         if (cpu < 0 || seen.insert(cpu).second) continue;  // the lowest rank on a CPU stays
         for (int candidate : ranks[i].allowed)
           if (!taken.count(candidate)) {
-            plan[i] = {candidate, false};
+            plan[i].cpu = candidate;
             taken.insert(candidate);
             break;
           }
@@ -71,12 +76,13 @@ std::vector<Placement> placement_plan(const std::vector<RankCpus>& ranks, bool s
   return plan;
 }
 
-void place_local_ranks(qcclComm& c) {
+bool place_local_ranks(qcclComm& c) {
   const bool spread = env_spread.get(), bind = env_bind.get();
-  if (c.nranks < 2 || (!spread && !bind)) return;
+  if (c.nranks < 2) return false;
   cpu_set_t mask;
   CPU_ZERO(&mask);
-  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return;
+  // Every rank takes part in the gather below, even one that cannot read its mask.
+  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) CPU_ZERO(&mask);
   std::vector<int> allowed;
   for (int i = 0; i < CPU_SETSIZE && allowed.size() < kMaxListed; ++i)
     if (CPU_ISSET(i, &mask)) allowed.push_back(i);
@@ -89,7 +95,7 @@ void place_local_ranks(qcclComm& c) {
   for (size_t i = 0; i < allowed.size(); ++i) mine[3 + i] = allowed[i];
   Call call(c, "placement", MsgKind::kProbe, mine.size() * sizeof(double), "gather");
   std::vector<Placement> plan;
-  std::vector<double> reply = gather_and_answer(call, mine, 2, [&](const std::vector<double>& all, int r) {
+  std::vector<double> reply = gather_and_answer(call, mine, 3, [&](const std::vector<double>& all, int r) {
     if (plan.empty()) {
       std::vector<RankCpus> ranks(c.nranks);
       for (int q = 0; q < c.nranks; ++q) {
@@ -101,11 +107,13 @@ void place_local_ranks(qcclComm& c) {
       }
       plan = placement_plan(ranks, spread, bind);
     }
-    return std::vector<double>{static_cast<double>(plan[r].cpu), plan[r].bind ? 1.0 : 0.0};
+    return std::vector<double>{static_cast<double>(plan[r].cpu), plan[r].bind ? 1.0 : 0.0,
+                               plan[r].oversubscribed ? 1.0 : 0.0};
   });
   finish(call);
+  const bool oversubscribed = reply[2] != 0;
   const int to = static_cast<int>(reply[0]);
-  if (to < 0) return;
+  if (to < 0) return oversubscribed;
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(to, &one);
@@ -113,11 +121,12 @@ void place_local_ranks(qcclComm& c) {
   if (reply[1] != 0) {
     QCCL_INFO("INIT", "comm '{}' rank {}: more ranks on this host than CPUs; {} CPU {} (QCCL_BIND=0: leave it)",
               c.name, c.rank, moved ? "bound to" : "could not bind to", to);
-    return;
+    return oversubscribed;
   }
   ::sched_setaffinity(0, sizeof mask, &mask);  // spreading: nothing stays bound
   QCCL_INFO("INIT", "comm '{}' rank {}: shared CPU {} with a rank of this host; {} CPU {}", c.name, c.rank,
             static_cast<int>(mine[1]), moved ? "moved to" : "could not move to", to);
+  return oversubscribed;
 }
 
 }  // namespace qccl

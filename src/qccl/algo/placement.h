@@ -18,10 +18,12 @@ struct RankCpus {
 };
 
 // What a rank is to do: move to `cpu` for set-up and give its mask back
-// (spread), stay bound to `cpu` (bind), or nothing (cpu -1).
+// (spread), stay bound to `cpu` (bind), or nothing (cpu -1); and whether its
+// host has more ranks than the CPUs their masks allow together.
 struct Placement {
   int cpu = -1;
   bool bind = false;
+  bool oversubscribed = false;
   bool operator==(const Placement&) const = default;
 };
 
@@ -37,7 +39,9 @@ std::vector<Placement> placement_plan(const std::vector<RankCpus>& ranks, bool s
 
 // Collective at set-up, before anything is timed: the ranks tell rank 0
 // their CPUs and it answers each with its Placement (placement_plan with
-// QCCL_SPREAD and QCCL_BIND).
+// QCCL_SPREAD and QCCL_BIND). Returns whether this rank's host has more
+// ranks than the CPUs their masks allow: a container's cpuset or a taskset
+// can leave 2 CPUs to a job on a host whose sysconf counts 64.
 //
 // Spreading: ranks of one host that the scheduler started on one CPU (forked
 // ranks start where their parent ran) can stay there: a waiting rank yields
@@ -51,6 +55,6 @@ std::vector<Placement> placement_plan(const std::vector<RankCpus>& ranks, bool s
 // 6.2 us in the same runs. The binding stays (like mpirun's --bind-to
 // core:overload-allowed) and covers the calling thread, so threads it starts
 // later inherit it; QCCL_BIND=0 leaves masks alone.
-void place_local_ranks(qcclComm& c);
+bool place_local_ranks(qcclComm& c);
 
 }  // namespace qccl
