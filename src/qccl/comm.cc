@@ -265,7 +265,7 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
             c->tuning.describe(),
             c->oversubscribed
                 ? fmt::format("; {} ranks on this host, more than the CPUs they may use ({} online): waits "
-                              "yield at once, shm links not timed",
+                              "yield at once, shm timed as ring steps of all of them at once",
                               local, cpus)
                 : "");
   attach_backend(*c);  // QCCL_BACKEND: the engine of its calls

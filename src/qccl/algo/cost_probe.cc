@@ -37,6 +37,8 @@ enum : uint64_t { kDone = 0, kPing = 1, kBulk = 2, kAddress = 3 };
 // Single-copy timing: latency from small reads, bandwidth from the bulk in
 // Tuning::cma_chunk pieces (best of kCmaReps).
 constexpr int kCmaPings = 16, kCmaReps = 3;
+// Ring steps timed with more ranks than CPUs (time_ring_steps): 8-byte steps, then half bulks.
+constexpr int kStepPings = 32, kStepBulks = 8;
 
 using Clock = std::chrono::steady_clock;
 double us_since(Clock::time_point t) {
@@ -140,13 +142,39 @@ void answer_link(Call& call, int peer, char* bulk) {
   }
 }
 
+// With more ranks than CPUs a pair timed alone times the scheduler, not a
+// collective's step; so every rank of the host times a ring step as the
+// collectives run it, all at once: send to the next rank of the host and
+// receive from the previous one: small messages (latency), then half bulks
+// (bandwidth) after a warm-up one.
+LinkCost time_ring_steps(Call& call, int prev, int next, char* bulk) {
+  auto step = [&](const void* out, void* in, size_t bytes) {
+    Xfer xs[2] = {Xfer::send(next, out, bytes), Xfer::recv(prev, in, bytes)};
+    xs[0].seq = call.comm.p2p_send_seq[next]++;
+    xs[1].seq = call.comm.p2p_recv_seq[prev]++;
+    run(call, xs);
+  };
+  // Steps depend on each other around the ring as a collective's do, so
+  // the mean is the step: one rank's head start shows in the next's wait.
+  uint64_t out = 0, in = 0;
+  auto t = Clock::now();
+  for (int i = 0; i < kStepPings; ++i) step(&out, &in, sizeof out);
+  const double lat = us_since(t) / kStepPings;
+  const size_t half = kBulkBytes / 2;
+  step(bulk, bulk + half, half);  // warm-up
+  t = Clock::now();
+  for (int i = 0; i < kStepBulks; ++i) step(bulk, bulk + half, half);
+  const double bulk_us = us_since(t) / kStepBulks;
+  const double transfer_us = std::max(bulk_us - lat, 0.5 * bulk_us);
+  return LinkCost{lat, half / transfer_us / 1e3};
+}
+
 // Figures every rank contributes; the maximum over ranks is the slowest link.
 struct Figures {
   double lat[2];     // shm, tcp; 0: not measured
   double neg_bw[2];  // minus GB/s, so the max is the slowest; -inf: not measured
   double in_use[2];  // 1 where some rank has a link of that transport
   double neg_reduce;  // minus the local reduction speed, GB/s
-  double oversubscribed;  // 1 where some rank's host has more ranks than CPUs
   double cma_lat;      // single copy, us per call; 0: not measured
   double neg_cma_bw;   // minus GB/s; -inf: not measured
   double no_cma;       // 1 where some rank cannot single-copy to some peer
@@ -242,7 +270,7 @@ void measure_cost_model(qcclComm& c) {
   Call call(c, "cost-probe", MsgKind::kProbe, kBulkBytes, "probe");
   char* bulk = scratch(c, kBulkBytes);
   std::memset(bulk, 0, kBulkBytes);  // fault the pages in before timing
-  Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk), c.oversubscribed ? 1.0 : 0.0, 0, -1e300, 0,
+  Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk), 0, -1e300, 0,
              c.tuning.validate_ns};
   for (auto& conn : c.conns)
     if (conn) {
@@ -269,10 +297,11 @@ void measure_cost_model(qcclComm& c) {
       if (ro.rank_at(i) == r) init = ro.rank_at(j);
       if (ro.rank_at(j) == r) resp = ro.rank_at(i);
     }
-    // With more ranks than CPUs a shared-memory ping-pong times the scheduler
-    // (4 ranks on 2 cores: 6 us to 1.7 ms from one run to the next), so such
-    // pairs (both sides know: one host) keep the static figures; single copy
-    // is timed by one side alone and is measured anyway.
+    // With more ranks than CPUs a shared-memory ping-pong of one pair times
+    // the scheduler (4 ranks on 2 cores: 6 us to 1.7 ms from one run to the
+    // next), so such pairs (both sides know: one host) are timed below as
+    // ring steps of all the host's ranks at once; single copy is timed by one
+    // side alone and is measured here anyway.
     if (init >= 0) {
       bool shm = std::string(c.conns[init]->kind()) == "shm";
       bool time_link = !(c.oversubscribed && shm);
@@ -293,6 +322,27 @@ void measure_cost_model(qcclComm& c) {
       }
     } else if (resp >= 0) {
       answer_link(call, resp, bulk);
+    }
+  }
+  // Every rank, oversubscribed host or not: no rank may still be in a pair
+  // while the ring steps are timed, and all must call the barrier.
+  if (n > 2) barrier(call);
+  if (c.oversubscribed) {  // the same for every rank of a host
+    // The host's ranks in ring order: each times the step to the next of them.
+    std::vector<int> local;
+    for (int i = 0; i < n; ++i) {
+      int q = ro.rank_at(i);
+      if (q == r || (c.conns[q] && std::string(c.conns[q]->kind()) == "shm")) local.push_back(q);
+    }
+    if (local.size() >= 2) {
+      auto me = std::find(local.begin(), local.end(), r) - local.begin();
+      const int k = static_cast<int>(local.size());
+      int next = local[(me + 1) % k], prev = local[(me + k - 1) % k];
+      LinkCost l = time_ring_steps(call, prev, next, bulk);
+      f.lat[0] = std::max(f.lat[0], l.lat_us);
+      f.neg_bw[0] = std::max(f.neg_bw[0], -l.gbps);
+      QCCL_TRACE("INIT", "cost probe rank {}: ring step to {} with the host's {} ranks at once: {:.2f} us, {:.2f} GB/s",
+                 r, next, k, l.lat_us, l.gbps);
     }
   }
   agree(call, &f);
@@ -317,9 +367,6 @@ void measure_cost_model(qcclComm& c) {
       measured = true;
     }
   }
-  // Agreed like the figures, so every rank chooses alike.
-  if (f.oversubscribed > 0 && f.neg_bw[0] <= -1e300 && !bw_configured("shm"))
-    m.shm.gbps = kOversubscribedShmGbps;
   m.use_slowest(f.in_use[0] > 0, f.in_use[1] > 0);
   // Agreed too: the model may choose the direct all-reduce only where every
   // rank can single-copy to every other.

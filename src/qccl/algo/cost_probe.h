@@ -16,14 +16,6 @@
 
 namespace qccl {
 
-// Shared-memory bandwidth of the cost model where the host has more ranks
-// than CPUs (c.oversubscribed) and the probe therefore skips shared memory:
-// ranks take turns on the cores, so a step moves data well below memcpy
-// speed (4 ranks on the 2-core VM: 512 KiB ring steps at ~0.9 GB/s, 2 MiB
-// recursive-doubling steps at ~0.6 GB/s; 6 GB/s is the static figure with a
-// core each). It puts the ring / recursive-doubling switch near 20 KiB there.
-constexpr double kOversubscribedShmGbps = 1.0;
-
 // A link's figures from ping round trips and bulk-train round trips
 // (train_bytes out, replies back; train_us[0] is a warm-up, not counted), in
 // microseconds.
