@@ -29,6 +29,72 @@ inline void cpu_relax() {
 #endif
 }
 
+// How a wait that found nothing to do goes on, for the transfers' loop and
+// for wait_until alike. Poll for as long as one yield costs
+// (Tuning::spin_ns, measured at init: spinning longer than the alternative
+// costs can at most double a wait), then yield, and sleep briefly once the
+// wait is long (a slow peer, not a busy link). The spin is timed by the
+// clock, read every 8 polls, not by a poll count: how long a pause takes
+// depends on the CPU (21 ns on the Intel VM the old count was tuned on, 27
+// on the EPYC VM), so a count tuned on one machine spins another length on
+// the next (issue 19). With more ranks than cores the peer we wait for may
+// need our core: yield at once (4 ranks on 2 cores: an 8-byte all-reduce
+// took 45 us with 128 polls, 16 us without).
+class IdleWait {
+ public:
+  using Clock = Deadline::Clock;
+  explicit IdleWait(const qcclComm& comm)
+      : spin_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::nano>(comm.tuning.spin_ns))),
+        spins_(comm.tuning.spin_ns > 0 && !comm.oversubscribed),
+        spin_left_(spins_) {}
+  // Something moved: the next idle round starts a fresh spin.
+  void moved() {
+    idle_ = 0;
+    idle_start_ = {};
+    spin_left_ = spins_;
+  }
+  // One idle round: true while the spin lasts (poll again at once).
+  bool spinning() {
+    ++idle_;
+    if (!spin_left_) return false;
+    if (idle_ == 1) spin_start_ = Clock::now();
+    if ((idle_ & 7) != 0 || Clock::now() - spin_start_ < spin_) {
+      cpu_relax();
+      return true;
+    }
+    spin_left_ = false;
+    return false;
+  }
+  // Past the spin: the time, the wait's start marked on the first call.
+  Clock::time_point now() {
+    auto t = Clock::now();
+    if (idle_start_ == Clock::time_point{}) idle_start_ = t;
+    if (last_alive_ == Clock::time_point{}) last_alive_ = t;
+    return t;
+  }
+  // Every 5 ms of waiting: time to ask whether the peers are alive.
+  bool peers_due(Clock::time_point t) {
+    if (t - last_alive_ <= std::chrono::milliseconds(5)) return false;
+    last_alive_ = t;
+    return true;
+  }
+  // Yield for the first 20 ms of a wait, then sleep 50 us at a time.
+  void yield_or_sleep(Clock::time_point t) const {
+    if (t - idle_start_ < std::chrono::milliseconds(20)) {
+      sched_yield();
+    } else {
+      timespec ts{0, 50000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+
+ private:
+  Clock::duration spin_;
+  bool spins_, spin_left_;
+  uint64_t idle_ = 0;
+  Clock::time_point spin_start_{}, idle_start_{}, last_alive_{};
+};
+
 uint32_t magic_for(MsgKind k) { return kMsgMagic | (uint32_t(k) << 8) | kMsgVersion; }
 
 const char* kind_word(uint32_t magic) {
@@ -342,14 +408,7 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
         after[i] = static_cast<int>(j);
         break;
       }
-  uint64_t idle = 0;
-  const auto spin = std::chrono::duration_cast<Deadline::Clock::duration>(
-      std::chrono::duration<double, std::nano>(comm.tuning.spin_ns));
-  const bool spins = comm.tuning.spin_ns > 0 && !comm.oversubscribed;
-  bool spin_left = spins;
-  Deadline::Clock::time_point spin_start{};
-  // Read the clock only once a wait outlasts the spin (see Call::deadline()).
-  Deadline::Clock::time_point idle_start{}, last_alive{};
+  IdleWait wait(comm);
   while (pending > 0) {
     bool moved = false;
     for (size_t i = 0; i < xs.size(); ++i) {
@@ -377,34 +436,12 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
     }
     if (pending == 0) break;
     if (moved) {
-      idle = 0;
-      idle_start = {};
-      spin_left = spins;
+      wait.moved();
       continue;
     }
-    ++idle;
-    // Poll for as long as one yield costs (Tuning::spin_ns, measured at init:
-    // spinning longer than the alternative costs can at most double a wait),
-    // then yield. Timed by the clock, read every 8 polls, not by a poll count:
-    // how long a pause takes depends on the CPU (21 ns on the Intel VM the
-    // old count was tuned on, 27 on the EPYC VM), so a count tuned on one
-    // machine spins another length on the next (issue 19). With more ranks than
-    // cores the peer we wait for may need our core: yield at once (4 ranks on
-    // 2 cores: an 8-byte all-reduce took 45 us with 128 polls, 16 us without).
-    if (spin_left) {
-      if (idle == 1) spin_start = Deadline::Clock::now();
-      if ((idle & 7) != 0 || Deadline::Clock::now() - spin_start < spin) {
-        cpu_relax();
-        continue;
-      }
-      spin_left = false;
-    }
-    if (idle_start == Deadline::Clock::time_point{}) {
-      idle_start = Deadline::Clock::now();
-      if (last_alive == Deadline::Clock::time_point{}) last_alive = idle_start;
-    }
+    if (wait.spinning()) continue;
     if (comm.aborted.load(std::memory_order_relaxed)) throw_aborted(call);
-    auto now = Deadline::Clock::now();
+    const auto now = wait.now();
     if (call.deadline().expired()) {
       std::string msg = fmt::format(
           "{} #{} on rank {} of comm '{}' timed out after {} s {}; that peer is stalled or dead "
@@ -415,13 +452,11 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
       comm.fr.dump_on_error(comm.name, comm.rank, msg);
       QK_THROW(qk::TimeoutError, msg);
     }
-    if (now - last_alive > std::chrono::milliseconds(5)) {
-      last_alive = now;
+    if (wait.peers_due(now))
       for (size_t i = 0; i < xs.size(); ++i)
         if (!complete[i]) comm.conns[xs[i].peer]->check_alive();
-    }
-    // Wait: poll() when every pending transfer is on a socket; otherwise yield,
-    // then sleep briefly once the wait is long (a slow peer, not a busy link).
+    // Wait: poll() when every pending transfer is on a socket; otherwise
+    // yield, then sleep.
     pfds.clear();
     bool all_sockets = true;
     for (size_t i = 0; i < xs.size() && all_sockets; ++i) {
@@ -432,11 +467,8 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
     }
     if (all_sockets) {
       ::poll(pfds.data(), pfds.size(), call.deadline().poll_ms(10));
-    } else if (now - idle_start < std::chrono::milliseconds(20)) {
-      sched_yield();
     } else {
-      timespec ts{0, 50000};
-      nanosleep(&ts, nullptr);
+      wait.yield_or_sleep(now);
     }
   }
 }
@@ -444,16 +476,10 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
 
 void wait_until(Call& call, const std::function<bool()>& ready, std::span<const int> peers, const char* what) {
   qcclComm& comm = call.comm;
-  const bool spins = comm.tuning.spin_ns > 0 && !comm.oversubscribed;
-  const auto spin = std::chrono::duration_cast<Deadline::Clock::duration>(
-      std::chrono::duration<double, std::nano>(comm.tuning.spin_ns));
-  auto start = Deadline::Clock::now(), last_alive = start;
+  IdleWait wait(comm);
   for (;;) {
     if (ready()) return;
-    if (spins && Deadline::Clock::now() - start < spin) {
-      cpu_relax();
-      continue;
-    }
+    if (wait.spinning()) continue;
     try {
       if (comm.aborted.load(std::memory_order_relaxed)) throw_aborted(call);
       if (call.deadline().expired()) {
@@ -465,17 +491,10 @@ void wait_until(Call& call, const std::function<bool()>& ready, std::span<const 
         comm.fr.dump_on_error(comm.name, comm.rank, msg);
         QK_THROW(qk::TimeoutError, msg);
       }
-      auto now = Deadline::Clock::now();
-      if (now - last_alive > std::chrono::milliseconds(5)) {
-        last_alive = now;
+      const auto now = wait.now();
+      if (wait.peers_due(now))
         for (int p : peers) comm.conns[p]->check_alive();
-      }
-      if (now - start < std::chrono::milliseconds(20)) {
-        sched_yield();
-      } else {
-        timespec ts{0, 50000};
-        nanosleep(&ts, nullptr);
-      }
+      wait.yield_or_sleep(now);
     } catch (const qk::Error&) {
       if (comm.aborted.load()) throw_aborted(call);
       throw;
