@@ -24,7 +24,7 @@ QK_ENV_INT(env_ring_bytes, "QCCL_SHM_RING_BYTES", 1 << 20,
            "Bytes in each shared-memory ring (one per direction per peer pair).");
 
 constexpr uint64_t kSegMagic = 0x51434353484d3031ull;  // "QCCSHM01"
-constexpr uint32_t kSegVersion = 3;  // 2: the set-up also probes shared buffers; 3: notice boards
+constexpr uint32_t kSegVersion = 4;  // 2: the set-up also probes shared buffers; 3: notice boards; 4: cells
 // Producers publish at least every slice so the consumer can start early
 // (64 KiB and the 1 MiB ring: not measured against other sizes).
 constexpr size_t kSlice = 64 << 10;
@@ -43,6 +43,30 @@ struct BoardSlot {
   char data[Conn::kBoardBytes];
 };
 
+// Small messages (header and data in at most kCellBytes) go in cells, not
+// the ring: the flag that says a cell is full shares its cache line with the
+// bytes, so the receiver takes one cache miss per message, not two (the
+// ring's head, then its data), as NCCL's LL protocol and Open MPI's fast
+// boxes do. A raw exchange of one line each way took 0.09 us this way and
+// 0.12 us with a head line on the EPYC VM.
+//
+// Order: a sender fills a cell only when the receiver has consumed
+// everything it put in the ring, and a receiver takes the next cell, when it
+// is full, before the ring; so ring bytes sent after a cell are read after
+// it (the receiver loads the ring's head before the cell's tag, and a head
+// that shows them makes the earlier cell visible).
+constexpr size_t kCells = 64;       // per direction
+constexpr size_t kCellBytes = 56;   // a 64-byte line less the tag
+struct Cell {
+  alignas(64) std::atomic<uint64_t> tag;  // (cell number + 1) << 8 | bytes, stored after the bytes
+  char data[kCellBytes];
+};
+struct CellRing {
+  Cell cell[kCells];
+  alignas(64) std::atomic<uint64_t> consumed;  // cells the receiver is done with
+};
+inline uint64_t cell_tag(uint64_t number, size_t bytes) { return (number + 1) << 8 | bytes; }
+
 struct SegHeader {
   uint64_t magic;
   uint32_t version;
@@ -51,6 +75,7 @@ struct SegHeader {
   RingCtl ring[2];  // ring 0: low rank -> high rank; ring 1: high -> low
   char reason[2][256];  // why side 0 / side 1 closed, written before `closed`
   BoardSlot board[2];   // posted by side 0 / side 1
+  CellRing cells[2];    // as the rings: 0 low -> high, 1 high -> low
 };
 
 constexpr size_t kDataOffset = (sizeof(SegHeader) + 4095) & ~size_t(4095);
@@ -83,6 +108,8 @@ class ShmConn final : public Conn {
     int send_ring = side == 0 ? 0 : 1;
     tx_ = &h->ring[send_ring];
     rx_ = &h->ring[1 - send_ring];
+    tx_cells_ = &h->cells[send_ring];
+    rx_cells_ = &h->cells[1 - send_ring];
     side_ = side;
     tx_data_ = data + send_ring * cap_;
     rx_data_ = data + (1 - send_ring) * cap_;
@@ -102,6 +129,19 @@ class ShmConn final : public Conn {
     if (space >= want) return space;
     tx_tail_ = tx_->tail.load(std::memory_order_acquire);
     return cap_ - static_cast<size_t>(tx_head_ - tx_tail_);
+  }
+  // Whether the receiver has consumed all we put in the ring (a cell may
+  // go only then); reads its tail only when the last value read says not.
+  bool ring_drained() {
+    if (tx_tail_ != tx_head_) tx_tail_ = tx_->tail.load(std::memory_order_acquire);
+    return tx_tail_ == tx_head_;
+  }
+  // Whether the next cell is free, reading the receiver's count only when
+  // the last value read leaves none.
+  bool cell_free() {
+    if (tx_cell_no_ - tx_cells_done_ >= kCells)
+      tx_cells_done_ = tx_cells_->consumed.load(std::memory_order_acquire);
+    return tx_cell_no_ - tx_cells_done_ < kCells;
   }
   // Copies n bytes (space checked) at the head, across the wrap point; does not publish.
   void copy_in(const void* p, size_t n) {
@@ -128,9 +168,18 @@ class ShmConn final : public Conn {
     return sent;
   }
 
-  // Header and data in one publication when both fit: the consumer sees the
+  // A small message in a cell where order allows (see Cell); otherwise
+  // header and data in one publication when both fit: the consumer sees the
   // whole message at its first look.
   size_t try_send2(const void* a, size_t na, const void* b, size_t nb) override {
+    if (na + nb <= kCellBytes && na + nb > 0 && ring_drained() && cell_free()) {
+      Cell& c = tx_cells_->cell[tx_cell_no_ % kCells];
+      std::memcpy(c.data, a, na);
+      if (nb > 0) std::memcpy(c.data + na, b, nb);
+      c.tag.store(cell_tag(tx_cell_no_, na + nb), std::memory_order_release);
+      ++tx_cell_no_;
+      return na + nb;
+    }
     if (na + nb > kSlice || space_for(na + nb) < na + nb) return Conn::try_send2(a, na, b, nb);
     copy_in(a, na);
     if (nb > 0) copy_in(b, nb);
@@ -139,7 +188,18 @@ class ShmConn final : public Conn {
   }
 
   size_t peek(const void** p) override {
-    uint64_t head = rx_->head.load(std::memory_order_acquire);
+    uint64_t head = rx_->head.load(std::memory_order_acquire);  // before the cell's tag (see Cell)
+    if (rx_cell_bytes_ == 0) {
+      const uint64_t tag = rx_cells_->cell[rx_cell_no_ % kCells].tag.load(std::memory_order_acquire);
+      if (tag >> 8 == rx_cell_no_ + 1) {
+        rx_cell_bytes_ = static_cast<size_t>(tag & 0xff);
+        rx_cell_off_ = 0;
+      }
+    }
+    if (rx_cell_bytes_ > 0) {
+      *p = rx_cells_->cell[rx_cell_no_ % kCells].data + rx_cell_off_;
+      return rx_cell_bytes_ - rx_cell_off_;
+    }
     size_t avail = static_cast<size_t>(head - rx_tail_);
     size_t off = static_cast<size_t>(rx_tail_ % cap_);
     *p = rx_data_ + off;
@@ -147,6 +207,14 @@ class ShmConn final : public Conn {
   }
 
   void consume(size_t n) override {
+    if (rx_cell_bytes_ > 0) {
+      rx_cell_off_ += n;
+      if (rx_cell_off_ < rx_cell_bytes_) return;
+      rx_cell_bytes_ = 0;
+      ++rx_cell_no_;
+      rx_cells_->consumed.store(rx_cell_no_, std::memory_order_release);
+      return;
+    }
     rx_tail_ += n;
     rx_->tail.store(rx_tail_, std::memory_order_release);
   }
@@ -212,6 +280,13 @@ class ShmConn final : public Conn {
   uint64_t tx_head_ = 0;  // our copy of tx_->head (we are its only writer)
   uint64_t tx_tail_ = 0;  // tx_->tail as last read (it only grows)
   uint64_t rx_tail_ = 0;  // our copy of rx_->tail
+  CellRing* tx_cells_;
+  CellRing* rx_cells_;
+  uint64_t tx_cell_no_ = 0;     // cells we filled
+  uint64_t tx_cells_done_ = 0;  // tx_cells_->consumed as last read
+  uint64_t rx_cell_no_ = 0;     // the next cell we take
+  size_t rx_cell_bytes_ = 0;    // bytes in the cell being read (0: none)
+  size_t rx_cell_off_ = 0;      // of which consumed
   int peer_pid_;
   bool cma_;
   bool maps_;
