@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -93,11 +94,12 @@ std::pair<std::unique_ptr<Conn>, std::unique_ptr<Conn>> shm_pair(const char* rin
   return {std::move(c0), std::move(c1)};
 }
 
-// Small messages go in cells beside the ring (one cache line each, flag and
-// bytes together): with nothing read, 64 of them fit and then a whole
-// 4096-byte ring more, which the ring alone could not take; and the receiver
-// gets the stream in order, cells first, then the ring.
-TEST(Send2, SharedMemoryCellsTakeSmallMessagesInOrderWithTheRing) {
+// Small messages go in a mailbox beside the ring (64 lines; a message's tag
+// in its first line): with nothing read, 64 one-line messages fit and then a
+// whole 4096-byte ring more, which the ring alone could not take; the
+// receiver gets the stream in order, mailbox first, then the ring; messages
+// of 1 to 8 lines wrap round the mailbox (skips) mixed with ring messages.
+TEST(Send2, SharedMemoryMailboxTakesSmallMessagesInOrderWithTheRing) {
   auto [c0, c1] = shm_pair("4096");
   uint64_t pos = 0;
   auto byte = [](uint64_t i) { return static_cast<unsigned char>((i * 2654435761u) >> 13); };
@@ -117,7 +119,7 @@ TEST(Send2, SharedMemoryCellsTakeSmallMessagesInOrderWithTheRing) {
     in_ring += k;
   }
   EXPECT_EQ(in_ring, 4096u - 4096u % 64) << "the ring took what fits of 64-byte messages";
-  EXPECT_EQ(send(16, 8), 0u) << "cells and ring full";
+  EXPECT_EQ(send(16, 8), 0u) << "mailbox and ring full";
   // Read it all back in order; then small messages use cells again.
   std::vector<unsigned char> buf(64 * 56 + 4096);
   uint64_t got = 0;
@@ -127,10 +129,10 @@ TEST(Send2, SharedMemoryCellsTakeSmallMessagesInOrderWithTheRing) {
     for (size_t i = 0; i < k; ++i) ASSERT_EQ(buf[i], byte(got + i)) << "stream byte " << got + i;
     got += k;
   }
-  // Alternating small (cells) and large (ring), read a few messages behind.
+  // Mailbox-sized messages of 1-8 lines and ring ones, read a few behind.
   uint64_t read = got;
-  for (int i = 0; i < 200; ++i) {
-    size_t nb = i % 3 == 2 ? 700 : (i * 7) % 41;
+  for (int i = 0; i < 400; ++i) {
+    size_t nb = i % 5 == 4 ? 700 : (i * 37) % 489;
     size_t left = 16 + nb, start = pos;
     while (left > 0) {
       size_t k = pos == start ? send(16, nb) : 0;
@@ -156,6 +158,30 @@ TEST(Send2, SharedMemoryCellsTakeSmallMessagesInOrderWithTheRing) {
     for (size_t j = 0; j < r; ++j) ASSERT_EQ(buf[j], byte(read + j)) << "stream byte " << read + j;
     read += r;
   }
+}
+
+// A message's later lines hold data where a later lap's messages start:
+// data that reads as the tag the receiver will wait for there must not pass
+// for a message (the receiver zeroes those words once done).
+TEST(Send2, SharedMemoryMailboxDataNeverPassesForATag) {
+  auto [c0, c1] = shm_pair("4096");
+  std::vector<unsigned char> buf(1024);
+  auto deliver = [&](std::vector<unsigned char> content) {
+    ASSERT_EQ(c0->try_send2(content.data(), 16, content.data() + 16, content.size() - 16), content.size());
+    ASSERT_EQ(c1->try_recv(buf.data(), buf.size()), content.size());
+  };
+  // Message 0 fills lines 0-7; its line 1 begins at content byte kShmLine - 8
+  // and carries the tag message 58 will have: after 56 one-line messages
+  // (lines 8-63) and one at line 0 of the next lap, the receiver looks for
+  // message 58 at line 1.
+  std::vector<unsigned char> first(kShmBoxMaxBytes, 0x5a);
+  const uint64_t fake = shm_box_tag(58, 8);
+  std::memcpy(first.data() + kShmLine - 8, &fake, sizeof fake);
+  deliver(first);
+  for (int i = 0; i < 57; ++i) deliver(std::vector<unsigned char>(24, static_cast<unsigned char>(i)));
+  EXPECT_EQ(c1->try_recv(buf.data(), buf.size()), 0u) << "old data taken for message 58";
+  deliver(std::vector<unsigned char>(24, 0x77));  // the real message 58 arrives
+  EXPECT_EQ(c1->try_recv(buf.data(), buf.size()), 0u);
 }
 
 TEST(Send2, TcpAcrossStripesAndSockets) {

@@ -6,6 +6,7 @@
 // channel: a peer that dies closes it, which the waiting side notices.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,12 @@ namespace qccl {
 // transfers when both succeed.
 // Bytes in each ring (QCCL_SHM_RING_BYTES).
 size_t shm_ring_bytes();
+
+// The mailbox beside each ring for small messages (shm.cc, MailBox): lines
+// of kShmLine bytes, a message's tag in the first 8 bytes of its first line,
+// shm_box_tag(message number, bytes). Here for the tests.
+inline constexpr size_t kShmLine = 64, kShmBoxLines = 64, kShmBoxMaxBytes = 8 * kShmLine - 8;
+inline constexpr uint64_t shm_box_tag(uint64_t number, uint64_t bytes) { return (number + 1) << 16 | bytes; }
 
 std::unique_ptr<Conn> make_shm_conn(int my_rank, int peer, std::string peer_name, Fd ctl,
                                     int peer_pid, bool want_cma, const Deadline& dl);
