@@ -310,8 +310,10 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say_datetime("after model, optimizer, and learning rate scheduler are built");
 
   // ---- checkpoint
+  int64_t resumed_at = -1;  // the loaded checkpoint's iteration
   if (a.load && !load_hf) {
     if (const auto loaded = trainer.load()) {
+      resumed_at = trainer.progress().iteration;
       say(fmt::format("  successfully loaded checkpoint from {} [ t 1/{}, p 1/{} ] at iteration {}", loaded->where,
                       tp_size, world.pp_size(), trainer.progress().iteration));
     } else {
@@ -422,6 +424,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   // losses join the iteration line and metrics.jsonl (Megatron's
   // track_moe_metrics), the per-layer ones the lines below it.
   std::vector<MoeLayerLog> moe_log;
+  if (!moe.empty() && lead) GptMoeLayers::start_jsonl(result.output_dir + "/moe_metrics.jsonl", resumed_at);
   if (!moe.empty())
     cb.log_losses = [&](int64_t) {
       moe_log = moe.take_interval(world.dp.get(), world.pp.get(), world.ep_size());

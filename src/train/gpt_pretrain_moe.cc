@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "qk/base/error.h"
+#include "qk/base/file_io.h"
 #include "qk/train/plot.h"
 
 namespace qk::train {
@@ -107,6 +108,31 @@ void GptMoeLayers::write_heatmap(const std::string& path) const {
                 fmt::format("Expert load: {} experts, top-{} routing", config_.num_moe_experts,
                             config_.moe_router_topk),
                 "iteration", "expert", "share of routed tokens", panels);
+}
+
+void GptMoeLayers::start_jsonl(const std::string& path, int64_t resume_iteration) {
+  std::string kept;
+  if (resume_iteration >= 0 && file_exists(path)) {
+    const std::string text = read_file(path);
+    size_t begin = 0;
+    for (int n = 1; begin < text.size(); ++n) {
+      const size_t end = text.find('\n', begin);
+      const bool torn = end == std::string::npos;  // the last line, unfinished
+      const std::string line = text.substr(begin, torn ? std::string::npos : end - begin);
+      begin = torn ? text.size() : end + 1;
+      if (line.empty()) continue;
+      int64_t iteration = 0;
+      try {
+        iteration = nlohmann::json::parse(line).at("iteration").get<int64_t>();
+      } catch (const nlohmann::json::exception& e) {
+        if (torn) break;
+        QK_THROW(IoError, "MoE statistics file '", path, "' line ", n, " is not a record: ", e.what(),
+                 " (move the file away to start it afresh)");
+      }
+      if (iteration <= resume_iteration) kept += line + "\n";
+    }
+  }
+  atomic_write_file(path, kept);
 }
 
 void GptMoeLayers::append_jsonl(const std::string& path, int64_t iteration, const std::vector<MoeLayerLog>& logs) {

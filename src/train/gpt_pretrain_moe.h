@@ -57,6 +57,12 @@ class GptMoeLayers {
   // One JSON line per MoE layer appended to `path`: {"iteration", "layer",
   // "load_balancing_loss", "z_loss", "tokens_per_expert", "dropped_routes"}.
   static void append_jsonl(const std::string& path, int64_t iteration, const std::vector<MoeLayerLog>& logs);
+  // Before a run appends: a fresh run (resume_iteration < 0) starts `path`
+  // empty; a resumed one keeps the lines up to its checkpoint's iteration,
+  // so iterations a killed run logged past it are not there twice (as
+  // MetricsLog does with metrics.jsonl). A last line cut short by a kill is
+  // dropped; any other line that is not a record is an IoError naming it.
+  static void start_jsonl(const std::string& path, int64_t resume_iteration);
 
  private:
   struct Layer {

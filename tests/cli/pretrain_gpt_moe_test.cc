@@ -204,11 +204,30 @@ TEST(PretrainGptMoe, CheckpointSavedAtExpertTwoContinuesAtOneRank) {
   auto a = ranks(2, tiny_moe() + save + Argv{"--expert-model-parallel-size", "2", "--use-distributed-optimizer",
                                              "--exit-interval", "5"});
   ASSERT_EQ(a.exit_code, 0) << a.output;
+  {
+    // As if a run killed after iteration 7 had logged 6 and 7 past the
+    // checkpoint, the last line cut short: the resumed run must not keep them.
+    std::ofstream jsonl(dir + "/moe_metrics.jsonl", std::ios::app);
+    for (int it : {6, 7})
+      for (int layer : {1, 2})
+        jsonl << nlohmann::json{{"iteration", it}, {"layer", layer}, {"dropped_routes", -1}}.dump() << "\n";
+    jsonl << "{\"iteration\": 8, \"lay";
+  }
   auto b = one_rank(tiny_moe() + save + Argv{"--load", dir});
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("successfully loaded checkpoint from " + dir + "/iter_0000000005"), std::string::npos)
       << b.output;
   expect_same_losses(one, dir, 6, 10);
+  // Each iteration's MoE statistics once per layer, none of the stale ones.
+  std::map<std::pair<int64_t, int64_t>, int> seen;
+  std::ifstream jsonl(dir + "/moe_metrics.jsonl");
+  for (std::string line; std::getline(jsonl, line);) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_GE(j.at("dropped_routes").get<double>(), 0.0) << "a stale line was kept: " << line;
+    ++seen[{j.at("iteration").get<int64_t>(), j.at("layer").get<int64_t>()}];
+  }
+  EXPECT_EQ(seen.size(), 10u * 2u);
+  for (const auto& [key, count] : seen) EXPECT_EQ(count, 1) << "iteration " << key.first << " layer " << key.second;
 }
 
 TEST(PretrainGptMoe, ExpertTensorSizeOtherThanTheTensorSizeIsRefused) {
