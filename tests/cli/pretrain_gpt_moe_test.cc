@@ -230,6 +230,40 @@ TEST(PretrainGptMoe, CheckpointSavedAtExpertTwoContinuesAtOneRank) {
   for (const auto& [key, count] : seen) EXPECT_EQ(count, 1) << "iteration " << key.first << " layer " << key.second;
 }
 
+// Expert parallel 2 with the distributed optimizer, a checkpoint every 3
+// iterations: rank 1 is SIGKILLed at iteration 5 under `qk run
+// --max-restarts`; the job restarts from iteration 3 and ends with the
+// uninterrupted run's weights and optimizer state bit for bit, and
+// moe_metrics.jsonl holds each iteration's statistics once.
+TEST(PretrainGptMoe, KilledRankOfExpertTwoResumesBitIdentical) {
+  const auto args = [](const std::string& dir) {
+    return tiny_moe() + Argv{"--train-iters", "8", "--expert-model-parallel-size", "2", "--use-distributed-optimizer",
+                             "--save", dir, "--load", dir, "--save-interval", "3"};
+  };
+  const std::string ref = kScratch.fresh("kill_ref"), killed = kScratch.fresh("kill");
+  const std::string job = "run --nproc-per-node 2 --max-restarts 2 -- '" + std::string(QK_BIN) + "' pretrain-gpt";
+  auto r = run_qk(job + qk::test::shell_words(args(ref)));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto k = run_qk(job + qk::test::shell_words(args(killed)), "QK_FAULT_KILL=step:1:5");
+  ASSERT_EQ(k.exit_code, 0) << k.output;
+  EXPECT_NE(k.output.find("rank 1 (local rank 1 on node 0"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("successfully loaded checkpoint from " + killed + "/iter_0000000003"), std::string::npos)
+      << k.output;
+  for (const char* f : {"/iter_0000000008/model.safetensors", "/iter_0000000008/optim.safetensors"}) {
+    const std::string want = qk::read_file(ref + f);
+    ASSERT_FALSE(want.empty()) << f;
+    EXPECT_TRUE(qk::read_file(killed + f) == want) << f << " differs from the uninterrupted run's\n" << k.output;
+  }
+  std::map<std::pair<int64_t, int64_t>, int> seen;
+  std::ifstream jsonl(killed + "/moe_metrics.jsonl");
+  for (std::string line; std::getline(jsonl, line);) {
+    const auto j = nlohmann::json::parse(line);
+    ++seen[{j.at("iteration").get<int64_t>(), j.at("layer").get<int64_t>()}];
+  }
+  EXPECT_EQ(seen.size(), 8u * 2u);
+  for (const auto& [key, count] : seen) EXPECT_EQ(count, 1) << "iteration " << key.first << " layer " << key.second;
+}
+
 TEST(PretrainGptMoe, ExpertTensorSizeOtherThanTheTensorSizeIsRefused) {
   const auto r = ranks(2, tiny_moe() + Argv{"--tensor-model-parallel-size", "2", "--sequence-parallel",
                                             "--expert-tensor-parallel-size", "1"});

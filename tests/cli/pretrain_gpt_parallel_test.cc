@@ -439,6 +439,14 @@ TEST(PretrainGptParallel, KilledStageRankOfPp2TimesTp2ResumesBitIdentical) {
       {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}, 3, "pp_kill", "[ t 1/2, p 1/2 ]");
 }
 
+// Rank 2: data-parallel rank 0 of the last stage, its optimizer state a
+// shard of the distributed optimizer's (each shard saved and restored).
+TEST(PretrainGptParallel, KilledStageRankOfPp2TimesDp2WithTheDistributedOptimizerResumesBitIdentical) {
+  expect_killed_rank_resumes_bit_identical(
+      {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}, 2, "pp_distopt_kill",
+      "[ t 1/1, p 1/2 ]");
+}
+
 // Saved at TP=2 after 5 of 10 iterations, resumed at TP=1 and at TP=2 x DP=2:
 // iterations 6-10 are the uninterrupted TP=1 run's. --vocab-size 4096 (4097
 // ids) pads to 4224 rows at TP=1 but 4352 at TP=2: the reference gets
