@@ -65,23 +65,7 @@ void exchange(Conn& tx, Conn& rx, const std::vector<size_t>& msgs) {
   EXPECT_EQ(recv_pos, total);
 }
 
-TEST(Send2, SharedMemoryAcrossTheWrapPointAndWhenFull) {
-  ::setenv("QCCL_SHM_RING_BYTES", "4096", 1);
-  auto [a, b] = socket_pair();
-  Deadline dl(30);
-  std::unique_ptr<Conn> c1;
-  std::thread t([&, fd = b.release()] { c1 = make_shm_conn(1, 0, "rank 0", Fd(fd), ::getpid(), false, dl); });
-  std::unique_ptr<Conn> c0 = make_shm_conn(0, 1, "rank 1", std::move(a), ::getpid(), false, dl);
-  t.join();
-  ::unsetenv("QCCL_SHM_RING_BYTES");
-  // Odd sizes walk the head round the 4096-byte ring; 3000 and 5000 do not
-  // fit beside the previous message or at all, so the fallback splits them.
-  std::vector<size_t> msgs = {0, 1, 7, 100, 1000, 3000, 4080, 13, 5000, 2048, 0, 4000};
-  for (int i = 0; i < 20; ++i) msgs.push_back(37 * i + 1);
-  exchange(*c0, *c1, msgs);
-  exchange(*c1, *c0, msgs);
-}
-
+// Two ends of a shared-memory connection in this process, rings of `ring_bytes`.
 std::pair<std::unique_ptr<Conn>, std::unique_ptr<Conn>> shm_pair(const char* ring_bytes) {
   ::setenv("QCCL_SHM_RING_BYTES", ring_bytes, 1);
   auto [a, b] = socket_pair();
@@ -92,6 +76,16 @@ std::pair<std::unique_ptr<Conn>, std::unique_ptr<Conn>> shm_pair(const char* rin
   t.join();
   ::unsetenv("QCCL_SHM_RING_BYTES");
   return {std::move(c0), std::move(c1)};
+}
+
+TEST(Send2, SharedMemoryAcrossTheWrapPointAndWhenFull) {
+  auto [c0, c1] = shm_pair("4096");
+  // Odd sizes walk the head round the 4096-byte ring; 3000 and 5000 do not
+  // fit beside the previous message or at all, so the fallback splits them.
+  std::vector<size_t> msgs = {0, 1, 7, 100, 1000, 3000, 4080, 13, 5000, 2048, 0, 4000};
+  for (int i = 0; i < 20; ++i) msgs.push_back(37 * i + 1);
+  exchange(*c0, *c1, msgs);
+  exchange(*c1, *c0, msgs);
 }
 
 // Small messages go in a mailbox beside the ring (64 lines; a message's tag
@@ -114,50 +108,45 @@ TEST(Send2, SharedMemoryMailboxTakesSmallMessagesInOrderWithTheRing) {
   for (int i = 0; i < 64; ++i) ASSERT_EQ(send(16, 40), 56u) << "small message " << i;
   size_t in_ring = 0;
   while (in_ring < 4096) {
-    size_t k = send(16, 48);  // too big for a cell
+    size_t k = send(16, 48);  // the mailbox is full: into the ring
     if (k == 0) break;
     in_ring += k;
   }
   EXPECT_EQ(in_ring, 4096u - 4096u % 64) << "the ring took what fits of 64-byte messages";
   EXPECT_EQ(send(16, 8), 0u) << "mailbox and ring full";
-  // Read it all back in order; then small messages use cells again.
+  // Reads what is there, checking every byte; returns how many.
   std::vector<unsigned char> buf(64 * 56 + 4096);
-  uint64_t got = 0;
-  while (got < pos) {
-    size_t k = c1->try_recv(buf.data(), buf.size());
-    ASSERT_GT(k, 0u) << "stream stalled at " << got << " of " << pos;
-    for (size_t i = 0; i < k; ++i) ASSERT_EQ(buf[i], byte(got + i)) << "stream byte " << got + i;
-    got += k;
-  }
-  // Mailbox-sized messages of 1-8 lines and ring ones, read a few behind.
-  uint64_t read = got;
-  for (int i = 0; i < 400; ++i) {
-    size_t nb = i % 5 == 4 ? 700 : (i * 37) % 489;
-    size_t left = 16 + nb, start = pos;
-    while (left > 0) {
-      size_t k = pos == start ? send(16, nb) : 0;
-      if (k == 0 && pos != start + 16 + nb) {  // the rest as the engine sends it, reading to make room
-        size_t r = c1->try_recv(buf.data(), buf.size());
-        for (size_t j = 0; j < r; ++j) ASSERT_EQ(buf[j], byte(read + j)) << "stream byte " << read + j;
-        read += r;
-        std::vector<unsigned char> rest(start + 16 + nb - pos);
-        for (size_t j = 0; j < rest.size(); ++j) rest[j] = byte(pos + j);
-        pos += c0->try_send(rest.data(), rest.size());
-      }
-      left = start + 16 + nb - pos;
-    }
-    if (i % 4 == 3) {
-      size_t r = c1->try_recv(buf.data(), buf.size());
-      for (size_t j = 0; j < r; ++j) ASSERT_EQ(buf[j], byte(read + j)) << "stream byte " << read + j;
-      read += r;
-    }
-  }
-  while (read < pos) {
+  uint64_t read = 0;
+  auto receive = [&] {
     size_t r = c1->try_recv(buf.data(), buf.size());
-    ASSERT_GT(r, 0u) << "stream stalled at " << read << " of " << pos;
-    for (size_t j = 0; j < r; ++j) ASSERT_EQ(buf[j], byte(read + j)) << "stream byte " << read + j;
+    for (size_t j = 0; j < r; ++j)
+      if (buf[j] != byte(read + j)) {
+        ADD_FAILURE() << "stream byte " << read + j;
+        return size_t(0);
+      }
     read += r;
+    return r;
+  };
+  auto receive_all = [&] {
+    while (read < pos && !::testing::Test::HasFailure())
+      if (receive() == 0) ADD_FAILURE() << "stream stalled at " << read << " of " << pos;
+  };
+  receive_all();
+  // Mailbox-sized messages of 1-8 lines and ring ones, read a few behind;
+  // what try_send2 leaves goes as the engine sends it, reading to make room.
+  for (int i = 0; i < 400 && !::testing::Test::HasFailure(); ++i) {
+    const size_t nb = i % 5 == 4 ? 700 : (i * 37) % 489;
+    const uint64_t end = pos + 16 + nb;
+    send(16, nb);
+    while (pos < end && !::testing::Test::HasFailure()) {
+      receive();
+      std::vector<unsigned char> rest(end - pos);
+      for (size_t j = 0; j < rest.size(); ++j) rest[j] = byte(pos + j);
+      pos += c0->try_send(rest.data(), rest.size());
+    }
+    if (i % 4 == 3) receive();
   }
+  receive_all();
 }
 
 // A message's later lines hold data where a later lap's messages start:
