@@ -226,10 +226,14 @@ TEST(CostModelInit, InitLeavesTheCpuMaskAsItWas) {
 // memory is timed as ring steps of all of them at once, and every rank takes
 // the same figures.
 TEST(CostModelInit, OversubscribedRanksTimeRingStepsTogether) {
-  auto r = run_ranks(4, [](const Rank& me) {
+  // One CPU for all: each rank's own current CPU would be 4 different ones
+  // on a machine with 4 free.
+  const int cpu = ::sched_getcpu();
+  ASSERT_GE(cpu, 0);
+  auto r = run_ranks(4, [cpu](const Rank& me) {
     cpu_set_t one;
     CPU_ZERO(&one);
-    CPU_SET(::sched_getcpu(), &one);
+    CPU_SET(cpu, &one);
     REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0, "sched_setaffinity");
     qcclComm_t comm = me.init();
     REQUIRE(comm->oversubscribed, "4 ranks on one CPU not oversubscribed");

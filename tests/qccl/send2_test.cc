@@ -25,13 +25,16 @@ std::pair<Fd, Fd> socket_pair() {
   return {Fd(sv[0]), Fd(sv[1])};
 }
 
+// Byte `pos` of a test stream: not periodic in a ring's size, so stale ring
+// bytes do not pass.
+unsigned char stream_byte(uint64_t pos) { return static_cast<unsigned char>((pos * 2654435761u) >> 13); }
+
 // Sends `msgs` (header of 16 bytes, then data sizes) through try_send2 from
 // `tx`, receiving on `rx` as it goes; every byte is a hash of its index in the stream.
 void exchange(Conn& tx, Conn& rx, const std::vector<size_t>& msgs) {
   uint64_t sent_pos = 0, recv_pos = 0, total = 0;
   for (size_t m : msgs) total += 16 + m;
-  // Not periodic in the ring's size, so stale ring bytes do not pass.
-  auto byte = [](uint64_t pos) { return static_cast<unsigned char>((pos * 2654435761u) >> 13); };
+  const auto byte = stream_byte;
   auto fill = [&](std::vector<unsigned char>& b, uint64_t pos) {
     for (size_t i = 0; i < b.size(); ++i) b[i] = byte(pos + i);
   };
@@ -96,7 +99,7 @@ TEST(Send2, SharedMemoryAcrossTheWrapPointAndWhenFull) {
 TEST(Send2, SharedMemoryMailboxTakesSmallMessagesInOrderWithTheRing) {
   auto [c0, c1] = shm_pair("4096");
   uint64_t pos = 0;
-  auto byte = [](uint64_t i) { return static_cast<unsigned char>((i * 2654435761u) >> 13); };
+  const auto byte = stream_byte;
   auto send = [&](size_t na, size_t nb) {
     std::vector<unsigned char> a(na), b(nb);
     for (size_t i = 0; i < na; ++i) a[i] = byte(pos + i);
@@ -105,7 +108,7 @@ TEST(Send2, SharedMemoryMailboxTakesSmallMessagesInOrderWithTheRing) {
     pos += k;
     return k;
   };
-  for (int i = 0; i < 64; ++i) ASSERT_EQ(send(16, 40), 56u) << "small message " << i;
+  for (size_t i = 0; i < kShmBoxLines; ++i) ASSERT_EQ(send(16, 40), 56u) << "one-line message " << i;
   size_t in_ring = 0;
   while (in_ring < 4096) {
     size_t k = send(16, 48);  // the mailbox is full: into the ring
@@ -115,7 +118,7 @@ TEST(Send2, SharedMemoryMailboxTakesSmallMessagesInOrderWithTheRing) {
   EXPECT_EQ(in_ring, 4096u - 4096u % 64) << "the ring took what fits of 64-byte messages";
   EXPECT_EQ(send(16, 8), 0u) << "mailbox and ring full";
   // Reads what is there, checking every byte; returns how many.
-  std::vector<unsigned char> buf(64 * 56 + 4096);
+  std::vector<unsigned char> buf(kShmBoxLines * kShmLine + 4096);
   uint64_t read = 0;
   auto receive = [&] {
     size_t r = c1->try_recv(buf.data(), buf.size());
@@ -159,17 +162,19 @@ TEST(Send2, SharedMemoryMailboxDataNeverPassesForATag) {
     ASSERT_EQ(c0->try_send2(content.data(), 16, content.data() + 16, content.size() - 16), content.size());
     ASSERT_EQ(c1->try_recv(buf.data(), buf.size()), content.size());
   };
-  // Message 0 fills lines 0-7; its line 1 begins at content byte kShmLine - 8
-  // and carries the tag message 58 will have: after 56 one-line messages
-  // (lines 8-63) and one at line 0 of the next lap, the receiver looks for
-  // message 58 at line 1.
+  // Message 0 fills lines 0-7 (a largest message); its line 1 begins at
+  // content byte kShmLine - 8 and carries the tag of message `later`: after
+  // one-line messages on lines 8 to the end and one at line 0 of the next
+  // lap, the receiver looks for message `later` at line 1.
+  const size_t big_lines = (8 + kShmBoxMaxBytes) / kShmLine;
+  const uint64_t later = 1 + (kShmBoxLines - big_lines) + 1;
   std::vector<unsigned char> first(kShmBoxMaxBytes, 0x5a);
-  const uint64_t fake = shm_box_tag(58, 8);
+  const uint64_t fake = shm_box_tag(later, 8);
   std::memcpy(first.data() + kShmLine - 8, &fake, sizeof fake);
   deliver(first);
-  for (int i = 0; i < 57; ++i) deliver(std::vector<unsigned char>(24, static_cast<unsigned char>(i)));
-  EXPECT_EQ(c1->try_recv(buf.data(), buf.size()), 0u) << "old data taken for message 58";
-  deliver(std::vector<unsigned char>(24, 0x77));  // the real message 58 arrives
+  for (uint64_t i = 1; i < later; ++i) deliver(std::vector<unsigned char>(24, static_cast<unsigned char>(i)));
+  EXPECT_EQ(c1->try_recv(buf.data(), buf.size()), 0u) << "old data taken for message " << later;
+  deliver(std::vector<unsigned char>(24, 0x77));  // the real message `later` arrives
   EXPECT_EQ(c1->try_recv(buf.data(), buf.size()), 0u);
 }
 

@@ -1,19 +1,15 @@
 #include "algo/cost_probe.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
-#include <functional>
 #include <vector>
 
 #include "algo/collectives.h"
 #include "algo/ring_order.h"
 #include "core/debug.h"
 #include "engine.h"
-#include "qk/base/env.h"
 #include "transport/cma.h"
 
 namespace qccl {

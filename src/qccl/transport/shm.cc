@@ -204,7 +204,8 @@ class ShmConn final : public Conn {
   }
 
   size_t peek(const void** p) override {
-    uint64_t head = rx_->head.load(std::memory_order_acquire);  // before the tag (see MailBox)
+    if (rx_box_bytes_ > 0) return box_run(p);  // a message part read: its head is not needed
+    const uint64_t head = rx_->head.load(std::memory_order_acquire);  // before the tag (see MailBox)
     while (rx_box_bytes_ == 0) {
       const uint64_t tag = tag_at(rx_box_, rx_line_).load(std::memory_order_acquire);
       if (tag >> 16 != rx_msg_no_ + 1) break;
@@ -217,14 +218,17 @@ class ShmConn final : public Conn {
       rx_box_bytes_ = static_cast<size_t>(tag & 0xffff);
       rx_box_off_ = 0;
     }
-    if (rx_box_bytes_ > 0) {
-      *p = rx_box_->line[rx_line_ % kBoxLines] + 8 + rx_box_off_;
-      return rx_box_bytes_ - rx_box_off_;
-    }
+    if (rx_box_bytes_ > 0) return box_run(p);
     size_t avail = static_cast<size_t>(head - rx_tail_);
     size_t off = static_cast<size_t>(rx_tail_ % cap_);
     *p = rx_data_ + off;
     return std::min(avail, cap_ - off);
+  }
+
+  // The unread rest of the mailbox message being read.
+  size_t box_run(const void** p) const {
+    *p = rx_box_->line[rx_line_ % kBoxLines] + 8 + rx_box_off_;
+    return rx_box_bytes_ - rx_box_off_;
   }
 
   void consume(size_t n) override {
