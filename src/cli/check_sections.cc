@@ -33,14 +33,20 @@ void print_build_config() {
 #else
   fmt::print("  MPI:           no\n");
 #endif
-  // What CMake found (cmake/QkDependencies.cmake); tensors stay on the CPU
-  // either way: there is no CUDA tensor backend yet.
-#if defined(QK_HAVE_CUDA) && defined(QK_HAVE_NCCL)
-  fmt::print("  CUDA:          toolkit {} found at build time; NCCL backend built (programs that link "
-             "qianka::qccl_nccl carry device buffers; qk itself does not)\n", QK_CUDA_VERSION);
-#elif defined(QK_HAVE_CUDA)
-  fmt::print("  CUDA:          toolkit {} found at build time; NCCL not found, so no NCCL backend\n",
-             QK_CUDA_VERSION);
+  // What CMake found (cmake/QkDependencies.cmake and the top-level nvcc check).
+#if defined(QK_HAVE_CUDA)
+  fmt::print("  CUDA:          toolkit {} found at build time; {}; {}\n", QK_CUDA_VERSION,
+#if defined(QK_HAVE_CUDA_BACKEND)
+             "tensor backend built (cuda devices)",
+#else
+             "no nvcc, so no tensor backend",
+#endif
+#if defined(QK_HAVE_NCCL)
+             "NCCL backend built (programs that link qianka::qccl_nccl carry device buffers; qk itself does not)"
+#else
+             "NCCL not found, so no NCCL backend"
+#endif
+  );
 #else
   fmt::print("  CUDA:          no (toolkit not found at build time, or QK_WITH_CUDA=OFF)\n");
 #endif
@@ -58,6 +64,8 @@ void print_accelerators() {
     }
   }
   if (!any) fmt::print("  accelerators:  none (CPU only)\n");
+  if (has_backend(DeviceType::cuda) && backend(DeviceType::cuda).device_count() == 0)
+    fmt::print("  cuda:          no device: {}\n", backend(DeviceType::cuda).unavailable_reason());
 }
 
 namespace {

@@ -36,6 +36,7 @@ void register_backend(Backend* b) {
 
 MemoryStats memory_stats(Device d) { return backend(d.type).memory_stats(d.index); }
 void reset_peak_memory(Device d) { backend(d.type).reset_peak_memory(d.index); }
+void empty_cache(Device d) { backend(d.type).empty_cache(d.index); }
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), owned_(true) {
   data_ = backend(device.type).allocate(nbytes, device.index);

@@ -18,4 +18,5 @@ cmake --build "$tmp/consumer" > "$tmp/build.log" || { cat "$tmp/build.log"; exit
 "$tmp/consumer/consumer"
 "$tmp/consumer/consumer_tensor_only"
 if [ -x "$tmp/consumer/consumer_nccl" ]; then "$tmp/consumer/consumer_nccl"; fi
+if [ -x "$tmp/consumer/consumer_cuda" ]; then "$tmp/consumer/consumer_cuda"; fi
 echo "install check: ok"

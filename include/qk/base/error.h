@@ -36,6 +36,8 @@ class ValueError : public Error { using Error::Error; };
 class TypeError : public Error { using Error::Error; };
 // Tensors on different devices, or an unavailable device.
 class DeviceError : public Error { using Error::Error; };
+// A device (GPU) could not give the memory asked for, even after releasing its cache.
+class OutOfMemoryError : public DeviceError { using DeviceError::DeviceError; };
 // Index out of range.
 class IndexError : public Error { using Error::Error; };
 // Files, sockets, system calls.

@@ -19,6 +19,8 @@ struct MemoryStats {
   uint64_t allocated = 0;       // bytes held by live tensors now
   uint64_t peak_allocated = 0;  // high-water mark since the last reset
   uint64_t num_allocs = 0;
+  uint64_t reserved = 0;  // bytes the backend holds from the device: live and cached
+  uint64_t cached = 0;    // of those, free for reuse (a caching allocator's pools)
 };
 
 class Backend {
@@ -38,6 +40,10 @@ class Backend {
 
   virtual MemoryStats memory_stats(int index) const = 0;
   virtual void reset_peak_memory(int index) = 0;
+  // Gives cached blocks back to the device (a caching allocator's empty_cache).
+  virtual void empty_cache(int /*index*/) {}
+  // Why device_count() is 0 ("" when it is not): no driver, no device, ...
+  virtual std::string unavailable_reason() const { return device_count() > 0 ? "" : "no device"; }
 };
 
 // The backend for a device type; throws DeviceError when none is registered
@@ -51,5 +57,6 @@ void register_backend(Backend* b);
 // Memory of the device, for `qk check`, benchmarks and training logs.
 MemoryStats memory_stats(Device d);
 void reset_peak_memory(Device d);
+void empty_cache(Device d);
 
 }  // namespace qk

@@ -89,9 +89,12 @@ class CpuBackend final : public Backend {
   void synchronize(int) override {}
 
   MemoryStats memory_stats(int) const override {
-    return {allocated_.load(), peak_.load(), num_allocs_.load()};
+    const uint64_t allocated = allocated_.load(), cached = cache_.cached_bytes();
+    // reserved: what tensors asked for plus the cache (blocks' rounding to pages not counted)
+    return {allocated, peak_.load(), num_allocs_.load(), allocated + cached, cached};
   }
   void reset_peak_memory(int) override { peak_.store(allocated_.load()); }
+  void empty_cache(int) override { cache_.release_all(); }
 
   BlockCache& cache() { return cache_; }
 

@@ -1,0 +1,35 @@
+// torch.cuda's everyday calls, in every build: in one without the CUDA
+// backend (or on a machine without a GPU) is_available() is false and
+// unavailable_reason() says why; the others then raise DeviceError.
+//
+//   if (qk::cuda::is_available()) model.to(qk::Device("cuda:0"));
+//   ...
+//   fmt::print("peak {}\n", qk::cuda::max_memory_allocated());
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace qk::cuda {
+
+// Whether this program has the CUDA backend (it links qianka::tensor_cuda;
+// `qk` does when built with the toolkit) and it sees at least one device.
+bool is_available();
+int device_count();
+// Why no CUDA device can be used ("" when one can): the build has no CUDA
+// backend, or the runtime's answer (no driver, no device, ...).
+std::string unavailable_reason();
+
+// Waits for all work queued on the device.
+void synchronize(int device = 0);
+// Memory of tensors on the device (the caching allocator's figures):
+// allocated now, the peak since the last reset, held from the device
+// (allocated plus cached blocks).
+uint64_t memory_allocated(int device = 0);
+uint64_t max_memory_allocated(int device = 0);
+uint64_t memory_reserved(int device = 0);
+void reset_peak_memory_stats(int device = 0);
+// Gives the cached blocks back to the device (other processes can use them).
+void empty_cache(int device = 0);
+
+}  // namespace qk::cuda

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 20 (docs/cuda.md) in one run on the GPU machine,
+# which has CUDA 13 and PyTorch but none of our Debian packages: the
+# programs are built here and travel with the libraries they need.
+#
+#   scripts/device-check.sh --pack   # here: build, then pack build/device-pack/qianka.tar.xz
+#   scripts/device-check.sh OUTDIR   # there: unpack, run every check, write OUTDIR/*
+#
+# With the device tool: run(command="scripts/device-check.sh $OUT",
+# carry=["build/device-pack"], timeout_s=540). OUTDIR gets summary.txt (each
+# step, its exit status and seconds) and one log per step (at most 8 files,
+# as the tool brings back). Steps are bounded so the whole run stays under
+# 8 minutes; a step that fails does not stop the others. Without a GPU (or
+# here) it runs too, and the logs say why nothing ran on one.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${QK_BUILD_DIR:-build/release}
+PACK=build/device-pack
+PROGRAMS=(src/cli/qk tests/harness/qk_op_harness tests/tensor/qk_tensor_cuda_tests
+          tests/qccl/qk_qccl_backend_nccl_tests)
+
+if [ "${1:-}" = "--pack" ]; then
+  set -e
+  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_qccl_backend_nccl_tests
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  mkdir -p "$stage/bin" "$stage/lib"
+  for p in "${PROGRAMS[@]}"; do strip -o "$stage/bin/$(basename "$p")" "$BUILD/$p"; done
+  # Every shared library but the C and C++ runtimes (the machine's are newer)
+  # and CUDA's own (the machine's match its driver; NCCL alone is 200 MB).
+  for p in "${PROGRAMS[@]}"; do ldd "$BUILD/$p"; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u |
+    grep -Ev '^(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+|libcudart|libnccl|libcuda)\.' |
+    while read -r name path; do cp -L "$path" "$stage/lib/$name"; done
+  mkdir -p "$PACK"
+  tar -C "$stage" -cf - bin lib | xz -6 -T0 > "$PACK/qianka.tar.xz"
+  echo "packed $(du -h "$PACK/qianka.tar.xz" | cut -f1) into $PACK/qianka.tar.xz ($(ls "$stage/lib" | wc -l) libraries)"
+  exit 0
+fi
+
+OUT=${1:?usage: scripts/device-check.sh --pack | OUTDIR}
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+START=$(date +%s)
+
+# step NAME LOG SECONDS CMD...: runs CMD bounded by SECONDS into OUT/LOG.
+step() {
+  local name=$1 log=$2 limit=$3
+  shift 3
+  local t0 rc
+  t0=$(date +%s.%N)
+  timeout --kill-after=10 "$limit" "$@" >> "$OUT/$log" 2>&1
+  rc=$?
+  note "$(printf '%-22s exit %3d  %6.1f s  (%s)' "$name" "$rc" "$(awk "BEGIN {print $(date +%s.%N) - $t0}")" "$log")"
+}
+
+note "# device-check $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname), $(nproc) CPUs"
+[ -f "$PACK/qianka.tar.xz" ] || { note "error: $PACK/qianka.tar.xz not found: run scripts/device-check.sh --pack here first and carry $PACK"; exit 1; }
+ROOT=$(mktemp -d)
+xz -dc "$PACK/qianka.tar.xz" | tar -C "$ROOT" -xf - || { note "error: could not unpack $PACK/qianka.tar.xz"; exit 1; }
+
+# CUDA's and NCCL's libraries: the toolkit's, else PyTorch's wheels.
+pylib() { python3 -c "import importlib,os; m=importlib.import_module('$1'); print(os.path.join(list(m.__path__)[0],'lib'))" 2>/dev/null; }
+LIBS="$ROOT/lib"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib "$(pylib nvidia.cuda_runtime)" "$(pylib nvidia.nccl)" "$(pylib nvidia.cu13)"; do
+  [ -n "$d" ] && [ -d "$d" ] && LIBS="$LIBS:$d"
+done
+export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+BIN="$ROOT/bin"
+note "libraries: $LD_LIBRARY_PATH"
+missing=$(for p in "$BIN"/*; do ldd "$p" | grep "not found"; done | sort -u)
+[ -z "$missing" ] || note "unresolved libraries: $missing"
+
+{ nvidia-smi || echo "nvidia-smi: not available"; } > "$OUT/gpu.txt" 2>&1
+step "qk check" check.log 60 "$BIN/qk" check
+step "cuda backend tests" cuda_tests.log 120 "$BIN/qk_tensor_cuda_tests"
+step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck
+step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
+note "total $(($(date +%s) - START)) s"

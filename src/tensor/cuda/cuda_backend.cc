@@ -1,0 +1,209 @@
+// The CUDA backend: devices through the CUDA runtime, memory through the
+// caching allocator (device_allocator.h), copies and kernels on the current
+// stream (the legacy default stream until streams come). Registered when the
+// program starts, through qianka::tensor_cuda (a whole-archive link), so a
+// build without CUDA never mentions it.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "cuda_check.h"
+#include "device_allocator.h"
+#include "kernels.h"
+#include "qk/base/error.h"
+#include "qk/tensor/backend.h"
+#include "qk/tensor/kernel_tables.h"
+#include "qk/tensor/tensor.h"
+
+namespace qk::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
+  cudaGetLastError();  // clears a sticky-free error so the next call does not report it again
+  throw DeviceError(std::string("CUDA call ") + call + " failed: " + cudaGetErrorName(e) + " (" +
+                        cudaGetErrorString(e) + ")",
+                    file, line);
+}
+
+namespace {
+
+class CudaBackend final : public Backend, public RawDeviceMemory {
+ public:
+  DeviceType type() const override { return DeviceType::cuda; }
+
+  int device_count() const override {
+    probe();
+    return count_;
+  }
+  std::string unavailable_reason() const override {
+    probe();
+    return count_ > 0 ? std::string() : reason_;
+  }
+
+  std::string device_name(int index) const override {
+    check_index(index);
+    cudaDeviceProp p;
+    QK_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
+    return p.name;
+  }
+  uint64_t total_memory(int index) const override {
+    check_index(index);
+    size_t free_bytes = 0, total = 0;
+    Guard g(index);
+    QK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return total;
+  }
+
+  void* allocate(size_t nbytes, int index) override {
+    check_index(index);
+    Guard g(index);
+    return alloc_.allocate(nbytes, index, 0);
+  }
+  void deallocate(void* p, size_t, int) override { alloc_.free(p); }
+
+  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
+    if (nbytes == 0) return;
+    Guard g(dst_dev.is_cpu() ? src_dev.index : dst_dev.index);
+    QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, 0));
+    // The host reads what it copied out as soon as this returns.
+    if (dst_dev.is_cpu()) QK_CUDA_CHECK(cudaStreamSynchronize(0));
+  }
+
+  // Also RawDeviceMemory's: the caching allocator's wait before it releases blocks.
+  void synchronize(int index) override {
+    check_index(index);
+    Guard g(index);
+    QK_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  MemoryStats memory_stats(int index) const override {
+    DeviceMemoryStats s = alloc_.stats(index);
+    MemoryStats m;
+    m.allocated = s.allocated;
+    m.peak_allocated = s.peak_allocated;
+    m.num_allocs = s.num_allocs;
+    m.reserved = s.reserved;
+    m.cached = s.cached;
+    return m;
+  }
+  void reset_peak_memory(int index) override { alloc_.reset_peak(index); }
+  void empty_cache(int index) override {
+    check_index(index);
+    Guard g(index);
+    alloc_.empty_cache(index);
+  }
+
+  // RawDeviceMemory: what the caching allocator asks of the runtime.
+  void* raw_alloc(size_t bytes, int) override {
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    QK_CUDA_CHECK(e);
+    return p;
+  }
+  void raw_free(void* p, int index) override {
+    Guard g(index);
+    cudaFree(p);  // at exit the driver may be gone already; nothing to do about it then
+  }
+  uint64_t total_bytes(int index) override { return total_memory(index); }
+  std::string label(int index) override { return "cuda:" + std::to_string(index) + " (" + device_name(index) + ")"; }
+
+ private:
+  // Makes `index` the current device for the scope.
+  class Guard {
+   public:
+    explicit Guard(int index) {
+      QK_CUDA_CHECK(cudaGetDevice(&prev_));
+      if (prev_ != index) QK_CUDA_CHECK(cudaSetDevice(index));
+      index_ = index;
+    }
+    ~Guard() {
+      if (prev_ != index_) cudaSetDevice(prev_);
+    }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    int prev_ = 0, index_ = 0;
+  };
+
+  void probe() const {
+    std::call_once(probed_, [this] {
+      int n = 0;
+      cudaError_t e = cudaGetDeviceCount(&n);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        reason_ = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+        n = 0;
+      } else if (n == 0) {
+        reason_ = "cudaGetDeviceCount found no device";
+      }
+      count_ = n;
+    });
+  }
+  void check_index(int index) const {
+    int n = device_count();
+    QK_CHECK_DEVICE(n > 0, "cuda:", index, " is not available: ", reason_);
+    QK_CHECK_DEVICE(index >= 0 && index < n, "cuda:", index, " does not exist: this machine has ", n,
+                    " CUDA device", n == 1 ? "" : "s", " (cuda:0 to cuda:", n - 1, ")");
+  }
+
+  mutable std::once_flag probed_;
+  mutable int count_ = 0;
+  mutable std::string reason_;
+  mutable CachingDeviceAllocator alloc_{*this};
+};
+
+CudaBackend& the_backend() {
+  static CudaBackend* b = new CudaBackend;  // never destroyed: tensors may outlive static destruction
+  return *b;
+}
+
+// Contiguous, same dtype: one device-to-device copy. The rest (strides,
+// casts) is not there yet and says so.
+void copy_on_device(const Tensor& dst, const Tensor& src) {
+  QK_CHECK_DEVICE(dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() &&
+                      src.is_contiguous(),
+                  "copy on ", dst.device().str(), ": only contiguous copies of one dtype and shape are "
+                  "implemented on CUDA so far (got ", dtype_name(src.dtype()), " -> ", dtype_name(dst.dtype()),
+                  src.is_contiguous() ? "" : ", a strided source", dst.is_contiguous() ? "" : ", a strided destination",
+                  dst.shape() == src.shape() ? "" : ", a broadcast", ")");
+  QK_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, 0));
+}
+
+uint64_t fill_bits(DType t, double v) {
+  uint64_t bits = 0;
+  auto put = [&](auto x) { std::memcpy(&bits, &x, sizeof x); };
+  switch (t) {
+    case DType::f32: put(static_cast<float>(v)); break;
+    case DType::f64: put(v); break;
+    case DType::f16: put(Half(static_cast<float>(v)).bits); break;
+    case DType::bf16: put(BFloat16(static_cast<float>(v)).bits); break;
+    case DType::i32: put(static_cast<int32_t>(v)); break;
+    case DType::i64: put(static_cast<int64_t>(v)); break;
+    case DType::u8: put(static_cast<uint8_t>(v)); break;
+    case DType::boolean: put(static_cast<uint8_t>(v != 0)); break;
+  }
+  return bits;
+}
+
+void fill_on_device(const Tensor& dst, double value) {
+  QK_CHECK_DEVICE(dst.is_contiguous(), "fill on ", dst.device().str(),
+                  ": only contiguous tensors are filled on CUDA so far");
+  launch_fill(dst.raw_data(), dst.numel(), dst.itemsize(), fill_bits(dst.dtype(), value), 0);
+}
+
+const bool registered = [] {
+  register_backend(&the_backend());
+  ops::copy_kernel.set(DeviceType::cuda, &copy_on_device);
+  ops::fill_kernel.set(DeviceType::cuda, &fill_on_device);
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace qk::cuda

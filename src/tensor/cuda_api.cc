@@ -1,0 +1,40 @@
+// qk/tensor/cuda.h through the backend table: the same code whether the CUDA
+// backend is linked in or not.
+#include "qk/tensor/cuda.h"
+
+#include "qk/base/error.h"
+#include "qk/tensor/backend.h"
+
+namespace qk::cuda {
+
+namespace {
+
+Backend& cuda_backend(int device) {
+  const int n = device_count();
+  QK_CHECK_DEVICE(n > 0, "cuda:", device, " is not available: ", unavailable_reason());
+  QK_CHECK_DEVICE(device >= 0 && device < n, "cuda:", device, " does not exist: this machine has ", n,
+                  " CUDA device", n == 1 ? "" : "s");
+  return backend(DeviceType::cuda);
+}
+
+}  // namespace
+
+bool is_available() { return device_count() > 0; }
+
+int device_count() { return has_backend(DeviceType::cuda) ? backend(DeviceType::cuda).device_count() : 0; }
+
+std::string unavailable_reason() {
+  if (!has_backend(DeviceType::cuda))
+    return "this program has no CUDA backend (qianka built without the CUDA toolkit, or the program does not "
+           "link qianka::tensor_cuda)";
+  return backend(DeviceType::cuda).unavailable_reason();
+}
+
+void synchronize(int device) { cuda_backend(device).synchronize(device); }
+uint64_t memory_allocated(int device) { return cuda_backend(device).memory_stats(device).allocated; }
+uint64_t max_memory_allocated(int device) { return cuda_backend(device).memory_stats(device).peak_allocated; }
+uint64_t memory_reserved(int device) { return cuda_backend(device).memory_stats(device).reserved; }
+void reset_peak_memory_stats(int device) { cuda_backend(device).reset_peak_memory(device); }
+void empty_cache(int device) { cuda_backend(device).empty_cache(device); }
+
+}  // namespace qk::cuda

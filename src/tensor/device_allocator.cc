@@ -1,0 +1,129 @@
+#include "device_allocator.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "qk/base/error.h"
+#include "qk/base/timer.h"
+
+namespace qk {
+
+size_t CachingDeviceAllocator::size_class(size_t bytes) {
+  constexpr size_t kMin = 512;
+  if (bytes <= kMin) return kMin;
+  // Four classes per power of two: [p, 1.25p, 1.5p, 1.75p] for p = 2^k.
+  const size_t p = std::bit_floor(bytes);
+  const size_t quarter = p / 4;
+  const size_t steps = (bytes - p + quarter - 1) / quarter;  // 0..4
+  return p + steps * quarter;
+}
+
+size_t CachingDeviceAllocator::PoolKeyHash::operator()(const PoolKey& k) const {
+  size_t h = std::hash<size_t>()(k.block);
+  h ^= std::hash<uintptr_t>()(k.stream) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= std::hash<int>()(k.device) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+CachingDeviceAllocator::~CachingDeviceAllocator() {
+  // No synchronisation here: at exit the runtime may already be gone, and
+  // the process's device memory goes with the process.
+  for (auto& [key, blocks] : pools_)
+    for (void* p : blocks) raw_.raw_free(p, key.device);
+}
+
+DeviceMemoryStats& CachingDeviceAllocator::stats_of(int device) {
+  QK_CHECK_DEVICE(device >= 0, "device index ", device, " is negative");
+  if (static_cast<size_t>(device) >= stats_.size()) stats_.resize(device + 1);
+  return stats_[device];
+}
+
+void* CachingDeviceAllocator::allocate(size_t bytes, int device, Stream stream) {
+  const size_t block = size_class(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  DeviceMemoryStats& st = stats_of(device);
+  ++st.num_allocs;
+  void* p = nullptr;
+  auto pool = pools_.find(PoolKey{device, stream, block});
+  if (pool != pools_.end() && !pool->second.empty()) {
+    p = pool->second.back();
+    pool->second.pop_back();
+    st.cached -= block;
+    ++st.pool_hits;
+  } else {
+    p = raw_.raw_alloc(block, device);
+    if (p == nullptr && st.cached > 0) {
+      const uint64_t cached = st.cached;
+      release_cached_locked(device);
+      ++st.oom_retries;
+      p = raw_.raw_alloc(block, device);
+      QK_CHECK_AS(OutOfMemoryError, p != nullptr, raw_.label(device), " is out of memory: tried to allocate ",
+                  format_bytes(bytes), " (a ", format_bytes(block), " block); tensors hold ",
+                  format_bytes(st.allocated), ", ", format_bytes(cached),
+                  " of cached blocks were released and the allocation retried, the device has ",
+                  format_bytes(raw_.total_bytes(device)),
+                  " in all. Free tensors you no longer need, or lower the batch size.");
+    }
+    QK_CHECK_AS(OutOfMemoryError, p != nullptr, raw_.label(device), " is out of memory: tried to allocate ",
+                format_bytes(bytes), " (a ", format_bytes(block), " block); tensors hold ",
+                format_bytes(st.allocated), ", nothing is cached, the device has ",
+                format_bytes(raw_.total_bytes(device)),
+                " in all (other processes may hold the rest). Free tensors you no longer need, or lower "
+                "the batch size.");
+    ++st.device_allocs;
+    st.reserved += block;
+  }
+  live_.emplace(p, Live{bytes, block, device, stream});
+  st.allocated += bytes;
+  st.peak_allocated = std::max(st.peak_allocated, st.allocated);
+  return p;
+}
+
+void CachingDeviceAllocator::free(void* p) {
+  if (p == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(p);
+  QK_CHECK_AS(InternalError, it != live_.end(), "freeing device memory at ", p,
+              " that this allocator did not hand out (or freed twice)");
+  const Live l = it->second;
+  live_.erase(it);
+  DeviceMemoryStats& st = stats_of(l.device);
+  st.allocated -= l.asked;
+  st.cached += l.block;
+  pools_[PoolKey{l.device, l.stream, l.block}].push_back(p);
+}
+
+void CachingDeviceAllocator::empty_cache(int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked(device);
+}
+
+void CachingDeviceAllocator::release_cached_locked(int device) {
+  DeviceMemoryStats& st = stats_of(device);
+  if (st.cached == 0) return;
+  // Work queued before a block's free may still read it.
+  raw_.synchronize(device);
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    if (it->first.device != device) {
+      ++it;
+      continue;
+    }
+    for (void* p : it->second) raw_.raw_free(p, device);
+    st.reserved -= it->first.block * it->second.size();
+    it = pools_.erase(it);
+  }
+  st.cached = 0;
+}
+
+DeviceMemoryStats CachingDeviceAllocator::stats(int device) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device >= 0 && static_cast<size_t>(device) < stats_.size() ? stats_[device] : DeviceMemoryStats{};
+}
+
+void CachingDeviceAllocator::reset_peak(int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DeviceMemoryStats& st = stats_of(device);
+  st.peak_allocated = st.allocated;
+}
+
+}  // namespace qk

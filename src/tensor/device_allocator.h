@@ -1,0 +1,107 @@
+// A caching allocator for accelerator memory, shared by every GPU backend
+// (cuda/ now; a MUSA or ROCm folder beside it plugs its runtime in the same
+// way). What PyTorch's CUDA caching allocator does, in its simplest form:
+//
+//   * Device allocation and freeing are slow and synchronise the device, so
+//     freed blocks are kept in pools and handed to the next request of the
+//     same size class on the same device and stream.
+//   * Size classes: 512 B, then four per power of two (x, 1.25x, 1.5x,
+//     1.75x), so a block wastes at most a fifth of itself and a training
+//     step's recurring shapes hit the pools. Blocks are not split.
+//   * Streams: a block freed on stream S is reused only by allocations on S
+//     (work queued on S before the free finishes before work queued after
+//     it). Using a block on another stream needs that stream to wait for S
+//     first (record_stream is not there yet).
+//   * Out of memory: the device's cached blocks are released (after a
+//     device synchronisation) and the allocation retried once; if it still
+//     fails, OutOfMemoryError says what was asked, what tensors hold, what
+//     was cached and what the device has.
+//
+// The runtime calls go through RawDeviceMemory, so the pools, the statistics
+// and the out-of-memory path are tested on the CPU with a fake device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace qk {
+
+// What a vendor runtime provides to the allocator.
+class RawDeviceMemory {
+ public:
+  virtual ~RawDeviceMemory() = default;
+  // A fresh block, or nullptr when the device is out of memory (any other
+  // failure throws DeviceError).
+  virtual void* raw_alloc(size_t bytes, int device) = 0;
+  virtual void raw_free(void* p, int device) = 0;
+  // Waits for all work on the device (before cached blocks are released).
+  virtual void synchronize(int device) = 0;
+  // For messages: the device's memory and its name ("cuda:0 (NVIDIA H200)").
+  virtual uint64_t total_bytes(int device) = 0;
+  virtual std::string label(int device) = 0;
+};
+
+// Per device.
+struct DeviceMemoryStats {
+  uint64_t allocated = 0;       // bytes tensors asked for, live now
+  uint64_t peak_allocated = 0;  // high-water mark since reset_peak
+  uint64_t reserved = 0;        // bytes of device blocks held: in use and cached
+  uint64_t cached = 0;          // of those, free in the pools
+  uint64_t num_allocs = 0;      // allocate() calls
+  uint64_t pool_hits = 0;       // ... served from the pools
+  uint64_t device_allocs = 0;   // raw_alloc calls that returned memory
+  uint64_t oom_retries = 0;     // times the cache was released to retry
+};
+
+class CachingDeviceAllocator {
+ public:
+  using Stream = uintptr_t;  // the runtime's stream handle (0: the default stream)
+
+  explicit CachingDeviceAllocator(RawDeviceMemory& raw) : raw_(raw) {}
+  ~CachingDeviceAllocator();  // releases the cached blocks (not the live ones)
+  CachingDeviceAllocator(const CachingDeviceAllocator&) = delete;
+  CachingDeviceAllocator& operator=(const CachingDeviceAllocator&) = delete;
+
+  // A block of at least `bytes` (0 allowed) on `device` for work on `stream`.
+  void* allocate(size_t bytes, int device, Stream stream);
+  // p from allocate; its block goes back to its device's and stream's pool.
+  void free(void* p);
+  // Releases every cached block of the device (after synchronising it).
+  void empty_cache(int device);
+
+  DeviceMemoryStats stats(int device) const;
+  void reset_peak(int device);
+
+  // The bytes a request of `bytes` gets (its size class).
+  static size_t size_class(size_t bytes);
+
+ private:
+  struct Live {
+    size_t asked, block;
+    int device;
+    Stream stream;
+  };
+  struct PoolKey {
+    int device;
+    Stream stream;
+    size_t block;
+    bool operator==(const PoolKey&) const = default;
+  };
+  struct PoolKeyHash {
+    size_t operator()(const PoolKey& k) const;
+  };
+  DeviceMemoryStats& stats_of(int device);
+  void release_cached_locked(int device);
+
+  RawDeviceMemory& raw_;
+  mutable std::mutex mu_;
+  std::unordered_map<void*, Live> live_;
+  std::unordered_map<PoolKey, std::vector<void*>, PoolKeyHash> pools_;
+  std::vector<DeviceMemoryStats> stats_;  // by device index
+};
+
+}  // namespace qk

@@ -1,0 +1,103 @@
+// The CUDA backend (src/tensor/cuda). Without a GPU (the development
+// machines, CI): it is registered, says why no device is usable, and every
+// use of a cuda tensor fails with that reason instead of crashing. With one
+// (scripts/device-check.sh on the GPU machine): fills and copies of every
+// dtype round-trip, the caching allocator reuses blocks and reports memory,
+// and running out of memory raises OutOfMemoryError.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "qk/base/error.h"
+#include "qk/tensor/backend.h"
+#include "qk/tensor/cuda.h"
+#include "qk/tensor/ops/view.h"
+#include "qk/tensor/tensor.h"
+
+namespace qk {
+namespace {
+
+const Device kCuda0("cuda:0");
+
+TEST(CudaBackend, IsRegisteredAndSaysWhyNoDeviceIsUsable) {
+  ASSERT_TRUE(has_backend(DeviceType::cuda)) << "linking qianka::tensor_cuda registers the backend";
+  if (cuda::is_available()) GTEST_SKIP() << "a GPU is here; CudaDevice.* cover it";
+  EXPECT_EQ(cuda::device_count(), 0);
+  const std::string why = cuda::unavailable_reason();
+  EXPECT_NE(why.find("cudaGetDeviceCount"), std::string::npos) << why;
+  try {
+    Tensor t = zeros({4}, TensorOptions().device(kCuda0));
+    ADD_FAILURE() << "a tensor on cuda:0 without a device";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(e.message().find("cuda:0 is not available: " + why), std::string::npos) << e.message();
+  }
+  EXPECT_THROW(cuda::synchronize(), DeviceError);
+  EXPECT_THROW(cuda::memory_allocated(), DeviceError);
+}
+
+class CudaDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  }
+};
+
+TEST_F(CudaDevice, FillsAndCopiesOfEveryDtypeRoundTrip) {
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8,
+                  DType::boolean}) {
+    SCOPED_TRACE(dtype_name(t));
+    Tensor g = full({1000, 3}, 3.0, TensorOptions().dtype(t).device(kCuda0));
+    EXPECT_EQ(g.device(), kCuda0);
+    Tensor back = ops::to_device(g, kCPU);
+    Tensor want = full({1000, 3}, 3.0, TensorOptions().dtype(t));
+    EXPECT_EQ(std::memcmp(back.raw_data(), want.raw_data(), want.nbytes()), 0);
+    // Host -> device -> device -> host.
+    Tensor h = ops::cast(ops::reshape(arange(0, 3000, 1), {1000, 3}), t);
+    Tensor d = ops::to_device(h, kCuda0);
+    Tensor d2 = ops::clone(d);
+    EXPECT_EQ(std::memcmp(ops::to_device(d2, kCPU).raw_data(), h.raw_data(), h.nbytes()), 0);
+  }
+  Tensor empty_one = zeros({0, 5}, TensorOptions().device(kCuda0));
+  EXPECT_EQ(ops::to_device(empty_one, kCPU).numel(), 0);
+}
+
+TEST_F(CudaDevice, CachingAllocatorReusesBlocksAndReportsMemory) {
+  cuda::synchronize();
+  cuda::empty_cache();
+  const uint64_t before = cuda::memory_allocated();
+  const void* first;
+  {
+    Tensor a = zeros({1 << 20}, TensorOptions().device(kCuda0));  // 4 MiB
+    first = a.raw_data();
+    EXPECT_EQ(cuda::memory_allocated(), before + (4u << 20));
+    EXPECT_GE(cuda::max_memory_allocated(), before + (4u << 20));
+  }
+  EXPECT_EQ(cuda::memory_allocated(), before);
+  EXPECT_GE(cuda::memory_reserved(), 4u << 20) << "the block stays cached";
+  Tensor b = zeros({1 << 20}, TensorOptions().device(kCuda0));
+  EXPECT_EQ(b.raw_data(), first) << "the same size class reuses the cached block";
+  b = Tensor();
+  cuda::empty_cache();
+  EXPECT_EQ(cuda::memory_reserved(), cuda::memory_allocated());
+}
+
+TEST_F(CudaDevice, OutOfMemorySaysWhatWasAskedAndHeld) {
+  const uint64_t total = backend(DeviceType::cuda).total_memory(0);
+  try {
+    Tensor huge = empty({static_cast<int64_t>(total)}, TensorOptions().dtype(DType::f32).device(kCuda0));
+    ADD_FAILURE() << "4 bytes per byte of the device fitted";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(e.message().find("cuda:0"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("tried to allocate"), std::string::npos) << e.message();
+  }
+  Tensor after = ones({16}, TensorOptions().device(kCuda0));  // the device still works
+  EXPECT_EQ(ops::to_device(after, kCPU).to_vector<float>(), std::vector<float>(16, 1.0f));
+}
+
+TEST_F(CudaDevice, DeviceIndicesBeyondTheMachineAreRefused) {
+  Device beyond(DeviceType::cuda, cuda::device_count());
+  EXPECT_THROW(zeros({4}, TensorOptions().device(beyond)), DeviceError);
+}
+
+}  // namespace
+}  // namespace qk
