@@ -29,7 +29,7 @@ if [ "${1:-}" = "--pack" ]; then
   # Every shared library but the C and C++ runtimes (the machine's are newer)
   # and CUDA's own (the machine's match its driver; NCCL alone is 200 MB).
   for p in "${PROGRAMS[@]}"; do ldd "$BUILD/$p"; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u |
-    grep -Ev '^(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+|libcudart|libnccl|libcuda)\.' |
+    grep -Ev '^(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+)\.|^(libcu|libnccl|libnv)' |
     while read -r name path; do cp -L "$path" "$stage/lib/$name"; done
   mkdir -p "$PACK"
   tar -C "$stage" -cf - bin lib | xz -6 -T0 > "$PACK/qianka.tar.xz"
@@ -60,11 +60,16 @@ note "# device-check $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname), $(nproc) C
 ROOT=$(mktemp -d)
 xz -dc "$PACK/qianka.tar.xz" | tar -C "$ROOT" -xf - || { note "error: could not unpack $PACK/qianka.tar.xz"; exit 1; }
 
-# CUDA's and NCCL's libraries: the toolkit's, else PyTorch's wheels.
-pylib() { python3 -c "import importlib,os; m=importlib.import_module('$1'); print(os.path.join(list(m.__path__)[0],'lib'))" 2>/dev/null; }
+# CUDA's libraries (runtime, cuBLASLt, NCCL): the toolkit's, then those of
+# PyTorch's wheels (nvidia/*/lib), wherever a needed one is found first.
 LIBS="$ROOT/lib"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib "$(pylib nvidia.cuda_runtime)" "$(pylib nvidia.nccl)" "$(pylib nvidia.cu13)"; do
-  [ -n "$d" ] && [ -d "$d" ] && LIBS="$LIBS:$d"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && LIBS="$LIBS:$d"; done
+SITE=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+  for s in $SITE; do
+    f=$(find "$s/nvidia" -name "$lib" 2>/dev/null | head -1)
+    [ -n "$f" ] && { LIBS="$LIBS:$(dirname "$f")"; break; }
+  done
 done
 export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 BIN="$ROOT/bin"

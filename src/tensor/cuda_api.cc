@@ -2,6 +2,8 @@
 // backend is linked in or not.
 #include "qk/tensor/cuda.h"
 
+#include <atomic>
+
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
 
@@ -36,5 +38,11 @@ uint64_t max_memory_allocated(int device) { return cuda_backend(device).memory_s
 uint64_t memory_reserved(int device) { return cuda_backend(device).memory_stats(device).reserved; }
 void reset_peak_memory_stats(int device) { cuda_backend(device).reset_peak_memory(device); }
 void empty_cache(int device) { cuda_backend(device).empty_cache(device); }
+
+namespace {
+std::atomic<bool> allow_tf32{false};
+}  // namespace
+void set_matmul_allow_tf32(bool allow) { allow_tf32.store(allow); }
+bool matmul_allow_tf32() { return allow_tf32.load(); }
 
 }  // namespace qk::cuda

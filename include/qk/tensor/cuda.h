@@ -32,4 +32,10 @@ void reset_peak_memory_stats(int device = 0);
 // Gives the cached blocks back to the device (other processes can use them).
 void empty_cache(int device = 0);
 
+// Whether f32 matrix products may use TF32 tensor cores (10-bit mantissa
+// inputs, f32 accumulation): off by default, as PyTorch's
+// torch.backends.cuda.matmul.allow_tf32. Works in every build.
+void set_matmul_allow_tf32(bool allow);
+bool matmul_allow_tf32();
+
 }  // namespace qk::cuda

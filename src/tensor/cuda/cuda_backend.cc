@@ -5,17 +5,13 @@
 // build without CUDA never mentions it.
 #include <cuda_runtime_api.h>
 
-#include <cstring>
 #include <mutex>
 #include <string>
 
 #include "cuda_check.h"
 #include "device_allocator.h"
-#include "kernels.h"
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
-#include "qk/tensor/kernel_tables.h"
-#include "qk/tensor/tensor.h"
 
 namespace qk::cuda {
 
@@ -163,46 +159,7 @@ CudaBackend& the_backend() {
   return *b;
 }
 
-// Contiguous, same dtype: one device-to-device copy. The rest (strides,
-// casts) is not there yet and says so.
-void copy_on_device(const Tensor& dst, const Tensor& src) {
-  QK_CHECK_DEVICE(dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() &&
-                      src.is_contiguous(),
-                  "copy on ", dst.device().str(), ": only contiguous copies of one dtype and shape are "
-                  "implemented on CUDA so far (got ", dtype_name(src.dtype()), " -> ", dtype_name(dst.dtype()),
-                  src.is_contiguous() ? "" : ", a strided source", dst.is_contiguous() ? "" : ", a strided destination",
-                  dst.shape() == src.shape() ? "" : ", a broadcast", ")");
-  QK_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, 0));
-}
-
-uint64_t fill_bits(DType t, double v) {
-  uint64_t bits = 0;
-  auto put = [&](auto x) { std::memcpy(&bits, &x, sizeof x); };
-  switch (t) {
-    case DType::f32: put(static_cast<float>(v)); break;
-    case DType::f64: put(v); break;
-    case DType::f16: put(Half(static_cast<float>(v)).bits); break;
-    case DType::bf16: put(BFloat16(static_cast<float>(v)).bits); break;
-    case DType::i32: put(static_cast<int32_t>(v)); break;
-    case DType::i64: put(static_cast<int64_t>(v)); break;
-    case DType::u8: put(static_cast<uint8_t>(v)); break;
-    case DType::boolean: put(static_cast<uint8_t>(v != 0)); break;
-  }
-  return bits;
-}
-
-void fill_on_device(const Tensor& dst, double value) {
-  QK_CHECK_DEVICE(dst.is_contiguous(), "fill on ", dst.device().str(),
-                  ": only contiguous tensors are filled on CUDA so far");
-  launch_fill(dst.raw_data(), dst.numel(), dst.itemsize(), fill_bits(dst.dtype(), value), 0);
-}
-
-const bool registered = [] {
-  register_backend(&the_backend());
-  ops::copy_kernel.set(DeviceType::cuda, &copy_on_device);
-  ops::fill_kernel.set(DeviceType::cuda, &fill_on_device);
-  return true;
-}();
+[[maybe_unused]] const bool registered = (register_backend(&the_backend()), true);  // its kernels: elementwise_ops.cc, ...
 
 }  // namespace
 

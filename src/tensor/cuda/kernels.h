@@ -1,4 +1,6 @@
-// The CUDA backend's kernels (kernels.cu), launched on the current stream.
+// The CUDA backend's kernels (*.cu), launched on the given stream. Plain data
+// only: the .cu files are compiled by nvcc as C++17 and include no qianka
+// header; the C++20 glue (elementwise_ops.cc) turns tensors into these.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,8 +10,32 @@
 
 namespace qk::cuda {
 
-// Fills n elements of `size` bytes each (1, 2, 4 or 8) at dst with the bit
-// pattern `bits` (the value already converted to the element's dtype).
+// dtype codes: qk::DType's values (static_asserts in elementwise_ops.cc).
+enum DtypeCode : int { kF32 = 0, kF64, kF16, kBF16, kI32, kI64, kU8, kBool };
+
+// An elementwise loop over `numel` elements in the row-major order of
+// sizes[0..ndim), with each operand's strides in elements (0 where it is
+// broadcast). Operand 0 is the output.
+constexpr int kMaxDims = 8;
+constexpr int kMaxOperands = 3;
+struct ElementwiseLayout {
+  int ndim = 0;
+  int64_t numel = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxOperands][kMaxDims] = {};
+};
+
+// Fills n elements of `size` bytes each (1, 2, 4 or 8) at dst, contiguous,
+// with the bit pattern `bits` (the value already converted to the dtype).
 void launch_fill(void* dst, int64_t n, size_t size, uint64_t bits, cudaStream_t stream);
+// dst <- src converted to dst's dtype (operands 0 and 1 of the layout).
+void launch_copy(void* dst, int dst_dtype, const void* src, int src_dtype, const ElementwiseLayout& l,
+                 cudaStream_t stream);
+// out <- a op b, op a qk::BinaryOp value; a and b of `dtype`, out of `dtype`
+// or bool for the comparisons (eq and after). Operands: out, a, b.
+void launch_binary(int op, void* out, const void* a, const void* b, int dtype, const ElementwiseLayout& l,
+                   cudaStream_t stream);
+// out <- op(a), op a qk::UnaryOp value, both of `dtype`. Operands: out, a.
+void launch_unary(int op, void* out, const void* a, int dtype, const ElementwiseLayout& l, cudaStream_t stream);
 
 }  // namespace qk::cuda

@@ -1,0 +1,335 @@
+// Elementwise kernels: strided copies with dtype conversion, binary and
+// unary ops with broadcasting. Arithmetic happens where the CPU backend's
+// does (src/tensor/cpu/elementwise.cc): f16 and bf16 in float, rounded to
+// nearest even on the way out; each op has the CPU's formula, so results
+// differ from the CPU's by the device math library's ulps alone.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cuda_check.h"
+#include "kernels.h"
+
+namespace qk::cuda {
+
+namespace {
+
+// ---- dtypes -------------------------------------------------------------
+
+template <int D> struct StorageOf;
+template <> struct StorageOf<kF32> { using type = float; };
+template <> struct StorageOf<kF64> { using type = double; };
+template <> struct StorageOf<kF16> { using type = __half; };
+template <> struct StorageOf<kBF16> { using type = __nv_bfloat16; };
+template <> struct StorageOf<kI32> { using type = int32_t; };
+template <> struct StorageOf<kI64> { using type = int64_t; };
+template <> struct StorageOf<kU8> { using type = uint8_t; };
+template <> struct StorageOf<kBool> { using type = bool; };
+
+template <typename T> struct ComputeOf { using type = T; };
+template <> struct ComputeOf<__half> { using type = float; };
+template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
+
+template <typename T>
+constexpr bool is_reduced_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+// The CPU's cast_value: through float for the 16-bit floats, != 0 for bool.
+template <typename To, typename From>
+__device__ __forceinline__ To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<From, __half>) {
+    return convert<To>(__half2float(v));
+  } else if constexpr (std::is_same_v<From, __nv_bfloat16>) {
+    return convert<To>(__bfloat162float(v));
+  } else if constexpr (std::is_same_v<To, __half>) {
+    return __float2half_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// Calls f(StorageOf<code>{}) (a value of the C++ type; only its type matters).
+template <typename F>
+void dispatch(int code, F&& f) {
+  switch (code) {
+    case kF32: return f(float{});
+    case kF64: return f(double{});
+    case kF16: return f(__half{});
+    case kBF16: return f(__nv_bfloat16{});
+    case kI32: return f(int32_t{});
+    case kI64: return f(int64_t{});
+    case kU8: return f(uint8_t{});
+    case kBool: return f(bool{});
+  }
+}
+
+// ---- the loop -----------------------------------------------------------
+
+// Element i's offset (in elements) in operand k.
+template <int K>
+__device__ __forceinline__ void offsets(const ElementwiseLayout& l, int64_t i, int64_t (&off)[K]) {
+  for (int k = 0; k < K; ++k) off[k] = 0;
+  for (int d = l.ndim - 1; d >= 0; --d) {
+    const int64_t c = i % l.sizes[d];
+    i /= l.sizes[d];
+    for (int k = 0; k < K; ++k) off[k] += c * l.strides[k][d];
+  }
+}
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);  // a grid-stride loop covers the rest
+}
+
+template <typename O, typename A, typename F>
+__global__ void map1(ElementwiseLayout l, O* out, const A* a, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < l.numel; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[2];
+    offsets<2>(l, i, off);
+    out[off[0]] = f(a[off[1]]);
+  }
+}
+
+template <typename O, typename A, typename B, typename F>
+__global__ void map2(ElementwiseLayout l, O* out, const A* a, const B* b, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < l.numel; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[3];
+    offsets<3>(l, i, off);
+    out[off[0]] = f(a[off[1]], b[off[2]]);
+  }
+}
+
+template <typename T>
+__global__ void fill_kernel(T* dst, int64_t n, T value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = value;
+}
+
+template <typename T>
+void fill_as(void* dst, int64_t n, uint64_t bits, cudaStream_t stream) {
+  T value;
+  static_assert(sizeof(T) <= sizeof(bits));
+  memcpy(&value, &bits, sizeof(T));
+  fill_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), n, value);
+  QK_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- the ops (the CPU's formulas) ---------------------------------------
+
+constexpr double kSqrt1_2 = 0.70710678118654752440;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kGeluTanhC = 0.044715;
+
+// Binary op codes (qk::BinaryOp).
+enum : int { kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum, kEq, kNe, kLt, kLe, kGt, kGe };
+// Unary op codes (qk::UnaryOp).
+enum : int {
+  kNeg, kExp, kLog, kSqrt, kRsqrt, kRelu, kGelu, kGeluTanh, kSilu, kTanh, kSigmoid, kAbs, kSign, kSquare,
+  kReciprocal, kSin, kCos, kErf
+};
+
+template <int Op, typename C>
+__device__ __forceinline__ C arith(C x, C y) {
+  if constexpr (Op == kAdd) return x + y;
+  if constexpr (Op == kSub) return x - y;
+  if constexpr (Op == kMul) return x * y;
+  if constexpr (Op == kDiv) return x / y;
+  if constexpr (Op == kPow) {
+    if constexpr (std::is_same_v<C, float>) return powf(x, y);
+    else return static_cast<C>(pow(static_cast<double>(x), static_cast<double>(y)));
+  }
+  if constexpr (Op == kMaximum) return (x != x || x > y) ? x : y;
+  if constexpr (Op == kMinimum) return (x != x || x < y) ? x : y;
+  return x;
+}
+
+template <int Op, typename C>
+__device__ __forceinline__ bool compare(C x, C y) {
+  if constexpr (Op == kEq) return x == y;
+  if constexpr (Op == kNe) return x != y;
+  if constexpr (Op == kLt) return x < y;
+  if constexpr (Op == kLe) return x <= y;
+  if constexpr (Op == kGt) return x > y;
+  return x >= y;  // kGe
+}
+
+// exp, log, ... for float and double (the integer ops never reach these).
+__device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double m_abs(double x) { return fabs(x); }
+__device__ __forceinline__ float m_exp(float x) { return expf(x); }
+__device__ __forceinline__ double m_exp(double x) { return exp(x); }
+__device__ __forceinline__ float m_log(float x) { return logf(x); }
+__device__ __forceinline__ double m_log(double x) { return log(x); }
+__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float m_erf(float x) { return erff(x); }
+__device__ __forceinline__ double m_erf(double x) { return erf(x); }
+__device__ __forceinline__ float m_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double m_sin(double x) { return sin(x); }
+__device__ __forceinline__ float m_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double m_cos(double x) { return cos(x); }
+
+template <int Op, typename C>
+__device__ __forceinline__ C unary_value(C x) {
+  if constexpr (Op == kNeg) return -x;
+  if constexpr (Op == kRelu) return x > C(0) ? x : C(0);
+  if constexpr (Op == kAbs) {
+    if constexpr (std::is_floating_point_v<C>) return m_abs(x);  // -0 -> +0, as std::abs
+    else if constexpr (std::is_unsigned_v<C>) return x;
+    else return x < C(0) ? -x : x;
+  }
+  if constexpr (Op == kSign) {
+    if constexpr (std::is_unsigned_v<C>) return static_cast<C>(x > C(0));
+    else return static_cast<C>((x > C(0)) - (x < C(0)));
+  }
+  if constexpr (Op == kSquare) return x * x;
+  if constexpr (std::is_floating_point_v<C>) {
+    if constexpr (Op == kExp) return m_exp(x);
+    if constexpr (Op == kLog) return m_log(x);
+    if constexpr (Op == kSqrt) return m_sqrt(x);
+    if constexpr (Op == kRsqrt) return C(1) / m_sqrt(x);
+    if constexpr (Op == kGelu) return C(0.5) * x * (C(1) + m_erf(x * C(kSqrt1_2)));
+    if constexpr (Op == kGeluTanh) return C(0.5) * x * (C(1) + m_tanh(C(kSqrt2OverPi) * (x + C(kGeluTanhC) * x * x * x)));
+    if constexpr (Op == kSilu) return x / (C(1) + m_exp(-x));
+    if constexpr (Op == kTanh) return m_tanh(x);
+    if constexpr (Op == kSigmoid) return C(1) / (C(1) + m_exp(-x));
+    if constexpr (Op == kReciprocal) return C(1) / x;
+    if constexpr (Op == kSin) return m_sin(x);
+    if constexpr (Op == kCos) return m_cos(x);
+    if constexpr (Op == kErf) return m_erf(x);
+  }
+  return x;
+}
+
+// Functors, not device lambdas: no --extended-lambda, and they may be made
+// inside the dispatching lambdas.
+template <int Op, typename T>
+struct ArithFn {
+  __device__ T operator()(T x, T y) const {
+    using C = typename ComputeOf<T>::type;
+    return convert<T>(arith<Op>(convert<C>(x), convert<C>(y)));
+  }
+};
+template <int Op, typename T>
+struct CompareFn {
+  __device__ bool operator()(T x, T y) const {
+    using C = typename ComputeOf<T>::type;
+    return compare<Op>(convert<C>(x), convert<C>(y));
+  }
+};
+template <int Op, typename T>
+struct UnaryFn {
+  __device__ T operator()(T x) const {
+    using C = typename ComputeOf<T>::type;
+    return convert<T>(unary_value<Op>(convert<C>(x)));
+  }
+};
+template <typename O, typename A>
+struct ConvertFn {
+  __device__ O operator()(A x) const { return convert<O>(x); }
+};
+
+template <int Op, typename T>
+void binary_as(void* out, const void* a, const void* b, const ElementwiseLayout& l, cudaStream_t s) {
+  const T* pa = static_cast<const T*>(a);
+  const T* pb = static_cast<const T*>(b);
+  if constexpr (Op >= kEq)
+    map2<<<grid_for(l.numel), kThreads, 0, s>>>(l, static_cast<bool*>(out), pa, pb, CompareFn<Op, T>{});
+  else
+    map2<<<grid_for(l.numel), kThreads, 0, s>>>(l, static_cast<T*>(out), pa, pb, ArithFn<Op, T>{});
+  QK_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int Op, typename T>
+void unary_as(void* out, const void* a, const ElementwiseLayout& l, cudaStream_t s) {
+  map1<<<grid_for(l.numel), kThreads, 0, s>>>(l, static_cast<T*>(out), static_cast<const T*>(a), UnaryFn<Op, T>{});
+  QK_CUDA_CHECK(cudaGetLastError());
+}
+
+// Op codes as template arguments, one switch per launch.
+template <typename T>
+void binary_dispatch(int op, void* out, const void* a, const void* b, const ElementwiseLayout& l, cudaStream_t s) {
+  switch (op) {
+#define QK_BINARY_CASE(code) \
+  case code: return binary_as<code, T>(out, a, b, l, s);
+    QK_BINARY_CASE(kAdd) QK_BINARY_CASE(kSub) QK_BINARY_CASE(kMul) QK_BINARY_CASE(kDiv) QK_BINARY_CASE(kPow)
+    QK_BINARY_CASE(kMaximum) QK_BINARY_CASE(kMinimum) QK_BINARY_CASE(kEq) QK_BINARY_CASE(kNe)
+    QK_BINARY_CASE(kLt) QK_BINARY_CASE(kLe) QK_BINARY_CASE(kGt) QK_BINARY_CASE(kGe)
+#undef QK_BINARY_CASE
+  }
+}
+
+template <typename T>
+void unary_dispatch(int op, void* out, const void* a, const ElementwiseLayout& l, cudaStream_t s) {
+  switch (op) {
+#define QK_UNARY_CASE(code) \
+  case code: return unary_as<code, T>(out, a, l, s);
+    QK_UNARY_CASE(kNeg) QK_UNARY_CASE(kExp) QK_UNARY_CASE(kLog) QK_UNARY_CASE(kSqrt) QK_UNARY_CASE(kRsqrt)
+    QK_UNARY_CASE(kRelu) QK_UNARY_CASE(kGelu) QK_UNARY_CASE(kGeluTanh) QK_UNARY_CASE(kSilu)
+    QK_UNARY_CASE(kTanh) QK_UNARY_CASE(kSigmoid) QK_UNARY_CASE(kAbs) QK_UNARY_CASE(kSign)
+    QK_UNARY_CASE(kSquare) QK_UNARY_CASE(kReciprocal) QK_UNARY_CASE(kSin) QK_UNARY_CASE(kCos)
+    QK_UNARY_CASE(kErf)
+#undef QK_UNARY_CASE
+  }
+}
+
+}  // namespace
+
+void launch_fill(void* dst, int64_t n, size_t size, uint64_t bits, cudaStream_t stream) {
+  if (n <= 0) return;
+  switch (size) {
+    case 1: return fill_as<uint8_t>(dst, n, bits, stream);
+    case 2: return fill_as<uint16_t>(dst, n, bits, stream);
+    case 4: return fill_as<uint32_t>(dst, n, bits, stream);
+    case 8: return fill_as<uint64_t>(dst, n, bits, stream);
+  }
+}
+
+void launch_copy(void* dst, int dst_dtype, const void* src, int src_dtype, const ElementwiseLayout& l,
+                 cudaStream_t stream) {
+  if (l.numel <= 0) return;
+  dispatch(dst_dtype, [&](auto o) {
+    using O = decltype(o);
+    dispatch(src_dtype, [&](auto a) {
+      using A = decltype(a);
+      map1<<<grid_for(l.numel), kThreads, 0, stream>>>(l, static_cast<O*>(dst), static_cast<const A*>(src),
+                                                       ConvertFn<O, A>{});
+      QK_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+void launch_binary(int op, void* out, const void* a, const void* b, int dtype, const ElementwiseLayout& l,
+                   cudaStream_t stream) {
+  if (l.numel <= 0) return;
+  dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<T, bool>) {
+      if (op >= kEq) binary_dispatch<uint8_t>(op, out, a, b, l, stream);  // bools compare as bytes
+    } else {
+      binary_dispatch<T>(op, out, a, b, l, stream);
+    }
+  });
+}
+
+void launch_unary(int op, void* out, const void* a, int dtype, const ElementwiseLayout& l, cudaStream_t stream) {
+  if (l.numel <= 0) return;
+  dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, bool>) unary_dispatch<T>(op, out, a, l, stream);
+  });
+}
+
+}  // namespace qk::cuda
