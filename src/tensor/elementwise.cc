@@ -3,6 +3,7 @@
 
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
+#include "op_kernel_tables.h"
 #include "cpu/kernels.h"
 
 namespace qk {
@@ -22,12 +23,10 @@ const char* unary_op_name(UnaryOp op) {
 
 namespace ops {
 
-using UnaryBwdFn = void(UnaryOp, const Tensor&, const Tensor&, const Tensor&, const Tensor&);
 using ClampFn = void(const Tensor&, const Tensor&, std::optional<double>, std::optional<double>);
 using ClampBwdFn = void(const Tensor&, const Tensor&, const Tensor&, std::optional<double>,
                         std::optional<double>);
 using WhereFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&);
-using AddInplaceFn = void(const Tensor&, const Tensor&, double);
 QK_DEFINE_KERNEL(binary_kernel, BinaryFn);
 QK_DEFINE_KERNEL(unary_kernel, UnaryFn);
 QK_DEFINE_KERNEL(unary_backward_kernel, UnaryBwdFn);

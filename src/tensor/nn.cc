@@ -3,16 +3,19 @@
 
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/view.h"
+#include "op_kernel_tables.h"
 #include "cpu/dropout.h"
 #include "cpu/embedding.h"
 #include "cpu/loss.h"
 #include "cpu/softmax.h"
 
 namespace qk::ops {
+
+QK_DEFINE_KERNEL(softmax_kernel, SoftmaxFn);
+QK_DEFINE_KERNEL(softmax_backward_kernel, SoftmaxBwdFn);
+
 namespace {
 
-using SoftmaxFn = Tensor(const Tensor&, int64_t, bool);
-using SoftmaxBwdFn = Tensor(const Tensor&, const Tensor&, int64_t, bool);
 using CrossEntropyFn = CrossEntropyResult(const Tensor&, const Tensor&, int64_t, double, Reduction);
 using CrossEntropyBwdFn = Tensor(const Tensor&, const Tensor&, const Tensor&, int64_t, double,
                                  Reduction);
@@ -20,8 +23,6 @@ using DropoutFn = std::pair<Tensor, Tensor>(const Tensor&, double, uint64_t, uin
 using EmbeddingFn = Tensor(const Tensor&, const Tensor&);
 using EmbeddingBwdFn = Tensor(const Tensor&, const Tensor&, int64_t, int64_t);
 
-QK_DEFINE_KERNEL(softmax_kernel, SoftmaxFn);
-QK_DEFINE_KERNEL(softmax_backward_kernel, SoftmaxBwdFn);
 QK_DEFINE_KERNEL(cross_entropy_kernel, CrossEntropyFn);
 QK_DEFINE_KERNEL(cross_entropy_backward_kernel, CrossEntropyBwdFn);
 QK_DEFINE_KERNEL(dropout_kernel, DropoutFn);

@@ -8,10 +8,10 @@
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/kernels.h"
+#include "op_kernel_tables.h"
 
 namespace qk::ops {
 
-using ReduceFn = void(cpu::ReduceOp, const Tensor&, const Tensor&, const Shape&);
 using MaxMinDimFn = void(bool, const Tensor&, const Tensor&, const Tensor&, int64_t);
 QK_DEFINE_KERNEL(reduce_kernel, ReduceFn);
 QK_DEFINE_KERNEL(max_min_dim_kernel, MaxMinDimFn);

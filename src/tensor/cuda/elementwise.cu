@@ -11,65 +11,12 @@
 #include <type_traits>
 
 #include "cuda_check.h"
+#include "dtypes.cuh"
 #include "kernels.h"
 
 namespace qk::cuda {
 
 namespace {
-
-// ---- dtypes -------------------------------------------------------------
-
-template <int D> struct StorageOf;
-template <> struct StorageOf<kF32> { using type = float; };
-template <> struct StorageOf<kF64> { using type = double; };
-template <> struct StorageOf<kF16> { using type = __half; };
-template <> struct StorageOf<kBF16> { using type = __nv_bfloat16; };
-template <> struct StorageOf<kI32> { using type = int32_t; };
-template <> struct StorageOf<kI64> { using type = int64_t; };
-template <> struct StorageOf<kU8> { using type = uint8_t; };
-template <> struct StorageOf<kBool> { using type = bool; };
-
-template <typename T> struct ComputeOf { using type = T; };
-template <> struct ComputeOf<__half> { using type = float; };
-template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
-
-template <typename T>
-constexpr bool is_reduced_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-
-// The CPU's cast_value: through float for the 16-bit floats, != 0 for bool.
-template <typename To, typename From>
-__device__ __forceinline__ To convert(From v) {
-  if constexpr (std::is_same_v<To, From>) {
-    return v;
-  } else if constexpr (std::is_same_v<From, __half>) {
-    return convert<To>(__half2float(v));
-  } else if constexpr (std::is_same_v<From, __nv_bfloat16>) {
-    return convert<To>(__bfloat162float(v));
-  } else if constexpr (std::is_same_v<To, __half>) {
-    return __float2half_rn(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
-    return __float2bfloat16_rn(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return v != From(0);
-  } else {
-    return static_cast<To>(v);
-  }
-}
-
-// Calls f(StorageOf<code>{}) (a value of the C++ type; only its type matters).
-template <typename F>
-void dispatch(int code, F&& f) {
-  switch (code) {
-    case kF32: return f(float{});
-    case kF64: return f(double{});
-    case kF16: return f(__half{});
-    case kBF16: return f(__nv_bfloat16{});
-    case kI32: return f(int32_t{});
-    case kI64: return f(int64_t{});
-    case kU8: return f(uint8_t{});
-    case kBool: return f(bool{});
-  }
-}
 
 // ---- the loop -----------------------------------------------------------
 
@@ -106,6 +53,25 @@ __global__ void map2(ElementwiseLayout l, O* out, const A* a, const B* b, F f) {
     int64_t off[3];
     offsets<3>(l, i, off);
     out[off[0]] = f(a[off[1]], b[off[2]]);
+  }
+}
+
+template <typename O, typename A, typename B, typename C, typename F>
+__global__ void map3(ElementwiseLayout l, O* out, const A* a, const B* b, const C* c, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < l.numel; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[4];
+    offsets<4>(l, i, off);
+    out[off[0]] = f(a[off[1]], b[off[2]], c[off[3]]);
+  }
+}
+
+// In place: self[i] = f(self[i], other[i]).
+template <typename T, typename A, typename F>
+__global__ void update1(ElementwiseLayout l, T* self, const A* other, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < l.numel; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t off[2];
+    offsets<2>(l, i, off);
+    self[off[0]] = f(self[off[0]], other[off[1]]);
   }
 }
 
@@ -241,6 +207,58 @@ struct ConvertFn {
   __device__ O operator()(A x) const { return convert<O>(x); }
 };
 
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+// d(op)/dx at x, y = op(x): the CPU's unary_derivative.
+template <int Op, typename C>
+__device__ __forceinline__ C unary_derivative(C x, C y) {
+  if constexpr (Op == kNeg) return C(-1);
+  if constexpr (Op == kExp) return y;
+  if constexpr (Op == kLog) return C(1) / x;
+  if constexpr (Op == kSqrt) return C(0.5) / y;
+  if constexpr (Op == kRsqrt) return C(-0.5) * y * y * y;
+  if constexpr (Op == kRelu) return x > C(0) ? C(1) : C(0);
+  if constexpr (Op == kGelu)
+    return C(0.5) * (C(1) + m_erf(x * C(kSqrt1_2))) + x * C(kInvSqrt2Pi) * m_exp(C(-0.5) * x * x);
+  if constexpr (Op == kGeluTanh) {
+    C u = C(kSqrt2OverPi) * (x + C(kGeluTanhC) * x * x * x);
+    C t = m_tanh(u);
+    C du = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluTanhC) * x * x);
+    return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du;
+  }
+  if constexpr (Op == kSilu) {
+    C s = C(1) / (C(1) + m_exp(-x));
+    return s * (C(1) + x * (C(1) - s));
+  }
+  if constexpr (Op == kTanh) return C(1) - y * y;
+  if constexpr (Op == kSigmoid) return y * (C(1) - y);
+  if constexpr (Op == kAbs) return static_cast<C>((x > C(0)) - (x < C(0)));
+  if constexpr (Op == kSign) return C(0);
+  if constexpr (Op == kSquare) return C(2) * x;
+  if constexpr (Op == kReciprocal) return -y * y;
+  if constexpr (Op == kSin) return m_cos(x);
+  if constexpr (Op == kCos) return -m_sin(x);
+  if constexpr (Op == kErf) return C(2) * C(0.56418958354775628695) * m_exp(-x * x);
+  return C(0);
+}
+
+template <int Op, typename T>
+struct UnaryBackwardFn {
+  __device__ T operator()(T g, T x, T y) const {
+    using C = typename ComputeOf<T>::type;
+    return convert<T>(convert<C>(g) * unary_derivative<Op>(convert<C>(x), convert<C>(y)));
+  }
+};
+
+template <typename T>
+struct AddScaledFn {
+  typename ComputeOf<T>::type alpha;
+  __device__ T operator()(T s, T o) const {
+    using C = typename ComputeOf<T>::type;
+    return convert<T>(convert<C>(s) + alpha * convert<C>(o));
+  }
+};
+
 template <int Op, typename T>
 void binary_as(void* out, const void* a, const void* b, const ElementwiseLayout& l, cudaStream_t s) {
   const T* pa = static_cast<const T*>(a);
@@ -272,6 +290,26 @@ void binary_dispatch(int op, void* out, const void* a, const void* b, const Elem
 }
 
 template <typename T>
+void unary_backward_dispatch(int op, void* dx, const void* g, const void* x, const void* y, const ElementwiseLayout& l,
+                             cudaStream_t s) {
+  switch (op) {
+#define QK_UNARY_BWD_CASE(code)                                                                          \
+  case code:                                                                                             \
+    map3<<<grid_for(l.numel), kThreads, 0, s>>>(l, static_cast<T*>(dx), static_cast<const T*>(g),        \
+                                                static_cast<const T*>(x), static_cast<const T*>(y),       \
+                                                UnaryBackwardFn<code, T>{});                              \
+    break;
+    QK_UNARY_BWD_CASE(kNeg) QK_UNARY_BWD_CASE(kExp) QK_UNARY_BWD_CASE(kLog) QK_UNARY_BWD_CASE(kSqrt)
+    QK_UNARY_BWD_CASE(kRsqrt) QK_UNARY_BWD_CASE(kRelu) QK_UNARY_BWD_CASE(kGelu) QK_UNARY_BWD_CASE(kGeluTanh)
+    QK_UNARY_BWD_CASE(kSilu) QK_UNARY_BWD_CASE(kTanh) QK_UNARY_BWD_CASE(kSigmoid) QK_UNARY_BWD_CASE(kAbs)
+    QK_UNARY_BWD_CASE(kSign) QK_UNARY_BWD_CASE(kSquare) QK_UNARY_BWD_CASE(kReciprocal) QK_UNARY_BWD_CASE(kSin)
+    QK_UNARY_BWD_CASE(kCos) QK_UNARY_BWD_CASE(kErf)
+#undef QK_UNARY_BWD_CASE
+  }
+  QK_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
 void unary_dispatch(int op, void* out, const void* a, const ElementwiseLayout& l, cudaStream_t s) {
   switch (op) {
 #define QK_UNARY_CASE(code) \
@@ -286,6 +324,31 @@ void unary_dispatch(int op, void* out, const void* a, const ElementwiseLayout& l
 }
 
 }  // namespace
+
+void launch_unary_backward(int op, void* dx, const void* grad, const void* x, const void* y, int dtype,
+                           const ElementwiseLayout& l, cudaStream_t stream) {
+  if (l.numel <= 0) return;
+  switch (dtype) {
+    case kF32: return unary_backward_dispatch<float>(op, dx, grad, x, y, l, stream);
+    case kF64: return unary_backward_dispatch<double>(op, dx, grad, x, y, l, stream);
+    case kF16: return unary_backward_dispatch<__half>(op, dx, grad, x, y, l, stream);
+    case kBF16: return unary_backward_dispatch<__nv_bfloat16>(op, dx, grad, x, y, l, stream);
+  }
+}
+
+void launch_add_inplace(void* self, const void* other, int dtype, double alpha, const ElementwiseLayout& l,
+                        cudaStream_t stream) {
+  if (l.numel <= 0) return;
+  dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, bool>) {
+      using C = typename ComputeOf<T>::type;
+      update1<<<grid_for(l.numel), kThreads, 0, stream>>>(l, static_cast<T*>(self), static_cast<const T*>(other),
+                                                          AddScaledFn<T>{static_cast<C>(alpha)});
+      QK_CUDA_CHECK(cudaGetLastError());
+    }
+  });
+}
 
 void launch_fill(void* dst, int64_t n, size_t size, uint64_t bits, cudaStream_t stream) {
   if (n <= 0) return;

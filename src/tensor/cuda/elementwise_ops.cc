@@ -6,6 +6,7 @@
 #include "cuda_check.h"
 #include "elementwise_layout.h"
 #include "kernels.h"
+#include "op_kernel_tables.h"
 #include "qk/base/error.h"
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/tensor.h"
@@ -74,7 +75,23 @@ void unary_on_device(UnaryOp op, const Tensor& out, const Tensor& a) {
   launch_unary(int(op), out.raw_data(), a.raw_data(), int(a.dtype()), l, kStream);
 }
 
+void unary_backward_on_device(UnaryOp op, const Tensor& dx, const Tensor& grad, const Tensor& x, const Tensor& y) {
+  // As the CPU: whichever of x and y is given stands in for the other.
+  const Tensor& xs = x.defined() ? x : y;
+  const Tensor& ys = y.defined() ? y : x;
+  ElementwiseLayout l = make_layout({&dx, &grad, &xs, &ys}, unary_op_name(op));
+  launch_unary_backward(int(op), dx.raw_data(), grad.raw_data(), xs.raw_data(), ys.raw_data(), int(dx.dtype()), l,
+                        kStream);
+}
+
+void add_inplace_on_device(const Tensor& self, const Tensor& other, double alpha) {
+  ElementwiseLayout l = make_layout({&self, &other}, "add_");
+  launch_add_inplace(self.raw_data(), other.raw_data(), int(self.dtype()), alpha, l, kStream);
+}
+
 [[maybe_unused]] const bool registered = [] {
+  ops::unary_backward_kernel.set(DeviceType::cuda, &unary_backward_on_device);
+  ops::add_inplace_kernel.set(DeviceType::cuda, &add_inplace_on_device);
   ops::copy_kernel.set(DeviceType::cuda, &copy_on_device);
   ops::fill_kernel.set(DeviceType::cuda, &fill_on_device);
   ops::binary_kernel.set(DeviceType::cuda, &binary_on_device);

@@ -17,7 +17,7 @@ enum DtypeCode : int { kF32 = 0, kF64, kF16, kBF16, kI32, kI64, kU8, kBool };
 // sizes[0..ndim), with each operand's strides in elements (0 where it is
 // broadcast). Operand 0 is the output.
 constexpr int kMaxDims = 8;
-constexpr int kMaxOperands = 3;
+constexpr int kMaxOperands = 4;
 struct ElementwiseLayout {
   int ndim = 0;
   int64_t numel = 0;
@@ -37,5 +37,21 @@ void launch_binary(int op, void* out, const void* a, const void* b, int dtype, c
                    cudaStream_t stream);
 // out <- op(a), op a qk::UnaryOp value, both of `dtype`. Operands: out, a.
 void launch_unary(int op, void* out, const void* a, int dtype, const ElementwiseLayout& l, cudaStream_t stream);
+// dx <- grad * op'(x) (y = op(x)), all of floating `dtype`. Operands: dx, grad, x, y.
+void launch_unary_backward(int op, void* dx, const void* grad, const void* x, const void* y, int dtype,
+                           const ElementwiseLayout& l, cudaStream_t stream);
+// self <- self + alpha * other, of `dtype` (not bool). Operands: self, other.
+void launch_add_inplace(void* self, const void* other, int dtype, double alpha, const ElementwiseLayout& l,
+                        cudaStream_t stream);
+
+// Row reductions of a contiguous [rows, n] matrix (n >= 1) into out[rows]:
+// op 0 sum, 1 mean, 2 amax, 3 amin (qk::cpu::ReduceOp). Floats accumulate in
+// f64, integers in i64; amax and amin propagate NaN.
+void launch_reduce_rows(int op, void* out, const void* a, int dtype, int64_t rows, int64_t n, cudaStream_t stream);
+// (log_)softmax of each row of a contiguous [rows, n] matrix, of floating dtype.
+void launch_softmax_rows(void* y, const void* x, int dtype, int64_t rows, int64_t n, bool log, cudaStream_t stream);
+// Its backward from grad and the forward output y.
+void launch_softmax_backward_rows(void* dx, const void* grad, const void* y, int dtype, int64_t rows, int64_t n,
+                                  bool log, cudaStream_t stream);
 
 }  // namespace qk::cuda

@@ -17,6 +17,8 @@
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/linalg.h"
+#include "qk/tensor/ops/nn.h"
+#include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
 #include "qk/tensor/tensor.h"
 
@@ -135,6 +137,16 @@ TEST_F(CudaDevice, MatrixProductsMatchTheCpu) {
     Tensor at = ops::cast(a, t), bt = ops::cast(b, t);
     EXPECT_LT(max_diff(ops::mm(at, bt), ops::mm(dev(at), dev(bt))), t == DType::f64 ? 1e-12 : 0.1);
   }
+}
+
+TEST_F(CudaDevice, ReductionsAndSoftmaxMatchTheCpu) {
+  Tensor a = randn({6, 5, 7});
+  Tensor d = ops::to_device(a, kCuda0);
+  EXPECT_LT(max_diff(ops::sum(a, {0, 2}, false), ops::sum(d, {0, 2}, false)), 1e-5);
+  EXPECT_LT(max_diff(ops::mean(a, {1}, true), ops::mean(d, {1}, true)), 1e-6);
+  EXPECT_EQ(max_diff(ops::amax(a, {2}, false), ops::amax(d, {2}, false)), 0);
+  EXPECT_LT(max_diff(ops::softmax(a, 1), ops::softmax(d, 1)), 1e-6);
+  EXPECT_LT(max_diff(ops::log_softmax(a, -1), ops::log_softmax(d, -1)), 1e-5);
 }
 
 TEST_F(CudaDevice, DeviceIndicesBeyondTheMachineAreRefused) {
