@@ -7,6 +7,7 @@
 #include "cpu/kernels.h"
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/nn.h"
 #include "qk/tensor/tensor.h"
 
 namespace qk::ops {
@@ -22,6 +23,16 @@ using SoftmaxFn = Tensor(const Tensor& x, int64_t dim, bool log);
 using SoftmaxBwdFn = Tensor(const Tensor& grad, const Tensor& out, int64_t dim, bool log);
 QK_DECLARE_KERNEL(softmax_kernel, SoftmaxFn);
 QK_DECLARE_KERNEL(softmax_backward_kernel, SoftmaxBwdFn);
+
+// Cross entropy of contiguous logits [N, C, ...] and targets [N, ...] (i32
+// or i64): the loss and the log-probabilities backward needs.
+using CrossEntropyFn = CrossEntropyResult(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                          double label_smoothing, Reduction reduction);
+// d loss / d logits from grad_loss (of the loss's shape and lp's dtype).
+using CrossEntropyBwdFn = Tensor(const Tensor& grad_loss, const Tensor& log_probs, const Tensor& target,
+                                 int64_t ignore_index, double label_smoothing, Reduction reduction);
+QK_DECLARE_KERNEL(cross_entropy_kernel, CrossEntropyFn);
+QK_DECLARE_KERNEL(cross_entropy_backward_kernel, CrossEntropyBwdFn);
 
 // dx <- grad * op'(x) (y = op(x); either may be undefined when the
 // derivative does not need it).

@@ -54,4 +54,22 @@ void launch_softmax_rows(void* y, const void* x, int dtype, int64_t rows, int64_
 void launch_softmax_backward_rows(void* dx, const void* grad, const void* y, int dtype, int64_t rows, int64_t n,
                                   bool log, cudaStream_t stream);
 
+// Cross entropy (loss.cu) over lp [N, C, S] contiguous and targets [N, S]:
+// per[p] and on[p] (1 where position p counts) for every position; *bad gets
+// the first out-of-range target's position + 1 (start it at ~0: an atomicMin).
+void launch_cross_entropy_positions(double* per, int64_t* on, const void* lp, int dtype, const void* target,
+                                    int target_dtype, int64_t N, int64_t C, int64_t S, int64_t ignore_index,
+                                    double label_smoothing, unsigned long long* bad, cudaStream_t stream);
+// out (one element of dtype) <- *total / *count (mean) or *total.
+void launch_cross_entropy_finish(void* out, int dtype, const double* total, const int64_t* count, bool mean,
+                                 cudaStream_t stream);
+// out[i] <- in[i] for n f64 values, converted to floating dtype.
+void launch_f64_to(void* out, int dtype, const double* in, int64_t n, cudaStream_t stream);
+// dx [N, C, S] from lp, targets and grad (one value, or one per position);
+// *count: the counted positions (read for mean).
+void launch_cross_entropy_backward(void* dx, const void* lp, int dtype, const void* target, int target_dtype,
+                                   const void* grad, bool grad_per_position, const int64_t* count, bool mean,
+                                   int64_t N, int64_t C, int64_t S, int64_t ignore_index, double label_smoothing,
+                                   unsigned long long* bad, cudaStream_t stream);
+
 }  // namespace qk::cuda

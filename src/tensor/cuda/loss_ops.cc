@@ -1,0 +1,125 @@
+// The CUDA backend's cross-entropy kernel-table entries: log_softmax along
+// the class dimension (softmax_kernel), then the per-position losses and
+// their f64 sum and count (loss.cu, reduce.cu). A target out of range
+// raises IndexError naming its position, as on the CPU; finding it costs one
+// 8-byte read back per call, which the loss's own .item() pays anyway.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+
+#include "cuda_check.h"
+#include "kernels.h"
+#include "op_kernel_tables.h"
+#include "qk/base/error.h"
+#include "qk/tensor/kernel_tables.h"
+#include "qk/tensor/ops/view.h"
+
+namespace qk::cuda {
+
+namespace {
+
+constexpr cudaStream_t kStream = nullptr;  // the legacy default stream until streams come
+
+struct NCS {
+  int64_t N, C, S;
+};
+NCS ncs_of(const Tensor& t) {
+  NCS d{t.size(0), t.size(1), 1};
+  for (int64_t i = 2; i < t.dim(); ++i) d.S *= t.size(i);
+  return d;
+}
+
+TensorOptions on(const Tensor& like, DType t) { return TensorOptions().dtype(t).device(like.device()); }
+
+// A device counter for the first bad target, set to "none" (all ones: atomicMin).
+Tensor bad_flag(const Tensor& like) {
+  Tensor bad = empty({1}, on(like, DType::i64));
+  QK_CUDA_CHECK(cudaMemsetAsync(bad.raw_data(), 0xff, sizeof(int64_t), kStream));
+  return bad;
+}
+
+void raise_if_bad(const Tensor& bad, const Tensor& target, int64_t C, int64_t ignore_index) {
+  uint64_t first = 0;
+  QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, kStream));
+  QK_CUDA_CHECK(cudaStreamSynchronize(kStream));
+  if (first == ~uint64_t(0)) return;
+  const int64_t pos = static_cast<int64_t>(first) - 1;
+  Tensor flat = ops::reshape(target, {target.numel()});
+  const int64_t t = ops::to_device(ops::slice(flat, 0, pos, pos + 1), kCPU).item_double();
+  QK_THROW(IndexError, "cross_entropy: target ", t, " at position ", pos, " is out of range for ", C,
+           " classes (and is not ignore_index ", ignore_index, ")");
+}
+
+// The f64 sum of the per-position losses and the i64 count of counted positions, on the device.
+std::pair<Tensor, Tensor> totals(const Tensor& per, const Tensor& counted) {
+  Tensor total = empty({1}, on(per, DType::f64)), count = empty({1}, on(per, DType::i64));
+  launch_reduce_rows(0, total.raw_data(), per.raw_data(), static_cast<int>(DType::f64), 1, per.numel(), kStream);
+  launch_reduce_rows(0, count.raw_data(), counted.raw_data(), static_cast<int>(DType::i64), 1, counted.numel(),
+                     kStream);
+  return {total, count};
+}
+
+ops::CrossEntropyResult cross_entropy_on_device(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                                double label_smoothing, Reduction reduction) {
+  Tensor lp = ops::softmax_kernel.get(logits.device())(logits, 1, /*log=*/true);
+  const NCS d = ncs_of(logits);
+  Tensor per = empty(target.shape(), on(logits, DType::f64));
+  Tensor counted = empty(target.shape(), on(logits, DType::i64));
+  Tensor bad = bad_flag(logits);
+  launch_cross_entropy_positions(per.data_ptr<double>(), counted.data_ptr<int64_t>(), lp.raw_data(),
+                                 static_cast<int>(lp.dtype()), target.raw_data(), static_cast<int>(target.dtype()),
+                                 d.N, d.C, d.S, ignore_index, label_smoothing,
+                                 static_cast<unsigned long long*>(bad.raw_data()), kStream);
+  raise_if_bad(bad, target, d.C, ignore_index);
+  if (reduction == Reduction::none) {
+    Tensor loss = empty(target.shape(), on(logits, logits.dtype()));
+    launch_f64_to(loss.raw_data(), static_cast<int>(loss.dtype()), per.data_ptr<double>(), per.numel(), kStream);
+    return {loss, lp};
+  }
+  Tensor loss = empty({}, on(logits, logits.dtype()));
+  if (per.numel() == 0) {  // no positions: sum 0, mean 0/0
+    ops::fill_kernel.get(loss.device())(loss, reduction == Reduction::mean ? NAN : 0.0);
+    return {loss, lp};
+  }
+  auto [total, count] = totals(per, counted);
+  launch_cross_entropy_finish(loss.raw_data(), static_cast<int>(loss.dtype()), total.data_ptr<double>(),
+                              count.data_ptr<int64_t>(), reduction == Reduction::mean, kStream);
+  return {loss, lp};
+}
+
+Tensor cross_entropy_backward_on_device(const Tensor& grad_loss, const Tensor& log_probs, const Tensor& target,
+                                        int64_t ignore_index, double label_smoothing, Reduction reduction) {
+  const NCS d = ncs_of(log_probs);
+  Tensor dx = empty(log_probs.shape(), on(log_probs, log_probs.dtype()));
+  Tensor bad = bad_flag(log_probs);
+  Tensor count = empty({1}, on(log_probs, DType::i64));
+  if (reduction == Reduction::mean) {
+    // The counted positions: the forward's rule again (target != ignore_index).
+    Tensor per = empty(target.shape(), on(log_probs, DType::f64));
+    Tensor counted = empty(target.shape(), on(log_probs, DType::i64));
+    launch_cross_entropy_positions(per.data_ptr<double>(), counted.data_ptr<int64_t>(), log_probs.raw_data(),
+                                   static_cast<int>(log_probs.dtype()), target.raw_data(),
+                                   static_cast<int>(target.dtype()), d.N, d.C, d.S, ignore_index, 0.0,
+                                   static_cast<unsigned long long*>(bad.raw_data()), kStream);
+    if (counted.numel() > 0)
+      launch_reduce_rows(0, count.raw_data(), counted.raw_data(), static_cast<int>(DType::i64), 1, counted.numel(),
+                         kStream);
+  }
+  launch_cross_entropy_backward(dx.raw_data(), log_probs.raw_data(), static_cast<int>(log_probs.dtype()),
+                                target.raw_data(), static_cast<int>(target.dtype()), grad_loss.raw_data(),
+                                reduction == Reduction::none, count.data_ptr<int64_t>(),
+                                reduction == Reduction::mean, d.N, d.C, d.S, ignore_index, label_smoothing,
+                                static_cast<unsigned long long*>(bad.raw_data()), kStream);
+  raise_if_bad(bad, target, d.C, ignore_index);
+  return dx;
+}
+
+[[maybe_unused]] const bool registered = [] {
+  ops::cross_entropy_kernel.set(DeviceType::cuda, &cross_entropy_on_device);
+  ops::cross_entropy_backward_kernel.set(DeviceType::cuda, &cross_entropy_backward_on_device);
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace qk::cuda

@@ -1,0 +1,83 @@
+// Training arithmetic on a GPU against the CPU: cross entropy (with ignored
+// targets and label smoothing), its bad-target error, and a whole forward
+// and backward pass of a two-layer MLP through autograd. Skipped without a
+// CUDA device (they run in scripts/device-check.sh on the GPU machine).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "qk/autograd/functions.h"
+#include "qk/base/error.h"
+#include "qk/tensor/cuda.h"
+#include "qk/tensor/generator.h"
+#include "qk/tensor/ops/nn.h"
+#include "qk/tensor/ops/view.h"
+
+namespace qk {
+namespace {
+
+const Device kCuda0("cuda:0");
+
+double max_diff(const Tensor& cpu, const Tensor& on_device) {
+  std::vector<double> x = ops::cast(cpu, DType::f64).to_vector<double>();
+  std::vector<double> y = ops::cast(ops::to_device(on_device, kCPU), DType::f64).to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+class CudaTraining : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  }
+};
+
+TEST_F(CudaTraining, CrossEntropyMatchesTheCpu) {
+  Tensor logits = randn({6, 5, 3});
+  Tensor target = from_vector<int64_t>({0, 4, -100, 2, 1, 3, 4, 0, 1, -100, 2, 2, 3, 0, 1, 4, 4, 2}, {6, 3});
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum})
+    for (double ls : {0.0, 0.1}) {
+      SCOPED_TRACE(static_cast<int>(r));
+      auto c = ops::cross_entropy(logits, target, -100, ls, r);
+      auto g = ops::cross_entropy(ops::to_device(logits, kCuda0), ops::to_device(target, kCuda0), -100, ls, r);
+      EXPECT_LT(max_diff(c.loss, g.loss), 1e-5);
+      EXPECT_LT(max_diff(c.log_probs, g.log_probs), 1e-5);
+      Tensor grad = ones(c.loss.shape());
+      EXPECT_LT(max_diff(ops::cross_entropy_backward(grad, c.log_probs, target, -100, ls, r),
+                         ops::cross_entropy_backward(ops::to_device(grad, kCuda0), g.log_probs,
+                                                     ops::to_device(target, kCuda0), -100, ls, r)),
+                1e-6);
+    }
+  Tensor bad = from_vector<int64_t>({0, 7}, {2});
+  try {
+    ops::cross_entropy(ops::to_device(randn({2, 5}), kCuda0), ops::to_device(bad, kCuda0), -100, 0.0,
+                       Reduction::mean);
+    ADD_FAILURE() << "target 7 of 5 classes";
+  } catch (const IndexError& e) {
+    EXPECT_NE(e.message().find("target 7 at position 1"), std::string::npos) << e.message();
+  }
+}
+
+TEST_F(CudaTraining, MlpForwardAndBackwardMatchTheCpu) {
+  Tensor x = randn({16, 12}), w1 = randn({32, 12}), b1 = randn({32}), w2 = randn({10, 32}), b2 = randn({10});
+  Tensor y = from_vector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5}, {16});
+  auto run = [&](Device d) {
+    std::vector<Tensor> params;
+    for (const Tensor& p : {w1, b1, w2, b2}) params.push_back(ops::to_device(p, d).requires_grad_());
+    Tensor h = qk::relu(qk::linear(ops::to_device(x, d), params[0], params[1]));
+    Tensor loss = qk::cross_entropy(qk::linear(h, params[2], params[3]), ops::to_device(y, d));
+    loss.backward();
+    params.insert(params.begin(), loss);
+    return params;
+  };
+  std::vector<Tensor> c = run(kCPU), g = run(kCuda0);
+  EXPECT_LT(max_diff(c[0], g[0]), 1e-4) << "loss";
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_LT(max_diff(c[i].grad(), g[i].grad()), 1e-4) << "parameter " << i;
+}
+
+}  // namespace
+}  // namespace qk
