@@ -61,6 +61,7 @@ void print_accelerators() {
       any = true;
       fmt::print("  {}:        {}\n    memory:      {:.1f} GB\n", Device(t, i).str(), b.device_name(i),
                  b.total_memory(i) / 1e9);
+      if (std::string more = b.device_details(i); !more.empty()) fmt::print("    details:     {}\n", more);
     }
   }
   if (!any) fmt::print("  accelerators:  none (CPU only)\n");

@@ -42,6 +42,9 @@ class Backend {
   virtual void reset_peak_memory(int index) = 0;
   // Gives cached blocks back to the device (a caching allocator's empty_cache).
   virtual void empty_cache(int /*index*/) {}
+  // One line on the device for `qk check` (compute capability, driver and
+  // runtime versions ...); "" when there is nothing more than name and memory.
+  virtual std::string device_details(int /*index*/) const { return ""; }
   // Why device_count() is 0 ("" when it is not): no driver, no device, ...
   virtual std::string unavailable_reason() const { return device_count() > 0 ? "" : "no device"; }
 };

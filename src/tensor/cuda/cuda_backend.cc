@@ -1,15 +1,17 @@
 // The CUDA backend: devices through the CUDA runtime, memory through the
 // caching allocator (device_allocator.h), copies and kernels on the current
-// stream (the legacy default stream until streams come). Registered when the
+// stream (qk/tensor/cuda/stream.h). Registered when the
 // program starts, through qianka::tensor_cuda (a whole-archive link), so a
 // build without CUDA never mentions it.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <mutex>
 #include <string>
 
 #include "cuda_check.h"
 #include "device_allocator.h"
+#include "stream_handle.h"
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
 
@@ -23,6 +25,29 @@ namespace qk::cuda {
 }
 
 namespace {
+
+// 13000 -> "13.0".
+std::string version_str(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+// The driver's own version ("580.159.03") from NVML, loaded at run time so
+// that nothing links the driver's library; "" where it cannot be loaded.
+std::string nvml_driver_version() {
+  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return "";
+  using InitFn = int (*)();
+  using VersionFn = int (*)(char*, unsigned);
+  auto init = reinterpret_cast<InitFn>(::dlsym(lib, "nvmlInit_v2"));
+  auto version = reinterpret_cast<VersionFn>(::dlsym(lib, "nvmlSystemGetDriverVersion"));
+  auto shutdown = reinterpret_cast<InitFn>(::dlsym(lib, "nvmlShutdown"));
+  char buf[96] = {};
+  std::string out;
+  if (init && version && init() == 0) {  // 0: NVML_SUCCESS
+    if (version(buf, sizeof buf) == 0) out = buf;
+    if (shutdown) shutdown();
+  }
+  ::dlclose(lib);
+  return out;
+}
 
 class CudaBackend final : public Backend, public RawDeviceMemory {
  public:
@@ -51,19 +76,37 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
     return total;
   }
 
+  std::string device_details(int index) const override {
+    check_index(index);
+    cudaDeviceProp p;
+    QK_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    std::string nvml = nvml_driver_version();
+    return "compute capability " + std::to_string(p.major) + "." + std::to_string(p.minor) + ", " +
+           std::to_string(p.multiProcessorCount) + " multiprocessors, " + std::to_string(p.l2CacheSize >> 20) +
+           " MiB L2; driver " + (nvml.empty() ? std::string("(NVML not loaded)") : nvml) + " for CUDA " +
+           version_str(driver) + ", runtime " + version_str(runtime);
+  }
+
   void* allocate(size_t nbytes, int index) override {
     check_index(index);
     Guard g(index);
-    return alloc_.allocate(nbytes, index, 0);
+    // Keyed by the current stream: the block is reused only in its order.
+    return alloc_.allocate(nbytes, index, reinterpret_cast<uintptr_t>(current_stream_handle(index)));
   }
   void deallocate(void* p, size_t, int) override { alloc_.free(p); }
 
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
     if (nbytes == 0) return;
-    Guard g(dst_dev.is_cpu() ? src_dev.index : dst_dev.index);
-    QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, 0));
+    const int device = dst_dev.is_cpu() ? src_dev.index : dst_dev.index;
+    Guard g(device);
+    cudaStream_t s = current_stream_handle(device);
+    // From pageable host memory the call returns once the source is staged.
+    QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
     // The host reads what it copied out as soon as this returns.
-    if (dst_dev.is_cpu()) QK_CUDA_CHECK(cudaStreamSynchronize(0));
+    if (dst_dev.is_cpu()) QK_CUDA_CHECK(cudaStreamSynchronize(s));
   }
 
   // Also RawDeviceMemory's: the caching allocator's wait before it releases blocks.

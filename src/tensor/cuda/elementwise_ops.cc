@@ -6,6 +6,7 @@
 #include "cuda_check.h"
 #include "elementwise_layout.h"
 #include "kernels.h"
+#include "stream_handle.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
 #include "qk/tensor/kernel_tables.h"
@@ -24,16 +25,15 @@ static_assert(int(UnaryOp::neg) == 0 && int(UnaryOp::gelu) == 6 && int(UnaryOp::
 namespace {
 
 // The stream kernels go to: the legacy default stream until streams come.
-constexpr cudaStream_t kStream = nullptr;
-
 void copy_on_device(const Tensor& dst, const Tensor& src) {
+  DeviceStream ds(dst.device().index);
   if (dst.numel() == 0) return;
   if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous()) {
-    QK_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, kStream));
+    QK_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, ds.stream()));
     return;
   }
   ElementwiseLayout l = make_layout({&dst, &src}, "copy");
-  launch_copy(dst.raw_data(), int(dst.dtype()), src.raw_data(), int(src.dtype()), l, kStream);
+  launch_copy(dst.raw_data(), int(dst.dtype()), src.raw_data(), int(src.dtype()), l, ds.stream());
 }
 
 uint64_t fill_bits(DType t, double v) {
@@ -53,40 +53,45 @@ uint64_t fill_bits(DType t, double v) {
 }
 
 void fill_on_device(const Tensor& dst, double value) {
+  DeviceStream ds(dst.device().index);
   if (dst.numel() == 0) return;
   if (dst.is_contiguous()) {
-    launch_fill(dst.raw_data(), dst.numel(), dst.itemsize(), fill_bits(dst.dtype(), value), kStream);
+    launch_fill(dst.raw_data(), dst.numel(), dst.itemsize(), fill_bits(dst.dtype(), value), ds.stream());
     return;
   }
   // Strided: fill a one-element tensor and copy it in, broadcast.
   Tensor one = empty({}, TensorOptions().dtype(dst.dtype()).device(dst.device()));
-  launch_fill(one.raw_data(), 1, one.itemsize(), fill_bits(dst.dtype(), value), kStream);
+  launch_fill(one.raw_data(), 1, one.itemsize(), fill_bits(dst.dtype(), value), ds.stream());
   ElementwiseLayout l = make_layout({&dst, &one}, "fill");
-  launch_copy(dst.raw_data(), int(dst.dtype()), one.raw_data(), int(one.dtype()), l, kStream);
+  launch_copy(dst.raw_data(), int(dst.dtype()), one.raw_data(), int(one.dtype()), l, ds.stream());
 }
 
 void binary_on_device(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  DeviceStream ds(out.device().index);
   ElementwiseLayout l = make_layout({&out, &a, &b}, binary_op_name(op));
-  launch_binary(int(op), out.raw_data(), a.raw_data(), b.raw_data(), int(a.dtype()), l, kStream);
+  launch_binary(int(op), out.raw_data(), a.raw_data(), b.raw_data(), int(a.dtype()), l, ds.stream());
 }
 
 void unary_on_device(UnaryOp op, const Tensor& out, const Tensor& a) {
+  DeviceStream ds(out.device().index);
   ElementwiseLayout l = make_layout({&out, &a}, unary_op_name(op));
-  launch_unary(int(op), out.raw_data(), a.raw_data(), int(a.dtype()), l, kStream);
+  launch_unary(int(op), out.raw_data(), a.raw_data(), int(a.dtype()), l, ds.stream());
 }
 
 void unary_backward_on_device(UnaryOp op, const Tensor& dx, const Tensor& grad, const Tensor& x, const Tensor& y) {
+  DeviceStream ds(dx.device().index);
   // As the CPU: whichever of x and y is given stands in for the other.
   const Tensor& xs = x.defined() ? x : y;
   const Tensor& ys = y.defined() ? y : x;
   ElementwiseLayout l = make_layout({&dx, &grad, &xs, &ys}, unary_op_name(op));
   launch_unary_backward(int(op), dx.raw_data(), grad.raw_data(), xs.raw_data(), ys.raw_data(), int(dx.dtype()), l,
-                        kStream);
+                        ds.stream());
 }
 
 void add_inplace_on_device(const Tensor& self, const Tensor& other, double alpha) {
+  DeviceStream ds(self.device().index);
   ElementwiseLayout l = make_layout({&self, &other}, "add_");
-  launch_add_inplace(self.raw_data(), other.raw_data(), int(self.dtype()), alpha, l, kStream);
+  launch_add_inplace(self.raw_data(), other.raw_data(), int(self.dtype()), alpha, l, ds.stream());
 }
 
 [[maybe_unused]] const bool registered = [] {

@@ -9,6 +9,7 @@
 
 #include "cuda_check.h"
 #include "kernels.h"
+#include "stream_handle.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
 #include "qk/tensor/kernel_tables.h"
@@ -17,8 +18,6 @@
 namespace qk::cuda {
 
 namespace {
-
-constexpr cudaStream_t kStream = nullptr;  // the legacy default stream until streams come
 
 struct NCS {
   int64_t N, C, S;
@@ -33,15 +32,17 @@ TensorOptions on(const Tensor& like, DType t) { return TensorOptions().dtype(t).
 
 // A device counter for the first bad target, set to "none" (all ones: atomicMin).
 Tensor bad_flag(const Tensor& like) {
+  DeviceStream ds(like.device().index);
   Tensor bad = empty({1}, on(like, DType::i64));
-  QK_CUDA_CHECK(cudaMemsetAsync(bad.raw_data(), 0xff, sizeof(int64_t), kStream));
+  QK_CUDA_CHECK(cudaMemsetAsync(bad.raw_data(), 0xff, sizeof(int64_t), ds.stream()));
   return bad;
 }
 
 void raise_if_bad(const Tensor& bad, const Tensor& target, int64_t C, int64_t ignore_index) {
+  DeviceStream ds(bad.device().index);
   uint64_t first = 0;
-  QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, kStream));
-  QK_CUDA_CHECK(cudaStreamSynchronize(kStream));
+  QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, ds.stream()));
+  QK_CUDA_CHECK(cudaStreamSynchronize(ds.stream()));
   if (first == ~uint64_t(0)) return;
   const int64_t pos = static_cast<int64_t>(first) - 1;
   Tensor flat = ops::reshape(target, {target.numel()});
@@ -52,15 +53,17 @@ void raise_if_bad(const Tensor& bad, const Tensor& target, int64_t C, int64_t ig
 
 // The f64 sum of the per-position losses and the i64 count of counted positions, on the device.
 std::pair<Tensor, Tensor> totals(const Tensor& per, const Tensor& counted) {
+  DeviceStream ds(per.device().index);
   Tensor total = empty({1}, on(per, DType::f64)), count = empty({1}, on(per, DType::i64));
-  launch_reduce_rows(0, total.raw_data(), per.raw_data(), static_cast<int>(DType::f64), 1, per.numel(), kStream);
+  launch_reduce_rows(0, total.raw_data(), per.raw_data(), static_cast<int>(DType::f64), 1, per.numel(), ds.stream());
   launch_reduce_rows(0, count.raw_data(), counted.raw_data(), static_cast<int>(DType::i64), 1, counted.numel(),
-                     kStream);
+                     ds.stream());
   return {total, count};
 }
 
 ops::CrossEntropyResult cross_entropy_on_device(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                                 double label_smoothing, Reduction reduction) {
+  DeviceStream ds(logits.device().index);
   Tensor lp = ops::softmax_kernel.get(logits.device())(logits, 1, /*log=*/true);
   const NCS d = ncs_of(logits);
   Tensor per = empty(target.shape(), on(logits, DType::f64));
@@ -69,11 +72,11 @@ ops::CrossEntropyResult cross_entropy_on_device(const Tensor& logits, const Tens
   launch_cross_entropy_positions(per.data_ptr<double>(), counted.data_ptr<int64_t>(), lp.raw_data(),
                                  static_cast<int>(lp.dtype()), target.raw_data(), static_cast<int>(target.dtype()),
                                  d.N, d.C, d.S, ignore_index, label_smoothing,
-                                 static_cast<unsigned long long*>(bad.raw_data()), kStream);
+                                 static_cast<unsigned long long*>(bad.raw_data()), ds.stream());
   raise_if_bad(bad, target, d.C, ignore_index);
   if (reduction == Reduction::none) {
     Tensor loss = empty(target.shape(), on(logits, logits.dtype()));
-    launch_f64_to(loss.raw_data(), static_cast<int>(loss.dtype()), per.data_ptr<double>(), per.numel(), kStream);
+    launch_f64_to(loss.raw_data(), static_cast<int>(loss.dtype()), per.data_ptr<double>(), per.numel(), ds.stream());
     return {loss, lp};
   }
   Tensor loss = empty({}, on(logits, logits.dtype()));
@@ -83,12 +86,13 @@ ops::CrossEntropyResult cross_entropy_on_device(const Tensor& logits, const Tens
   }
   auto [total, count] = totals(per, counted);
   launch_cross_entropy_finish(loss.raw_data(), static_cast<int>(loss.dtype()), total.data_ptr<double>(),
-                              count.data_ptr<int64_t>(), reduction == Reduction::mean, kStream);
+                              count.data_ptr<int64_t>(), reduction == Reduction::mean, ds.stream());
   return {loss, lp};
 }
 
 Tensor cross_entropy_backward_on_device(const Tensor& grad_loss, const Tensor& log_probs, const Tensor& target,
                                         int64_t ignore_index, double label_smoothing, Reduction reduction) {
+  DeviceStream ds(log_probs.device().index);
   const NCS d = ncs_of(log_probs);
   Tensor dx = empty(log_probs.shape(), on(log_probs, log_probs.dtype()));
   Tensor bad = bad_flag(log_probs);
@@ -100,16 +104,16 @@ Tensor cross_entropy_backward_on_device(const Tensor& grad_loss, const Tensor& l
     launch_cross_entropy_positions(per.data_ptr<double>(), counted.data_ptr<int64_t>(), log_probs.raw_data(),
                                    static_cast<int>(log_probs.dtype()), target.raw_data(),
                                    static_cast<int>(target.dtype()), d.N, d.C, d.S, ignore_index, 0.0,
-                                   static_cast<unsigned long long*>(bad.raw_data()), kStream);
+                                   static_cast<unsigned long long*>(bad.raw_data()), ds.stream());
     if (counted.numel() > 0)
       launch_reduce_rows(0, count.raw_data(), counted.raw_data(), static_cast<int>(DType::i64), 1, counted.numel(),
-                         kStream);
+                         ds.stream());
   }
   launch_cross_entropy_backward(dx.raw_data(), log_probs.raw_data(), static_cast<int>(log_probs.dtype()),
                                 target.raw_data(), static_cast<int>(target.dtype()), grad_loss.raw_data(),
                                 reduction == Reduction::none, count.data_ptr<int64_t>(),
                                 reduction == Reduction::mean, d.N, d.C, d.S, ignore_index, label_smoothing,
-                                static_cast<unsigned long long*>(bad.raw_data()), kStream);
+                                static_cast<unsigned long long*>(bad.raw_data()), ds.stream());
   raise_if_bad(bad, target, d.C, ignore_index);
   return dx;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "stream_handle.h"
 #include "qk/base/error.h"
 #include "qk/tensor/cuda.h"
 #include "qk/tensor/kernel_tables.h"
@@ -105,6 +106,7 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& bm, int64_t batch) {
   const int64_t M = a.size(-2), K = a.size(-1), N = bm.size(-1);
   if (out.numel() == 0) return;
   const int device = a.device().index;
+  DeviceStream ds(device);
   if (K == 0) {  // an empty sum: zeros
     ops::fill_kernel.get(out.device())(out, 0.0);
     return;
@@ -168,7 +170,7 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& bm, int64_t batch) {
   const void* beta = f64 ? static_cast<const void*>(&zero64) : &zero32;
   QK_LT_CHECK(cublasLtMatmul(h, op.d, alpha, B.t.raw_data(), first.d, A.t.raw_data(), second.d, beta, out.raw_data(),
                              result.d, out.raw_data(), result.d, &heuristic.algo, workspace.raw_data(), kWorkspaceBytes,
-                             nullptr));
+                             ds.stream()));
 }
 
 Tensor mm_on_device(const Tensor& a, const Tensor& b) {

@@ -6,6 +6,7 @@
 
 #include "cuda_check.h"
 #include "kernels.h"
+#include "stream_handle.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
 #include "qk/tensor/ops/view.h"
@@ -14,14 +15,13 @@ namespace qk::cuda {
 
 namespace {
 
-constexpr cudaStream_t kStream = nullptr;  // the legacy default stream until streams come
-
 void check_rows(int64_t rows, const char* op) {
   QK_CHECK_DEVICE(rows <= std::numeric_limits<int32_t>::max(), op, " on CUDA: ", rows,
                   " rows, more than one launch takes (2^31 - 1)");
 }
 
 void reduce_on_device(cpu::ReduceOp op, const Tensor& out, const Tensor& a, const Shape& dims) {
+  DeviceStream ds(a.device().index);
   // Kept dimensions first, in order, then the reduced ones: out's order.
   Shape perm;
   int64_t n = 1;
@@ -35,7 +35,7 @@ void reduce_on_device(cpu::ReduceOp op, const Tensor& out, const Tensor& a, cons
   const int64_t rows = out.numel();
   check_rows(rows, "reduce");
   launch_reduce_rows(static_cast<int>(op), out.raw_data(), rows_major.raw_data(), static_cast<int>(a.dtype()), rows,
-                     n, kStream);
+                     n, ds.stream());
 }
 
 // x with `dim` last, contiguous (a copy unless it already is last).
@@ -47,21 +47,23 @@ Tensor dim_back(const Tensor& y, int64_t dim) {
 }
 
 Tensor softmax_on_device(const Tensor& x, int64_t dim, bool log) {
+  DeviceStream ds(x.device().index);
   Tensor xl = dim_last(x, dim);
   Tensor y = empty(xl.shape(), TensorOptions().dtype(x.dtype()).device(x.device()));
   const int64_t n = x.size(dim), rows = n == 0 ? 0 : x.numel() / n;
   check_rows(rows, "softmax");
-  launch_softmax_rows(y.raw_data(), xl.raw_data(), static_cast<int>(x.dtype()), rows, n, log, kStream);
+  launch_softmax_rows(y.raw_data(), xl.raw_data(), static_cast<int>(x.dtype()), rows, n, log, ds.stream());
   return dim_back(y, dim);
 }
 
 Tensor softmax_backward_on_device(const Tensor& grad, const Tensor& out, int64_t dim, bool log) {
+  DeviceStream ds(out.device().index);
   Tensor gl = dim_last(grad, dim), yl = dim_last(out, dim);
   Tensor dx = empty(yl.shape(), TensorOptions().dtype(out.dtype()).device(out.device()));
   const int64_t n = out.size(dim), rows = n == 0 ? 0 : out.numel() / n;
   check_rows(rows, "softmax_backward");
   launch_softmax_backward_rows(dx.raw_data(), gl.raw_data(), yl.raw_data(), static_cast<int>(out.dtype()), rows, n,
-                               log, kStream);
+                               log, ds.stream());
   return dim_back(dx, dim);
 }
 

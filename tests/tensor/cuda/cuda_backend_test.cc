@@ -14,6 +14,7 @@
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/cuda.h"
+#include "qk/tensor/cuda/stream.h"
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/linalg.h"
@@ -147,6 +148,31 @@ TEST_F(CudaDevice, ReductionsAndSoftmaxMatchTheCpu) {
   EXPECT_EQ(max_diff(ops::amax(a, {2}, false), ops::amax(d, {2}, false)), 0);
   EXPECT_LT(max_diff(ops::softmax(a, 1), ops::softmax(d, 1)), 1e-6);
   EXPECT_LT(max_diff(ops::log_softmax(a, -1), ops::log_softmax(d, -1)), 1e-5);
+}
+
+TEST_F(CudaDevice, WorkQueuesOnTheCurrentStreamAndEventsOrderIt) {
+  EXPECT_EQ(cuda::current_stream().handle(), 0u) << "the legacy default stream until one is set";
+  cuda::Stream side = cuda::Stream::create();
+  EXPECT_NE(side.handle(), 0u);
+  Tensor a = randn({256, 256});
+  Tensor ad = ops::to_device(a, kCuda0);
+  Tensor y;
+  cuda::Event start, stop;
+  {
+    cuda::StreamGuard g(side);
+    EXPECT_EQ(cuda::current_stream(), side);
+    start.record(side);
+    y = ops::mm(ad, ad);
+    stop.record(side);
+  }
+  EXPECT_EQ(cuda::current_stream().handle(), 0u) << "the guard restored the default";
+  cuda::current_stream().wait(stop);  // the copy below waits for the product
+  EXPECT_LT(max_diff(ops::mm(a, a), y), 1e-3);
+  stop.synchronize();
+  EXPECT_TRUE(stop.query());
+  EXPECT_GE(start.elapsed_ms(stop), 0.0f);
+  side.synchronize();
+  EXPECT_TRUE(side.query());
 }
 
 TEST_F(CudaDevice, DeviceIndicesBeyondTheMachineAreRefused) {

@@ -1,0 +1,133 @@
+#include "qk/tensor/cuda/stream.h"
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "cuda_check.h"
+#include "stream_handle.h"
+
+namespace qk::cuda {
+
+namespace {
+
+// Makes `device` current for the scope (streams belong to a device).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    QK_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device) QK_CUDA_CHECK(cudaSetDevice(device));
+    now_ = device;
+  }
+  ~DeviceScope() {
+    if (prev_ != now_) cudaSetDevice(prev_);
+  }
+
+ private:
+  int prev_ = 0, now_ = 0;
+};
+
+thread_local std::vector<Stream> current;  // by device; missing: the legacy default
+
+}  // namespace
+
+struct Stream::Owned {
+  cudaStream_t s = nullptr;
+  int device = 0;
+  ~Owned() {
+    DeviceScope d(device);
+    cudaStreamDestroy(s);
+  }
+};
+
+Stream Stream::create(int device, bool non_blocking) {
+  Stream st(device);
+  DeviceScope d(device);
+  auto o = std::make_shared<Owned>();
+  o->device = device;
+  QK_CUDA_CHECK(cudaStreamCreateWithFlags(&o->s, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault));
+  st.owned_ = std::move(o);
+  return st;
+}
+
+uintptr_t Stream::handle() const { return owned_ ? reinterpret_cast<uintptr_t>(owned_->s) : 0; }
+
+void Stream::synchronize() const {
+  DeviceScope d(device_);
+  QK_CUDA_CHECK(cudaStreamSynchronize(stream_handle(*this)));
+}
+
+bool Stream::query() const {
+  DeviceScope d(device_);
+  cudaError_t e = cudaStreamQuery(stream_handle(*this));
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  QK_CUDA_CHECK(e);
+  return true;
+}
+
+void Stream::wait(const Event& e) const {
+  DeviceScope d(device_);
+  QK_CUDA_CHECK(cudaStreamWaitEvent(stream_handle(*this), reinterpret_cast<cudaEvent_t>(e.handle()), 0));
+}
+
+Stream current_stream(int device) {
+  if (device >= 0 && static_cast<size_t>(device) < current.size()) return current[device];
+  return Stream(device);
+}
+
+void set_current_stream(const Stream& s) {
+  if (static_cast<size_t>(s.device()) >= current.size())
+    for (int d = static_cast<int>(current.size()); d <= s.device(); ++d) current.push_back(Stream(d));
+  current[s.device()] = s;
+}
+
+DeviceStream::DeviceStream(int device) : now_(device) {
+  QK_CUDA_CHECK(cudaGetDevice(&prev_));
+  if (prev_ != device) QK_CUDA_CHECK(cudaSetDevice(device));
+  stream_ = current_stream_handle(device);
+}
+DeviceStream::~DeviceStream() {
+  if (prev_ != now_) cudaSetDevice(prev_);
+}
+
+cudaStream_t stream_handle(const Stream& s) { return reinterpret_cast<cudaStream_t>(s.handle()); }
+cudaStream_t current_stream_handle(int device) { return stream_handle(current_stream(device)); }
+
+struct Event::Owned {
+  cudaEvent_t e = nullptr;
+  ~Owned() { cudaEventDestroy(e); }
+};
+
+Event::Event(bool timing) : owned_(std::make_shared<Owned>()) {
+  QK_CUDA_CHECK(cudaEventCreateWithFlags(&owned_->e, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+void Event::record(const Stream& s) {
+  DeviceScope d(s.device());
+  QK_CUDA_CHECK(cudaEventRecord(owned_->e, stream_handle(s)));
+}
+
+void Event::synchronize() const { QK_CUDA_CHECK(cudaEventSynchronize(owned_->e)); }
+
+bool Event::query() const {
+  cudaError_t e = cudaEventQuery(owned_->e);
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  QK_CUDA_CHECK(e);
+  return true;
+}
+
+float Event::elapsed_ms(const Event& end) const {
+  float ms = 0;
+  QK_CUDA_CHECK(cudaEventElapsedTime(&ms, owned_->e, end.owned_->e));
+  return ms;
+}
+
+uintptr_t Event::handle() const { return reinterpret_cast<uintptr_t>(owned_->e); }
+
+}  // namespace qk::cuda

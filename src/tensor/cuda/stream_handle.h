@@ -1,0 +1,30 @@
+// The cudaStream_t behind a qk::cuda::Stream, and the current one of a
+// device: where every kernel, copy and allocation of the backend goes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "qk/tensor/cuda/stream.h"
+
+namespace qk::cuda {
+
+cudaStream_t stream_handle(const Stream& s);
+cudaStream_t current_stream_handle(int device);
+
+// For one kernel-table entry: makes `device` the current CUDA device for
+// the scope (kernels launch on the current device) and names its current
+// stream.
+class DeviceStream {
+ public:
+  explicit DeviceStream(int device);
+  ~DeviceStream();
+  DeviceStream(const DeviceStream&) = delete;
+  DeviceStream& operator=(const DeviceStream&) = delete;
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  int prev_ = 0, now_ = 0;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace qk::cuda
