@@ -60,12 +60,12 @@ note "# device-check $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname), $(nproc) C
 ROOT=$(mktemp -d)
 xz -dc "$PACK/qianka.tar.xz" | tar -C "$ROOT" -xf - || { note "error: could not unpack $PACK/qianka.tar.xz"; exit 1; }
 
-# CUDA's libraries (runtime, cuBLASLt, NCCL): the toolkit's, then those of
+# CUDA's libraries (runtime, cuBLASLt, cuDNN, NCCL): the toolkit's, then those of
 # PyTorch's wheels (nvidia/*/lib), wherever a needed one is found first.
 LIBS="$ROOT/lib"
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && LIBS="$LIBS:$d"; done
 SITE=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
-for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+for lib in libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
   for s in $SITE; do
     f=$(find "$s/nvidia" -name "$lib" 2>/dev/null | head -1)
     [ -n "$f" ] && { LIBS="$LIBS:$(dirname "$f")"; break; }

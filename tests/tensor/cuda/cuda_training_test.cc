@@ -12,6 +12,7 @@
 #include "qk/base/error.h"
 #include "qk/tensor/cuda.h"
 #include "qk/tensor/generator.h"
+#include "qk/tensor/ops/conv.h"
 #include "qk/tensor/ops/nn.h"
 #include "qk/tensor/ops/view.h"
 
@@ -77,6 +78,23 @@ TEST_F(CudaTraining, MlpForwardAndBackwardMatchTheCpu) {
   std::vector<Tensor> c = run(kCPU), g = run(kCuda0);
   EXPECT_LT(max_diff(c[0], g[0]), 1e-4) << "loss";
   for (size_t i = 1; i < c.size(); ++i) EXPECT_LT(max_diff(c[i].grad(), g[i].grad()), 1e-4) << "parameter " << i;
+}
+
+TEST_F(CudaTraining, ConvolutionForwardAndBackwardMatchTheCpu) {
+  Tensor x = randn({2, 6, 9, 8}), w = randn({8, 3, 3, 3}), b = randn({8});
+  Conv2dParams p;
+  p.stride = {2, 1};
+  p.padding = {1, 1};
+  p.groups = 2;
+  auto dev = [](const Tensor& t) { return ops::to_device(t, kCuda0); };
+  Tensor yc = ops::conv2d(x, w, b, p), yg = ops::conv2d(dev(x), dev(w), dev(b), p);
+  EXPECT_LT(max_diff(yc, yg), 1e-4);
+  Tensor gy = randn(yc.shape());
+  auto [dxc, dwc, dbc] = ops::conv2d_backward(gy, x, w, p, true, true, true);
+  auto [dxg, dwg, dbg] = ops::conv2d_backward(dev(gy), dev(x), dev(w), p, true, true, true);
+  EXPECT_LT(max_diff(dxc, dxg), 1e-4);
+  EXPECT_LT(max_diff(dwc, dwg), 1e-3);
+  EXPECT_LT(max_diff(dbc, dbg), 1e-4);
 }
 
 }  // namespace

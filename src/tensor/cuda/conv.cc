@@ -1,0 +1,202 @@
+// 2-D convolutions on CUDA through cuDNN's convolution API: forward, and the
+// backward for data and filter; the bias is added by cuDNN and its gradient
+// is a sum over batch and space (the reduce kernel). f32 (TF32 only after
+// qk::cuda::set_matmul_allow_tf32(true)), f64, and f16/bf16 with f32
+// accumulation. Algorithms come from cuDNN's heuristics, the first whose
+// workspace is at most kMaxWorkspace.
+//
+// cuDNN 9 marks this API deprecated in favour of its graph API; it is still
+// shipped and is what PyTorch's cuDNN v7 path calls. The graph API (through
+// cudnn-frontend, not a Debian package) is the way on, hence the pragma.
+#include <cudnn.h>
+
+#include <mutex>
+#include <vector>
+
+#include "cuda_check.h"
+#include "qk/base/error.h"
+#include "qk/tensor/cuda.h"
+#include "qk/tensor/kernel_tables.h"
+#include "qk/tensor/ops/reduce.h"
+#include "qk/tensor/ops/view.h"
+#include "stream_handle.h"
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace qk::cuda {
+
+namespace {
+
+[[noreturn]] void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file, int line) {
+  throw DeviceError(std::string("cuDNN call ") + call + " failed: " + cudnnGetErrorString(st), file, line);
+}
+#define QK_CUDNN_CHECK(call)                                                                     \
+  do {                                                                                           \
+    cudnnStatus_t qk_dnn_st_ = (call);                                                           \
+    if (qk_dnn_st_ != CUDNN_STATUS_SUCCESS) throw_cudnn_error(qk_dnn_st_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+constexpr size_t kMaxWorkspace = size_t(1) << 30;
+
+cudnnHandle_t handle(int device) {
+  static std::mutex mu;
+  static std::vector<cudnnHandle_t> handles;
+  std::lock_guard<std::mutex> lock(mu);
+  if (static_cast<size_t>(device) >= handles.size()) handles.resize(device + 1, nullptr);
+  if (!handles[device]) QK_CUDNN_CHECK(cudnnCreate(&handles[device]));
+  return handles[device];
+}
+
+cudnnDataType_t data_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    default: break;
+  }
+  QK_THROW(TypeError, "conv2d on CUDA: ", dtype_name(t), " is not supported (f32, f64, f16, bf16)");
+}
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(DType t, int64_t n, int64_t c, int64_t h, int64_t w) {
+    QK_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+    QK_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, data_type(t), int(n), int(c), int(h), int(w)));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+};
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  explicit FilterDesc(const Tensor& w) {
+    QK_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
+    QK_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, data_type(w.dtype()), CUDNN_TENSOR_NCHW, int(w.size(0)),
+                                              int(w.size(1)), int(w.size(2)), int(w.size(3))));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+};
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const Conv2dParams& p, DType t) {
+    QK_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
+    // Accumulation: f64 for f64, f32 otherwise.
+    QK_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, int(p.padding[0]), int(p.padding[1]), int(p.stride[0]),
+                                                   int(p.stride[1]), int(p.dilation[0]), int(p.dilation[1]),
+                                                   CUDNN_CROSS_CORRELATION,
+                                                   t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+    QK_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, int(p.groups)));
+    // f32: FMA only unless TF32 is allowed (cuDNN's default math would use it).
+    cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+    if (t == DType::f32 && !matmul_allow_tf32()) math = CUDNN_FMA_MATH;
+    if (t == DType::f16 || t == DType::bf16) math = CUDNN_TENSOR_OP_MATH;
+    QK_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+};
+
+Tensor workspace(const Tensor& like, size_t bytes) {
+  return empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, TensorOptions().dtype(DType::u8).device(like.device()));
+}
+
+// The first algorithm (cuDNN's heuristic order) that ran and fits the workspace limit.
+template <typename Perf>
+Perf pick(const Perf* perf, int n, const char* what) {
+  for (int i = 0; i < n; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace) return perf[i];
+  QK_THROW(DeviceError, "conv2d on CUDA: cuDNN offers no ", what, " algorithm within ", kMaxWorkspace >> 20,
+           " MiB of workspace");
+}
+
+// alpha and beta in the scaling type cuDNN expects: double for f64, else float.
+struct Scale {
+  double d1 = 1, d0 = 0;
+  float f1 = 1, f0 = 0;
+  bool f64;
+  explicit Scale(DType t) : f64(t == DType::f64) {}
+  const void* one() const { return f64 ? static_cast<const void*>(&d1) : &f1; }
+  const void* zero() const { return f64 ? static_cast<const void*>(&d0) : &f0; }
+};
+
+Tensor conv2d_on_device(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+  const int device = x.device().index;
+  DeviceStream ds(device);
+  cudnnHandle_t h = handle(device);
+  QK_CUDNN_CHECK(cudnnSetStream(h, ds.stream()));
+  const DType t = x.dtype();
+  TensorDesc xd(t, x.size(0), x.size(1), x.size(2), x.size(3));
+  FilterDesc wd(w);
+  ConvDesc cd(p, t);
+  int n = 0, c = 0, oh = 0, ow = 0;
+  QK_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(cd.d, xd.d, wd.d, &n, &c, &oh, &ow));
+  Tensor y = empty({n, c, oh, ow}, TensorOptions().dtype(t).device(x.device()));
+  if (y.numel() == 0) return y;
+  TensorDesc yd(t, n, c, oh, ow);
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int found = 0;
+  QK_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                        &found, perf));
+  auto algo = pick(perf, found, "forward");
+  Tensor ws = workspace(x, algo.memory);
+  Scale s(t);
+  QK_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(), xd.d, x.raw_data(), wd.d, w.raw_data(), cd.d, algo.algo,
+                                         ws.raw_data(), algo.memory, s.zero(), yd.d, y.raw_data()));
+  if (b.defined()) {
+    TensorDesc bd(t, 1, c, 1, 1);
+    QK_CUDNN_CHECK(cudnnAddTensor(h, s.one(), bd.d, b.raw_data(), s.one(), yd.d, y.raw_data()));
+  }
+  return y;
+}
+
+std::tuple<Tensor, Tensor, Tensor> conv2d_backward_on_device(const Tensor& gy, const Tensor& x, const Tensor& w,
+                                                             const Conv2dParams& p, bool need_dx, bool need_dw,
+                                                             bool need_db) {
+  const int device = x.device().index;
+  DeviceStream ds(device);
+  cudnnHandle_t h = handle(device);
+  QK_CUDNN_CHECK(cudnnSetStream(h, ds.stream()));
+  const DType t = x.dtype();
+  TensorOptions opts = TensorOptions().dtype(t).device(x.device());
+  Tensor dx, dw, db;
+  if (need_db) db = ops::sum(gy, {0, 2, 3}, false);
+  if (!need_dx && !need_dw) return {dx, dw, db};
+  if (need_dx) dx = zeros(x.shape(), opts);
+  if (need_dw) dw = zeros(w.shape(), opts);
+  if (gy.numel() == 0 || x.numel() == 0) return {dx, dw, db};
+  TensorDesc xd(t, x.size(0), x.size(1), x.size(2), x.size(3));
+  TensorDesc yd(t, gy.size(0), gy.size(1), gy.size(2), gy.size(3));
+  FilterDesc wd(w);
+  ConvDesc cd(p, t);
+  Scale s(t);
+  if (need_dx) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int found = 0;
+    QK_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, yd.d, cd.d, xd.d,
+                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf));
+    auto algo = pick(perf, found, "backward-data");
+    Tensor ws = workspace(x, algo.memory);
+    QK_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(), wd.d, w.raw_data(), yd.d, gy.raw_data(), cd.d, algo.algo,
+                                                ws.raw_data(), algo.memory, s.zero(), xd.d, dx.raw_data()));
+  }
+  if (need_dw) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int found = 0;
+    QK_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, yd.d, cd.d, wd.d,
+                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf));
+    auto algo = pick(perf, found, "backward-filter");
+    Tensor ws = workspace(x, algo.memory);
+    QK_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(), xd.d, x.raw_data(), yd.d, gy.raw_data(), cd.d,
+                                                  algo.algo, ws.raw_data(), algo.memory, s.zero(), wd.d,
+                                                  dw.raw_data()));
+  }
+  return {dx, dw, db};
+}
+
+[[maybe_unused]] const bool registered = [] {
+  ops::conv2d_fwd_kernel.set(DeviceType::cuda, &conv2d_on_device);
+  ops::conv2d_bwd_kernel.set(DeviceType::cuda, &conv2d_backward_on_device);
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace qk::cuda
