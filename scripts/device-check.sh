@@ -17,11 +17,11 @@ cd "$(dirname "$0")/.."
 BUILD=${QK_BUILD_DIR:-build/release}
 PACK=build/device-pack
 PROGRAMS=(src/cli/qk tests/harness/qk_op_harness tests/tensor/qk_tensor_cuda_tests
-          tests/qccl/qk_qccl_backend_nccl_tests)
+          tests/optim/qk_optim_cuda_tests tests/qccl/qk_qccl_backend_nccl_tests)
 
 if [ "${1:-}" = "--pack" ]; then
   set -e
-  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_qccl_backend_nccl_tests
+  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_optim_cuda_tests qk_qccl_backend_nccl_tests
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
   mkdir -p "$stage/bin" "$stage/lib"
@@ -80,6 +80,7 @@ missing=$(for p in "$BIN"/*; do ldd "$p" | grep "not found"; done | sort -u)
 { nvidia-smi || echo "nvidia-smi: not available"; } > "$OUT/gpu.txt" 2>&1
 step "qk check" check.log 60 "$BIN/qk" check
 step "cuda backend tests" cuda_tests.log 120 "$BIN/qk_tensor_cuda_tests"
+step "cuda optimizer tests" cuda_tests.log 60 "$BIN/qk_optim_cuda_tests"
 step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck
 step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
 note "total $(($(date +%s) - START)) s"
