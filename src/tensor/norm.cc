@@ -5,16 +5,16 @@
 
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/view.h"
+#include "op_kernel_tables.h"
 #include "cpu/norm.h"
 
 namespace qk::ops {
+
+QK_DEFINE_KERNEL(batch_norm_kernel, BatchNormFn);
+QK_DEFINE_KERNEL(batch_norm_backward_kernel, BatchNormBwdFn);
+
 namespace {
 
-using BatchNormFn = BatchNormResult(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                    const Tensor&, bool, double, double);
-using BatchNormBwdFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
-                                                          const Tensor&, const Tensor&,
-                                                          const Tensor&, bool);
 using LayerNormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Shape&, const Tensor&,
                                                        const Tensor&, double);
 using LayerNormBwdFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
@@ -24,8 +24,6 @@ using RmsNormFn = std::pair<Tensor, Tensor>(const Tensor&, const Shape&, const T
 using RmsNormBwdFn = std::pair<Tensor, Tensor>(const Tensor&, const Tensor&, const Shape&,
                                                const Tensor&, const Tensor&);
 
-QK_DEFINE_KERNEL(batch_norm_kernel, BatchNormFn);
-QK_DEFINE_KERNEL(batch_norm_backward_kernel, BatchNormBwdFn);
 QK_DEFINE_KERNEL(layer_norm_kernel, LayerNormFn);
 QK_DEFINE_KERNEL(layer_norm_backward_kernel, LayerNormBwdFn);
 QK_DEFINE_KERNEL(rms_norm_kernel, RmsNormFn);

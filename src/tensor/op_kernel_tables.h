@@ -6,8 +6,10 @@
 
 #include "cpu/kernels.h"
 #include "qk/tensor/dispatch.h"
+#include "qk/tensor/ops/conv.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/nn.h"
+#include "qk/tensor/ops/norm.h"
 #include "qk/tensor/tensor.h"
 
 namespace qk::ops {
@@ -33,6 +35,35 @@ using CrossEntropyBwdFn = Tensor(const Tensor& grad_loss, const Tensor& log_prob
                                  int64_t ignore_index, double label_smoothing, Reduction reduction);
 QK_DECLARE_KERNEL(cross_entropy_kernel, CrossEntropyFn);
 QK_DECLARE_KERNEL(cross_entropy_backward_kernel, CrossEntropyBwdFn);
+
+// 2-D pooling of contiguous x [N, C, H, W] to [N, C, ho, wo] (sizes checked
+// by the fronts, src/tensor/pool.cc), and the backward from contiguous
+// grad_out (max: from the forward's i64 indices, flat within each plane).
+using MaxPoolFn = std::pair<Tensor, Tensor>(const Tensor& x, const Pool2dParams& p, int64_t ho, int64_t wo);
+using MaxPoolBwdFn = Tensor(const Tensor& grad_out, const Tensor& x, const Tensor& indices);
+using AvgPoolFn = Tensor(const Tensor& x, const Pool2dParams& p, int64_t ho, int64_t wo);
+using AvgPoolBwdFn = Tensor(const Tensor& grad_out, const Tensor& x, const Pool2dParams& p);
+using AdaptivePoolFn = Tensor(const Tensor& x, std::array<int64_t, 2> out_size);
+using AdaptivePoolBwdFn = Tensor(const Tensor& grad_out, const Tensor& x);
+QK_DECLARE_KERNEL(max_pool2d_kernel, MaxPoolFn);
+QK_DECLARE_KERNEL(max_pool2d_backward_kernel, MaxPoolBwdFn);
+QK_DECLARE_KERNEL(avg_pool2d_kernel, AvgPoolFn);
+QK_DECLARE_KERNEL(avg_pool2d_backward_kernel, AvgPoolBwdFn);
+QK_DECLARE_KERNEL(adaptive_avg_pool2d_kernel, AdaptivePoolFn);
+QK_DECLARE_KERNEL(adaptive_avg_pool2d_backward_kernel, AdaptivePoolBwdFn);
+
+// Batch norm of contiguous x [N, C, ...] (weight, bias, running stats [C]
+// or undefined): out, and the mean and 1/std backward needs (f32, f64 for
+// f64); running stats updated in place in training.
+using BatchNormFn = BatchNormResult(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& running_mean, const Tensor& running_var, bool training,
+                                    double momentum, double eps);
+// dx, dweight (undefined without weight), dbias from contiguous grad_out and x.
+using BatchNormBwdFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor& grad_out, const Tensor& x,
+                                                          const Tensor& weight, const Tensor& save_mean,
+                                                          const Tensor& save_invstd, bool training);
+QK_DECLARE_KERNEL(batch_norm_kernel, BatchNormFn);
+QK_DECLARE_KERNEL(batch_norm_backward_kernel, BatchNormBwdFn);
 
 // dx <- grad * op'(x) (y = op(x); either may be undefined when the
 // derivative does not need it).

@@ -3,15 +3,10 @@
 #include "qk/tensor/ops/conv.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/pool.h"
+#include "op_kernel_tables.h"
 
 namespace qk::ops {
 
-using MaxPoolFn = std::pair<Tensor, Tensor>(const Tensor&, const Pool2dParams&, int64_t, int64_t);
-using MaxPoolBwdFn = Tensor(const Tensor&, const Tensor&, const Tensor&);
-using AvgPoolFn = Tensor(const Tensor&, const Pool2dParams&, int64_t, int64_t);
-using AvgPoolBwdFn = Tensor(const Tensor&, const Tensor&, const Pool2dParams&);
-using AdaptivePoolFn = Tensor(const Tensor&, std::array<int64_t, 2>);
-using AdaptivePoolBwdFn = Tensor(const Tensor&, const Tensor&);
 QK_DEFINE_KERNEL(max_pool2d_kernel, MaxPoolFn);
 QK_DEFINE_KERNEL(max_pool2d_backward_kernel, MaxPoolBwdFn);
 QK_DEFINE_KERNEL(avg_pool2d_kernel, AvgPoolFn);

@@ -54,6 +54,19 @@ void launch_softmax_rows(void* y, const void* x, int dtype, int64_t rows, int64_
 void launch_softmax_backward_rows(void* dx, const void* grad, const void* y, int dtype, int64_t rows, int64_t n,
                                   bool log, cudaStream_t stream);
 
+// 2-D pooling (pool.cu) over planes of [h, w] -> [ho, wo], NCHW contiguous.
+enum class PoolKind : int { kMax, kAvg, kAdaptiveAvg };
+struct PoolGeometry {
+  int64_t h, w, ho, wo;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;  // unused for adaptive
+};
+// Forward: out [planes, ho, wo] from in [planes, h, w] (max: indices, i64, of
+// the same shape as out, written). Backward: out = dx [planes, h, w] from
+// in = dy [planes, ho, wo]; max reads the forward's indices and adds into
+// out, zeroed, of f32 (f64 for f64) whatever the dtype.
+void launch_pool(PoolKind kind, bool backward, void* out, const void* in, void* indices, int dtype, int64_t planes,
+                 const PoolGeometry& g, bool count_include_pad, cudaStream_t stream);
+
 // Cross entropy (loss.cu) over lp [N, C, S] contiguous and targets [N, S]:
 // per[p] and on[p] (1 where position p counts) for every position; *bad gets
 // the first out-of-range target's position + 1 (start it at ~0: an atomicMin).

@@ -14,6 +14,7 @@
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/conv.h"
 #include "qk/tensor/ops/nn.h"
+#include "qk/tensor/ops/norm.h"
 #include "qk/tensor/ops/view.h"
 
 namespace qk {
@@ -95,6 +96,49 @@ TEST_F(CudaTraining, ConvolutionForwardAndBackwardMatchTheCpu) {
   EXPECT_LT(max_diff(dxc, dxg), 1e-4);
   EXPECT_LT(max_diff(dwc, dwg), 1e-3);
   EXPECT_LT(max_diff(dbc, dbg), 1e-4);
+}
+
+TEST_F(CudaTraining, PoolingForwardAndBackwardMatchTheCpu) {
+  auto dev = [](const Tensor& t) { return ops::to_device(t, kCuda0); };
+  Tensor x = randn({2, 3, 11, 9});
+  Pool2dParams p;
+  p.kernel = {3, 3};
+  p.stride = {2, 2};
+  p.padding = {1, 1};  // overlapping windows with padding
+  auto [yc, ic] = ops::max_pool2d(x, p);
+  auto [yg, ig] = ops::max_pool2d(dev(x), p);
+  EXPECT_EQ(max_diff(yc, yg), 0);
+  EXPECT_EQ(max_diff(ic, ig), 0) << "the same index rule";
+  Tensor gy = randn(yc.shape());
+  EXPECT_LT(max_diff(ops::max_pool2d_backward(gy, x, ic), ops::max_pool2d_backward(dev(gy), dev(x), ig)), 1e-5);
+  p.count_include_pad = false;
+  EXPECT_LT(max_diff(ops::avg_pool2d(x, p), ops::avg_pool2d(dev(x), p)), 1e-6);
+  EXPECT_LT(max_diff(ops::avg_pool2d_backward(gy, x, p), ops::avg_pool2d_backward(dev(gy), dev(x), p)), 1e-6);
+  Tensor ga = randn({2, 3, 4, 3});
+  EXPECT_LT(max_diff(ops::adaptive_avg_pool2d(x, {4, 3}), ops::adaptive_avg_pool2d(dev(x), {4, 3})), 1e-6);
+  EXPECT_LT(max_diff(ops::adaptive_avg_pool2d_backward(ga, x), ops::adaptive_avg_pool2d_backward(dev(ga), dev(x))),
+            1e-6);
+}
+
+TEST_F(CudaTraining, BatchNormMatchesTheCpu) {
+  auto dev = [](const Tensor& t) { return ops::to_device(t, kCuda0); };
+  Tensor x = randn({4, 5, 6, 7}), w = randn({5}), b = randn({5});
+  Tensor rmc = zeros({5}), rvc = ones({5});
+  Tensor rmg = dev(rmc), rvg = dev(rvc);
+  auto c = ops::batch_norm(x, w, b, rmc, rvc, true, 0.1, 1e-5);
+  auto g = ops::batch_norm(dev(x), dev(w), dev(b), rmg, rvg, true, 0.1, 1e-5);
+  EXPECT_LT(max_diff(c.out, g.out), 1e-4);
+  EXPECT_LT(max_diff(rmc, rmg), 1e-6);
+  EXPECT_LT(max_diff(rvc, rvg), 1e-5);
+  Tensor gy = randn(x.shape());
+  auto [dxc, dwc, dbc] = ops::batch_norm_backward(gy, x, w, c.save_mean, c.save_invstd, true);
+  auto [dxg, dwg, dbg] = ops::batch_norm_backward(dev(gy), dev(x), dev(w), g.save_mean, g.save_invstd, true);
+  EXPECT_LT(max_diff(dxc, dxg), 1e-4);
+  EXPECT_LT(max_diff(dwc, dwg), 1e-3);
+  EXPECT_LT(max_diff(dbc, dbg), 1e-4);
+  auto e = ops::batch_norm(x, w, b, rmc, rvc, false, 0.1, 1e-5);
+  auto eg = ops::batch_norm(dev(x), dev(w), dev(b), rmg, rvg, false, 0.1, 1e-5);
+  EXPECT_LT(max_diff(e.out, eg.out), 1e-4) << "evaluation: the running statistics";
 }
 
 }  // namespace
