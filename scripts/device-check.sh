@@ -17,11 +17,11 @@ cd "$(dirname "$0")/.."
 BUILD=${QK_BUILD_DIR:-build/release}
 PACK=build/device-pack
 PROGRAMS=(src/cli/qk tests/harness/qk_op_harness tests/tensor/qk_tensor_cuda_tests
-          tests/optim/qk_optim_cuda_tests tests/qccl/qk_qccl_backend_nccl_tests)
+          tests/optim/qk_optim_cuda_tests tests/qccl/qk_qccl_backend_nccl_tests bench/cuda_gemm)
 
 if [ "${1:-}" = "--pack" ]; then
   set -e
-  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_optim_cuda_tests qk_qccl_backend_nccl_tests
+  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_optim_cuda_tests qk_qccl_backend_nccl_tests cuda_gemm
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
   mkdir -p "$stage/bin" "$stage/lib"
@@ -83,4 +83,19 @@ step "cuda backend tests" cuda_tests.log 120 "$BIN/qk_tensor_cuda_tests"
 step "cuda optimizer tests" cuda_tests.log 60 "$BIN/qk_optim_cuda_tests"
 step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck
 step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
+# GEMM throughput against PyTorch's in the same run (issue 20's benchmark).
+TORCH_GEMM='import sys, torch
+n, dt = int(sys.argv[1]), getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[sys.argv[2]])
+a = torch.randn(n, n, device="cuda").to(dt); b = torch.randn(n, n, device="cuda").to(dt)
+for _ in range(3): a @ b
+ms = []
+for _ in range(10):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); a @ b; e.record(); e.synchronize(); ms.append(s.elapsed_time(e))
+m = sorted(ms)[len(ms) // 2]
+print(f"pytorch {torch.__version__} {n} {sys.argv[2]}: {m:.3f} ms, {2 * n ** 3 / (m * 1e-3) / 1e12:.1f} TFLOP/s")'
+for size in 4096 8192; do
+  step "gemm bf16 $size" gemm.log 60 "$BIN/cuda_gemm" "$size" bf16 10
+  step "torch gemm bf16 $size" gemm.log 60 python3 -c "$TORCH_GEMM" "$size" bf16
+done
 note "total $(($(date +%s) - START)) s"
