@@ -90,7 +90,27 @@ void CachingDeviceAllocator::free(void* p) {
   DeviceMemoryStats& st = stats_of(l.device);
   st.allocated -= l.asked;
   st.cached += l.block;
-  pools_[PoolKey{l.device, l.stream, l.block}].push_back(p);
+  const Stream s = retired_.count(l.stream) ? 0 : l.stream;
+  pools_[PoolKey{l.device, s, l.block}].push_back(p);
+}
+
+void CachingDeviceAllocator::retire_stream(Stream s) {
+  if (s == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  retired_.insert(s);
+  std::vector<std::pair<PoolKey, std::vector<void*>>> moved;
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    if (it->first.stream != s) {
+      ++it;
+      continue;
+    }
+    moved.emplace_back(it->first, std::move(it->second));
+    it = pools_.erase(it);
+  }
+  for (auto& [key, blocks] : moved) {
+    auto& to = pools_[PoolKey{key.device, 0, key.block}];
+    to.insert(to.end(), blocks.begin(), blocks.end());
+  }
 }
 
 void CachingDeviceAllocator::empty_cache(int device) {

@@ -11,7 +11,10 @@
 //   * Streams: a block freed on stream S is reused only by allocations on S
 //     (work queued on S before the free finishes before work queued after
 //     it). Using a block on another stream needs that stream to wait for S
-//     first (record_stream is not there yet).
+//     first (record_stream is not there yet). Streams are named by ids that
+//     are never reused (a runtime may reuse a destroyed stream's handle);
+//     retire_stream(S), once S's work is done, moves its cached blocks and
+//     any later frees to the default stream.
 //   * Out of memory: the device's cached blocks are released (after a
 //     device synchronisation) and the allocation retried once; if it still
 //     fails, OutOfMemoryError says what was asked, what tensors hold, what
@@ -26,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace qk {
@@ -59,7 +63,7 @@ struct DeviceMemoryStats {
 
 class CachingDeviceAllocator {
  public:
-  using Stream = uintptr_t;  // the runtime's stream handle (0: the default stream)
+  using Stream = uint64_t;  // a stream's id, unique in the process (0: the default stream)
 
   explicit CachingDeviceAllocator(RawDeviceMemory& raw) : raw_(raw) {}
   ~CachingDeviceAllocator();  // releases the cached blocks (not the live ones)
@@ -72,6 +76,9 @@ class CachingDeviceAllocator {
   void free(void* p);
   // Releases every cached block of the device (after synchronising it).
   void empty_cache(int device);
+  // S is destroyed and its work done: its cached blocks, and blocks
+  // allocated on it and freed later, go to the default stream's pools.
+  void retire_stream(Stream s);
 
   DeviceMemoryStats stats(int device) const;
   void reset_peak(int device);
@@ -101,6 +108,7 @@ class CachingDeviceAllocator {
   mutable std::mutex mu_;
   std::unordered_map<void*, Live> live_;
   std::unordered_map<PoolKey, std::vector<void*>, PoolKeyHash> pools_;
+  std::unordered_set<Stream> retired_;
   std::vector<DeviceMemoryStats> stats_;  // by device index
 };
 

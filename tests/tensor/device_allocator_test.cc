@@ -125,6 +125,22 @@ TEST(DeviceAllocator, OutOfMemoryReleasesTheCacheAndRetriesOnce) {
   a.empty_cache(0);
 }
 
+TEST(DeviceAllocator, ARetiredStreamsBlocksServeTheDefaultStream) {
+  FakeDevice dev(64 << 20);
+  Alloc a(dev);
+  void* cached = a.allocate(4096, 0, 5);
+  void* live = a.allocate(8192, 0, 5);
+  a.free(cached);
+  a.retire_stream(5);  // its work done: its pool moves to the default stream
+  EXPECT_EQ(a.allocate(4096, 0, 0), cached);
+  a.free(live);  // allocated on the retired stream, freed after it went
+  EXPECT_EQ(a.allocate(8192, 0, 0), live);
+  EXPECT_EQ(dev.allocs_, 2) << "no new device blocks";
+  a.free(cached);
+  a.free(live);
+  a.empty_cache(0);
+}
+
 TEST(DeviceAllocator, ForeignPointersAreRefused) {
   FakeDevice dev(1 << 20);
   Alloc a(dev);

@@ -10,7 +10,6 @@
 // cudnn-frontend, not a Debian package) is the way on, hence the pragma.
 #include <cudnn.h>
 
-#include <mutex>
 #include <vector>
 
 #include "cuda_check.h"
@@ -38,10 +37,11 @@ namespace {
 
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
 
+// One handle per thread and device: a call sets the handle's stream, so
+// threads on different streams must not share one. (Kept for the thread's
+// life: destroying them at thread exit could race the driver's teardown.)
 cudnnHandle_t handle(int device) {
-  static std::mutex mu;
-  static std::vector<cudnnHandle_t> handles;
-  std::lock_guard<std::mutex> lock(mu);
+  thread_local std::vector<cudnnHandle_t> handles;
   if (static_cast<size_t>(device) >= handles.size()) handles.resize(device + 1, nullptr);
   if (!handles[device]) QK_CUDNN_CHECK(cudnnCreate(&handles[device]));
   return handles[device];
@@ -123,6 +123,12 @@ Tensor conv2d_on_device(const Tensor& x, const Tensor& w, const Tensor& b, const
   cudnnHandle_t h = handle(device);
   QK_CUDNN_CHECK(cudnnSetStream(h, ds.stream()));
   const DType t = x.dtype();
+  if (x.numel() == 0) {  // cuDNN refuses empty descriptors: the output shape by the usual rule
+    auto out = [&](int i) {
+      return (x.size(2 + i) + 2 * p.padding[i] - p.dilation[i] * (w.size(2 + i) - 1) - 1) / p.stride[i] + 1;
+    };
+    return empty({x.size(0), w.size(0), out(0), out(1)}, TensorOptions().dtype(t).device(x.device()));
+  }
   TensorDesc xd(t, x.size(0), x.size(1), x.size(2), x.size(3));
   FilterDesc wd(w);
   ConvDesc cd(p, t);

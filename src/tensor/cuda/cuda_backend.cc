@@ -94,7 +94,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
     check_index(index);
     Guard g(index);
     // Keyed by the current stream: the block is reused only in its order.
-    return alloc_.allocate(nbytes, index, reinterpret_cast<uintptr_t>(current_stream_handle(index)));
+    return alloc_.allocate(nbytes, index, current_stream_id(index));
   }
   void deallocate(void* p, size_t, int) override { alloc_.free(p); }
 
@@ -127,6 +127,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
     return m;
   }
   void reset_peak_memory(int index) override { alloc_.reset_peak(index); }
+  void retire_stream(uint64_t id) { alloc_.retire_stream(id); }
   void empty_cache(int index) override {
     check_index(index);
     Guard g(index);
@@ -201,6 +202,12 @@ CudaBackend& the_backend() {
   static CudaBackend* b = new CudaBackend;  // never destroyed: tensors may outlive static destruction
   return *b;
 }
+
+}  // namespace
+
+void stream_retired(uint64_t id) { the_backend().retire_stream(id); }
+
+namespace {
 
 [[maybe_unused]] const bool registered = (register_backend(&the_backend()), true);  // its kernels: elementwise_ops.cc, ...
 

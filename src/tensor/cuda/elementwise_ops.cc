@@ -89,6 +89,7 @@ void unary_backward_on_device(UnaryOp op, const Tensor& dx, const Tensor& grad, 
 }
 
 void add_inplace_on_device(const Tensor& self, const Tensor& other, double alpha) {
+  QK_CHECK_TYPE(self.dtype() != DType::boolean, "add_: not defined for bool tensors");
   DeviceStream ds(self.device().index);
   ElementwiseLayout l = make_layout({&self, &other}, "add_");
   launch_add_inplace(self.raw_data(), other.raw_data(), int(self.dtype()), alpha, l, ds.stream());

@@ -51,7 +51,9 @@ ops::BatchNormResult batch_norm_on_device(const Tensor& x, const Tensor& weight,
   } else {
     QK_CHECK(running_mean.defined() && running_var.defined(),
              "batch_norm: evaluation needs the running mean and variance");
-    mean = as(running_mean, a);
+    // Copies: a later update of the running statistics must not change
+    // what backward reads.
+    mean = ops::clone(as(running_mean, a));
     var = as(running_var, a);
   }
   Tensor invstd = ops::unary(UnaryOp::rsqrt, binary_scalar(BinaryOp::add, var, eps));

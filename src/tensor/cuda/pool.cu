@@ -71,7 +71,10 @@ template <typename T, typename C>
 __global__ void max_pool_bwd(C* acc, const T* dy, const int64_t* idx, int64_t planes, PoolGeometry g) {
   QK_GRID_LOOP(o, planes * g.ho * g.wo) {
     const int64_t k = idx[o];
-    if (k < 0) continue;  // a window with no input element
+    // -1: a window with no input element. Beyond the plane: not indices of
+    // max_pool2d on this x (the CPU raises IndexError; here they are skipped
+    // rather than written out of bounds, which would kill the context).
+    if (k < 0 || k >= g.h * g.w) continue;
     atomicAdd(acc + (o / (g.ho * g.wo)) * g.h * g.w + k, convert<C>(dy[o]));
   }
 }

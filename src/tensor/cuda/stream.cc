@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <vector>
 
 #include "cuda_check.h"
@@ -34,23 +35,33 @@ thread_local std::vector<Stream> current;  // by device; missing: the legacy def
 struct Stream::Owned {
   cudaStream_t s = nullptr;
   int device = 0;
+  uint64_t id = 0;
+  // No throwing here (a destructor): errors at teardown are ignored.
   ~Owned() {
-    DeviceScope d(device);
+    int prev = 0;
+    cudaGetDevice(&prev);
+    if (prev != device) cudaSetDevice(device);
+    // Its work done before its cached blocks serve the default stream.
+    if (cudaStreamSynchronize(s) == cudaSuccess) stream_retired(id);
     cudaStreamDestroy(s);
+    if (prev != device) cudaSetDevice(prev);
   }
 };
 
 Stream Stream::create(int device, bool non_blocking) {
   Stream st(device);
   DeviceScope d(device);
+  static std::atomic<uint64_t> next_id{1};
   auto o = std::make_shared<Owned>();
   o->device = device;
+  o->id = next_id.fetch_add(1);
   QK_CUDA_CHECK(cudaStreamCreateWithFlags(&o->s, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault));
   st.owned_ = std::move(o);
   return st;
 }
 
 uintptr_t Stream::handle() const { return owned_ ? reinterpret_cast<uintptr_t>(owned_->s) : 0; }
+uint64_t Stream::id() const { return owned_ ? owned_->id : 0; }
 
 void Stream::synchronize() const {
   DeviceScope d(device_);
@@ -95,6 +106,11 @@ DeviceStream::~DeviceStream() {
 
 cudaStream_t stream_handle(const Stream& s) { return reinterpret_cast<cudaStream_t>(s.handle()); }
 cudaStream_t current_stream_handle(int device) { return stream_handle(current_stream(device)); }
+
+uint64_t current_stream_id(int device) {
+  if (device < 0 || static_cast<size_t>(device) >= current.size()) return 0;
+  return current[device].id();
+}
 
 struct Event::Owned {
   cudaEvent_t e = nullptr;

@@ -10,6 +10,11 @@ namespace qk::cuda {
 
 cudaStream_t stream_handle(const Stream& s);
 cudaStream_t current_stream_handle(int device);
+// The current stream's id for the caching allocator (0: the default stream;
+// ids are never reused, unlike handles).
+uint64_t current_stream_id(int device);
+// Called by a stream's destructor once its work is done (cuda_backend.cc).
+void stream_retired(uint64_t id);
 
 // For one kernel-table entry: makes `device` the current CUDA device for
 // the scope (kernels launch on the current device) and names its current

@@ -32,6 +32,7 @@ class Stream {
 
   int device() const { return device_; }
   uintptr_t handle() const;  // the cudaStream_t
+  uint64_t id() const;       // unique in the process, never reused (0: the default stream)
   void synchronize() const;  // waits for all work queued on it
   bool query() const;        // whether all of it is done
   void wait(const Event& e) const;  // later work on this stream waits for e
