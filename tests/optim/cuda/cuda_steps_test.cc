@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/device_compare.h"
 #include "qk/optim/adam.h"
 #include "qk/optim/sgd.h"
 #include "qk/tensor/cuda.h"
@@ -18,13 +19,7 @@ namespace {
 
 const Device kCuda0("cuda:0");
 
-double max_diff(const Tensor& cpu, const Tensor& on_device) {
-  std::vector<double> x = ops::cast(cpu, DType::f64).to_vector<double>();
-  std::vector<double> y = ops::cast(ops::to_device(on_device, kCPU), DType::f64).to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
+using devtest::max_abs_diff;
 
 // Runs `steps` steps of the optimizer `make` builds on a parameter on `d`.
 template <typename Make>
@@ -45,13 +40,13 @@ TEST(CudaOptimSteps, MatchTheCpu) {
   auto sgd = [](std::vector<Tensor> ps) {
     return optim::SGD(ps, optim::SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(0.01));
   };
-  EXPECT_LT(max_diff(run(kCPU, init, grads, sgd), run(kCuda0, init, grads, sgd)), 1e-6);
+  EXPECT_LT(max_abs_diff(run(kCPU, init, grads, sgd), run(kCuda0, init, grads, sgd)), 1e-6);
   auto adam = [](std::vector<Tensor> ps) {
     return optim::Adam(ps, optim::AdamOptions(1e-2).weight_decay(0.01).amsgrad(true));
   };
-  EXPECT_LT(max_diff(run(kCPU, init, grads, adam), run(kCuda0, init, grads, adam)), 1e-6);
+  EXPECT_LT(max_abs_diff(run(kCPU, init, grads, adam), run(kCuda0, init, grads, adam)), 1e-6);
   auto adamw = [](std::vector<Tensor> ps) { return optim::AdamW(ps, optim::AdamWOptions(1e-2)); };
-  EXPECT_LT(max_diff(run(kCPU, init, grads, adamw), run(kCuda0, init, grads, adamw)), 1e-6);
+  EXPECT_LT(max_abs_diff(run(kCPU, init, grads, adamw), run(kCuda0, init, grads, adamw)), 1e-6);
 }
 
 }  // namespace

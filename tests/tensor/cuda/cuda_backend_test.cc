@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/device_compare.h"
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/cuda.h"
@@ -103,51 +104,43 @@ TEST_F(CudaDevice, OutOfMemorySaysWhatWasAskedAndHeld) {
   EXPECT_EQ(ops::to_device(after, kCPU).to_vector<float>(), std::vector<float>(16, 1.0f));
 }
 
-// The largest |cpu - cuda| over the elements, in f64.
-double max_diff(const Tensor& cpu, const Tensor& on_device) {
-  std::vector<double> x = ops::cast(cpu, DType::f64).to_vector<double>();
-  std::vector<double> y = ops::cast(ops::to_device(on_device, kCPU), DType::f64).to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
+using devtest::max_abs_diff;
 
 TEST_F(CudaDevice, BroadcastStridedAndCastElementwiseMatchTheCpu) {
   Tensor a = randn({5, 1, 7}), b = randn({4, 7});
   Tensor ad = ops::to_device(a, kCuda0), bd = ops::to_device(b, kCuda0);
-  EXPECT_LT(max_diff(ops::binary(BinaryOp::mul, a, b), ops::binary(BinaryOp::mul, ad, bd)), 1e-6);
-  EXPECT_EQ(max_diff(ops::binary(BinaryOp::gt, a, b), ops::binary(BinaryOp::gt, ad, bd)), 0);
+  EXPECT_LT(max_abs_diff(ops::binary(BinaryOp::mul, a, b), ops::binary(BinaryOp::mul, ad, bd)), 1e-6);
+  EXPECT_EQ(max_abs_diff(ops::binary(BinaryOp::gt, a, b), ops::binary(BinaryOp::gt, ad, bd)), 0);
   Tensor t = ops::transpose(ops::reshape(a, {5, 7}), 0, 1);  // strided
-  EXPECT_LT(max_diff(ops::unary(UnaryOp::gelu, t), ops::unary(UnaryOp::gelu, ops::transpose(ops::reshape(ad, {5, 7}), 0, 1))), 1e-6);
-  EXPECT_EQ(max_diff(ops::cast(t, DType::bf16), ops::cast(ops::transpose(ops::reshape(ad, {5, 7}), 0, 1), DType::bf16)), 0)
+  EXPECT_LT(max_abs_diff(ops::unary(UnaryOp::gelu, t), ops::unary(UnaryOp::gelu, ops::transpose(ops::reshape(ad, {5, 7}), 0, 1))), 1e-6);
+  EXPECT_EQ(max_abs_diff(ops::cast(t, DType::bf16), ops::cast(ops::transpose(ops::reshape(ad, {5, 7}), 0, 1), DType::bf16)), 0)
       << "round to nearest even, as the CPU";
 }
 
 TEST_F(CudaDevice, MatrixProductsMatchTheCpu) {
   Tensor a = randn({33, 17}), b = randn({17, 9}), w = randn({9, 17}), bias = randn({9});
   auto dev = [](const Tensor& t) { return ops::to_device(t, kCuda0); };
-  EXPECT_LT(max_diff(ops::mm(a, b), ops::mm(dev(a), dev(b))), 1e-4);
-  EXPECT_LT(max_diff(ops::mm(ops::transpose(b, 0, 1), ops::transpose(a, 0, 1)),
+  EXPECT_LT(max_abs_diff(ops::mm(a, b), ops::mm(dev(a), dev(b))), 1e-4);
+  EXPECT_LT(max_abs_diff(ops::mm(ops::transpose(b, 0, 1), ops::transpose(a, 0, 1)),
                      ops::mm(ops::transpose(dev(b), 0, 1), ops::transpose(dev(a), 0, 1))), 1e-4) << "transposed views";
-  EXPECT_LT(max_diff(ops::linear(a, w, bias), ops::linear(dev(a), dev(w), dev(bias))), 1e-4);
+  EXPECT_LT(max_abs_diff(ops::linear(a, w, bias), ops::linear(dev(a), dev(w), dev(bias))), 1e-4);
   Tensor x = randn({3, 8, 5}), y = randn({3, 5, 6});
-  EXPECT_LT(max_diff(ops::bmm(x, y), ops::bmm(dev(x), dev(y))), 1e-4);
+  EXPECT_LT(max_abs_diff(ops::bmm(x, y), ops::bmm(dev(x), dev(y))), 1e-4);
   for (DType t : {DType::bf16, DType::f16, DType::f64}) {
     SCOPED_TRACE(dtype_name(t));
     Tensor at = ops::cast(a, t), bt = ops::cast(b, t);
-    EXPECT_LT(max_diff(ops::mm(at, bt), ops::mm(dev(at), dev(bt))), t == DType::f64 ? 1e-12 : 0.1);
+    EXPECT_LT(max_abs_diff(ops::mm(at, bt), ops::mm(dev(at), dev(bt))), t == DType::f64 ? 1e-12 : 0.1);
   }
 }
 
 TEST_F(CudaDevice, ReductionsAndSoftmaxMatchTheCpu) {
   Tensor a = randn({6, 5, 7});
   Tensor d = ops::to_device(a, kCuda0);
-  EXPECT_LT(max_diff(ops::sum(a, {0, 2}, false), ops::sum(d, {0, 2}, false)), 1e-5);
-  EXPECT_LT(max_diff(ops::mean(a, {1}, true), ops::mean(d, {1}, true)), 1e-6);
-  EXPECT_EQ(max_diff(ops::amax(a, {2}, false), ops::amax(d, {2}, false)), 0);
-  EXPECT_LT(max_diff(ops::softmax(a, 1), ops::softmax(d, 1)), 1e-6);
-  EXPECT_LT(max_diff(ops::log_softmax(a, -1), ops::log_softmax(d, -1)), 1e-5);
+  EXPECT_LT(max_abs_diff(ops::sum(a, {0, 2}, false), ops::sum(d, {0, 2}, false)), 1e-5);
+  EXPECT_LT(max_abs_diff(ops::mean(a, {1}, true), ops::mean(d, {1}, true)), 1e-6);
+  EXPECT_EQ(max_abs_diff(ops::amax(a, {2}, false), ops::amax(d, {2}, false)), 0);
+  EXPECT_LT(max_abs_diff(ops::softmax(a, 1), ops::softmax(d, 1)), 1e-6);
+  EXPECT_LT(max_abs_diff(ops::log_softmax(a, -1), ops::log_softmax(d, -1)), 1e-5);
 }
 
 TEST_F(CudaDevice, WorkQueuesOnTheCurrentStreamAndEventsOrderIt) {
@@ -167,7 +160,7 @@ TEST_F(CudaDevice, WorkQueuesOnTheCurrentStreamAndEventsOrderIt) {
   }
   EXPECT_EQ(cuda::current_stream().handle(), 0u) << "the guard restored the default";
   cuda::current_stream().wait(stop);  // the copy below waits for the product
-  EXPECT_LT(max_diff(ops::mm(a, a), y), 1e-3);
+  EXPECT_LT(max_abs_diff(ops::mm(a, a), y), 1e-3);
   stop.synchronize();
   EXPECT_TRUE(stop.query());
   EXPECT_GE(start.elapsed_ms(stop), 0.0f);

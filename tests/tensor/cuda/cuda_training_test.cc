@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "qk/autograd/functions.h"
+#include "common/device_compare.h"
 #include "qk/base/error.h"
 #include "qk/tensor/cuda.h"
 #include "qk/tensor/generator.h"
@@ -22,14 +23,7 @@ namespace {
 
 const Device kCuda0("cuda:0");
 
-double max_diff(const Tensor& cpu, const Tensor& on_device) {
-  std::vector<double> x = ops::cast(cpu, DType::f64).to_vector<double>();
-  std::vector<double> y = ops::cast(ops::to_device(on_device, kCPU), DType::f64).to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
+using devtest::max_abs_diff;
 
 class CudaTraining : public ::testing::Test {
  protected:
@@ -46,10 +40,10 @@ TEST_F(CudaTraining, CrossEntropyMatchesTheCpu) {
       SCOPED_TRACE(static_cast<int>(r));
       auto c = ops::cross_entropy(logits, target, -100, ls, r);
       auto g = ops::cross_entropy(ops::to_device(logits, kCuda0), ops::to_device(target, kCuda0), -100, ls, r);
-      EXPECT_LT(max_diff(c.loss, g.loss), 1e-5);
-      EXPECT_LT(max_diff(c.log_probs, g.log_probs), 1e-5);
+      EXPECT_LT(max_abs_diff(c.loss, g.loss), 1e-5);
+      EXPECT_LT(max_abs_diff(c.log_probs, g.log_probs), 1e-5);
       Tensor grad = ones(c.loss.shape());
-      EXPECT_LT(max_diff(ops::cross_entropy_backward(grad, c.log_probs, target, -100, ls, r),
+      EXPECT_LT(max_abs_diff(ops::cross_entropy_backward(grad, c.log_probs, target, -100, ls, r),
                          ops::cross_entropy_backward(ops::to_device(grad, kCuda0), g.log_probs,
                                                      ops::to_device(target, kCuda0), -100, ls, r)),
                 1e-6);
@@ -77,8 +71,8 @@ TEST_F(CudaTraining, MlpForwardAndBackwardMatchTheCpu) {
     return params;
   };
   std::vector<Tensor> c = run(kCPU), g = run(kCuda0);
-  EXPECT_LT(max_diff(c[0], g[0]), 1e-4) << "loss";
-  for (size_t i = 1; i < c.size(); ++i) EXPECT_LT(max_diff(c[i].grad(), g[i].grad()), 1e-4) << "parameter " << i;
+  EXPECT_LT(max_abs_diff(c[0], g[0]), 1e-4) << "loss";
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_LT(max_abs_diff(c[i].grad(), g[i].grad()), 1e-4) << "parameter " << i;
 }
 
 TEST_F(CudaTraining, ConvolutionForwardAndBackwardMatchTheCpu) {
@@ -89,13 +83,13 @@ TEST_F(CudaTraining, ConvolutionForwardAndBackwardMatchTheCpu) {
   p.groups = 2;
   auto dev = [](const Tensor& t) { return ops::to_device(t, kCuda0); };
   Tensor yc = ops::conv2d(x, w, b, p), yg = ops::conv2d(dev(x), dev(w), dev(b), p);
-  EXPECT_LT(max_diff(yc, yg), 1e-4);
+  EXPECT_LT(max_abs_diff(yc, yg), 1e-4);
   Tensor gy = randn(yc.shape());
   auto [dxc, dwc, dbc] = ops::conv2d_backward(gy, x, w, p, true, true, true);
   auto [dxg, dwg, dbg] = ops::conv2d_backward(dev(gy), dev(x), dev(w), p, true, true, true);
-  EXPECT_LT(max_diff(dxc, dxg), 1e-4);
-  EXPECT_LT(max_diff(dwc, dwg), 1e-3);
-  EXPECT_LT(max_diff(dbc, dbg), 1e-4);
+  EXPECT_LT(max_abs_diff(dxc, dxg), 1e-4);
+  EXPECT_LT(max_abs_diff(dwc, dwg), 1e-3);
+  EXPECT_LT(max_abs_diff(dbc, dbg), 1e-4);
 }
 
 TEST_F(CudaTraining, PoolingForwardAndBackwardMatchTheCpu) {
@@ -107,16 +101,16 @@ TEST_F(CudaTraining, PoolingForwardAndBackwardMatchTheCpu) {
   p.padding = {1, 1};  // overlapping windows with padding
   auto [yc, ic] = ops::max_pool2d(x, p);
   auto [yg, ig] = ops::max_pool2d(dev(x), p);
-  EXPECT_EQ(max_diff(yc, yg), 0);
-  EXPECT_EQ(max_diff(ic, ig), 0) << "the same index rule";
+  EXPECT_EQ(max_abs_diff(yc, yg), 0);
+  EXPECT_EQ(max_abs_diff(ic, ig), 0) << "the same index rule";
   Tensor gy = randn(yc.shape());
-  EXPECT_LT(max_diff(ops::max_pool2d_backward(gy, x, ic), ops::max_pool2d_backward(dev(gy), dev(x), ig)), 1e-5);
+  EXPECT_LT(max_abs_diff(ops::max_pool2d_backward(gy, x, ic), ops::max_pool2d_backward(dev(gy), dev(x), ig)), 1e-5);
   p.count_include_pad = false;
-  EXPECT_LT(max_diff(ops::avg_pool2d(x, p), ops::avg_pool2d(dev(x), p)), 1e-6);
-  EXPECT_LT(max_diff(ops::avg_pool2d_backward(gy, x, p), ops::avg_pool2d_backward(dev(gy), dev(x), p)), 1e-6);
+  EXPECT_LT(max_abs_diff(ops::avg_pool2d(x, p), ops::avg_pool2d(dev(x), p)), 1e-6);
+  EXPECT_LT(max_abs_diff(ops::avg_pool2d_backward(gy, x, p), ops::avg_pool2d_backward(dev(gy), dev(x), p)), 1e-6);
   Tensor ga = randn({2, 3, 4, 3});
-  EXPECT_LT(max_diff(ops::adaptive_avg_pool2d(x, {4, 3}), ops::adaptive_avg_pool2d(dev(x), {4, 3})), 1e-6);
-  EXPECT_LT(max_diff(ops::adaptive_avg_pool2d_backward(ga, x), ops::adaptive_avg_pool2d_backward(dev(ga), dev(x))),
+  EXPECT_LT(max_abs_diff(ops::adaptive_avg_pool2d(x, {4, 3}), ops::adaptive_avg_pool2d(dev(x), {4, 3})), 1e-6);
+  EXPECT_LT(max_abs_diff(ops::adaptive_avg_pool2d_backward(ga, x), ops::adaptive_avg_pool2d_backward(dev(ga), dev(x))),
             1e-6);
 }
 
@@ -127,18 +121,18 @@ TEST_F(CudaTraining, BatchNormMatchesTheCpu) {
   Tensor rmg = dev(rmc), rvg = dev(rvc);
   auto c = ops::batch_norm(x, w, b, rmc, rvc, true, 0.1, 1e-5);
   auto g = ops::batch_norm(dev(x), dev(w), dev(b), rmg, rvg, true, 0.1, 1e-5);
-  EXPECT_LT(max_diff(c.out, g.out), 1e-4);
-  EXPECT_LT(max_diff(rmc, rmg), 1e-6);
-  EXPECT_LT(max_diff(rvc, rvg), 1e-5);
+  EXPECT_LT(max_abs_diff(c.out, g.out), 1e-4);
+  EXPECT_LT(max_abs_diff(rmc, rmg), 1e-6);
+  EXPECT_LT(max_abs_diff(rvc, rvg), 1e-5);
   Tensor gy = randn(x.shape());
   auto [dxc, dwc, dbc] = ops::batch_norm_backward(gy, x, w, c.save_mean, c.save_invstd, true);
   auto [dxg, dwg, dbg] = ops::batch_norm_backward(dev(gy), dev(x), dev(w), g.save_mean, g.save_invstd, true);
-  EXPECT_LT(max_diff(dxc, dxg), 1e-4);
-  EXPECT_LT(max_diff(dwc, dwg), 1e-3);
-  EXPECT_LT(max_diff(dbc, dbg), 1e-4);
+  EXPECT_LT(max_abs_diff(dxc, dxg), 1e-4);
+  EXPECT_LT(max_abs_diff(dwc, dwg), 1e-3);
+  EXPECT_LT(max_abs_diff(dbc, dbg), 1e-4);
   auto e = ops::batch_norm(x, w, b, rmc, rvc, false, 0.1, 1e-5);
   auto eg = ops::batch_norm(dev(x), dev(w), dev(b), rmg, rvg, false, 0.1, 1e-5);
-  EXPECT_LT(max_diff(e.out, eg.out), 1e-4) << "evaluation: the running statistics";
+  EXPECT_LT(max_abs_diff(e.out, eg.out), 1e-4) << "evaluation: the running statistics";
 }
 
 }  // namespace
