@@ -26,6 +26,8 @@ void setup_infer(CLI::App& app) {
   c->add_flag("--visualize", o->visualize, "Write OUT/inference_results.png: images, true and predicted class");
   c->add_option("--grid", o->grid, "Images in inference_results.png")->check(CLI::Range(1, 100))->capture_default_str();
   c->add_option("--threads", o->threads, "Compute threads (0: default)")->check(CLI::Range(0, 1024));
+  c->add_option("--device", o->device, "cpu, cuda or cuda:N: where the model runs (timings wait for the device)")
+      ->capture_default_str();
   c->callback([o] { infer_cifar10(*o); });
 }
 

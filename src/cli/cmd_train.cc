@@ -68,6 +68,9 @@ void setup_train(CLI::App& app) {
   c->add_option("--synth-test", o->synth_test, "Test images of the synthetic set written when needed")
       ->check(CLI::Range(int64_t{1}, int64_t{10000}))
       ->capture_default_str();
+  c->add_option("--device", o->device, "cpu, cuda or cuda:N: where the model and each batch live "
+                 "(a GPU: f32, one rank)")
+      ->capture_default_str();
   c->add_option("--amp", o->amp, "Mixed precision: off, bf16 (autocast) or fp16 (autocast + loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))
       ->capture_default_str();

@@ -14,6 +14,7 @@
 #include "qk/data/dataset.h"
 #include "qk/data/loader.h"
 #include "qk/models/cifar10.h"
+#include "qk/tensor/backend.h"
 #include "qk/train/plot.h"
 
 namespace qk::cli {
@@ -90,12 +91,20 @@ void print_accuracy(const data::Cifar10& d, const EvalResult& r) {
 void infer_cifar10(const InferCifarOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   QK_CHECK_AS(ValueError, o.grid >= 1 && o.grid <= 100, "--grid must be 1..100, got ", o.grid);
+  const Device dev = models::usable_device(o.device);
   const data::Cifar10 d = models::open_cifar10(o.data_dir, false, 0, 0, 0);
   const CifarModel m = models::make_cifar_model(o.model);
   models::load_cifar_weights(m, o.checkpoint);
+  if (!dev.is_cpu()) m.module->to(dev);
   m.module->eval();
-  fmt::print("model {} ({} parameters) from {}, {} threads\n", m.name, models::count_parameters(*m.module),
-             o.checkpoint, num_threads());
+  fmt::print("model {} ({} parameters) from {}, {}\n", m.name, models::count_parameters(*m.module), o.checkpoint,
+             dev.is_cpu() ? fmt::format("{} threads", num_threads()) : dev.str());
+  // A device's work is asynchronous: each timed call waits for it.
+  auto forward = [&](const Tensor& x) {
+    Tensor y = m.forward(x);
+    if (!dev.is_cpu()) backend(dev.type).synchronize(dev.index);
+    return y;
+  };
   NoGradGuard no_grad;
 
   // Up to 256 normalised test images, exactly as the evaluation pass sees them.
@@ -106,18 +115,20 @@ void infer_cifar10(const InferCifarOptions& o) {
   const data::Batch first = loader.build_batch(0);
   const int64_t avail = first.labels.numel();
 
-  const Tensor one = first.images.narrow(0, 0, 1).contiguous();
-  const Timing lat = time_it([&] { m.forward(one); }, 3, 10, 2000, o.benchmark ? 2.0 : 0.5);
+  // The inputs on the model's device before the clock starts.
+  const Tensor images = dev.is_cpu() ? first.images : first.images.to(dev);
+  const Tensor one = images.narrow(0, 0, 1).contiguous();
+  const Timing lat = time_it([&] { forward(one); }, 3, 10, 2000, o.benchmark ? 2.0 : 0.5);
   fmt::print("\nsingle-image latency: mean {:.3f} ms, p50 {:.3f} ms, p90 {:.3f} ms ({} runs)\n", lat.mean_ms,
              lat.p50_ms, lat.p90_ms, lat.iters);
 
   if (avail >= 64) {  // the seed's one-batch line
-    const Tensor x = first.images.narrow(0, 0, 64).contiguous();
+    const Tensor x = images.narrow(0, 0, 64).contiguous();
     const Tensor y = first.labels.narrow(0, 0, 64).contiguous();
     const Timer t;
-    const Tensor logits = m.forward(x);
+    const Tensor logits = forward(x);
     const double s = t.seconds();
-    const int64_t c = count_correct(logits, y);
+    const int64_t c = count_correct(logits.to(kCPU), y);
     fmt::print("batch size 64: {:.4f} s, {:.3f} ms per image, batch accuracy {:.2f}% ({}/64)\n", s, s * 1e3 / 64,
                100.0 * c / 64, c);
   }
@@ -132,8 +143,8 @@ void infer_cifar10(const InferCifarOptions& o) {
       fmt::print("  {:>5} skipped: the test set has only {} images\n", b, avail);
       continue;
     }
-    const Tensor x = first.images.narrow(0, 0, b).contiguous();
-    const Timing t = time_it([&] { m.forward(x); }, 1, 3, 1000, o.benchmark ? 1.0 : 0.3);
+    const Tensor x = images.narrow(0, 0, b).contiguous();
+    const Timing t = time_it([&] { forward(x); }, 1, 3, 1000, o.benchmark ? 1.0 : 0.3);
     fmt::print("  {:>5} {:>12.3f} {:>12.4f} {:>12.1f}\n", b, t.mean_ms, t.mean_ms / static_cast<double>(b),
                1e3 * static_cast<double>(b) / t.mean_ms);
   }

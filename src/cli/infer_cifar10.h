@@ -25,6 +25,7 @@ struct InferCifarOptions {
   bool visualize = false;      // write OUT/inference_results.png
   int threads = 0;             // 0: leave the default
   int grid = 16;               // images in the picture
+  std::string device = "cpu";  // cpu, cuda, cuda:N
 };
 
 void infer_cifar10(const InferCifarOptions& o);

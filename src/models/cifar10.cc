@@ -9,6 +9,8 @@
 #include "qk/autograd/autograd.h"
 #include "qk/autograd/functions.h"
 #include "qk/base/error.h"
+#include "qk/tensor/backend.h"
+#include "qk/tensor/cuda.h"
 #include "qk/base/file_io.h"
 #include "qk/data/dataset.h"
 #include "qk/data/loader.h"
@@ -64,7 +66,30 @@ data::Cifar10 open_cifar10(const std::string& data_dir, bool allow_synth, int64_
   return d;
 }
 
+Device usable_device(const std::string& flag) {
+  Device dev;
+  try {
+    dev = Device(flag);
+  } catch (const Error& e) {
+    QK_THROW(ValueError, "--device: ", e.message());
+  }
+  if (dev.is_cpu()) return dev;
+  QK_CHECK_AS(ValueError, has_backend(dev.type), "--device ", flag, ": this program has no backend for it (",
+              dev.type == DeviceType::cuda ? cuda::unavailable_reason() : std::string("not registered"), ")");
+  const int n = backend(dev.type).device_count();
+  QK_CHECK_AS(ValueError, n > 0, "--device ", flag, ": ", dev.str(), " is not available: ",
+              backend(dev.type).unavailable_reason());
+  QK_CHECK_AS(ValueError, dev.index < n, "--device ", flag, ": this machine has ", n, " such device(s)");
+  return dev;
+}
+
+Device model_device(const CifarModel& m) {
+  const std::vector<Tensor> ps = m.module->parameters();
+  return ps.empty() ? kCPU : ps.front().device();
+}
+
 EvalResult evaluate_cifar(const CifarModel& m, const data::Cifar10Split& split, bool keep_predictions) {
+  const Device dev = model_device(m);
   auto ds = std::make_shared<data::ImageDataset>(split);
   data::DataLoaderOptions o;
   o.batch_size = kCifarEvalBatch;
@@ -76,9 +101,13 @@ EvalResult evaluate_cifar(const CifarModel& m, const data::Cifar10Split& split, 
   EvalResult r;
   double loss_sum = 0;
   for (const data::Batch& b : loader) {
-    const Tensor logits = m.forward(b.images).contiguous();
+    // On the model's device; the scores come back for the host's bookkeeping.
+    const Tensor images = dev.is_cpu() ? b.images : b.images.to(dev);
+    const Tensor labels = dev.is_cpu() ? b.labels : b.labels.to(dev);
+    const Tensor out = m.forward(images);
     const int64_t n = b.labels.numel();
-    loss_sum += cross_entropy(logits, b.labels).item<float>() * static_cast<double>(n);
+    loss_sum += cross_entropy(out, labels).item<float>() * static_cast<double>(n);
+    const Tensor logits = (dev.is_cpu() ? out : out.to(kCPU)).contiguous();
     const float* l = logits.data_ptr<float>();
     const int64_t* y = b.labels.data_ptr<int64_t>();
     const int64_t k = logits.size(1);

@@ -291,6 +291,7 @@ EpochSums train_epoch(const CifarModel& m, train::StepRunner& runner, data::Data
                       EpochSums sums, int64_t& global_step, int epoch, int epochs, bool bar,
                       const std::function<void(int64_t, const EpochSums&)>& after_step) {
   m.module->train();
+  const Device dev = model_device(m);
   const int64_t nb = loader.num_batches();
   const Timer t;
   double last_bar = -1;
@@ -299,9 +300,12 @@ EpochSums train_epoch(const CifarModel& m, train::StepRunner& runner, data::Data
   rt.steps = 0;
   for (const data::Batch& b : loader) {
     Tensor logits;
+    // Each batch to the model's device; its scores back for the accuracy.
+    const Tensor images = dev.is_cpu() ? b.images : b.images.to(dev);
+    const Tensor labels = dev.is_cpu() ? b.labels : b.labels.to(dev);
     const train::StepStats st = runner.step([&](int64_t) {
-      logits = m.forward(b.images);
-      return train::MicroBatchOutput{cross_entropy(logits, b.labels), {}};
+      logits = m.forward(images);
+      return train::MicroBatchOutput{cross_entropy(logits, labels), {}};
     });
     rt.comm_wait_ms += st.comm_wait_ms;
     rt.skipped += st.skipped;
@@ -309,7 +313,7 @@ EpochSums train_epoch(const CifarModel& m, train::StepRunner& runner, data::Data
     ++global_step;
     const int64_t n = b.labels.numel();
     sums.loss_sum += st.loss * static_cast<double>(n);
-    const Tensor l = logits.detach().to(DType::f32).contiguous();
+    const Tensor l = logits.detach().to(kCPU).to(DType::f32).contiguous();
     const float* p = l.data_ptr<float>();
     const int64_t* y = b.labels.data_ptr<int64_t>();
     const int64_t k = l.size(1);
@@ -335,6 +339,8 @@ EpochSums train_epoch(const CifarModel& m, train::StepRunner& runner, data::Data
   return all;
 }
 
+Device training_device(const TrainCifarOptions& o);
+
 void check_options(const TrainCifarOptions& o) {
   QK_CHECK_AS(ValueError, o.epochs >= 1 && o.epochs <= 100000, "--epochs must be 1..100000, got ", o.epochs);
   QK_CHECK_AS(ValueError, o.batch_size >= 1 && o.batch_size <= 65536, "--batch-size must be 1..65536, got ",
@@ -345,6 +351,16 @@ void check_options(const TrainCifarOptions& o) {
               "--amp must be off, bf16 or fp16, got '", o.amp, "'");
   QK_CHECK_AS(ValueError, o.grad_compress == "none" || o.grad_compress == "bf16" || o.grad_compress == "fp16",
               "--grad-compress must be none, bf16 or fp16, got '", o.grad_compress, "'");
+  (void)training_device(o);
+}
+
+// --device, checked (usable_device), and not yet with a GPU: autocast
+// (--amp) and several ranks (DDP over NCCL, checked in train_cifar10).
+Device training_device(const TrainCifarOptions& o) {
+  const Device dev = usable_device(o.device);
+  QK_CHECK_AS(ValueError, dev.is_cpu() || o.amp == "off", "--amp ", o.amp, " with --device ", o.device,
+              ": autocast on this device is not implemented yet; train in f32 (--amp off)");
+  return dev;
 }
 
 }  // namespace
@@ -380,6 +396,10 @@ void train_cifar10(const TrainCifarOptions& o) {
 
   manual_seed(o.seed);
   const CifarModel m = make_cifar_model(o.model);
+  const Device dev = training_device(o);
+  QK_CHECK_AS(ValueError, dev.is_cpu() || rt.world == 1, "--device ", o.device, " under qk run (", rt.world,
+              " ranks): data-parallel training on a GPU (qccl's NCCL backend) is not wired to this trainer yet");
+  if (!dev.is_cpu()) m.module->to(dev);  // before the optimizer takes its parameters
   // No clipping (the seed's script has none); inf/NaN gradients skip the step.
   train::MixedPrecisionOptimizer opt(train::single_param_group(*m.module), optimizer_factory(o), make_scaler(o),
                                      {.clip_grad = 0});

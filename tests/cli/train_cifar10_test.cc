@@ -239,3 +239,25 @@ TEST(TrainCifar10, SyncBatchNormUnderQkRun) {
       << r.output;
   EXPECT_EQ(epoch_lines(r.output).size(), 1u) << r.output;
 }
+
+namespace {
+
+// --device: a device this machine lacks, or no device at all, stops a
+// training or inference run before any data is read or written, naming the flag (cuda:7: no machine here has
+// eight GPUs; without the CUDA backend or a GPU the reason says so).
+TEST(TrainCifar10, UnusableDeviceFailsClearlyBeforeAnyWork) {
+  const std::string dir = fresh_dir("device");
+  const std::string rest = " --data-dir " + dir + "/data --out " + dir + "/run --epochs 1";
+  const auto gpu = run_qk("train cifar10 --device cuda:7" + rest);
+  EXPECT_EQ(gpu.exit_code, 1) << gpu.output;
+  EXPECT_NE(gpu.output.find("--device cuda:7"), std::string::npos) << gpu.output;
+  const auto bad = run_qk("train cifar10 --device tpu" + rest);
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("unknown device 'tpu'"), std::string::npos) << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/data")) << "nothing written before the flags are checked";
+  const auto infer = run_qk("infer cifar10 --device cuda:7 --data-dir " + dir + "/data");
+  EXPECT_EQ(infer.exit_code, 1) << infer.output;
+  EXPECT_NE(infer.output.find("--device cuda:7"), std::string::npos) << infer.output;
+}
+
+}  // namespace

@@ -34,6 +34,11 @@ struct CifarModel {
 // ValueError for an unknown name.
 CifarModel make_cifar_model(const std::string& name);
 int64_t count_parameters(const nn::Module& m);
+// Where the model's parameters live (the CPU for a model without any).
+Device model_device(const CifarModel& m);
+// A --device flag ("cpu", "cuda", "cuda:N", ...) as a device this program
+// has and this machine shows; ValueError naming the flag and why otherwise.
+Device usable_device(const std::string& flag);
 
 // Loads `data_dir` if it holds CIFAR-10; otherwise, when allow_synth, writes
 // the synthetic set there first (logged as SYNTHETIC) and loads that.

@@ -73,6 +73,7 @@ struct TrainCifarOptions {
   double bucket_cap_mb = 25;       // DDP bucket size (distributed runs)
   std::string grad_compress = "none";  // none | bf16 | fp16: DDP gradients on the wire
   bool sync_bn = false;            // BatchNorm statistics over every rank (distributed runs)
+  std::string device = "cpu";      // cpu, cuda, cuda:N: where the model and each batch live
 };
 
 void train_cifar10(const TrainCifarOptions& o);
