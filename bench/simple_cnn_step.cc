@@ -4,13 +4,15 @@
 // (training with the trainer's Adam, inference, batch-1 latency).
 //
 //   simple_cnn_step --model simple_cnn --threads 2 --batch 64 --steps 30 --warmup 5
-//                   [--mode train|infer] [--optimizer sgd|adam] [--amp off|bf16]
+//                   [--mode train|infer] [--optimizer sgd|adam] [--amp off|bf16] [--device cpu|cuda]
 //
 // train: forward + loss + backward + optimizer step in train mode (dropout on).
 // infer: forward only, eval mode, no autograd graph (as `qk infer cifar10`);
 //        --batch 1 gives the single-image latency.
 // Prints one JSON line: images_per_s, ms_per_step, peak_rss_mb, peak_tensor_mb.
 // One configuration per process, so peak_rss_mb is that configuration's own.
+// --device cuda: model, batch and step on the GPU (every step ends in
+// loss.item(), which waits for it); peak_tensor_mb is then the GPU's.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -31,7 +33,7 @@
 
 int main(int argc, char** argv) {
   int threads = 1, batch = 64, steps = 30, warmup = 5;
-  std::string model = "simple_cnn", mode = "train", optimizer = "sgd", amp = "off";
+  std::string model = "simple_cnn", mode = "train", optimizer = "sgd", amp = "off", device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--threads") threads = std::atoi(argv[i + 1]);
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
     else if (k == "--mode") mode = argv[i + 1];
     else if (k == "--optimizer") optimizer = argv[i + 1];
     else if (k == "--amp") amp = argv[i + 1];
+    else if (k == "--device") device = argv[i + 1];
     else {
       fmt::print(stderr, "unknown flag {}\n", k);
       return 2;
@@ -66,14 +69,21 @@ int main(int argc, char** argv) {
     net = m.ptr();
     fwd = [m](const qk::Tensor& x) { return m->forward(x); };
   }
+  const qk::Device dev(device);
+  if (!dev.is_cpu() && (!qk::has_backend(dev.type) || qk::backend(dev.type).device_count() <= dev.index)) {
+    fmt::print(stderr, "simple_cnn_step: {} is not available ({})\n", dev.str(),
+               qk::has_backend(dev.type) ? qk::backend(dev.type).unavailable_reason() : "no backend in this build");
+    return 1;
+  }
+  if (!dev.is_cpu()) net->to(dev);  // before the optimizer takes the parameters
   std::unique_ptr<qk::optim::Optimizer> opt;
   if (mode == "train" && optimizer == "sgd") {
     opt = std::make_unique<qk::optim::SGD>(net->parameters(), qk::optim::SGDOptions(0.01).momentum(0.9));
   } else if (mode == "train") {
     opt = std::make_unique<qk::optim::Adam>(net->parameters(), qk::optim::AdamOptions(1e-3));
   }
-  qk::Tensor x = qk::randn({batch, 3, 32, 32});
-  qk::Tensor y = qk::randint(0, 10, {batch});
+  qk::Tensor x = qk::randn({batch, 3, 32, 32}).to(dev);
+  qk::Tensor y = qk::randint(0, 10, {batch}).to(dev);
   double loss_val = 0;
   std::function<void()> step;
   if (mode == "train") {
@@ -97,14 +107,16 @@ int main(int argc, char** argv) {
     };
   }
   for (int i = 0; i < warmup; ++i) step();
-  qk::reset_peak_memory(qk::kCPU);
+  qk::reset_peak_memory(dev);
   qk::Timer t;
   for (int i = 0; i < steps; ++i) step();
   double s = t.seconds();
+  const std::string impl = fmt::format("{}{}{}", amp == "bf16" ? "qianka-bf16" : "qianka", dev.is_cpu() ? "" : "-",
+                                       dev.is_cpu() ? "" : dev.str());
   fmt::print("{{\"impl\": \"{}\", \"model\": \"{}\", \"mode\": \"{}\", \"optimizer\": \"{}\", \"threads\": {}, "
              "\"batch\": {}, \"images_per_s\": {:.1f}, \"ms_per_step\": {:.3f}, \"peak_rss_mb\": {:.1f}, "
              "\"peak_tensor_mb\": {:.1f}, \"loss\": {:.4f}}}\n",
-             amp == "bf16" ? "qianka-bf16" : "qianka", model, mode, mode == "train" ? optimizer : "none", threads, batch, steps * batch / s, 1e3 * s / steps,
-             qk::peak_rss_bytes() / 1048576.0, qk::memory_stats(qk::kCPU).peak_allocated / 1048576.0, loss_val);
+             impl, model, mode, mode == "train" ? optimizer : "none", threads, batch, steps * batch / s, 1e3 * s / steps,
+             qk::peak_rss_bytes() / 1048576.0, qk::memory_stats(dev).peak_allocated / 1048576.0, loss_val);
   return 0;
 }

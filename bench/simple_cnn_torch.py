@@ -75,21 +75,30 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--model", default="simple_cnn")
     p.add_argument("--bf16", action="store_true", help="autocast to bfloat16 (PyTorch's fastest CPU mode)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the GPU peer of simple_cnn_step --device cuda)")
+    p.add_argument("--mode", default="train", choices=["train", "infer"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    net = SimpleCNN() if a.model == "simple_cnn" else SimpleResNet()
+    net = (SimpleCNN() if a.model == "simple_cnn" else SimpleResNet()).to(a.device)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(a.batch, 3, 32, 32)
-    y = torch.randint(0, 10, (a.batch,))
+    x = torch.randn(a.batch, 3, 32, 32).to(a.device)
+    y = torch.randint(0, 10, (a.batch,)).to(a.device)
+    dev_type = "cuda" if a.device.startswith("cuda") else "cpu"
 
-    def step():
+    def step():  # .item() waits for the device, as the qianka program's
+        if a.mode == "infer":
+            with torch.no_grad(), torch.autocast(dev_type, dtype=torch.bfloat16, enabled=a.bf16):
+                return net(x).sum().item()
         opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=a.bf16):
             loss = F.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
         return loss.item()
+
+    if a.mode == "infer":
+        net.eval()
 
     for _ in range(a.warmup):
         step()
@@ -98,7 +107,9 @@ def main():
         loss = step()
     s = time.perf_counter() - t
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"impl": "pytorch-bf16" if a.bf16 else "pytorch", "model": a.model, "threads": a.threads,
+    peak = torch.cuda.max_memory_allocated() / 1048576.0 if dev_type == "cuda" else 0.0
+    print(json.dumps({"impl": ("pytorch-bf16" if a.bf16 else "pytorch") + ("" if dev_type == "cpu" else "-" + a.device),
+                      "model": a.model, "mode": a.mode, "threads": a.threads, "peak_tensor_mb": round(peak, 1),
                       "batch": a.batch, "images_per_s": round(a.steps * a.batch / s, 1),
                       "ms_per_step": round(1e3 * s / a.steps, 2), "peak_rss_mb": round(rss, 1),
                       "loss": round(loss, 4), "torch": torch.__version__}))

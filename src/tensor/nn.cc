@@ -15,14 +15,13 @@ QK_DEFINE_KERNEL(softmax_kernel, SoftmaxFn);
 QK_DEFINE_KERNEL(softmax_backward_kernel, SoftmaxBwdFn);
 QK_DEFINE_KERNEL(cross_entropy_kernel, CrossEntropyFn);
 QK_DEFINE_KERNEL(cross_entropy_backward_kernel, CrossEntropyBwdFn);
+QK_DEFINE_KERNEL(dropout_kernel, DropoutFn);
 
 namespace {
 
-using DropoutFn = std::pair<Tensor, Tensor>(const Tensor&, double, uint64_t, uint64_t);
 using EmbeddingFn = Tensor(const Tensor&, const Tensor&);
 using EmbeddingBwdFn = Tensor(const Tensor&, const Tensor&, int64_t, int64_t);
 
-QK_DEFINE_KERNEL(dropout_kernel, DropoutFn);
 QK_DEFINE_KERNEL(embedding_kernel, EmbeddingFn);
 QK_DEFINE_KERNEL(embedding_backward_kernel, EmbeddingBwdFn);
 QK_REGISTER_KERNEL(softmax_kernel, cpu, cpu::softmax_forward);

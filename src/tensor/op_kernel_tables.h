@@ -65,6 +65,11 @@ using BatchNormBwdFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor& grad_out
 QK_DECLARE_KERNEL(batch_norm_kernel, BatchNormFn);
 QK_DECLARE_KERNEL(batch_norm_backward_kernel, BatchNormBwdFn);
 
+// Inverted dropout of contiguous x with Philox(seed, offset + i / 4):
+// (out, mask), the mask 0 or 1/(1-p) in x's dtype.
+using DropoutFn = std::pair<Tensor, Tensor>(const Tensor& x, double p, uint64_t seed, uint64_t offset);
+QK_DECLARE_KERNEL(dropout_kernel, DropoutFn);
+
 // dx <- grad * op'(x) (y = op(x); either may be undefined when the
 // derivative does not need it).
 using UnaryBwdFn = void(UnaryOp op, const Tensor& dx, const Tensor& grad, const Tensor& x, const Tensor& y);

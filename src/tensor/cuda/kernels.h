@@ -67,6 +67,11 @@ struct PoolGeometry {
 void launch_pool(PoolKind kind, bool backward, void* out, const void* in, void* indices, int dtype, int64_t planes,
                  const PoolGeometry& g, bool count_include_pad, cudaStream_t stream);
 
+// Inverted dropout of n contiguous elements (dropout.cu) with the CPU's
+// Philox stream: out and mask (0 or 1/(1-p)) of x's floating dtype.
+void launch_dropout(void* out, void* mask, const void* x, int dtype, int64_t n, double p, uint64_t seed,
+                    uint64_t offset, cudaStream_t stream);
+
 // Cross entropy (loss.cu) over lp [N, C, S] contiguous and targets [N, S]:
 // per[p] and on[p] (1 where position p counts) for every position; *bad gets
 // the first out-of-range target's position + 1 (start it at ~0: an atomicMin).

@@ -1,4 +1,4 @@
-// The CUDA backend's cross-entropy kernel-table entries: log_softmax along
+// The CUDA backend's cross-entropy (and dropout) kernel-table entries: log_softmax along
 // the class dimension (softmax_kernel), then the per-position losses and
 // their f64 sum and count (loss.cu, reduce.cu). A target out of range
 // raises IndexError naming its position, as on the CPU; finding it costs one
@@ -118,7 +118,16 @@ Tensor cross_entropy_backward_on_device(const Tensor& grad_loss, const Tensor& l
   return dx;
 }
 
+std::pair<Tensor, Tensor> dropout_on_device(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  DeviceStream ds(x.device().index);
+  Tensor out = empty(x.shape(), on(x, x.dtype())), mask = empty(x.shape(), on(x, x.dtype()));
+  launch_dropout(out.raw_data(), mask.raw_data(), x.raw_data(), static_cast<int>(x.dtype()), x.numel(), p, seed,
+                 offset, ds.stream());
+  return {out, mask};
+}
+
 [[maybe_unused]] const bool registered = [] {
+  ops::dropout_kernel.set(DeviceType::cuda, &dropout_on_device);
   ops::cross_entropy_kernel.set(DeviceType::cuda, &cross_entropy_on_device);
   ops::cross_entropy_backward_kernel.set(DeviceType::cuda, &cross_entropy_backward_on_device);
   return true;

@@ -92,6 +92,19 @@ TEST_F(CudaTraining, ConvolutionForwardAndBackwardMatchTheCpu) {
   EXPECT_LT(max_abs_diff(dbc, dbg), 1e-4);
 }
 
+TEST_F(CudaTraining, DropoutDrawsTheCpusMaskBitForBit) {
+  Tensor x = randn({7, 129});  // not a multiple of 4: the last Philox counter half used
+  for (DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Generator gc(1234), gg(1234);
+    auto [yc, mc] = ops::dropout(ops::cast(x, t), 0.3, gc);
+    auto [yg, mg] = ops::dropout(ops::to_device(ops::cast(x, t), kCuda0), 0.3, gg);
+    EXPECT_EQ(max_abs_diff(mc, mg), 0);
+    EXPECT_EQ(max_abs_diff(yc, yg), 0);
+    EXPECT_EQ(gc.offset(), gg.offset());
+  }
+}
+
 TEST_F(CudaTraining, PoolingForwardAndBackwardMatchTheCpu) {
   auto dev = [](const Tensor& t) { return ops::to_device(t, kCuda0); };
   Tensor x = randn({2, 3, 11, 9});
