@@ -15,19 +15,10 @@
 #include "qk/tensor/ops/view.h"
 #include "cpu/norm_lanes.h"
 #include "cpu/softmax.h"
+#include "ncs.h"
 
 namespace qk::cpu {
 namespace {
-
-struct NCS {
-  int64_t N, C, S;
-};
-
-NCS ncs_of(const Tensor& t) {
-  NCS d{t.size(0), t.size(1), 1};
-  for (int64_t i = 2; i < t.dim(); ++i) d.S *= t.size(i);
-  return d;
-}
 
 template <typename I>
 inline bool counted(I t, int64_t C, int64_t ignore_index, int64_t pos) {

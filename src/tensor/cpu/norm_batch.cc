@@ -14,19 +14,10 @@
 #include "qk/tensor/ops/view.h"
 #include "cpu/norm.h"
 #include "cpu/norm_lanes.h"
+#include "ncs.h"
 
 namespace qk::cpu {
 namespace {
-
-struct NCS {
-  int64_t N, C, S;
-};
-
-NCS ncs_of(const Tensor& x) {
-  NCS d{x.size(0), x.size(1), 1};
-  for (int64_t i = 2; i < x.dim(); ++i) d.S *= x.size(i);
-  return d;
-}
 
 // One channel's shifted sums over its N rows of S: float lanes kept across
 // rows, flushed into double every ~1024 values per lane, so that long

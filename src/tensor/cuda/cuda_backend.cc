@@ -71,7 +71,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
   uint64_t total_memory(int index) const override {
     check_index(index);
     size_t free_bytes = 0, total = 0;
-    Guard g(index);
+    DeviceGuard g(index);
     QK_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     return total;
   }
@@ -92,7 +92,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
 
   void* allocate(size_t nbytes, int index) override {
     check_index(index);
-    Guard g(index);
+    DeviceGuard g(index);
     // Keyed by the current stream: the block is reused only in its order.
     return alloc_.allocate(nbytes, index, current_stream_id(index));
   }
@@ -101,7 +101,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
     if (nbytes == 0) return;
     const int device = dst_dev.is_cpu() ? src_dev.index : dst_dev.index;
-    Guard g(device);
+    DeviceGuard g(device);
     cudaStream_t s = current_stream_handle(device);
     // From pageable host memory the call returns once the source is staged.
     QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
@@ -112,7 +112,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
   // Also RawDeviceMemory's: the caching allocator's wait before it releases blocks.
   void synchronize(int index) override {
     check_index(index);
-    Guard g(index);
+    DeviceGuard g(index);
     QK_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
@@ -130,7 +130,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
   void retire_stream(uint64_t id) { alloc_.retire_stream(id); }
   void empty_cache(int index) override {
     check_index(index);
-    Guard g(index);
+    DeviceGuard g(index);
     alloc_.empty_cache(index);
   }
 
@@ -146,31 +146,13 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
     return p;
   }
   void raw_free(void* p, int index) override {
-    Guard g(index);
+    DeviceGuard g(index);
     cudaFree(p);  // at exit the driver may be gone already; nothing to do about it then
   }
   uint64_t total_bytes(int index) override { return total_memory(index); }
   std::string label(int index) override { return "cuda:" + std::to_string(index) + " (" + device_name(index) + ")"; }
 
  private:
-  // Makes `index` the current device for the scope.
-  class Guard {
-   public:
-    explicit Guard(int index) {
-      QK_CUDA_CHECK(cudaGetDevice(&prev_));
-      if (prev_ != index) QK_CUDA_CHECK(cudaSetDevice(index));
-      index_ = index;
-    }
-    ~Guard() {
-      if (prev_ != index_) cudaSetDevice(prev_);
-    }
-    Guard(const Guard&) = delete;
-    Guard& operator=(const Guard&) = delete;
-
-   private:
-    int prev_ = 0, index_ = 0;
-  };
-
   void probe() const {
     std::call_once(probed_, [this] {
       int n = 0;

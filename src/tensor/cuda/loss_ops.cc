@@ -14,19 +14,11 @@
 #include "qk/base/error.h"
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
+#include "ncs.h"
 
 namespace qk::cuda {
 
 namespace {
-
-struct NCS {
-  int64_t N, C, S;
-};
-NCS ncs_of(const Tensor& t) {
-  NCS d{t.size(0), t.size(1), 1};
-  for (int64_t i = 2; i < t.dim(); ++i) d.S *= t.size(i);
-  return d;
-}
 
 TensorOptions on(const Tensor& like, DType t) { return TensorOptions().dtype(t).device(like.device()); }
 

@@ -12,22 +12,6 @@ namespace qk::cuda {
 
 namespace {
 
-// Makes `device` current for the scope (streams belong to a device).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    QK_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) QK_CUDA_CHECK(cudaSetDevice(device));
-    now_ = device;
-  }
-  ~DeviceScope() {
-    if (prev_ != now_) cudaSetDevice(prev_);
-  }
-
- private:
-  int prev_ = 0, now_ = 0;
-};
-
 thread_local std::vector<Stream> current;  // by device; missing: the legacy default
 
 }  // namespace
@@ -50,7 +34,7 @@ struct Stream::Owned {
 
 Stream Stream::create(int device, bool non_blocking) {
   Stream st(device);
-  DeviceScope d(device);
+  DeviceGuard d(device);
   static std::atomic<uint64_t> next_id{1};
   auto o = std::make_shared<Owned>();
   o->device = device;
@@ -64,12 +48,12 @@ uintptr_t Stream::handle() const { return owned_ ? reinterpret_cast<uintptr_t>(o
 uint64_t Stream::id() const { return owned_ ? owned_->id : 0; }
 
 void Stream::synchronize() const {
-  DeviceScope d(device_);
+  DeviceGuard d(device_);
   QK_CUDA_CHECK(cudaStreamSynchronize(stream_handle(*this)));
 }
 
 bool Stream::query() const {
-  DeviceScope d(device_);
+  DeviceGuard d(device_);
   cudaError_t e = cudaStreamQuery(stream_handle(*this));
   if (e == cudaErrorNotReady) {
     cudaGetLastError();
@@ -80,7 +64,7 @@ bool Stream::query() const {
 }
 
 void Stream::wait(const Event& e) const {
-  DeviceScope d(device_);
+  DeviceGuard d(device_);
   QK_CUDA_CHECK(cudaStreamWaitEvent(stream_handle(*this), reinterpret_cast<cudaEvent_t>(e.handle()), 0));
 }
 
@@ -95,12 +79,11 @@ void set_current_stream(const Stream& s) {
   current[s.device()] = s;
 }
 
-DeviceStream::DeviceStream(int device) : now_(device) {
+DeviceGuard::DeviceGuard(int device) : now_(device) {
   QK_CUDA_CHECK(cudaGetDevice(&prev_));
   if (prev_ != device) QK_CUDA_CHECK(cudaSetDevice(device));
-  stream_ = current_stream_handle(device);
 }
-DeviceStream::~DeviceStream() {
+DeviceGuard::~DeviceGuard() {
   if (prev_ != now_) cudaSetDevice(prev_);
 }
 
@@ -122,7 +105,7 @@ Event::Event(bool timing) : owned_(std::make_shared<Owned>()) {
 }
 
 void Event::record(const Stream& s) {
-  DeviceScope d(s.device());
+  DeviceGuard d(s.device());
   QK_CUDA_CHECK(cudaEventRecord(owned_->e, stream_handle(s)));
 }
 

@@ -16,19 +16,28 @@ uint64_t current_stream_id(int device);
 // Called by a stream's destructor once its work is done (cuda_backend.cc).
 void stream_retired(uint64_t id);
 
-// For one kernel-table entry: makes `device` the current CUDA device for
-// the scope (kernels launch on the current device) and names its current
-// stream.
-class DeviceStream {
+// Makes `device` the current CUDA device for the scope (kernels launch and
+// streams live on the current device); throws DeviceError when it cannot.
+class DeviceGuard {
  public:
-  explicit DeviceStream(int device);
-  ~DeviceStream();
-  DeviceStream(const DeviceStream&) = delete;
-  DeviceStream& operator=(const DeviceStream&) = delete;
-  cudaStream_t stream() const { return stream_; }
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int prev_ = 0, now_ = 0;
+};
+
+// For one kernel-table entry: the device current for the scope, and its
+// current stream.
+class DeviceStream {
+ public:
+  explicit DeviceStream(int device) : guard_(device), stream_(current_stream_handle(device)) {}
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  DeviceGuard guard_;
   cudaStream_t stream_ = nullptr;
 };
 
