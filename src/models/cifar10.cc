@@ -74,8 +74,9 @@ Device usable_device(const std::string& flag) {
     QK_THROW(ValueError, "--device: ", e.message());
   }
   if (dev.is_cpu()) return dev;
-  QK_CHECK_AS(ValueError, has_backend(dev.type), "--device ", flag, ": this program has no backend for it (",
-              dev.type == DeviceType::cuda ? cuda::unavailable_reason() : std::string("not registered"), ")");
+  QK_CHECK_AS(ValueError, has_backend(dev.type), "--device ", flag, ": ",
+              dev.type == DeviceType::cuda ? cuda::unavailable_reason()
+                                           : "this program has no backend for " + dev.str());
   const int n = backend(dev.type).device_count();
   QK_CHECK_AS(ValueError, n > 0, "--device ", flag, ": ", dev.str(), " is not available: ",
               backend(dev.type).unavailable_reason());
