@@ -10,7 +10,6 @@
 #include "qk/autograd/functions.h"
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
-#include "qk/tensor/cuda.h"
 #include "qk/base/file_io.h"
 #include "qk/data/dataset.h"
 #include "qk/data/loader.h"
@@ -73,14 +72,11 @@ Device usable_device(const std::string& flag) {
   } catch (const Error& e) {
     QK_THROW(ValueError, "--device: ", e.message());
   }
-  if (dev.is_cpu()) return dev;
-  QK_CHECK_AS(ValueError, has_backend(dev.type), "--device ", flag, ": ",
-              dev.type == DeviceType::cuda ? cuda::unavailable_reason()
-                                           : "this program has no backend for " + dev.str());
-  const int n = backend(dev.type).device_count();
-  QK_CHECK_AS(ValueError, n > 0, "--device ", flag, ": ", dev.str(), " is not available: ",
-              backend(dev.type).unavailable_reason());
-  QK_CHECK_AS(ValueError, dev.index < n, "--device ", flag, ": this machine has ", n, " such device(s)");
+  try {
+    check_device_usable(dev);
+  } catch (const DeviceError& e) {
+    QK_THROW(ValueError, "--device ", flag, ": ", e.message());
+  }
   return dev;
 }
 

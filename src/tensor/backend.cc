@@ -34,6 +34,19 @@ void register_backend(Backend* b) {
   table()[static_cast<int>(b->type())] = b;
 }
 
+void check_device_usable(Device d) {
+  if (d.is_cpu()) return;
+  QK_CHECK_DEVICE(has_backend(d.type), d.str(), " is not available: this program has no backend for '",
+                  device_type_name(d.type), "' (qianka built without its toolkit, or the program does not link "
+                  "the backend's library)");
+  const Backend& b = backend(d.type);
+  const int n = b.device_count();
+  QK_CHECK_DEVICE(n > 0, d.str(), " is not available: ", b.unavailable_reason());
+  QK_CHECK_DEVICE(d.index >= 0 && d.index < n, d.str(), " does not exist: this machine has ", n, " ",
+                  device_type_name(d.type), " device", n == 1 ? "" : "s", " (", device_type_name(d.type), ":0 to ",
+                  device_type_name(d.type), ":", n - 1, ")");
+}
+
 MemoryStats memory_stats(Device d) { return backend(d.type).memory_stats(d.index); }
 void reset_peak_memory(Device d) { backend(d.type).reset_peak_memory(d.index); }
 void empty_cache(Device d) { backend(d.type).empty_cache(d.index); }

@@ -12,10 +12,7 @@ namespace qk::cuda {
 namespace {
 
 Backend& cuda_backend(int device) {
-  const int n = device_count();
-  QK_CHECK_DEVICE(n > 0, "cuda:", device, " is not available: ", unavailable_reason());
-  QK_CHECK_DEVICE(device >= 0 && device < n, "cuda:", device, " does not exist: this machine has ", n,
-                  " CUDA device", n == 1 ? "" : "s");
+  check_device_usable(Device(DeviceType::cuda, device));
   return backend(DeviceType::cuda);
 }
 

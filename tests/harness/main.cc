@@ -90,11 +90,11 @@ int main(int argc, char** argv) {
       return usage_error(qk::detail::str_cat("no backend for ", d.str(),
                                              " in this program (registered: ", known, ")"));
     }
-    const int n = qk::backend(d.type).device_count();
-    if (d.index >= n)
-      return usage_error(n == 0 ? qk::detail::str_cat(d.str(), " is not available: ",
-                                                      qk::backend(d.type).unavailable_reason())
-                                : qk::detail::str_cat(d.str(), " does not exist: ", n, " device(s)"));
+    try {
+      qk::check_device_usable(d);
+    } catch (const qk::DeviceError& e) {
+      return usage_error(e.message());
+    }
   }
   std::vector<Case> cases = all_cases();
   if (list) {

@@ -58,6 +58,11 @@ bool has_backend(DeviceType t);
 void register_backend(Backend* b);
 
 // Memory of the device, for `qk check`, benchmarks and training logs.
+// Throws DeviceError unless `d` can be used here: its backend is in this
+// program and the machine shows the device ("cuda:0 is not available:
+// <the runtime's reason>", "cuda:7 does not exist: ...").
+void check_device_usable(Device d);
+
 MemoryStats memory_stats(Device d);
 void reset_peak_memory(Device d);
 void empty_cache(Device d);

@@ -167,12 +167,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
       count_ = n;
     });
   }
-  void check_index(int index) const {
-    int n = device_count();
-    QK_CHECK_DEVICE(n > 0, "cuda:", index, " is not available: ", reason_);
-    QK_CHECK_DEVICE(index >= 0 && index < n, "cuda:", index, " does not exist: this machine has ", n,
-                    " CUDA device", n == 1 ? "" : "s", " (cuda:0 to cuda:", n - 1, ")");
-  }
+  void check_index(int index) const { check_device_usable(Device(DeviceType::cuda, index)); }
 
   mutable std::once_flag probed_;
   mutable int count_ = 0;

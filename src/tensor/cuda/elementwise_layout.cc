@@ -1,53 +1,44 @@
 #include "elementwise_layout.h"
 
-#include <vector>
+#include <array>
 
+#include "cpu/loops.h"
 #include "qk/base/error.h"
 
 namespace qk::cuda {
 
-ElementwiseLayout make_layout(std::initializer_list<const Tensor*> operands, const char* op) {
-  const Shape& shape = (*operands.begin())->shape();
-  const int nd = static_cast<int>(shape.size());
-  const int nk = static_cast<int>(operands.size());
-  std::vector<int64_t> sizes(shape.begin(), shape.end());
-  std::vector<std::vector<int64_t>> strides(nk, std::vector<int64_t>(nd, 0));
+namespace {
+
+// The CPU loops' layout (cpu/loops.h: broadcast, size-1 dims dropped,
+// contiguous neighbours merged), copied into the kernels' plain struct.
+template <int N>
+ElementwiseLayout from_cpu_layout(std::initializer_list<const Tensor*> operands, const char* op) {
+  std::array<Tensor, N> ts;
   int k = 0;
-  for (const Tensor* t : operands) {
-    const int lead = nd - static_cast<int>(t->dim());
-    for (int d = 0; d < static_cast<int>(t->dim()); ++d)
-      strides[k][lead + d] = t->size(d) == 1 ? 0 : t->stride(d);
-    ++k;
-  }
-  // Drop size-1 dimensions, then merge d into d+1 where every operand allows.
-  std::vector<int> keep;
-  for (int d = 0; d < nd; ++d)
-    if (sizes[d] != 1) keep.push_back(d);
-  ElementwiseLayout l;
-  l.numel = 1;
-  for (int64_t s : sizes) l.numel *= s;
-  std::vector<int64_t> ms;
-  std::vector<std::vector<int64_t>> mst(nk);
-  for (int d : keep) {
-    bool merge = !ms.empty();
-    for (int j = 0; j < nk && merge; ++j) merge = mst[j].back() == strides[j][d] * sizes[d];
-    if (merge) {
-      ms.back() *= sizes[d];
-      for (int j = 0; j < nk; ++j) mst[j].back() = strides[j][d];
-    } else {
-      ms.push_back(sizes[d]);
-      for (int j = 0; j < nk; ++j) mst[j].push_back(strides[j][d]);
-    }
-  }
-  QK_CHECK_DEVICE(static_cast<int>(ms.size()) <= kMaxDims, op, " on CUDA: ", ms.size(),
+  for (const Tensor* t : operands) ts[k++] = *t;
+  const cpu::StridedLayout<N> L = cpu::make_layout<N>(ts[0].shape(), ts);
+  QK_CHECK_DEVICE(L.shape.size() <= static_cast<size_t>(kMaxDims), op, " on CUDA: ", L.shape.size(),
                   " dimensions that cannot be merged; the kernels take at most ", kMaxDims,
                   " (make the tensors contiguous first)");
-  l.ndim = static_cast<int>(ms.size());
+  ElementwiseLayout l;
+  l.ndim = static_cast<int>(L.shape.size());
+  l.numel = ts[0].numel();
   for (int d = 0; d < l.ndim; ++d) {
-    l.sizes[d] = ms[d];
-    for (int j = 0; j < nk; ++j) l.strides[j][d] = mst[j][d];
+    l.sizes[d] = L.shape[d];
+    for (int j = 0; j < N; ++j) l.strides[j][d] = L.strides[j][d];
   }
   return l;
+}
+
+}  // namespace
+
+ElementwiseLayout make_layout(std::initializer_list<const Tensor*> operands, const char* op) {
+  switch (operands.size()) {
+    case 2: return from_cpu_layout<2>(operands, op);
+    case 3: return from_cpu_layout<3>(operands, op);
+    case 4: return from_cpu_layout<4>(operands, op);
+  }
+  QK_THROW(InternalError, op, ": ", operands.size(), " operands; the CUDA loops take 2 to ", kMaxOperands);
 }
 
 }  // namespace qk::cuda

@@ -1,8 +1,8 @@
-// Tensors as an elementwise loop for the CUDA kernels (kernels.h): operand 0
-// has the loop's shape, the others are broadcast to it (stride 0 where they
-// have size 1 or lack the dimension); size-1 dimensions are dropped and
-// neighbours that every operand walks contiguously are merged, so most calls
-// reach the kernel as one flat loop. Host code only (tested on the CPU).
+// Tensors as an elementwise loop for the CUDA kernels (kernels.h): the CPU
+// loops' layout (cpu/loops.h make_layout: operand 0 has the loop's shape,
+// the others are broadcast to it, size-1 dimensions dropped, neighbours that
+// every operand walks contiguously merged) in the kernels' plain struct.
+// Host code only (tested on the CPU).
 #pragma once
 
 #include <initializer_list>
