@@ -1,8 +1,9 @@
 // The CUDA backend's cross-entropy (and dropout) kernel-table entries: log_softmax along
 // the class dimension (softmax_kernel), then the per-position losses and
 // their f64 sum and count (loss.cu, reduce.cu). A target out of range
-// raises IndexError naming its position, as on the CPU; finding it costs one
-// 8-byte read back per call, which the loss's own .item() pays anyway.
+// raises IndexError naming its position in the forward, as on the CPU;
+// finding it costs one 8-byte read back per forward call (the loss's own
+// .item() waits for the device anyway).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -106,7 +107,9 @@ Tensor cross_entropy_backward_on_device(const Tensor& grad_loss, const Tensor& l
                                 reduction == Reduction::none, count.data_ptr<int64_t>(),
                                 reduction == Reduction::mean, d.N, d.C, d.S, ignore_index, label_smoothing,
                                 static_cast<unsigned long long*>(bad.raw_data()), ds.stream());
-  raise_if_bad(bad, target, d.C, ignore_index);
+  // Not read back here: the forward raised for these targets already, and a
+  // read would stall the host in the middle of every backward pass. An
+  // out-of-range target reaching backward alone counts as ignored.
   return dx;
 }
 
