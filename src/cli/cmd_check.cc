@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 #include <sys/sysinfo.h>
 
-#include <fstream>
 #include <string>
 
 #include "command.h"
 #include "check_sections.h"
 #include "qk/base/env.h"
+#include "qk/base/host_info.h"
 #include "qk/base/thread_pool.h"
 #include "qk/base/version.h"
 
@@ -16,15 +16,8 @@ namespace qk::cli {
 namespace {
 
 std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto pos = line.find(':');
-      if (pos != std::string::npos) return line.substr(pos + 2);
-    }
-  }
-  return "unknown CPU";
+  std::string m = cpu_model_name();
+  return m.empty() ? "unknown CPU" : m;
 }
 
 struct CheckOptions {

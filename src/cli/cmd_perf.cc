@@ -19,6 +19,10 @@
 // rank 0's unique id goes to the others by MPI_Bcast (QCCL_BACKEND=mpi then
 // runs the collectives on Open MPI).
 // `qk perf memcpy -b .. -e ..` measures single-thread memcpy for comparison.
+//
+// `qk perf --tune [--out FILE] [--tune-ranks 2,4]` measures qccl's four
+// tuned sizes on this machine (qk/qccl/tune.h) for each count of ranks and
+// writes the tuning file QCCL_TUNE_FILE then names.
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +32,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,10 +42,13 @@
 #include "qccl.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
+#include "qk/base/file_io.h"
+#include "qk/base/host_info.h"
 #include "qk/base/launch_vars.h"
 #include "qk/base/log.h"
 #include "qk/dist/launch_env.h"
 #include "qk/qccl/check_data.h"
+#include "qk/qccl/tune.h"
 #ifdef QK_HAVE_MPI
 #include "qk/qccl/mpi.h"
 #endif
@@ -55,6 +63,9 @@ struct PerfOptions {
   int iters = 20, warmup = 5, check = 1, root = 0, np = 0, registered = 0;
   std::string transport, algo;
   double timeout_s = 0;
+  bool tune = false;
+  std::string out, tune_ranks;
+  int tune_rounds = 7;
 };
 
 enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kAllToAllv };
@@ -408,6 +419,94 @@ int run_rank(const PerfOptions& o, const CollInfo& ci, const qcclUniqueId& id, i
   return wrong_total ? 2 : 0;
 }
 
+// ---- qk perf --tune ---------------------------------------------------------
+QK_ENV_OPTIONAL_STRING(env_tune_file_out, "QCCL_TUNE_FILE",
+                       "qk perf --tune: the file written when --out is not given.");
+
+std::string tune_out(const PerfOptions& o) {
+  if (!o.out.empty()) return o.out;
+  if (auto f = env_tune_file_out.lookup(); f && !f->empty()) return *f;
+  return "qccl-tune.json";
+}
+
+// The file's entries so far: kept when it was measured on this CPU model.
+// Anything there that is not a tuning file is never overwritten.
+qccl::TuneFile existing_tune_file(const std::string& path, bool say) {
+  qccl::TuneFile fresh = qccl::tune_file_for_this_machine();
+  if (!file_exists(path)) return fresh;
+  qccl::TuneFile f;
+  try {
+    f = qccl::read_tune_file(path);
+  } catch (const Error& e) {
+    QK_THROW(ValueError, "--out ", path, " exists and is not a tuning file to add to: ", e.message(),
+             ". Remove it or choose another --out");
+  }
+  if (f.cpu != fresh.cpu) {
+    if (say)
+      fmt::print("# {} was measured on '{}', this is '{}': its entries are replaced\n", path, f.cpu, fresh.cpu);
+    return fresh;
+  }
+  f.written = fresh.written;
+  f.cpus = fresh.cpus;
+  return f;
+}
+
+std::vector<int> parse_rank_list(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t comma = s.find(',', pos);
+    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    QK_CHECK(!item.empty() && *end == 0 && v >= 2 && v <= 256,
+             "--tune-ranks: expected counts of ranks from 2 to 256 separated by commas (2,4), got '", s, "'");
+    if (std::find(out.begin(), out.end(), static_cast<int>(v)) == out.end()) out.push_back(static_cast<int>(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// 2 and 4 ranks (the benchmarks' counts), and one rank per CPU where there are more.
+std::vector<int> default_tune_ranks() {
+  std::vector<int> r{2, 4};
+  long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus > 4) r.push_back(static_cast<int>(std::min<long>(cpus, 64)));
+  return r;
+}
+
+int tune_rank(const PerfOptions& o, const qcclUniqueId& id, int rank, int n) {
+  qcclConfig_t cfg = QCCL_CONFIG_INITIALIZER;
+  cfg.timeoutS = o.timeout_s;
+  cfg.commName = "perf-tune";
+  qcclComm_t comm = nullptr;
+  qcclResult_t rc = qcclCommInitRankConfig(&comm, n, id, rank, &cfg);
+  QK_CHECK_AS(IoError, rc == qcclSuccess, "rank ", rank, ": qccl init failed: ", qcclGetErrorString(rc), ": ",
+              qcclGetLastError(nullptr));
+  qccl::TuneOptions to;
+  to.rounds = o.tune_rounds;
+  to.progress = [](const std::string& line) {
+    fmt::print("  {}\n", line);
+    std::fflush(stdout);
+  };
+  if (rank == 0) {
+    fmt::print("# qk perf --tune: {} ranks on '{}', {} rounds per candidate\n", n, cpu_model_name(), o.tune_rounds);
+    std::fflush(stdout);
+  }
+  qccl::TuneEntry e = qccl::tune_communicator(comm, to);
+  qcclCommDestroy(comm);
+  if (rank != 0) return 0;
+  const std::string path = tune_out(o);
+  qccl::TuneFile f = existing_tune_file(path, false);
+  qccl::merge_entry(f, e);
+  qccl::write_tune_file(path, f);
+  fmt::print("# {} ranks: shm_slice {} reduce_slice {} chain_chunk {} cma_copy_chunk {} ({:.1f} s); written to {}\n",
+             n, e.sizes.shm_slice, e.sizes.reduce_slice, e.sizes.chain_chunk, e.sizes.cma_copy_chunk, e.seconds, path);
+  std::fflush(stdout);
+  return 0;
+}
+
 void run_memcpy(const PerfOptions& o) {
   size_t lo = std::max<size_t>(parse_size(o.min_s), 1), hi = parse_size(o.max_s);
   std::vector<char> a(hi, 1), b(hi, 0);
@@ -449,15 +548,11 @@ bool launcher_rank(int* rank, int* size) {
   return false;
 }
 
-void run_perf(const PerfOptions& o) {
-  if (o.coll == "memcpy") return run_memcpy(o);
-  const CollInfo* ci = nullptr;
-  for (const auto& c : kColls)
-    if (o.coll == c.name) ci = &c;
-  QK_CHECK(ci, "Expected a collective: all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
-           "alltoall, alltoallv (or memcpy), got '", o.coll, "'");
-  parse_dtype(o.dtype_s);
-  parse_op(o.op_s);
+// Runs body(id, rank, size) on this process's rank when a launcher started
+// the ranks (and --np is not given): under `qk run` (or mpirun/srun with
+// MASTER_ADDR/MASTER_PORT) they meet through the store; under mpirun at
+// QCCL_COMM_ID or through MPI. False when there is no launcher.
+bool run_launched(const PerfOptions& o, const std::function<int(const qcclUniqueId&, int, int)>& body) {
   int rank = 0, size = 0;
   // Under `qk run` (or mpirun/srun with MASTER_ADDR/MASTER_PORT): meet through the store.
   dist::LaunchEnv le = dist::launch_env();
@@ -465,9 +560,9 @@ void run_perf(const PerfOptions& o) {
     double timeout = o.timeout_s > 0 ? o.timeout_s : 300;
     qcclUniqueId id = dist::rendezvous_unique_id(le, fmt::format("perf/{}", le.restart_count), timeout);
     if (!le.under_qk_run) logging::set_prefix(fmt::format("[rank {}] ", le.rank));
-    int rc = run_rank(o, *ci, id, le.rank, le.world_size);
+    int rc = body(id, le.rank, le.world_size);
     if (rc) exit_with(rc);
-    return;
+    return true;
   }
   if (o.np == 0 && launcher_rank(&rank, &size)) {
     qcclUniqueId id;
@@ -484,12 +579,16 @@ void run_perf(const PerfOptions& o) {
       QK_CHECK_AS(IoError, qcclGetUniqueId(&id) == qcclSuccess, qcclGetLastError(nullptr));
     }
     logging::set_prefix(fmt::format("[rank {}] ", rank));
-    int rc = run_rank(o, *ci, id, rank, size);
+    int rc = body(id, rank, size);
     if (rc) exit_with(rc);
-    return;
+    return true;
   }
-  int np = o.np ? o.np : 1;
-  QK_CHECK(np >= 1 && np <= 256, "--np: expected 1..256 ranks, got ", np);
+  return false;
+}
+
+// Forks np ranks here, each running body(id, rank) and exiting with its
+// code; returns the worst code.
+int fork_ranks(int np, const std::function<int(const qcclUniqueId&, int)>& body) {
   qcclUniqueId id;
   QK_CHECK_AS(IoError, qcclGetUniqueId(&id) == qcclSuccess, qcclGetLastError(nullptr));
   std::fflush(nullptr);
@@ -501,7 +600,7 @@ void run_perf(const PerfOptions& o) {
       logging::set_prefix(fmt::format("[rank {}] ", r));
       int code = 1;
       try {
-        code = run_rank(o, *ci, id, r, np);
+        code = body(id, r);
       } catch (const std::exception& e) {
         fmt::print(stderr, "qk perf: rank {}: error: {}\n", r, e.what());
       }
@@ -519,6 +618,41 @@ void run_perf(const PerfOptions& o) {
     if (code) fmt::print(stderr, "qk perf: rank {} exited with status {}\n", r, code);
     worst = std::max(worst, code);
   }
+  return worst;
+}
+
+// qk perf --tune: ranks from --tune-ranks forked here, one count after the
+// other, or the launcher's ranks (all on this host).
+void run_tune(const PerfOptions& o) {
+  QK_CHECK(o.tune_rounds >= 1 && o.tune_rounds <= 100, "--tune-rounds: expected 1..100, got ", o.tune_rounds);
+  const std::string path = tune_out(o);
+  existing_tune_file(path, true);  // refuses a file that is not one before any work
+  if (run_launched(o, [&](const qcclUniqueId& id, int r, int n) { return tune_rank(o, id, r, n); })) return;
+  QK_CHECK(o.np == 0 || o.tune_ranks.empty(), "--np and --tune-ranks: give one of them");
+  std::vector<int> counts = o.np ? std::vector<int>{o.np} : o.tune_ranks.empty() ? default_tune_ranks()
+                                                                                 : parse_rank_list(o.tune_ranks);
+  for (int np : counts) {
+    QK_CHECK(np >= 2 && np <= 256, "--np: tuning needs 2..256 ranks, got ", np);
+    int worst = fork_ranks(np, [&](const qcclUniqueId& id, int r) { return tune_rank(o, id, r, np); });
+    if (worst) exit_with(worst);
+  }
+  fmt::print("# use it: export QCCL_TUNE_FILE={}\n", path);
+}
+
+void run_perf(const PerfOptions& o) {
+  if (o.tune) return run_tune(o);
+  if (o.coll == "memcpy") return run_memcpy(o);
+  const CollInfo* ci = nullptr;
+  for (const auto& c : kColls)
+    if (o.coll == c.name) ci = &c;
+  QK_CHECK(ci, "Expected a collective: all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
+           "alltoall, alltoallv (or memcpy), got '", o.coll, "'");
+  parse_dtype(o.dtype_s);
+  parse_op(o.op_s);
+  if (run_launched(o, [&](const qcclUniqueId& id, int r, int n) { return run_rank(o, *ci, id, r, n); })) return;
+  int np = o.np ? o.np : 1;
+  QK_CHECK(np >= 1 && np <= 256, "--np: expected 1..256 ranks, got ", np);
+  int worst = fork_ranks(np, [&](const qcclUniqueId& id, int r) { return run_rank(o, *ci, id, r, np); });
   if (worst) exit_with(worst);
 }
 
@@ -545,6 +679,16 @@ void setup_perf(CLI::App& app) {
   app.add_option("--np", o->np, "Fork this many ranks here (default: from the launcher, else 1)");
   app.add_option("--transport", o->transport, "auto, shm or tcp (default: QCCL_TRANSPORT)");
   app.add_option("--algo", o->algo, "auto, ring, rd, pairs, tree, chain, direct or hierarchical (default: QCCL_ALGO)");
+  app.add_flag("--tune", o->tune,
+               "Measure qccl's tuned sizes (shared-memory slice, reduction slice, chain chunk, single-copy "
+               "piece) on this machine and write the tuning file QCCL_TUNE_FILE names (the collective "
+               "argument and the size options are not used)");
+  app.add_option("--out", o->out, "--tune: the file to write or add to (default: $QCCL_TUNE_FILE, else "
+                 "qccl-tune.json)");
+  app.add_option("--tune-ranks", o->tune_ranks, "--tune: counts of ranks to tune for, one after the other "
+                 "(default 2,4 and the CPU count where larger); --np N: only N");
+  app.add_option("--tune-rounds", o->tune_rounds, "--tune: timings per candidate value (the median counts)")
+      ->capture_default_str();
   app.add_option("--timeout", o->timeout_s, "Deadline of every wait in seconds (default: QCCL_TIMEOUT_S)");
   app.callback([o] { run_perf(*o); });
 }

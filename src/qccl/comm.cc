@@ -183,6 +183,13 @@ void connect_mesh(qcclComm& c, Fd& listen, const std::string& forced, int nsocks
 
 }  // namespace
 
+void use_tuned_sizes(qcclComm& c) {
+  c.cost.chain_chunk = c.tuning.chain_chunk;
+  for (auto& conn : c.conns)
+    if (conn) conn->set_publish_slice(c.tuning.shm_slice);
+  for (auto& last : c.last_choice) last = qcclComm::AlgoChoice{};
+}
+
 std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank,
                                     const qcclConfig_t* cfg) {
   QK_CHECK(nranks >= 1, "Expected nranks >= 1, got ", nranks);
@@ -249,10 +256,14 @@ std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank
   if (place_local_ranks(*c)) c->oversubscribed = true;
   const CacheSizes caches = cache_sizes();
   c->tuning = machine_tuning(caches, local);
+  apply_tuned_sizes(c->tuning, local);
   c->cost.cma_chunk = c->tuning.cma_chunk;
   c->cost.llc_bytes = caches.llc;
   c->cost.host_ranks = local;
+  // Both agree the chain chunk (the largest): the ends of a chain must cut alike.
   if (cost_model_measured()) measure_cost_model(*c);  // along that ring
+  else agree_chain_chunk(*c);
+  use_tuned_sizes(*c);
   derive_thresholds(c->tuning, c->cost, nranks, c->oversubscribed, shm_ring_bytes());
   const CostModel& m = c->cost;
   QCCL_INFO("INIT", "comm '{}' rank {} of {} ready in {:.1f} ms: {} peers via shm, {} via tcp; "

@@ -11,4 +11,9 @@ namespace qccl {
 std::unique_ptr<qcclComm> init_comm(int nranks, const qcclUniqueId& id, int rank,
                                     const qcclConfig_t* cfg);
 
+// Puts c.tuning's four measured sizes (algo/tuning.h) to use: the cost
+// model's chain, the shared-memory connections' slice, and forgets the cached
+// algorithm choices. Every rank must set the same chain chunk.
+void use_tuned_sizes(qcclComm& c);
+
 }  // namespace qccl

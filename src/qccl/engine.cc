@@ -18,10 +18,7 @@ namespace {
 
 constexpr uint32_t kMsgMagic = 0x51430000u;  // "QC" in the high half
 constexpr uint32_t kMsgVersion = 1;
-// Tuning sizes of the progress loop, none measured against other values:
-constexpr size_t kReduceSlice = 64 << 10;   // consume in slices so the producer keeps going
 constexpr uint32_t kCmaFlag = 0x8000u;       // in the kind byte: a CMA descriptor follows
-constexpr size_t kCmaCopyChunk = 4 << 20;    // per progress step, so other transfers keep moving
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -230,7 +227,7 @@ bool step_recv_cma(Call& call, Conn& c, Xfer& x, bool moved) {
   if (!recv_desc(c, x, &moved)) return moved;
   if (x.done == x.bytes) return moved;
   if (x.kind == Xfer::kRecv) {
-    size_t n = std::min(kCmaCopyChunk, x.bytes - x.done);
+    size_t n = std::min(call.comm.tuning.cma_copy_chunk, x.bytes - x.done);  // per step: others keep moving
     x.done += cma_read_next(c, x, static_cast<char*>(x.dst) + x.done, n);
   } else {
     // Pieces that stay in cache between the read and the reduction.
@@ -282,7 +279,7 @@ bool step_recv_reduce(Call& call, Conn& c, Xfer& x) {
       }
       continue;
     }
-    size_t m = std::min({avail, x.bytes - x.done, kReduceSlice});
+    size_t m = std::min({avail, x.bytes - x.done, call.comm.tuning.reduce_slice});  // the producer refills behind
     m -= m % es;
     reduce_into(call, x, p, m);
     c.consume(m);

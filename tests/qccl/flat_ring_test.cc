@@ -122,7 +122,7 @@ void check_ring_collectives(qcclComm_t ring, qcclComm_t chain, const Rank& me) {
     for (int root = 0; root < n; ++root) {
       qccl::RingOrder ro = topo_ring(chain);
       bool last = ro.next() == root;  // the chain's end: sends nothing on
-      uint64_t chunks = std::max<uint64_t>(1, (count * 4 + qccl::kChainChunk - 1) / qccl::kChainChunk);
+      uint64_t chunks = std::max<uint64_t>(1, (count * 4 + chain->tuning.chain_chunk - 1) / chain->tuning.chain_chunk);
       auto data = make_input(root, count, qcclSum, qcclFloat32, 5);
       std::vector<char> buf = me.rank == root ? data : std::vector<char>(data.size(), 0x33);
       Counts c0 = counts(chain);
@@ -142,7 +142,7 @@ void check_ring_collectives(qcclComm_t ring, qcclComm_t chain, const Rank& me) {
         REQUIRE(d.empty(), "reduce root ", root, " count ", count, ": ", d);
       }
       // Reduce flows the other way: from the chain's end back to the root.
-      uint64_t rchunks = std::max<uint64_t>(1, (count * 4 + qccl::kChainChunk - 1) / qccl::kChainChunk);
+      uint64_t rchunks = std::max<uint64_t>(1, (count * 4 + chain->tuning.chain_chunk - 1) / chain->tuning.chain_chunk);
       Counts after = counts(chain);
       for (int p = 0; p < n; ++p) {
         uint64_t sent = after.sent[p] - c0.sent[p], got = after.received[p] - c0.received[p];

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "common/run_command.h"
+#include "qk/base/file_io.h"
+#include "qk/qccl/tune.h"
 
 namespace {
 
@@ -124,6 +126,44 @@ TEST_F(PerfCli, BadFlagsAreUserErrors) {
   EXPECT_NE(r.out.find("Expected a collective"), std::string::npos) << r.out;
   r = qk("perf all_reduce --np 2 -b 1M -e 1K");
   EXPECT_NE(r.code, 0) << r.out;
+}
+
+// --tune writes a tuning file with an entry per count of ranks; a
+// communicator made with QCCL_TUNE_FILE takes it (the INFO line says from
+// where); a file that is not one is never overwritten.
+TEST_F(PerfCli, TuneWritesTheFileCommunicatorsTake) {
+  const std::string path = ::testing::TempDir() + "qk_perf_tune_" + std::to_string(::getpid()) + ".json";
+  std::remove(path.c_str());
+  QkRun r = qk("perf --tune --tune-ranks 2 --tune-rounds 1 --out " + path);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* knob : {"shm_slice for 2 ranks:", "reduce_slice for 2 ranks:", "chain_chunk for 2 ranks:",
+                           "cma_copy_chunk for 2 ranks:", "export QCCL_TUNE_FILE="})
+    EXPECT_NE(r.out.find(knob), std::string::npos) << knob << "\n" << r.out;
+  qk::qccl::TuneFile f = qk::qccl::read_tune_file(path);
+  ASSERT_EQ(f.entries.size(), 1u);
+  EXPECT_EQ(f.entries[0].ranks_on_host, 2);
+  EXPECT_EQ(f.entries[0].trials.size(), 20u);  // 5 candidates of each size
+  // A second count joins the first entry in the same file.
+  r = qk("perf --tune --np 3 --tune-rounds 1", "QCCL_TUNE_FILE=" + path);
+  ASSERT_EQ(r.code, 0) << r.out;
+  f = qk::qccl::read_tune_file(path);
+  ASSERT_EQ(f.entries.size(), 2u);
+  EXPECT_EQ(f.entries[1].ranks_on_host, 3);
+  r = qk("perf all_reduce --np 2 -b 1M -e 1M -n 1 -w 0",
+         "QCCL_DEBUG=INFO QCCL_DEBUG_SUBSYS=INIT QCCL_TUNE_FILE=" + path);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("(from " + path + " (its entry for 2 ranks on the host))"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << r.out;
+
+  const std::string notes = path + ".txt";
+  qk::atomic_write_file(notes, std::string_view("my notes\n"));
+  r = qk("perf --tune --tune-ranks 2 --out " + notes);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is not a tuning file to add to"), std::string::npos) << r.out;
+  EXPECT_EQ(qk::read_file(notes), "my notes\n");
+  r = qk("perf --tune --tune-ranks 1,x --out " + path);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--tune-ranks: expected"), std::string::npos) << r.out;
 }
 
 }  // namespace

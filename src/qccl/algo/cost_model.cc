@@ -85,7 +85,7 @@ double tree_us(const CostModel& m, Coll c, int n, double s) {
 }
 // Pipelined chain: n-2 steps to fill, then one step per chunk.
 double chain_us(const CostModel& m, Coll c, int n, double s) {
-  double chunks = std::max(1.0, std::ceil(s / kChainChunk));
+  double chunks = std::max(1.0, std::ceil(s / static_cast<double>(m.chain_chunk)));
   double step = m.step_us(s / chunks) + (reduces(c) ? m.reduce_us(s / chunks) : 0);
   return (n - 2 + chunks) * step;
 }

@@ -51,6 +51,7 @@ struct CostModel {
   LinkCost cma{2.0, 6.0};
   bool cma_everywhere = false;
   size_t cma_chunk = 256 << 10;  // the pieces single-copy calls move (Tuning::cma_chunk)
+  size_t chain_chunk = 256 << 10;  // the pipelined chain's chunk (Tuning::chain_chunk)
   // The last-level cache and the ranks that share it (this host's ranks):
   // where an all-reduce's buffers outgrow it, the direct all-reduce is taken
   // (see direct_preferred in cost_model.cc). 0: unknown, never.
@@ -98,8 +99,5 @@ double predict_us(const CostModel& m, Coll coll, Algo a, int nranks, size_t byte
 // The algorithm for one call: `forced` (the comm's QCCL_ALGO / config.algo)
 // when it applies to `coll`, else the cheapest by the model.
 Algo choose(const CostModel& m, const std::string& forced, Coll coll, int nranks, size_t bytes);
-
-// Chunk size of the pipelined chain (broadcast, reduce); not measured.
-constexpr size_t kChainChunk = 256 << 10;
 
 }  // namespace qccl

@@ -175,6 +175,7 @@ struct Figures {
   double neg_cma_bw;   // minus GB/s; -inf: not measured
   double no_cma;       // 1 where some rank cannot single-copy to some peer
   double validate_ns;  // checking a registration (Tuning): the slowest rank's, so all register alike
+  double chain_chunk;  // Tuning::chain_chunk: the largest, so both ends of a chain cut alike
 };
 
 // Local reduction speed: float sums over the bulk buffer, best of three.
@@ -260,6 +261,15 @@ LinkCost link_figures(std::vector<double> rtts_us, const std::vector<double>& tr
   return LinkCost{rtt / 2, train_bytes / transfer_us / 1e3};
 }
 
+void agree_chain_chunk(qcclComm& c) {
+  if (c.nranks < 2) return;
+  Call call(c, "agree-chain-chunk", MsgKind::kProbe, sizeof(double), "probe");
+  double chunk = static_cast<double>(c.tuning.chain_chunk);
+  agree_max(call, &chunk, 1);
+  finish(call);
+  c.tuning.chain_chunk = static_cast<size_t>(chunk);
+}
+
 void measure_cost_model(qcclComm& c) {
   int n = c.nranks, r = c.rank;
   if (n < 2) return;
@@ -267,7 +277,7 @@ void measure_cost_model(qcclComm& c) {
   char* bulk = scratch(c, kBulkBytes);
   std::memset(bulk, 0, kBulkBytes);  // fault the pages in before timing
   Figures f{{0, 0}, {-1e300, -1e300}, {0, 0}, -reduce_gbps(bulk), 0, -1e300, 0,
-             c.tuning.validate_ns};
+             c.tuning.validate_ns, static_cast<double>(c.tuning.chain_chunk)};
   for (auto& conn : c.conns)
     if (conn) {
       f.in_use[std::string(conn->kind()) == "tcp" ? 1 : 0] = 1;
@@ -345,6 +355,7 @@ void measure_cost_model(qcclComm& c) {
   finish(call);
   c.tuning.cma_min_bytes = cma_min;
   c.tuning.validate_ns = f.validate_ns;
+  c.tuning.chain_chunk = static_cast<size_t>(f.chain_chunk);
   // In place: other fields (the topology's host counts) stay.
   CostModel& m = c.cost;
   m.shm = static_link_cost("shm");

@@ -25,6 +25,11 @@ LinkCost link_figures(std::vector<double> rtts_us, const std::vector<double>& tr
 // Sets c.cost from the measurement and the configured figures.
 void measure_cost_model(qcclComm& c);
 
+// Set-up collective where the cost model is not measured (QCCL_COST_MODEL=
+// static): every rank takes the largest Tuning::chain_chunk (measure_cost_model
+// agrees it with its figures).
+void agree_chain_chunk(qcclComm& c);
+
 // Set-up collective: rank 0 hears every rank's `mine` (all the same length),
 // then sends each rank r the reply_size values answer(all, r) computes for
 // it; every rank returns its own. What rank 0 sends is only what each rank

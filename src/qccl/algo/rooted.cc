@@ -54,6 +54,7 @@ void bcast_chain(Call& call, const char* send, char* recv, size_t bytes, int roo
   int n = c.nranks, rel = (ro.pos - position_of(ro, root) + n) % n;
   int prev = ro.prev(), next = ro.next();
   const char* src = rel == 0 ? send : recv;
+  const size_t kChainChunk = c.tuning.chain_chunk;  // agreed at init: every rank cuts alike
   size_t chunks = (bytes + kChainChunk - 1) / kChainChunk;
   if (chunks == 0) chunks = 1;  // zero bytes still travel as one (empty) message
   auto chunk_len = [&](size_t i) { return std::min(kChainChunk, bytes - i * kChainChunk); };
@@ -98,6 +99,7 @@ void reduce_chain(Call& call, const char* send, char* recv, size_t bytes, int ro
   int n = c.nranks, rel = (ro.pos - position_of(ro, root) + n) % n;
   int up = ro.next(), down = ro.prev();
   bool has_up = rel < n - 1, has_down = rel > 0;
+  const size_t kChainChunk = c.tuning.chain_chunk;  // agreed at init: every rank cuts alike
   size_t chunks = (bytes + kChainChunk - 1) / kChainChunk;
   if (chunks == 0) chunks = 1;
   auto chunk_len = [&](size_t i) { return std::min(kChainChunk, bytes - i * kChainChunk); };

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "algo/cost_model.h"
@@ -16,6 +19,8 @@
 #include "core/debug.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
+#include "qk/base/host_info.h"
+#include "qk/qccl/tune.h"
 
 namespace qccl {
 
@@ -33,6 +38,19 @@ QK_ENV_INT(env_register_min, "QCCL_REGISTER_MIN_BYTES", -1,
 QK_ENV_INT(env_direct_min, "QCCL_DIRECT_MIN_BYTES", -1,
            "Smallest all-reduce (bytes) that checks for shared buffers (-1: where the check costs "
            "at most 5% of the call by the cost model; QCCL_ALGO=direct: any size).");
+
+QK_ENV_STRING(env_tune_file, "QCCL_TUNE_FILE", "",
+              "A tuning file written by `qk perf --tune` (qk/qccl/tune.h): the shared-memory slice, the "
+              "reduction slice, the chain chunk and the single-copy piece measured on this machine.");
+QK_ENV_INT(env_shm_slice, "QCCL_SHM_SLICE_BYTES", -1,
+           "A shared-memory sender publishes at least every this many bytes (-1: QCCL_TUNE_FILE, else 64 KiB).");
+QK_ENV_INT(env_reduce_slice, "QCCL_REDUCE_SLICE_BYTES", -1,
+           "A receive-and-reduce consumes this many bytes at a time (-1: QCCL_TUNE_FILE, else 64 KiB).");
+QK_ENV_INT(env_chain_chunk, "QCCL_CHAIN_CHUNK_BYTES", -1,
+           "The pipelined chain's chunk, broadcast and reduce (-1: QCCL_TUNE_FILE, else 256 KiB; the "
+           "largest over the ranks is used).");
+QK_ENV_INT(env_cma_copy_chunk, "QCCL_CMA_COPY_CHUNK_BYTES", -1,
+           "A single-copy receive moves this many bytes per progress step (-1: QCCL_TUNE_FILE, else 4 MiB).");
 
 // Spinning longer than this never pays, whatever a yield costs (a yield
 // that costs more is the scheduler running someone else).
@@ -144,6 +162,64 @@ Tuning machine_tuning(const CacheSizes& caches, int ranks_on_host) {
   return t;
 }
 
+void apply_tuned_sizes(Tuning& t, int ranks_on_host) {
+  qk::qccl::TunedSizes sizes;
+  std::string path = env_tune_file.reload();
+  if (!path.empty()) {
+    // Once per process and path: every communicator would say the same.
+    static std::mutex mu;
+    static std::map<std::string, std::optional<qk::qccl::TuneFile>> files;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = files.find(path);
+    if (it == files.end()) {
+      std::optional<qk::qccl::TuneFile> f;
+      try {
+        f = qk::qccl::read_tune_file(path);
+        const std::string here = qk::cpu_model_name();
+        if (f->cpu != here) {
+          QCCL_WARN("INIT", "QCCL_TUNE_FILE {} was measured on '{}', this machine is '{}': left out (run "
+                    "`qk perf --tune --out FILE` here)", path, f->cpu, here);
+          f.reset();
+        } else if (f->entries.empty()) {
+          QCCL_WARN("INIT", "QCCL_TUNE_FILE {} has no entries: left out", path);
+          f.reset();
+        }
+      } catch (const qk::Error& e) {
+        QCCL_WARN("INIT", "QCCL_TUNE_FILE left out, defaults used: {} (write one with `qk perf --tune --out {}`)",
+                  e.message(), path);
+      }
+      it = files.emplace(path, std::move(f)).first;
+    }
+    if (it->second) {
+      const qk::qccl::TuneEntry* e = qk::qccl::nearest_entry(*it->second, ranks_on_host);
+      sizes = e->sizes;
+      t.sizes_from = fmt::format("{} (its entry for {} ranks on the host)", path, e->ranks_on_host);
+    }
+  }
+  struct Override {
+    const qk::env::Var<int64_t>& var;
+    const char* knob;
+    size_t* out;
+    size_t from_file;
+  };
+  const Override overrides[] = {{env_shm_slice, "shm_slice", &t.shm_slice, sizes.shm_slice},
+                                {env_reduce_slice, "reduce_slice", &t.reduce_slice, sizes.reduce_slice},
+                                {env_chain_chunk, "chain_chunk", &t.chain_chunk, sizes.chain_chunk},
+                                {env_cma_copy_chunk, "cma_copy_chunk", &t.cma_copy_chunk, sizes.cma_copy_chunk}};
+  bool from_env = false;
+  for (const Override& o : overrides) {
+    *o.out = o.from_file;
+    int64_t v = o.var.reload();
+    if (v < 0) continue;
+    qk::qccl::SizeBounds b = qk::qccl::tune_bounds(o.knob);
+    QK_CHECK(static_cast<uint64_t>(v) >= b.lo && static_cast<uint64_t>(v) <= b.hi, o.var.name(), "=", v,
+             ": expected a size in [", b.lo, ", ", b.hi, "] bytes, or -1 for the tuned value");
+    *o.out = static_cast<size_t>(v);
+    from_env = true;
+  }
+  if (from_env) t.sizes_from += " and QCCL_*_BYTES";
+}
+
 void derive_register_min(Tuning& t, const CostModel& m, int nranks);
 
 void derive_thresholds(Tuning& t, const CostModel& m, int nranks, bool oversubscribed, size_t ring_bytes) {
@@ -209,10 +285,12 @@ void derive_register_min(Tuning& t, const CostModel& m, int nranks) {
 std::string Tuning::describe() const {
   return fmt::format(
       "spin {:.0f} ns{}, single copy from {} in {} pieces, shared-buffer check from {}, plain buffers "
-      "registered from {} (a check costs {:.1f} us), direct chunk {}, streaming stores from {}",
+      "registered from {} (a check costs {:.1f} us), direct chunk {}, streaming stores from {}; shm slice {}, "
+      "reduce slice {}, chain chunk {}, single-copy receive piece {} (from {})",
       spin_ns, yield_ns > 0 ? fmt::format(" (a yield costs {:.0f} ns)", yield_ns) : std::string(),
       bytes_str(cma_min_bytes), bytes_str(cma_chunk), bytes_str(direct_min_bytes), bytes_str(register_min_bytes),
-      validate_ns / 1e3, bytes_str(direct_chunk), bytes_str(stream_from));
+      validate_ns / 1e3, bytes_str(direct_chunk), bytes_str(stream_from), bytes_str(shm_slice),
+      bytes_str(reduce_slice), bytes_str(chain_chunk), bytes_str(cma_copy_chunk), sizes_from);
 }
 
 }  // namespace qccl

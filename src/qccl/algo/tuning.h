@@ -23,6 +23,21 @@
 //
 // QCCL_SPIN_US, QCCL_CMA_MIN_BYTES and QCCL_DIRECT_MIN_BYTES override the
 // derived values; QCCL_DEBUG=INFO prints them with the init time.
+//
+// Four sizes no cheap probe predicts (docs/qccl.md: derived from the
+// ping-pong's latency and bandwidth they lost up to 6x) are measured by
+// `qk perf --tune`, which times the collectives that use them at candidate
+// values and writes a tuning file (algo/tune_file.h) that QCCL_TUNE_FILE
+// names; without one they keep the defaults below:
+//
+//   shm_slice       a shared-memory producer publishes at least every slice,
+//                   so the consumer starts early
+//   reduce_slice    a receive-and-reduce consumes the ring in slices, so the
+//                   producer can refill behind it
+//   chain_chunk     the pipelined chain's chunk (broadcast, reduce); agreed
+//                   between all ranks at init (both ends must cut alike)
+//   cma_copy_chunk  a plain single-copy receive moves this much per progress
+//                   step, so other transfers keep moving
 #pragma once
 
 #include <cstddef>
@@ -42,6 +57,11 @@ struct Tuning {
   size_t direct_min_bytes = 64 << 10;
   size_t register_min_bytes = 1 << 20;
   double validate_ns = 0;  // measured cost of checking one registration
+  size_t shm_slice = 64 << 10;
+  size_t reduce_slice = 64 << 10;
+  size_t chain_chunk = 256 << 10;
+  size_t cma_copy_chunk = 4 << 20;
+  std::string sizes_from = "defaults";  // where the four sizes came from, for the INFO log
   std::string describe() const;  // one line for the INFO log
 };
 
@@ -54,6 +74,13 @@ CacheSizes cache_sizes();
 // The machine's part: cache-derived sizes and the measured yield cost
 // (a few tens of us). ranks_on_host: how many ranks share the caches.
 Tuning machine_tuning(const CacheSizes& caches, int ranks_on_host);
+// The four measured sizes: QCCL_SHM_SLICE_BYTES, QCCL_REDUCE_SLICE_BYTES,
+// QCCL_CHAIN_CHUNK_BYTES and QCCL_CMA_COPY_CHUNK_BYTES, else the entry of the
+// tuning file QCCL_TUNE_FILE names nearest ranks_on_host, else the defaults.
+// A file that cannot be read, or that was written on another CPU model, is
+// reported (a warning, once per process) and left out: a rank that stopped
+// here would leave the others waiting at the next step of init.
+void apply_tuned_sizes(Tuning& t, int ranks_on_host);
 // The model's part, on every rank from the same (agreed) model, so every
 // rank takes the same paths: the single-copy and shared-buffer thresholds.
 void derive_thresholds(Tuning& t, const CostModel& m, int nranks, bool oversubscribed, size_t ring_bytes);

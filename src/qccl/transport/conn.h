@@ -87,6 +87,9 @@ class Conn {
   virtual void board_post(uint64_t /*seq*/, const void* /*p*/, size_t /*n*/) {}
   virtual bool board_read(uint64_t /*seq*/, void* /*p*/, size_t /*n*/) { return false; }
 
+  // Shared memory: publish sent bytes at least every `bytes` (Tuning::shm_slice).
+  virtual void set_publish_slice(size_t /*bytes*/) {}
+
   int peer() const { return peer_; }
   const std::string& peer_name() const { return peer_name_; }
 

@@ -26,8 +26,8 @@ QK_ENV_INT(env_ring_bytes, "QCCL_SHM_RING_BYTES", 1 << 20,
 constexpr uint64_t kSegMagic = 0x51434353484d3031ull;  // "QCCSHM01"
 constexpr uint32_t kSegVersion = 4;  // 2: the set-up also probes shared buffers; 3: notice boards; 4: mailboxes
 // Producers publish at least every slice so the consumer can start early
-// (64 KiB and the 1 MiB ring: not measured against other sizes).
-constexpr size_t kSlice = 64 << 10;
+// (Tuning::shm_slice, set by the communicator; the 1 MiB ring is not tuned).
+constexpr size_t kDefaultSlice = 64 << 10;
 
 struct RingCtl {
   alignas(64) std::atomic<uint64_t> head;   // bytes produced, ever
@@ -175,6 +175,8 @@ class ShmConn final : public Conn {
     tx_head_ += n;
   }
 
+  void set_publish_slice(size_t bytes) override { slice_ = std::max<size_t>(bytes, kLine); }
+
   size_t try_send(const void* p, size_t n) override {
     const char* src = static_cast<const char*>(p);
     size_t sent = 0;
@@ -182,7 +184,7 @@ class ShmConn final : public Conn {
       size_t space = space_for(1);
       if (space == 0) break;
       size_t off = static_cast<size_t>(tx_head_ % cap_);
-      size_t k = std::min<size_t>({n - sent, space, cap_ - off, kSlice});
+      size_t k = std::min<size_t>({n - sent, space, cap_ - off, slice_});
       std::memcpy(tx_data_ + off, src + sent, k);
       tx_head_ += k;
       tx_->head.store(tx_head_, std::memory_order_release);
@@ -196,7 +198,7 @@ class ShmConn final : public Conn {
   // consumer sees the whole message at its first look.
   size_t try_send2(const void* a, size_t na, const void* b, size_t nb) override {
     if (na + nb > 0 && na + nb <= kBoxMaxBytes && ring_drained() && box_send(a, na, b, nb)) return na + nb;
-    if (na + nb > kSlice || space_for(na + nb) < na + nb) return Conn::try_send2(a, na, b, nb);
+    if (na + nb > slice_ || space_for(na + nb) < na + nb) return Conn::try_send2(a, na, b, nb);
     copy_in(a, na);
     if (nb > 0) copy_in(b, nb);
     tx_->head.store(tx_head_, std::memory_order_release);
@@ -300,6 +302,7 @@ class ShmConn final : public Conn {
   void* base_;
   size_t map_bytes_;
   size_t cap_ = 0;
+  size_t slice_ = kDefaultSlice;
   RingCtl* tx_;
   RingCtl* rx_;
   char* tx_data_;

@@ -7,10 +7,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include "qk/base/env.h"
 #include "qk/base/error.h"
+#include "qk/base/host_info.h"
 #include "qk/base/timer.h"
 #include "cpu/block_cache.h"
 
@@ -39,11 +39,8 @@ class CpuBackend final : public Backend {
   int device_count() const override { return 1; }
 
   std::string device_name(int) const override {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(f, line))
-      if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    return "CPU";
+    std::string m = cpu_model_name();
+    return m.empty() ? "CPU" : m;
   }
 
   uint64_t total_memory(int) const override {
