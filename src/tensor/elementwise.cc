@@ -23,10 +23,6 @@ const char* unary_op_name(UnaryOp op) {
 
 namespace ops {
 
-using ClampFn = void(const Tensor&, const Tensor&, std::optional<double>, std::optional<double>);
-using ClampBwdFn = void(const Tensor&, const Tensor&, const Tensor&, std::optional<double>,
-                        std::optional<double>);
-using WhereFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&);
 QK_DEFINE_KERNEL(binary_kernel, BinaryFn);
 QK_DEFINE_KERNEL(unary_kernel, UnaryFn);
 QK_DEFINE_KERNEL(unary_backward_kernel, UnaryBwdFn);

@@ -4,16 +4,9 @@
 #include "cpu/grouped_gemm.h"
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/view.h"
+#include "op_kernel_tables.h"
 
 namespace qk::ops {
-
-namespace {
-
-using GroupedMmFn = Tensor(const Tensor& a, const std::vector<int64_t>& rows, const std::vector<Tensor>& b,
-                           bool trans_b, const std::vector<Tensor>& bias);
-using GroupedMmTnFn = std::vector<Tensor>(const Tensor& a, const Tensor& b, const std::vector<int64_t>& rows);
-
-}  // namespace
 
 QK_DEFINE_KERNEL(grouped_mm_kernel, GroupedMmFn);
 QK_DEFINE_KERNEL(grouped_mm_tn_kernel, GroupedMmTnFn);

@@ -6,15 +6,9 @@
 #include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/index.h"
+#include "op_kernel_tables.h"
 
 namespace qk::ops {
-namespace {
-
-using CatFn = Tensor(const std::vector<Tensor>&, int64_t, const Shape&);
-using IndexSelectFn = Tensor(const Tensor&, int64_t, const Tensor&);
-using IndexAddFn = Tensor(const Tensor&, int64_t, const Tensor&, const Tensor&);
-using TopkFn = std::pair<Tensor, Tensor>(const Tensor&, int64_t, int64_t, bool, bool);
-using OneHotFn = Tensor(const Tensor&, int64_t);
 
 QK_DEFINE_KERNEL(cat_kernel, CatFn);
 QK_DEFINE_KERNEL(index_select_kernel, IndexSelectFn);
@@ -23,6 +17,9 @@ QK_DEFINE_KERNEL(gather_kernel, IndexSelectFn);
 QK_DEFINE_KERNEL(scatter_add_kernel, IndexAddFn);
 QK_DEFINE_KERNEL(topk_kernel, TopkFn);
 QK_DEFINE_KERNEL(one_hot_kernel, OneHotFn);
+
+namespace {
+
 QK_REGISTER_KERNEL(cat_kernel, cpu, cpu::cat);
 QK_REGISTER_KERNEL(index_select_kernel, cpu, cpu::index_select);
 QK_REGISTER_KERNEL(index_add_kernel, cpu, cpu::index_add);

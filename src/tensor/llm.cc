@@ -4,25 +4,20 @@
 
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/view.h"
+#include "op_kernel_tables.h"
 #include "cpu/linear_cross_entropy.h"
 #include "cpu/rotary.h"
 #include "cpu/swiglu.h"
 
 namespace qk::ops {
-namespace {
-
-using RotaryFn = Tensor(const Tensor& x, const Tensor& cos, const Tensor& sin, bool backward);
-using SwigluFn = Tensor(const Tensor& x);
-using SwigluBwdFn = Tensor(const Tensor& grad, const Tensor& x);
-using LinearCrossEntropyFn = LinearCrossEntropyResult(const Tensor& hidden, const Tensor& weight,
-                                                      const Tensor& target,
-                                                      const Tensor& token_weight,
-                                                      const LinearCrossEntropyOptions& o);
 
 QK_DEFINE_KERNEL(rotary_embedding_kernel, RotaryFn);
 QK_DEFINE_KERNEL(swiglu_kernel, SwigluFn);
 QK_DEFINE_KERNEL(swiglu_backward_kernel, SwigluBwdFn);
 QK_DEFINE_KERNEL(linear_cross_entropy_kernel, LinearCrossEntropyFn);
+
+namespace {
+
 QK_REGISTER_KERNEL(rotary_embedding_kernel, cpu, cpu::rotary_embedding);
 QK_REGISTER_KERNEL(swiglu_kernel, cpu, cpu::swiglu);
 QK_REGISTER_KERNEL(swiglu_backward_kernel, cpu, cpu::swiglu_backward);

@@ -17,13 +17,11 @@ QK_DEFINE_KERNEL(cross_entropy_kernel, CrossEntropyFn);
 QK_DEFINE_KERNEL(cross_entropy_backward_kernel, CrossEntropyBwdFn);
 QK_DEFINE_KERNEL(dropout_kernel, DropoutFn);
 
-namespace {
-
-using EmbeddingFn = Tensor(const Tensor&, const Tensor&);
-using EmbeddingBwdFn = Tensor(const Tensor&, const Tensor&, int64_t, int64_t);
-
 QK_DEFINE_KERNEL(embedding_kernel, EmbeddingFn);
 QK_DEFINE_KERNEL(embedding_backward_kernel, EmbeddingBwdFn);
+
+namespace {
+
 QK_REGISTER_KERNEL(softmax_kernel, cpu, cpu::softmax_forward);
 QK_REGISTER_KERNEL(softmax_backward_kernel, cpu, cpu::softmax_backward);
 QK_REGISTER_KERNEL(cross_entropy_kernel, cpu, cpu::cross_entropy);

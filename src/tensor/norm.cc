@@ -12,22 +12,13 @@ namespace qk::ops {
 
 QK_DEFINE_KERNEL(batch_norm_kernel, BatchNormFn);
 QK_DEFINE_KERNEL(batch_norm_backward_kernel, BatchNormBwdFn);
-
-namespace {
-
-using LayerNormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Shape&, const Tensor&,
-                                                       const Tensor&, double);
-using LayerNormBwdFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
-                                                          const Shape&, const Tensor&,
-                                                          const Tensor&, const Tensor&);
-using RmsNormFn = std::pair<Tensor, Tensor>(const Tensor&, const Shape&, const Tensor&, double);
-using RmsNormBwdFn = std::pair<Tensor, Tensor>(const Tensor&, const Tensor&, const Shape&,
-                                               const Tensor&, const Tensor&);
-
 QK_DEFINE_KERNEL(layer_norm_kernel, LayerNormFn);
 QK_DEFINE_KERNEL(layer_norm_backward_kernel, LayerNormBwdFn);
 QK_DEFINE_KERNEL(rms_norm_kernel, RmsNormFn);
 QK_DEFINE_KERNEL(rms_norm_backward_kernel, RmsNormBwdFn);
+
+namespace {
+
 QK_REGISTER_KERNEL(batch_norm_kernel, cpu, cpu::batch_norm);
 QK_REGISTER_KERNEL(batch_norm_backward_kernel, cpu, cpu::batch_norm_backward);
 QK_REGISTER_KERNEL(layer_norm_kernel, cpu, cpu::layer_norm);

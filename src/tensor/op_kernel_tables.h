@@ -8,6 +8,7 @@
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/conv.h"
 #include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/llm.h"
 #include "qk/tensor/ops/nn.h"
 #include "qk/tensor/ops/norm.h"
 #include "qk/tensor/tensor.h"
@@ -78,5 +79,89 @@ QK_DECLARE_KERNEL(unary_backward_kernel, UnaryBwdFn);
 // self += alpha * other (other broadcast to self's shape).
 using AddInplaceFn = void(const Tensor& self, const Tensor& other, double alpha);
 QK_DECLARE_KERNEL(add_inplace_kernel, AddInplaceFn);
+
+// ---- the rest of the CPU backend's tables (src/tensor/*.cc define them; the
+// CPU kernels' headers in cpu/ state each contract in full) ----------------
+
+// out <- clamp(a, lo, hi) (a broadcast to out); dx <- grad where lo <= x <= hi, else 0.
+using ClampFn = void(const Tensor& out, const Tensor& a, std::optional<double> lo, std::optional<double> hi);
+using ClampBwdFn = void(const Tensor& dx, const Tensor& grad, const Tensor& x, std::optional<double> lo,
+                        std::optional<double> hi);
+// out <- cond ? a : b (all broadcast to out; cond bool).
+using WhereFn = void(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+QK_DECLARE_KERNEL(clamp_kernel, ClampFn);
+QK_DECLARE_KERNEL(clamp_backward_kernel, ClampBwdFn);
+QK_DECLARE_KERNEL(where_kernel, WhereFn);
+
+// values and indices (i64) <- max or min of a along dim (keepdim shape;
+// first occurrence wins, NaN propagates as the CPU's cpu::max_min_dim).
+using MaxMinDimFn = void(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& a, int64_t dim);
+QK_DECLARE_KERNEL(max_min_dim_kernel, MaxMinDimFn);
+
+// Layer norm of contiguous x viewed as [M, D] (D = product of
+// normalized_shape): (out, mean, rstd) with the statistics in x's leading
+// shape, normalized dims kept as 1, in the accumulation type (f32; f64 for
+// f64); weight and bias [D] or undefined. Backward: (dx, dweight, dbias),
+// the latter two undefined without weight and bias (cpu/norm.h).
+using LayerNormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor& x, const Shape& normalized_shape,
+                                                       const Tensor& weight, const Tensor& bias, double eps);
+using LayerNormBwdFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor& grad_out, const Tensor& x,
+                                                          const Shape& normalized_shape, const Tensor& mean,
+                                                          const Tensor& rstd, const Tensor& weight);
+// RMS norm likewise: (out, rstd); backward (dx, dweight).
+using RmsNormFn = std::pair<Tensor, Tensor>(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                                            double eps);
+using RmsNormBwdFn = std::pair<Tensor, Tensor>(const Tensor& grad_out, const Tensor& x,
+                                               const Shape& normalized_shape, const Tensor& rstd,
+                                               const Tensor& weight);
+QK_DECLARE_KERNEL(layer_norm_kernel, LayerNormFn);
+QK_DECLARE_KERNEL(layer_norm_backward_kernel, LayerNormBwdFn);
+QK_DECLARE_KERNEL(rms_norm_kernel, RmsNormFn);
+QK_DECLARE_KERNEL(rms_norm_backward_kernel, RmsNormBwdFn);
+
+// Embedding rows of contiguous weight [V, D] at contiguous i32/i64 indices
+// (out of range: IndexError); backward sums grad rows into [num_weights, D],
+// skipping padding_idx (negative: none).
+using EmbeddingFn = Tensor(const Tensor& weight, const Tensor& indices);
+using EmbeddingBwdFn = Tensor(const Tensor& grad, const Tensor& indices, int64_t num_weights, int64_t padding_idx);
+QK_DECLARE_KERNEL(embedding_kernel, EmbeddingFn);
+QK_DECLARE_KERNEL(embedding_backward_kernel, EmbeddingBwdFn);
+
+// Rotary embedding of x [B, T, H, D] (D contiguous, any outer strides) with
+// contiguous cos, sin [T, R]: cpu/rotary.h. SwiGLU of contiguous [..., 2F]
+// -> [..., F], and its backward: cpu/swiglu.h. Linear + cross entropy:
+// cpu/linear_cross_entropy.h.
+using RotaryFn = Tensor(const Tensor& x, const Tensor& cos, const Tensor& sin, bool backward);
+using SwigluFn = Tensor(const Tensor& x);
+using SwigluBwdFn = Tensor(const Tensor& grad, const Tensor& x);
+using LinearCrossEntropyFn = LinearCrossEntropyResult(const Tensor& hidden, const Tensor& weight,
+                                                      const Tensor& target, const Tensor& token_weight,
+                                                      const LinearCrossEntropyOptions& o);
+QK_DECLARE_KERNEL(rotary_embedding_kernel, RotaryFn);
+QK_DECLARE_KERNEL(swiglu_kernel, SwigluFn);
+QK_DECLARE_KERNEL(swiglu_backward_kernel, SwigluBwdFn);
+QK_DECLARE_KERNEL(linear_cross_entropy_kernel, LinearCrossEntropyFn);
+
+// Joining and indexing of contiguous tensors, dims wrapped, index values
+// range-checked by the kernel (IndexError naming the op): cpu/index.h.
+using CatFn = Tensor(const std::vector<Tensor>& tensors, int64_t dim, const Shape& out_shape);
+using IndexSelectFn = Tensor(const Tensor& a, int64_t dim, const Tensor& index);  // also gather
+using IndexAddFn = Tensor(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);  // also scatter_add
+using TopkFn = std::pair<Tensor, Tensor>(const Tensor& a, int64_t k, int64_t dim, bool largest, bool sorted);
+using OneHotFn = Tensor(const Tensor& index, int64_t num_classes);
+QK_DECLARE_KERNEL(cat_kernel, CatFn);
+QK_DECLARE_KERNEL(index_select_kernel, IndexSelectFn);
+QK_DECLARE_KERNEL(index_add_kernel, IndexAddFn);
+QK_DECLARE_KERNEL(gather_kernel, IndexSelectFn);
+QK_DECLARE_KERNEL(scatter_add_kernel, IndexAddFn);
+QK_DECLARE_KERNEL(topk_kernel, TopkFn);
+QK_DECLARE_KERNEL(one_hot_kernel, OneHotFn);
+
+// Grouped products of contiguous operands (MoE experts): cpu/grouped_gemm.h.
+using GroupedMmFn = Tensor(const Tensor& a, const std::vector<int64_t>& rows, const std::vector<Tensor>& b,
+                           bool trans_b, const std::vector<Tensor>& bias);
+using GroupedMmTnFn = std::vector<Tensor>(const Tensor& a, const Tensor& b, const std::vector<int64_t>& rows);
+QK_DECLARE_KERNEL(grouped_mm_kernel, GroupedMmFn);
+QK_DECLARE_KERNEL(grouped_mm_tn_kernel, GroupedMmTnFn);
 
 }  // namespace qk::ops

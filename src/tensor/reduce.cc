@@ -12,7 +12,6 @@
 
 namespace qk::ops {
 
-using MaxMinDimFn = void(bool, const Tensor&, const Tensor&, const Tensor&, int64_t);
 QK_DEFINE_KERNEL(reduce_kernel, ReduceFn);
 QK_DEFINE_KERNEL(max_min_dim_kernel, MaxMinDimFn);
 QK_REGISTER_KERNEL(reduce_kernel, cpu, cpu::reduce);

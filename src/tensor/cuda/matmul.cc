@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "gemm.h"
+#include "op_kernel_tables.h"
 #include "stream_handle.h"
 #include "qk/base/error.h"
 #include "qk/tensor/cuda.h"
@@ -101,19 +103,23 @@ uint32_t alignment(const void* p) {
 
 constexpr size_t kWorkspaceBytes = 32 << 20;  // what PyTorch gives cuBLASLt on Hopper
 
-// out[b] = a[b] @ bm[b] for b < batch (batch 1: plain 2-D). a: [.., M, K], bm: [.., K, N].
-void gemm(const Tensor& out, const Tensor& a, const Tensor& bm, int64_t batch) {
+}  // namespace
+
+void gemm(const Tensor& out, const Tensor& a, const Tensor& bm, int64_t batch, bool accumulate) {
   const int64_t M = a.size(-2), K = a.size(-1), N = bm.size(-1);
   if (out.numel() == 0) return;
   const int device = a.device().index;
   DeviceStream ds(device);
-  if (K == 0) {  // an empty sum: zeros
-    ops::fill_kernel.get(out.device())(out, 0.0);
+  if (K == 0) {  // an empty sum: zeros (or out as it is)
+    if (!accumulate) ops::fill_kernel.get(out.device())(out, 0.0);
     return;
   }
   Operand A = as_operand(a), B = as_operand(bm);
   const DType dt = a.dtype();
   const cudaDataType_t type = data_type(dt);
+  QK_INTERNAL_ASSERT(out.dtype() == dt || (out.dtype() == DType::f32 && (dt == DType::bf16 || dt == DType::f16)),
+                     "gemm: ", dtype_name(dt), " operands into ", dtype_name(out.dtype()));
+  const cudaDataType_t out_type = data_type(out.dtype());
   const bool f64 = dt == DType::f64;
   cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
   if (dt == DType::f32 && matmul_allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -130,7 +136,7 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& bm, int64_t batch) {
   LayoutDesc first, second, result;
   QK_LT_CHECK(cublasLtMatrixLayoutCreate(&first.d, type, B.rows, B.cols, B.ld));
   QK_LT_CHECK(cublasLtMatrixLayoutCreate(&second.d, type, A.rows, A.cols, A.ld));
-  QK_LT_CHECK(cublasLtMatrixLayoutCreate(&result.d, type, N, M, N));
+  QK_LT_CHECK(cublasLtMatrixLayoutCreate(&result.d, out_type, N, M, N));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
     const int64_t out_stride = M * N;
@@ -167,11 +173,13 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& bm, int64_t batch) {
   const double one64 = 1, zero64 = 0;
   const float one32 = 1, zero32 = 0;
   const void* alpha = f64 ? static_cast<const void*>(&one64) : &one32;
-  const void* beta = f64 ? static_cast<const void*>(&zero64) : &zero32;
+  const void* beta = accumulate ? alpha : f64 ? static_cast<const void*>(&zero64) : &zero32;
   QK_LT_CHECK(cublasLtMatmul(h, op.d, alpha, B.t.raw_data(), first.d, A.t.raw_data(), second.d, beta, out.raw_data(),
                              result.d, out.raw_data(), result.d, &heuristic.algo, workspace.raw_data(), kWorkspaceBytes,
                              ds.stream()));
 }
+
+namespace {
 
 Tensor mm_on_device(const Tensor& a, const Tensor& b) {
   Tensor out = empty({a.size(0), b.size(1)}, TensorOptions().dtype(a.dtype()).device(a.device()));
@@ -197,7 +205,45 @@ Tensor linear_on_device(const Tensor& x, const Tensor& w, const Tensor& b) {
   return y;
 }
 
+// Grouped products (MoE experts) as one cuBLASLt product per group, each
+// written in place into its row block of the output (row blocks of a
+// row-major [M, N] keep its leading dimension). Megatron without
+// --moe-grouped-gemm runs the same loop; a grouped-GEMM kernel (CUTLASS's,
+// cuBLAS's grouped batched API) is the faster form (docs/cuda.md).
+Tensor grouped_mm_on_device(const Tensor& a, const std::vector<int64_t>& rows, const std::vector<Tensor>& b,
+                            bool trans_b, const std::vector<Tensor>& bias) {
+  const int64_t N = b.empty() ? 0 : (trans_b ? b[0].size(0) : b[0].size(1));
+  Tensor out = empty({a.size(0), N}, TensorOptions().dtype(a.dtype()).device(a.device()));
+  int64_t r0 = 0;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    const int64_t r1 = r0 + rows[g];
+    if (rows[g] > 0) {
+      Tensor y = ops::slice(out, 0, r0, r1);
+      gemm(y, ops::slice(a, 0, r0, r1), trans_b ? ops::transpose(b[g], 0, 1) : b[g], 1);
+      if (!bias.empty() && y.numel() > 0) ops::binary_kernel.get(y.device())(BinaryOp::add, y, y, bias[g]);
+    }
+    r0 = r1;
+  }
+  return out;
+}
+
+// a_g^T . b_g per group: the transposed row block goes in as op T, no copy.
+std::vector<Tensor> grouped_mm_tn_on_device(const Tensor& a, const Tensor& b, const std::vector<int64_t>& rows) {
+  std::vector<Tensor> out;
+  out.reserve(rows.size());
+  int64_t r0 = 0;
+  for (int64_t r : rows) {
+    Tensor o = empty({a.size(1), b.size(1)}, TensorOptions().dtype(a.dtype()).device(a.device()));
+    gemm(o, ops::transpose(ops::slice(a, 0, r0, r0 + r), 0, 1), ops::slice(b, 0, r0, r0 + r), 1);  // K = 0: zeros
+    out.push_back(std::move(o));
+    r0 += r;
+  }
+  return out;
+}
+
 [[maybe_unused]] const bool registered = [] {
+  ops::grouped_mm_kernel.set(DeviceType::cuda, &grouped_mm_on_device);
+  ops::grouped_mm_tn_kernel.set(DeviceType::cuda, &grouped_mm_tn_on_device);
   ops::mm_kernel.set(DeviceType::cuda, &mm_on_device);
   ops::bmm_kernel.set(DeviceType::cuda, &bmm_on_device);
   ops::linear_kernel.set(DeviceType::cuda, &linear_on_device);

@@ -1,0 +1,89 @@
+// The CUDA backend's flash-attention kernel-table entries: the shapes and
+// strides of the front's tensors (last dim contiguous, scale resolved) as an
+// AttentionShape, outputs from the caching allocator, kernels on the
+// current stream (attention.cu).
+#include <cmath>
+
+#include "attention_kernels.h"
+#include "stream_handle.h"
+#include "qk/base/error.h"
+#include "qk/tensor/ops/attention.h"
+
+namespace qk::cuda {
+
+namespace {
+
+TensorOptions on(const Tensor& like, DType t) { return TensorOptions().dtype(t).device(like.device()); }
+
+AttentionShape shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const ops::FlashAttentionParams& p) {
+  AttentionShape a;
+  a.B = q.size(0);
+  a.T = q.size(1);
+  a.S = k.size(1);
+  a.Hq = ops::attention_query_heads(q);
+  a.Hkv = k.size(2);
+  a.D = q.size(-1);
+  a.Dv = v.size(-1);
+  QK_CHECK(attention_fits(a.D, a.Dv), "flash_attention on ", q.device().str(), ": head dims D = ", a.D, " and Dv = ",
+           a.Dv, " are too large for the CUDA kernel's shared memory (D + Dv up to about 2000)");
+  a.q_sb = q.stride(0);
+  a.q_st = q.stride(1);
+  a.q_sh = q.stride(2);
+  if (q.dim() == 5) {
+    a.q_group = q.size(3);
+    a.q_sg = q.stride(3);
+  }
+  a.k_sb = k.stride(0), a.k_ss = k.stride(1), a.k_sh = k.stride(2);
+  a.v_sb = v.stride(0), a.v_ss = v.stride(1), a.v_sh = v.stride(2);
+  a.scale = static_cast<float>(p.scale);
+  a.causal = p.causal;
+  if (p.dropout_p > 0) {
+    // As the CPU (cpu/flash_attention_layout.cc make_dropout).
+    a.dropout_on = true;
+    a.keep_below = static_cast<uint32_t>((1.0 - p.dropout_p) * 16777216.0);
+    a.keep_scale = p.dropout_p < 1 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 0.0f;
+    a.seed = p.seed;
+    a.offset = p.offset;
+  }
+  return a;
+}
+
+ops::FlashAttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const ops::FlashAttentionParams& p) {
+  QK_CHECK_TYPE(q.dtype() != DType::f64, "flash_attention: f64 is not supported; use f32, bf16 or f16");
+  AttentionShape a = shape_of(q, k, v, p);
+  Tensor out = empty({a.B, a.T, a.Hq, a.Dv}, on(q, q.dtype()));
+  Tensor lse = empty({a.B, a.Hq, a.T}, on(q, DType::f32));
+  DeviceStream ds(q.device().index);
+  launch_attention_forward(a, static_cast<int>(q.dtype()), q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
+                           lse.data_ptr<float>(), ds.stream());
+  return {out, lse};
+}
+
+std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                                      const Tensor& v, const Tensor& out, const Tensor& lse,
+                                                      const ops::FlashAttentionParams& p) {
+  QK_CHECK_TYPE(q.dtype() != DType::f64, "flash_attention_backward: f64 is not supported; use f32, bf16 or f16");
+  AttentionShape a = shape_of(q, k, v, p);
+  a.o_sb = out.stride(0), a.o_st = out.stride(1), a.o_sh = out.stride(2);
+  a.g_sb = dout.stride(0), a.g_st = dout.stride(1), a.g_sh = dout.stride(2);
+  Tensor dq = empty(q.shape(), on(q, q.dtype()));
+  Tensor dk = empty(k.shape(), on(k, k.dtype()));
+  Tensor dv = empty(v.shape(), on(v, v.dtype()));
+  Tensor delta = empty({a.B * a.Hq * a.T}, on(q, DType::f32));
+  DeviceStream ds(q.device().index);
+  launch_attention_backward(a, static_cast<int>(q.dtype()), dout.raw_data(), q.raw_data(), k.raw_data(),
+                            v.raw_data(), out.raw_data(), lse.data_ptr<float>(), delta.data_ptr<float>(),
+                            dq.raw_data(), dk.raw_data(), dv.raw_data(), ds.stream());
+  return {dq, dk, dv};
+}
+
+[[maybe_unused]] const bool registered = [] {
+  ops::flash_attention_fwd_kernel.set(DeviceType::cuda, &attention_forward);
+  ops::flash_attention_bwd_kernel.set(DeviceType::cuda, &attention_backward);
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace qk::cuda
