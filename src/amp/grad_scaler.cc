@@ -4,11 +4,17 @@
 
 #include <atomic>
 #include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
 #include "qk/autograd/functions.h"
 #include "qk/tensor/dtype.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/reduce.h"
+#include "qk/tensor/ops/view.h"
 
 namespace qk::amp {
 
@@ -37,6 +43,22 @@ bool unscale_and_check(const Tensor& g, double inv) {
   return bad.load();
 }
 
+// On an accelerator the same pass composed of its backend's kernels, and
+// one read back for all of a device's gradients (a read back per gradient
+// would stall the device once per parameter): g * 0 is NaN where g is inf
+// or NaN and 0 elsewhere, so the f32 sum of those over every gradient is
+// finite exactly when all of them are.
+bool unscale_and_check_on_device(const std::vector<Tensor>& grads, double inv) {
+  Tensor total;
+  for (const Tensor& g : grads) {
+    Tensor probe = ops::cast(ops::sum(ops::binary_scalar(BinaryOp::mul, g, 0.0)), DType::f32);
+    total = total.defined() ? ops::add(total, probe) : probe;
+    ops::mul_(g, inv);
+    g.bump_version();
+  }
+  return total.defined() && !std::isfinite(total.item_double());
+}
+
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions opts) : opts_(opts), scale_(opts.init_scale) {
@@ -62,11 +84,14 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
            "per step");
   const double inv = 1.0 / scale_;
   bool bad = false;
+  std::map<std::string, std::vector<Tensor>> on_devices;  // by device, in parameter order
   for (const Tensor& p : opt.all_params()) {
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
-    bad |= unscale_and_check(g, inv);
+    if (g.device().is_cpu()) bad |= unscale_and_check(g, inv);
+    else on_devices[g.device().str()].push_back(g);
   }
+  for (const auto& [device, grads] : on_devices) bad |= unscale_and_check_on_device(grads, inv);
   found_inf_ = bad;
   unscaled_ = true;
 }
