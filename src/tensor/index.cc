@@ -178,7 +178,7 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   check_index_tensor("gather", a, index);
   const int64_t d = wrap(a, dim, "gather");
   check_gather_shape("gather", a, d, index, a, /*check_dim=*/false);
-  if (index.numel() == 0) return empty(index.shape(), a.dtype());
+  if (index.numel() == 0) return empty(index.shape(), TensorOptions().dtype(a.dtype()).device(a.device()));
   return gather_kernel.get(a.device())(contig(a), d, contig(index));
 }
 
