@@ -55,8 +55,8 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   data_ = backend(device.type).allocate(nbytes, device.index);
 }
 
-Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
-    : data_(data), nbytes_(nbytes), device_(device), owned_(false), deleter_(std::move(deleter)) {}
+Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter, bool pinned)
+    : data_(data), nbytes_(nbytes), device_(device), owned_(false), pinned_(pinned), deleter_(std::move(deleter)) {}
 
 Storage::~Storage() {
   if (owned_) {

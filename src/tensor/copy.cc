@@ -11,7 +11,7 @@ QK_DEFINE_KERNEL(fill_kernel, FillFn);
 QK_REGISTER_KERNEL(copy_kernel, cpu, cpu::copy);
 QK_REGISTER_KERNEL(fill_kernel, cpu, cpu::fill);
 
-void copy_(const Tensor& dst, const Tensor& src) {
+void copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
   Shape bs = broadcast_shapes(dst.shape(), src.shape(), "copy_");
   QK_CHECK(bs == dst.shape(), "copy_: source of shape ", shape_str(src.shape()),
            " cannot be broadcast to destination shape ", shape_str(dst.shape()));
@@ -26,7 +26,12 @@ void copy_(const Tensor& dst, const Tensor& src) {
   Tensor s = contiguous(cast(expand(src, dst.shape()), dst.dtype()));
   if (dst.is_contiguous()) {
     Device other = dst.device().is_cpu() ? src.device() : dst.device();
-    backend(other.type).copy(dst.raw_data(), dst.device(), s.raw_data(), s.device(), s.nbytes());
+    const Tensor& host = dst.device().is_cpu() ? dst : s;
+    Backend& b = backend(other.type);
+    if (non_blocking && host.storage()->pinned())
+      b.copy_async(dst.raw_data(), dst.device(), s.raw_data(), s.device(), s.nbytes());
+    else
+      b.copy(dst.raw_data(), dst.device(), s.raw_data(), s.device(), s.nbytes());
     return;
   }
   Tensor staged = empty(dst.shape(), TensorOptions().dtype(dst.dtype()).device(dst.device()));
@@ -60,10 +65,16 @@ Tensor cast(const Tensor& a, DType t) {
   return out;
 }
 
-Tensor to_device(const Tensor& a, Device d) {
+Tensor to_device(const Tensor& a, Device d, bool non_blocking) {
   if (a.device() == d) return a;
+  if (non_blocking && d.is_cpu() && a.is_contiguous()) {
+    // Into pinned memory, so the copy may run on while the caller goes on.
+    Tensor out = empty_pinned(a.shape(), a.dtype(), a.device().type);
+    copy_(out, a, true);
+    return out;
+  }
   Tensor out = empty(a.shape(), TensorOptions().dtype(a.dtype()).device(d));
-  copy_(out, a);
+  copy_(out, a, non_blocking);
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Tensor metadata, data access and factories.
 #include "qk/tensor/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -145,6 +146,28 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
   auto storage = std::make_shared<Storage>(nbytes, opts.device_);
   return make_tensor(std::move(storage), opts.dtype_, shape, contiguous_strides(shape), 0);
 }
+
+Tensor empty_pinned(const Shape& shape, DType dtype, DeviceType for_device) {
+  for (int64_t s : shape)
+    QK_CHECK(s >= 0, "empty_pinned: negative dimension in shape ", shape_str(shape));
+  Backend& b = backend(for_device);
+  const size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* p = b.allocate_pinned(std::max<size_t>(nbytes, 1));
+  QK_CHECK_DEVICE(p != nullptr, "pin_memory: the ", device_type_name(for_device), " backend cannot pin host memory (",
+                  b.unavailable_reason().empty() ? std::string("it has no pinned allocator") : b.unavailable_reason(),
+                  ")");
+  auto storage = std::make_shared<Storage>(p, nbytes, kCPU, [&b](void* q) { b.deallocate_pinned(q); }, true);
+  return make_tensor(std::move(storage), dtype, shape, contiguous_strides(shape), 0);
+}
+
+Tensor Tensor::pin_memory(DeviceType for_device) const {
+  QK_CHECK_DEVICE(device().is_cpu(), "pin_memory: expected a CPU tensor, got one on ", device().str());
+  Tensor out = empty_pinned(shape(), dtype(), for_device);
+  ops::copy_(out, *this);
+  return out;
+}
+
+bool Tensor::is_pinned() const { return storage()->pinned(); }
 
 Tensor full(const Shape& shape, double value, TensorOptions opts) {
   Tensor t = empty(shape, opts);

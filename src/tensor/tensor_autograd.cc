@@ -115,6 +115,11 @@ Tensor Tensor::to(Device d) const {
   return ops::to_device(*this, d);
 }
 
+Tensor Tensor::to(Device d, bool non_blocking) const {
+  if (!non_blocking || d == device() || requires_grad()) return to(d);
+  return ops::to_device(*this, d, true);
+}
+
 Tensor Tensor::sum() const { return sum({}, false); }
 Tensor Tensor::sum(const Shape& dims, bool keepdim) const {
   if (const auto* h = autograd_hooks()) return h->sum(*this, dims, keepdim);

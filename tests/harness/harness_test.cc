@@ -173,6 +173,44 @@ void slightly_wrong_exp(UnaryOp op, const Tensor& out, const Tensor& a) {
   ops::copy_(out, r);
 }
 
+// Pinned host memory and non-blocking copies go through the backend table
+// (cudaHostAlloc and cudaMemcpyAsync on the CUDA backend): a pinned source
+// or destination takes the backend's asynchronous copy, anything else the
+// blocking one, and pinned blocks go back when their tensors do.
+TEST(OpHarness, PinnedMemoryAndNonBlockingCopiesTakeTheAsyncPath) {
+  install_loopback();
+  const LoopbackCounts c0 = loopback_counts();
+  Tensor x = arange(0.0, 12.0, 1.0, DType::f32);
+  {
+    Tensor p = x.pin_memory(DeviceType::privateuse1);
+    EXPECT_TRUE(p.is_pinned());
+    EXPECT_FALSE(x.is_pinned());
+    EXPECT_TRUE(p.device().is_cpu());
+    EXPECT_EQ(p.to_vector<float>(), x.to_vector<float>());
+    EXPECT_EQ(loopback_counts().pinned_blocks, c0.pinned_blocks + 1);
+    Tensor d = p.to(kLoopback, true);
+    EXPECT_EQ(loopback_counts().async_copies, c0.async_copies + 1) << "pinned source, non-blocking";
+    Tensor d2 = x.to(kLoopback, true);
+    Tensor d3 = p.to(kLoopback);
+    EXPECT_EQ(loopback_counts().async_copies, c0.async_copies + 1) << "pageable source, or blocking asked for";
+    Tensor back = d.to(kCPU, true);
+    EXPECT_TRUE(back.is_pinned()) << "a non-blocking copy to the host lands in pinned memory";
+    EXPECT_EQ(loopback_counts().async_copies, c0.async_copies + 2);
+    EXPECT_EQ(back.to_vector<float>(), x.to_vector<float>());
+    EXPECT_EQ(d2.to(kCPU).to_vector<float>(), x.to_vector<float>());
+    EXPECT_EQ(d3.to(kCPU).to_vector<float>(), x.to_vector<float>());
+    EXPECT_EQ(loopback_counts().pinned_blocks, c0.pinned_blocks + 2);
+    EXPECT_THROW(d.pin_memory(DeviceType::privateuse1), DeviceError);  // not a CPU tensor
+  }
+  EXPECT_EQ(loopback_counts().pinned_blocks, c0.pinned_blocks) << "pinned blocks outlived their tensors";
+  try {
+    x.pin_memory(DeviceType::cpu);  // the CPU backend pins nothing
+    ADD_FAILURE() << "pinned by the CPU backend";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(e.message().find("cannot pin host memory"), std::string::npos) << e.message();
+  }
+}
+
 TEST(OpHarness, AWrongKernelOnABackendIsAFailure) {
   install_loopback();
   ops::unary_kernel.set(DeviceType::privateuse1, &slightly_wrong_exp);

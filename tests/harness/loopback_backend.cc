@@ -37,6 +37,27 @@ class LoopbackBackend final : public Backend {
   void copy(void* dst, Device, const void* src, Device, size_t n) override {
     if (n) std::memcpy(dst, src, n);
   }
+  // Pinned memory is plain host memory here; what the tests read is which
+  // path a copy took and how many pinned blocks are alive.
+  void copy_async(void* dst, Device, const void* src, Device, size_t n) override {
+    if (n) std::memcpy(dst, src, n);
+    std::lock_guard<std::mutex> lk(mu_);
+    ++counts_.async_copies;
+  }
+  void* allocate_pinned(size_t n) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++counts_.pinned_blocks;
+    return std::malloc(n ? n : 1);
+  }
+  void deallocate_pinned(void* p) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    --counts_.pinned_blocks;
+    std::free(p);
+  }
+  LoopbackCounts counts() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return counts_;
+  }
   void synchronize(int) override {}
   MemoryStats memory_stats(int) const override {
     std::lock_guard<std::mutex> lk(mu_);
@@ -50,7 +71,13 @@ class LoopbackBackend final : public Backend {
  private:
   mutable std::mutex mu_;
   MemoryStats stats_;
+  LoopbackCounts counts_;
 };
+
+LoopbackBackend& instance() {
+  static LoopbackBackend b;
+  return b;
+}
 
 // The same bytes, seen as a CPU tensor (the device memory is host memory),
 // keeping the device storage alive as long as the alias.
@@ -120,9 +147,10 @@ struct Forward<Table, R(A...)> {
 
 }  // namespace
 
+LoopbackCounts loopback_counts() { return instance().counts(); }
+
 void install_loopback() {
-  static LoopbackBackend instance;
-  register_backend(&instance);
+  register_backend(&instance());
 #define QK_SET(table, Fn) table.set(DeviceType::privateuse1, &Forward<table, Fn>::call);
   QK_LOOPBACK_KERNELS(QK_SET)
 #undef QK_SET

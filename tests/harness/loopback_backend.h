@@ -12,6 +12,7 @@
 //   qk::harness::run(qk::harness::all_cases());   // cpu and privateuse1:0
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,14 @@
 namespace qk::harness {
 
 inline const Device kLoopback{DeviceType::privateuse1, 0};
+
+// Copies that took the backend's asynchronous path, and pinned host blocks
+// alive (its pinned memory is plain host memory).
+struct LoopbackCounts {
+  int64_t async_copies = 0;
+  int64_t pinned_blocks = 0;
+};
+LoopbackCounts loopback_counts();
 
 // Registers the loopback backend under privateuse1 and sets its kernels;
 // calling it again restores any kernel a test replaced.

@@ -34,8 +34,21 @@ class Backend {
   virtual void* allocate(size_t nbytes, int index) = 0;
   virtual void deallocate(void* p, size_t nbytes, int index) = 0;
   // Copies between this backend's memory and the host (or within the device).
-  // Either side may be the CPU.
+  // Either side may be the CPU. Returns once the host may read, write or
+  // free its side.
   virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) = 0;
+  // As copy, but it may return before the bytes have moved: ordered on the
+  // device's current stream, with the host side pinned (allocate_pinned) and
+  // left alone until the stream has got there (synchronize, an event). By
+  // default the blocking copy.
+  virtual void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) {
+    copy(dst, dst_dev, src, src_dev, nbytes);
+  }
+  // Page-locked host memory this backend's devices copy to and from without
+  // staging (Tensor::pin_memory); nullptr where the backend has none (the
+  // caller says why: unavailable_reason()). Freed by deallocate_pinned.
+  virtual void* allocate_pinned(size_t /*nbytes*/) { return nullptr; }
+  virtual void deallocate_pinned(void* /*p*/) {}
   virtual void synchronize(int index) = 0;
 
   virtual MemoryStats memory_stats(int index) const = 0;

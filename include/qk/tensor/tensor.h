@@ -126,6 +126,17 @@ class Tensor {
   Tensor clone() const;
   Tensor to(DType t) const;
   Tensor to(Device d) const;
+  // non_blocking: from or into pinned host memory (pin_memory), the copy is
+  // queued on the device's current stream and this returns at once; the
+  // host side must not be touched until the stream gets there (a device
+  // synchronize). Otherwise, and for tensors that require grad, to(d).
+  Tensor to(Device d, bool non_blocking) const;
+  // A copy of this CPU tensor in page-locked memory of the `for_device`
+  // backend (cudaHostAlloc for CUDA), which copies to and from that device
+  // without staging and, with to(d, true), without waiting. DeviceError
+  // where that backend cannot pin (no driver, no device, a CPU-only build).
+  Tensor pin_memory(DeviceType for_device = DeviceType::cuda) const;
+  bool is_pinned() const;
   Tensor sum() const;
   Tensor sum(const Shape& dims, bool keepdim = false) const;
   Tensor mean() const;
@@ -173,6 +184,9 @@ Tensor make_tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& s
                    const Shape& strides, int64_t offset);
 
 Tensor empty(const Shape& shape, TensorOptions opts = {});
+// A CPU tensor in page-locked memory of `for_device`'s backend (see
+// Tensor::pin_memory); DeviceError where that backend cannot pin.
+Tensor empty_pinned(const Shape& shape, DType dtype, DeviceType for_device = DeviceType::cuda);
 Tensor zeros(const Shape& shape, TensorOptions opts = {});
 Tensor ones(const Shape& shape, TensorOptions opts = {});
 Tensor full(const Shape& shape, double value, TensorOptions opts = {});

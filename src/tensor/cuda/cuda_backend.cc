@@ -26,6 +26,17 @@ namespace qk::cuda {
 
 namespace {
 
+// Whether p is page-locked host memory the runtime knows (cudaHostAlloc'd
+// or registered): a copy from it returns before the DMA has read it.
+bool is_pinned_host(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // not an error to keep
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
 // 13000 -> "13.0".
 std::string version_str(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
@@ -103,10 +114,33 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
     const int device = dst_dev.is_cpu() ? src_dev.index : dst_dev.index;
     DeviceGuard g(device);
     cudaStream_t s = current_stream_handle(device);
-    // From pageable host memory the call returns once the source is staged.
+    // From pageable host memory the call returns once the source is staged;
+    // from pinned memory at once, the DMA reading it later: wait then too.
     QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
     // The host reads what it copied out as soon as this returns.
-    if (dst_dev.is_cpu()) QK_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (dst_dev.is_cpu() || (src_dev.is_cpu() && is_pinned_host(src))) QK_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+
+  void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
+    if (nbytes == 0) return;
+    const int device = dst_dev.is_cpu() ? src_dev.index : dst_dev.index;
+    DeviceGuard g(device);
+    QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, current_stream_handle(device)));
+  }
+
+  // cudaHostAlloc: portable, so any device's copies use it without staging.
+  void* allocate_pinned(size_t nbytes) override {
+    if (device_count() == 0) return nullptr;
+    void* p = nullptr;
+    QK_CUDA_CHECK(cudaHostAlloc(&p, nbytes, cudaHostAllocPortable));
+    return p;
+  }
+  // cudaFreeHost waits for the device's pending work: a copy still reading
+  // the block finishes first. Called from a storage's destructor, so a
+  // failure (a dead context at exit) is not thrown: the block is then lost
+  // with the process.
+  void deallocate_pinned(void* p) override {
+    if (p) (void)cudaFreeHost(p);
   }
 
   // Also RawDeviceMemory's: the caching allocator's wait before it releases blocks.

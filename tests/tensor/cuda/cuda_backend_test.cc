@@ -43,6 +43,12 @@ TEST(CudaBackend, IsRegisteredAndSaysWhyNoDeviceIsUsable) {
   }
   EXPECT_THROW(cuda::synchronize(), DeviceError);
   EXPECT_THROW(cuda::memory_allocated(), DeviceError);
+  try {
+    ones({4}).pin_memory();
+    ADD_FAILURE() << "pinned memory without a device";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(e.message().find("cannot pin host memory (" + why + ")"), std::string::npos) << e.message();
+  }
 }
 
 class CudaDevice : public ::testing::Test {
@@ -171,6 +177,29 @@ TEST_F(CudaDevice, WorkQueuesOnTheCurrentStreamAndEventsOrderIt) {
 TEST_F(CudaDevice, DeviceIndicesBeyondTheMachineAreRefused) {
   Device beyond(DeviceType::cuda, cuda::device_count());
   EXPECT_THROW(zeros({4}, TensorOptions().device(beyond)), DeviceError);
+}
+
+// Pinned host memory: a non-blocking copy up and back lands the same
+// values once the device is synchronized, and the result of a non-blocking
+// copy to the host is pinned; pinning memory stays exact for every dtype.
+TEST_F(CudaDevice, PinnedMemoryAndNonBlockingCopiesRoundTrip) {
+  Tensor x = randn({1 << 20});
+  Tensor p = x.pin_memory();
+  EXPECT_TRUE(p.is_pinned());
+  Tensor d = p.to(kCuda0, true);
+  Tensor back = d.to(kCPU, true);
+  EXPECT_TRUE(back.is_pinned());
+  cuda::synchronize();
+  EXPECT_EQ(back.to_vector<float>(), x.to_vector<float>());
+  // A blocking copy from pinned memory must not return before the DMA read it.
+  Tensor q = full({1 << 20}, 3.0).pin_memory();
+  Tensor dq = q.to(kCuda0);
+  ops::fill_(q, -1.0);
+  EXPECT_EQ(ops::to_device(dq, kCPU).to_vector<float>(), std::vector<float>(1 << 20, 3.0f));
+  for (DType t : {DType::f64, DType::bf16, DType::i64, DType::u8}) {
+    Tensor v = ops::cast(randn({37}), t);
+    EXPECT_EQ(max_abs_diff(v.pin_memory().to(kCuda0, true).to(kCPU), v), 0.0) << dtype_name(t);
+  }
 }
 
 }  // namespace

@@ -25,9 +25,11 @@ Tensor flatten(const Tensor& a, int64_t start_dim, int64_t end_dim);
 Tensor contiguous(const Tensor& a);
 Tensor clone(const Tensor& a);
 Tensor cast(const Tensor& a, DType t);
-Tensor to_device(const Tensor& a, Device d);
+Tensor to_device(const Tensor& a, Device d, bool non_blocking = false);
 // dst <- src, broadcasting src to dst's shape and converting dtype.
-void copy_(const Tensor& dst, const Tensor& src);
+// non_blocking: across devices with the host side pinned, queued on the
+// device's stream without waiting (Tensor::to(Device, bool)).
+void copy_(const Tensor& dst, const Tensor& src, bool non_blocking = false);
 void fill_(const Tensor& dst, double value);
 
 // Broadcast shape of a and b (numpy rules); throws naming `op` and both shapes.
