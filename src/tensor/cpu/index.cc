@@ -11,21 +11,11 @@
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/norm_lanes.h"
+#include "oni.h"
 
 namespace qk::cpu {
 namespace {
 
-struct ONI {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-ONI split_at(const Shape& s, int64_t dim) {
-  ONI r;
-  for (int64_t i = 0; i < dim; ++i) r.outer *= s[i];
-  r.n = s[dim];
-  for (size_t i = dim + 1; i < s.size(); ++i) r.inner *= s[i];
-  return r;
-}
 
 template <typename I>
 inline int64_t checked_index(I v, int64_t size, const char* op, int64_t pos) {

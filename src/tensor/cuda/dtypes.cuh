@@ -66,6 +66,18 @@ void dispatch_floating(int code, F&& f) {
 // A block-wide reduction of one value per thread (blockDim.x a power of two,
 // at most kBlock): the result in every thread. `scratch` holds kBlock values.
 constexpr int kBlock = 256;
+
+// Blocks of kBlock threads for a grid-stride loop over n items: at least
+// one, at most 65535 * 8 (the loop covers the rest).
+inline unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  constexpr int64_t kMax = 65535 * 8;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < kMax ? blocks : kMax));
+}
+
+// for (i over [0, n)) in a grid-stride loop.
+#define QK_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 template <typename Acc, typename Combine>
 __device__ Acc block_reduce(Acc v, Combine comb, Acc* scratch) {
   scratch[threadIdx.x] = v;

@@ -31,12 +31,8 @@ __device__ __forceinline__ void offsets(const ElementwiseLayout& l, int64_t i, i
   }
 }
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kBlock;  // grid_for counts blocks of kBlock
 
-unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);  // a grid-stride loop covers the rest
-}
 
 template <typename O, typename A, typename F>
 __global__ void map1(ElementwiseLayout l, O* out, const A* a, F f) {

@@ -22,20 +22,15 @@
 #include "cuda_check.h"
 #include "dtypes.cuh"
 #include "index_kernels.h"
+#include "workspace.h"
 
 namespace qk::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kBlock;  // grid_for counts blocks of kBlock
 
-unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : blocks < 65535 * 8 ? blocks : 65535 * 8);
-}
 
-#define QK_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 template <typename F>
 void dispatch_index(int code, F&& f) {
@@ -81,28 +76,6 @@ __device__ __forceinline__ void report(unsigned long long* bad, int64_t pos) {
   atomicMin(bad, static_cast<unsigned long long>(pos + 1));
 }
 
-// Bits needed for values 0..v (at least 1).
-int bits_for(uint64_t v) {
-  int b = 0;
-  while (v) {
-    ++b;
-    v >>= 1;
-  }
-  return b < 1 ? 1 : b;
-}
-
-// Workspace pieces, each 256-byte aligned; with base == nullptr it only sizes them.
-struct Carver {
-  char* base;
-  size_t used = 0;
-  template <typename T>
-  T* take(int64_t count) {
-    used = (used + 255) / 256 * 256;
-    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
-    used += static_cast<size_t>(count) * sizeof(T);
-    return p;
-  }
-};
 
 // A stable sort of (u64 key, i64 value) pairs on keys' bits [0, end_bit).
 void sort_pairs(void* temp, size_t& temp_bytes, const uint64_t* keys_in, uint64_t* keys_out, const int64_t* vals_in,

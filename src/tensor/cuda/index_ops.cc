@@ -17,6 +17,7 @@
 #include "qk/base/error.h"
 #include "qk/tensor/ops/view.h"
 #include "stream_handle.h"
+#include "oni.h"
 
 namespace qk::cuda {
 
@@ -27,17 +28,6 @@ TensorOptions on(const Tensor& like, DType t) { return TensorOptions().dtype(t).
 // Device pointers of possibly empty tensors (no element: never dereferenced).
 void* data(const Tensor& t) { return t.numel() > 0 ? t.raw_data() : nullptr; }
 
-struct ONI {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-ONI split_at(const Shape& s, int64_t dim) {
-  ONI r;
-  for (int64_t i = 0; i < dim; ++i) r.outer *= s[i];
-  r.n = s[dim];
-  for (size_t i = dim + 1; i < s.size(); ++i) r.inner *= s[i];
-  return r;
-}
 
 Shape at_least_1d(const Shape& s) { return s.empty() ? Shape{1} : s; }
 

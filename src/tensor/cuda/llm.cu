@@ -17,11 +17,6 @@ namespace qk::cuda {
 
 namespace {
 
-unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  constexpr int64_t kMax = 65535 * 8;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < kMax ? blocks : kMax));
-}
 
 __device__ __forceinline__ float m_exp(float x) { return expf(x); }
 __device__ __forceinline__ double m_exp(double x) { return exp(x); }

@@ -86,10 +86,6 @@ __global__ void ce_backward_kernel(T* dx, const T* lp, const I* target, const T*
   }
 }
 
-unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
-}
 
 template <typename F>
 void dispatch_index(int code, F&& f) {

@@ -16,10 +16,6 @@ namespace qk::cuda {
 
 namespace {
 
-unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
-}
 
 #define QK_GRID_LOOP(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)

@@ -20,20 +20,15 @@
 #include "cuda_check.h"
 #include "dtypes.cuh"
 #include "index_kernels.h"
+#include "workspace.h"
 
 namespace qk::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kBlock;  // grid_for counts blocks of kBlock
 
-unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : blocks < 65535 * 8 ? blocks : 65535 * 8);
-}
 
-#define QK_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 template <typename F>
 void dispatch_numeric(int code, F&& f) {
@@ -115,26 +110,6 @@ Path path_for(int64_t rows, int64_t n) {
   return Path::kTwoPass;
 }
 
-int bits_for(uint64_t v) {
-  int b = 0;
-  while (v) {
-    ++b;
-    v >>= 1;
-  }
-  return b < 1 ? 1 : b;
-}
-
-struct Carver {
-  char* base;
-  size_t used = 0;
-  template <typename T>
-  T* take(int64_t count) {
-    used = (used + 255) / 256 * 256;
-    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
-    used += static_cast<size_t>(count) * sizeof(T);
-    return p;
-  }
-};
 
 template <typename K>
 struct Buffers {
