@@ -13,6 +13,7 @@
 // per key row summing over the query heads of its group and the queries
 // that see it. Correct first: no tensor cores, K and V re-read per query row
 // (cached in L2); a tiled tensor-core kernel is the next step (docs/cuda.md).
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -70,7 +71,10 @@ __device__ __forceinline__ float dot_row(const float* x, const T* y, int64_t n) 
   return acc;
 }
 
-// Forward: warp w of the block takes row (b, h, t); shared per warp: q (scaled) [D], acc [Dv].
+// Forward: warp w of the block takes row (b, h, t); shared per warp: q
+// (scaled) [D], acc [Dv], and the chunk's 32 weights (lanes loop over head
+// dims a different number of times, so values pass through shared memory,
+// not shuffles inside those loops).
 template <typename T>
 __global__ void attention_fwd(AttentionShape a, const T* q, const T* k, const T* v, T* out, float* lse) {
   extern __shared__ float smem[];
@@ -78,8 +82,9 @@ __global__ void attention_fwd(AttentionShape a, const T* q, const T* k, const T*
   const int64_t row = blockIdx.x * int64_t(blockDim.x / kWarp) + warp;  // (b * Hq + h) * T + t
   if (row >= a.B * a.Hq * a.T) return;
   const int64_t t = row % a.T, h = row / a.T % a.Hq, b = row / a.T / a.Hq, hk = kv_head(a, h);
-  float* qs = smem + warp * (a.D + a.Dv);
+  float* qs = smem + warp * (a.D + a.Dv + kWarp);
   float* acc = qs + a.D;
+  float* w = acc + a.Dv;
   const T* qrow = q + q_offset(a, b, t, h);
   for (int64_t d = lane; d < a.D; d += kWarp) qs[d] = convert<float>(qrow[d]) * a.scale;
   for (int64_t d = lane; d < a.Dv; d += kWarp) acc[d] = 0;
@@ -97,13 +102,15 @@ __global__ void attention_fwd(AttentionShape a, const T* q, const T* k, const T*
     const float alpha = __expf(m - m_new);          // 0 while m is -inf
     const float p = on ? __expf(score - m_new) : 0.0f;
     l = l * alpha + warp_sum(p);
-    const float pd = on ? p * dropout_factor(a, b, h, t, s) : 0.0f;
+    w[lane] = on ? p * dropout_factor(a, b, h, t, s) : 0.0f;
+    __syncwarp();
     const int n = static_cast<int>(end - s0 < kWarp ? end - s0 : kWarp);
     for (int64_t d = lane; d < a.Dv; d += kWarp) {
       float o = acc[d] * alpha;
-      for (int j = 0; j < n; ++j) o += __shfl_sync(0xffffffffu, pd, j) * convert<float>(vb[(s0 + j) * a.v_ss + d]);
+      for (int j = 0; j < n; ++j) o += w[j] * convert<float>(vb[(s0 + j) * a.v_ss + d]);
       acc[d] = o;
     }
+    __syncwarp();  // w is rewritten by the next chunk
     m = m_new;
   }
   const float inv = l > 0 ? 1.0f / l : 0.0f;  // a query that sees no key: zeros
@@ -137,9 +144,10 @@ __global__ void attention_dq(AttentionShape a, const T* dout, const T* q, const 
   const int64_t row = blockIdx.x * int64_t(blockDim.x / kWarp) + warp;
   if (row >= a.B * a.Hq * a.T) return;
   const int64_t t = row % a.T, h = row / a.T % a.Hq, b = row / a.T / a.Hq, hk = kv_head(a, h);
-  float* qs = smem + warp * (2 * a.D + a.Dv);
+  float* qs = smem + warp * (2 * a.D + a.Dv + kWarp);
   float* gs = qs + a.D;
   float* acc = gs + a.Dv;
+  float* w = acc + a.D;  // the chunk's dS, as in the forward
   const T* qrow = q + q_offset(a, b, t, h);
   const T* grow = dout + b * a.g_sb + t * a.g_st + h * a.g_sh;
   for (int64_t d = lane; d < a.D; d += kWarp) {
@@ -160,12 +168,15 @@ __global__ void attention_dq(AttentionShape a, const T* dout, const T* q, const 
       const float dp = dot_row(gs, vb + s * a.v_ss, a.Dv) * dropout_factor(a, b, h, t, s);
       ds = p * (dp - dl);
     }
+    w[lane] = ds;
+    __syncwarp();
     const int n = static_cast<int>(end - s0 < kWarp ? end - s0 : kWarp);
     for (int64_t d = lane; d < a.D; d += kWarp) {
       float o = acc[d];
-      for (int j = 0; j < n; ++j) o += __shfl_sync(0xffffffffu, ds, j) * convert<float>(kb[(s0 + j) * a.k_ss + d]);
+      for (int j = 0; j < n; ++j) o += w[j] * convert<float>(kb[(s0 + j) * a.k_ss + d]);
       acc[d] = o;
     }
+    __syncwarp();
   }
   T* out = dq + row_major_q(a, b, t, h);
   for (int64_t d = lane; d < a.D; d += kWarp) out[d] = convert<T>(acc[d] * a.scale);
@@ -181,10 +192,12 @@ __global__ void attention_dkv(AttentionShape a, const T* dout, const T* q, const
   const int64_t row = blockIdx.x * int64_t(blockDim.x / kWarp) + warp;  // (b * Hkv + hk) * S + s
   if (row >= a.B * a.Hkv * a.S) return;
   const int64_t s = row % a.S, hk = row / a.S % a.Hkv, b = row / a.S / a.Hkv;
-  float* ks = smem + warp * 2 * (a.D + a.Dv);
+  float* ks = smem + warp * (2 * (a.D + a.Dv) + 2 * kWarp);
   float* vs = ks + a.D;
   float* dks = vs + a.Dv;
   float* dvs = dks + a.D;
+  float* wds = dvs + a.Dv;  // the chunk's dS and P Z, as in the forward
+  float* wpz = wds + kWarp;
   const T* krow = k + b * a.k_sb + s * a.k_ss + hk * a.k_sh;
   const T* vrow = v + b * a.v_sb + s * a.v_ss + hk * a.v_sh;
   for (int64_t d = lane; d < a.D; d += kWarp) {
@@ -212,19 +225,21 @@ __global__ void attention_dkv(AttentionShape a, const T* dout, const T* q, const
         pz = p * z;
         ds = p * (dp * z - delta[qrow]);
       }
+      wds[lane] = ds;
+      wpz[lane] = pz;
+      __syncwarp();
       const int n = static_cast<int>(a.T - t0 < kWarp ? a.T - t0 : kWarp);
       for (int64_t d = lane; d < a.D; d += kWarp) {
         float o = dks[d];
-        for (int j = 0; j < n; ++j)
-          o += __shfl_sync(0xffffffffu, ds, j) * convert<float>(q[q_offset(a, b, t0 + j, h) + d]);
+        for (int j = 0; j < n; ++j) o += wds[j] * convert<float>(q[q_offset(a, b, t0 + j, h) + d]);
         dks[d] = o;
       }
       for (int64_t d = lane; d < a.Dv; d += kWarp) {
         float o = dvs[d];
-        for (int j = 0; j < n; ++j)
-          o += __shfl_sync(0xffffffffu, pz, j) * convert<float>(dout[b * a.g_sb + (t0 + j) * a.g_st + h * a.g_sh + d]);
+        for (int j = 0; j < n; ++j) o += wpz[j] * convert<float>(dout[b * a.g_sb + (t0 + j) * a.g_st + h * a.g_sh + d]);
         dvs[d] = o;
       }
+      __syncwarp();
     }
   T* dko = dk + row_kv(a, b, s, hk) * a.D;
   T* dvo = dv + row_kv(a, b, s, hk) * a.Dv;
@@ -239,18 +254,26 @@ unsigned blocks_for(int64_t rows) {
   return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
+// Floats of shared memory per warp: forward, dq, dk/dv.
+size_t fwd_floats(const AttentionShape& a) { return static_cast<size_t>(a.D + a.Dv + kWarp); }
+size_t dq_floats(const AttentionShape& a) { return static_cast<size_t>(2 * a.D + a.Dv + kWarp); }
+size_t dkv_floats(const AttentionShape& a) { return static_cast<size_t>(2 * (a.D + a.Dv) + 2 * kWarp); }
+
 }  // namespace
 
 bool attention_fits(int64_t D, int64_t Dv) {
-  return static_cast<size_t>(kWarpsPerBlock) * 2 * static_cast<size_t>(D + Dv) * sizeof(float) <= kSharedLimit &&
-         static_cast<size_t>(kWarpsPerBlock) * static_cast<size_t>(2 * D + Dv) * sizeof(float) <= kSharedLimit;
+  AttentionShape a;
+  a.D = D;
+  a.Dv = Dv;
+  const size_t most = std::max({fwd_floats(a), dq_floats(a), dkv_floats(a)});
+  return kWarpsPerBlock * most * sizeof(float) <= kSharedLimit;
 }
 
 void launch_attention_forward(const AttentionShape& a, int dtype, const void* q, const void* k, const void* v,
                               void* out, float* lse, cudaStream_t stream) {
   const int64_t rows = a.B * a.Hq * a.T;
   if (rows == 0) return;
-  const size_t smem = kWarpsPerBlock * static_cast<size_t>(a.D + a.Dv) * sizeof(float);
+  const size_t smem = kWarpsPerBlock * fwd_floats(a) * sizeof(float);
   dispatch_floating(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, double>) {
@@ -276,13 +299,13 @@ void launch_attention_backward(const AttentionShape& a, int dtype, const void* d
         attention_delta<T><<<blocks_for(qrows), kWarpsPerBlock * kWarp, 0, stream>>>(
             a, g, static_cast<const T*>(out), delta);
         QK_CUDA_CHECK(cudaGetLastError());
-        const size_t smem = kWarpsPerBlock * static_cast<size_t>(2 * a.D + a.Dv) * sizeof(float);
+        const size_t smem = kWarpsPerBlock * dq_floats(a) * sizeof(float);
         attention_dq<T><<<blocks_for(qrows), kWarpsPerBlock * kWarp, smem, stream>>>(a, g, qp, kp, vp, lse, delta,
                                                                                   static_cast<T*>(dq));
         QK_CUDA_CHECK(cudaGetLastError());
       }
       if (kvrows > 0) {
-        const size_t smem = kWarpsPerBlock * 2 * static_cast<size_t>(a.D + a.Dv) * sizeof(float);
+        const size_t smem = kWarpsPerBlock * dkv_floats(a) * sizeof(float);
         attention_dkv<T><<<blocks_for(kvrows), kWarpsPerBlock * kWarp, smem, stream>>>(
             a, g, qp, kp, vp, lse, delta, static_cast<T*>(dk), static_cast<T*>(dv));
         QK_CUDA_CHECK(cudaGetLastError());
