@@ -53,7 +53,13 @@ bool unscale_and_check_on_device(const std::vector<Tensor>& grads, double inv) {
   for (const Tensor& g : grads) {
     Tensor probe = ops::cast(ops::sum(ops::binary_scalar(BinaryOp::mul, g, 0.0)), DType::f32);
     total = total.defined() ? ops::add(total, probe) : probe;
-    ops::mul_(g, inv);
+    if (g.dtype() == DType::f16 || g.dtype() == DType::bf16) {
+      // In f32 as the CPU path: 1/scale in the gradient's own dtype would
+      // round (f16: to 0 from a scale of 2^25; bf16: 8 bits for any scale).
+      ops::copy_(g, ops::binary_scalar(BinaryOp::mul, ops::cast(g, DType::f32), inv));
+    } else {
+      ops::mul_(g, inv);
+    }
     g.bump_version();
   }
   return total.defined() && !std::isfinite(total.item_double());

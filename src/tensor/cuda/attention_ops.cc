@@ -25,7 +25,8 @@ AttentionShape shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const
   a.D = q.size(-1);
   a.Dv = v.size(-1);
   QK_CHECK(attention_fits(a.D, a.Dv), "flash_attention on ", q.device().str(), ": head dims D = ", a.D, " and Dv = ",
-           a.Dv, " are too large for the CUDA kernel's shared memory (D + Dv up to about 2000)");
+           a.Dv, " are too large for the CUDA kernels' shared memory (the backward's 4 warps hold 2 (D + Dv) + 64 "
+           "floats each within 48 KiB: D + Dv up to 1504)");
   a.q_sb = q.stride(0);
   a.q_st = q.stride(1);
   a.q_sh = q.stride(2);

@@ -64,8 +64,10 @@ ops::LinearCrossEntropyResult lce_on_device(const Tensor& hidden, const Tensor& 
   Tensor dw_acc;
   if (o.grad_weight) dw_acc = empty({V, C}, on(hidden, acc));
   Tensor loss_rows = empty({N}, on(hidden, DType::f64));
-  const int64_t per = o.chunk_rows > 0 ? o.chunk_rows
-                                       : std::max<int64_t>(1, kLogitsChunkBytes / std::max<int64_t>(V * 4, 1));
+  const int64_t logit_bytes = static_cast<int64_t>(dtype_size(acc));
+  const int64_t per = o.chunk_rows > 0
+                          ? o.chunk_rows
+                          : std::max<int64_t>(1, kLogitsChunkBytes / std::max<int64_t>(V * logit_bytes, 1));
   Tensor logits, dl_low;
   const Tensor wt = ops::transpose(weight, 0, 1);
   bool first = true;

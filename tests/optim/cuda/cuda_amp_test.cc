@@ -29,7 +29,9 @@ struct Mlp {
 };
 
 Mlp on(const Mlp& m, Device d) {
-  auto mv = [&](const Tensor& t) { return ops::to_device(t, d).requires_grad_(); };
+  // Fresh leaves on either device (to_device of a CPU tensor to the CPU is
+  // the tensor itself, whose gradients would pile up over the passes).
+  auto mv = [&](const Tensor& t) { return ops::clone(ops::to_device(t, d)).requires_grad_(); };
   return {mv(m.w1), mv(m.b1), mv(m.w2), mv(m.b2)};
 }
 
