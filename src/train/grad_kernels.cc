@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/dtype.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/reduce.h"
+#include "qk/tensor/ops/view.h"
 
 namespace qk::train::kernels {
 
@@ -99,6 +104,56 @@ void add_into_f32(float* dst, const Tensor& src) {
 
 void copy_into_f32(float* dst, const Tensor& src) {
   convert_into(dst, src, "main grads", [](float& d, float v) { d = v; });
+}
+
+namespace {
+
+bool all_on_cpu(const std::vector<Tensor>& grads) {
+  return std::all_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.device().is_cpu(); });
+}
+
+std::vector<Span> spans_of(const std::vector<Tensor>& grads) {
+  std::vector<Span> out;
+  for (const Tensor& g : grads) out.push_back({g.data_ptr<float>(), g.numel()});
+  return out;
+}
+
+// a + b, where a may be undefined.
+Tensor plus(const Tensor& a, const Tensor& b) { return a.defined() ? ops::add(a, b) : b; }
+
+}  // namespace
+
+UnscaleResult unscale_check_and_norm(const std::vector<Tensor>& grads, float inv) {
+  if (all_on_cpu(grads)) return unscale_check_and_norm(spans_of(grads), inv);
+  // Per device: g * 0 is NaN where g is inf or NaN, so its sum is finite
+  // exactly when every element is; the squares are summed in f64 as the CPU's.
+  std::map<std::string, std::pair<Tensor, Tensor>> sums;  // device -> (squares, probe)
+  for (const Tensor& g : grads) {
+    if (inv != 1.0f) ops::mul_(g, static_cast<double>(inv));
+    const Tensor g64 = ops::cast(g, DType::f64);
+    auto& [squares, probe] = sums[g.device().str()];
+    squares = plus(squares, ops::sum(ops::mul(g64, g64)));
+    probe = plus(probe, ops::sum(ops::binary_scalar(BinaryOp::mul, g64, 0.0)));
+  }
+  UnscaleResult r;
+  for (const auto& [device, s] : sums) {
+    r.sum_squares += s.first.item_double();
+    r.found_inf = r.found_inf || !std::isfinite(s.second.item_double());
+  }
+  return r;
+}
+
+void scale(const std::vector<Tensor>& grads, float s) {
+  if (all_on_cpu(grads)) return scale(spans_of(grads), s);
+  for (const Tensor& g : grads) ops::mul_(g, static_cast<double>(s));
+}
+
+int64_t count_zeros(const std::vector<Tensor>& grads) {
+  if (all_on_cpu(grads)) return count_zeros(spans_of(grads));
+  int64_t n = 0;
+  for (const Tensor& g : grads)
+    n += static_cast<int64_t>(ops::sum(ops::cast(ops::binary_scalar(BinaryOp::eq, g, 0.0), DType::i64)).item_double());
+  return n;
 }
 
 }  // namespace qk::train::kernels

@@ -26,6 +26,13 @@ struct UnscaleResult {
 UnscaleResult unscale_check_and_norm(const std::vector<Span>& grads, float inv);
 void scale(const std::vector<Span>& grads, float s);
 int64_t count_zeros(const std::vector<Span>& grads);
+// The same passes over contiguous f32 gradients as tensors: the fused loops
+// above where all are on the CPU, else the device's own kernels (a read back
+// of two scalars per call): an accelerator's memory is not the host's.
+UnscaleResult unscale_check_and_norm(const std::vector<Tensor>& grads, float inv);
+void scale(const std::vector<Tensor>& grads, float s);
+int64_t count_zeros(const std::vector<Tensor>& grads);
+
 // dst (fp32, n = src.numel()) += src (f32, bf16 or f16, contiguous).
 void add_into_f32(float* dst, const Tensor& src);
 // dst (fp32) = src converted (f32, bf16 or f16, contiguous).

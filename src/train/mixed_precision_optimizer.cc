@@ -359,14 +359,14 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
   // The last stage's copy of the tied embedding is unscaled, checked and
   // clipped, but its squares are the first stage's (counted there). Routed
   // experts' squares are counted apart: summed over the expert-parallel group.
+  // Tensors, not raw spans: on an accelerator the passes run on the device.
   struct Part {
-    std::vector<kernels::Span> shards, replicated;
+    std::vector<Tensor> shards, replicated;
   };
   Part dense, experts;
-  std::vector<kernels::Span> spans, copy_spans;
+  std::vector<Tensor> copy_spans;
   for (size_t i = 0; i < grads.size(); ++i) {
-    const kernels::Span s{grads[i].data_ptr<float>(), grads[i].numel()};
-    spans.push_back(s);
+    const Tensor& s = grads[i];
     if (uncounted[i]) {
       copy_spans.push_back(s);
       continue;
@@ -424,7 +424,7 @@ OptimizerStepResult MixedPrecisionOptimizer::step() {
   r.grad_norm = std::sqrt(sums[1]);
   if (o_.clip_grad > 0) {
     const double coeff = o_.clip_grad / (r.grad_norm + 1.0e-6);
-    if (coeff < 1.0) kernels::scale(spans, static_cast<float>(coeff));
+    if (coeff < 1.0) kernels::scale(grads, static_cast<float>(coeff));
   }
   if (o_.log_num_zeros_in_grad) {
     auto count = [&](const Part& p) -> double {

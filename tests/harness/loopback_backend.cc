@@ -1,6 +1,10 @@
 #include "harness/loopback_backend.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <map>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -11,6 +15,8 @@
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/attention.h"
 #include "qk/tensor/ops/view.h"
+#include "op_kernel_tables.h"
+#include "qk/optim/kernels.h"
 
 namespace qk::harness {
 
@@ -27,20 +33,50 @@ class LoopbackBackend final : public Backend {
     stats_.allocated += n;
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
     ++stats_.num_allocs;
-    return std::malloc(n ? n : 1);
+    if (!poisoned_) return std::malloc(n ? n : 1);
+    // Two mappings of one memfd: the device address, which no host code may
+    // touch (PROT_NONE: a read faults), and the host view the kernels and
+    // copies use, as a GPU's memory is reachable only through them.
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t bytes = (std::max<size_t>(n, 1) + page - 1) / page * page;
+    const int fd = ::memfd_create("qk-loopback", MFD_CLOEXEC);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) std::abort();
+    void* host = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* dev = ::mmap(nullptr, bytes, PROT_NONE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (host == MAP_FAILED || dev == MAP_FAILED) std::abort();
+    blocks_[reinterpret_cast<uintptr_t>(dev)] = {static_cast<char*>(host), bytes};
+    return dev;
   }
   void deallocate(void* p, size_t n, int) override {
     std::lock_guard<std::mutex> lk(mu_);
     stats_.allocated -= n;
-    std::free(p);
+    if (!poisoned_) return std::free(p);
+    auto it = blocks_.find(reinterpret_cast<uintptr_t>(p));
+    if (it == blocks_.end()) std::abort();
+    ::munmap(it->second.host, it->second.bytes);
+    ::munmap(p, it->second.bytes);
+    blocks_.erase(it);
   }
-  void copy(void* dst, Device, const void* src, Device, size_t n) override {
-    if (n) std::memcpy(dst, src, n);
+  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n) override {
+    if (n) std::memcpy(host_view(dst, dst_dev), host_view(src, src_dev), n);
   }
+  // The host address of device memory at p (itself where memory is not poisoned).
+  void* host_view(const void* p, Device d) const {
+    if (!poisoned_ || d.is_cpu() || p == nullptr) return const_cast<void*>(p);
+    std::lock_guard<std::mutex> lk(mu_);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = blocks_.upper_bound(a);
+    if (it == blocks_.begin()) std::abort();
+    --it;
+    if (a >= it->first + it->second.bytes) std::abort();
+    return it->second.host + (a - it->first);
+  }
+  void poison() { poisoned_ = true; }
   // Pinned memory is plain host memory here; what the tests read is which
   // path a copy took and how many pinned blocks are alive.
-  void copy_async(void* dst, Device, const void* src, Device, size_t n) override {
-    if (n) std::memcpy(dst, src, n);
+  void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n) override {
+    if (n) std::memcpy(host_view(dst, dst_dev), host_view(src, src_dev), n);
     std::lock_guard<std::mutex> lk(mu_);
     ++counts_.async_copies;
   }
@@ -69,9 +105,15 @@ class LoopbackBackend final : public Backend {
   }
 
  private:
+  struct Block {
+    char* host;
+    size_t bytes;
+  };
   mutable std::mutex mu_;
   MemoryStats stats_;
   LoopbackCounts counts_;
+  bool poisoned_ = false;
+  std::map<uintptr_t, Block> blocks_;  // device address -> its host view
 };
 
 LoopbackBackend& instance() {
@@ -84,7 +126,7 @@ LoopbackBackend& instance() {
 Tensor host_alias(const Tensor& t) {
   if (!t.defined() || t.device().is_cpu()) return t;
   std::shared_ptr<Storage> keep = t.storage();
-  auto alias = std::make_shared<Storage>(keep->data(), keep->nbytes(), kCPU,
+  auto alias = std::make_shared<Storage>(instance().host_view(keep->data(), t.device()), keep->nbytes(), kCPU,
                                          [keep](void*) mutable { keep.reset(); });
   return make_tensor(alias, t.dtype(), t.sizes(), t.strides(), t.storage_offset());
 }
@@ -114,6 +156,29 @@ std::tuple<T...> on_device(const std::tuple<T...>& r, Device d) {
 template <typename A, typename B>
 std::pair<A, B> on_device(const std::pair<A, B>& r, Device d) {
   return {on_device(r.first, d), on_device(r.second, d)};
+}
+// The complete set's argument and result kinds.
+std::vector<Tensor> on_host(const std::vector<Tensor>& v) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : v) out.push_back(host_alias(t));
+  return out;
+}
+void note_device(Device& d, const std::vector<Tensor>& v) {
+  for (const Tensor& t : v) note_device(d, t);
+}
+std::vector<Tensor> on_device(const std::vector<Tensor>& v, Device d) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : v) out.push_back(on_device(t, d));
+  return out;
+}
+ops::CrossEntropyResult on_device(const ops::CrossEntropyResult& r, Device d) {
+  return {on_device(r.loss, d), on_device(r.log_probs, d)};
+}
+ops::BatchNormResult on_device(const ops::BatchNormResult& r, Device d) {
+  return {on_device(r.out, d), on_device(r.save_mean, d), on_device(r.save_invstd, d)};
+}
+ops::LinearCrossEntropyResult on_device(const ops::LinearCrossEntropyResult& r, Device d) {
+  return {on_device(r.loss, d), on_device(r.grad_hidden, d), on_device(r.grad_weight, d)};
 }
 
 template <auto& Table, typename Fn>
@@ -145,7 +210,61 @@ struct Forward<Table, R(A...)> {
   X(ops::flash_attention_fwd_kernel, ops::FlashAttentionFwdFn) \
   X(ops::flash_attention_bwd_kernel, ops::FlashAttentionBwdFn)
 
+// Every other table of the CPU backend: the tensor layer's private ones
+// (op_kernel_tables.h) and the optimizers' fused steps.
+#define QK_LOOPBACK_MORE_KERNELS(X)                                        \
+  X(ops::reduce_kernel, ops::ReduceFn)                                     \
+  X(ops::max_min_dim_kernel, ops::MaxMinDimFn)                             \
+  X(ops::softmax_kernel, ops::SoftmaxFn)                                   \
+  X(ops::softmax_backward_kernel, ops::SoftmaxBwdFn)                       \
+  X(ops::cross_entropy_kernel, ops::CrossEntropyFn)                        \
+  X(ops::cross_entropy_backward_kernel, ops::CrossEntropyBwdFn)            \
+  X(ops::max_pool2d_kernel, ops::MaxPoolFn)                                \
+  X(ops::max_pool2d_backward_kernel, ops::MaxPoolBwdFn)                    \
+  X(ops::avg_pool2d_kernel, ops::AvgPoolFn)                                \
+  X(ops::avg_pool2d_backward_kernel, ops::AvgPoolBwdFn)                    \
+  X(ops::adaptive_avg_pool2d_kernel, ops::AdaptivePoolFn)                  \
+  X(ops::adaptive_avg_pool2d_backward_kernel, ops::AdaptivePoolBwdFn)      \
+  X(ops::batch_norm_kernel, ops::BatchNormFn)                              \
+  X(ops::batch_norm_backward_kernel, ops::BatchNormBwdFn)                  \
+  X(ops::dropout_kernel, ops::DropoutFn)                                   \
+  X(ops::unary_backward_kernel, ops::UnaryBwdFn)                           \
+  X(ops::add_inplace_kernel, ops::AddInplaceFn)                            \
+  X(ops::clamp_kernel, ops::ClampFn)                                       \
+  X(ops::clamp_backward_kernel, ops::ClampBwdFn)                           \
+  X(ops::where_kernel, ops::WhereFn)                                       \
+  X(ops::layer_norm_kernel, ops::LayerNormFn)                              \
+  X(ops::layer_norm_backward_kernel, ops::LayerNormBwdFn)                  \
+  X(ops::rms_norm_kernel, ops::RmsNormFn)                                  \
+  X(ops::rms_norm_backward_kernel, ops::RmsNormBwdFn)                      \
+  X(ops::embedding_kernel, ops::EmbeddingFn)                               \
+  X(ops::embedding_backward_kernel, ops::EmbeddingBwdFn)                   \
+  X(ops::rotary_embedding_kernel, ops::RotaryFn)                           \
+  X(ops::swiglu_kernel, ops::SwigluFn)                                     \
+  X(ops::swiglu_backward_kernel, ops::SwigluBwdFn)                         \
+  X(ops::linear_cross_entropy_kernel, ops::LinearCrossEntropyFn)           \
+  X(ops::cat_kernel, ops::CatFn)                                           \
+  X(ops::index_select_kernel, ops::IndexSelectFn)                          \
+  X(ops::index_add_kernel, ops::IndexAddFn)                                \
+  X(ops::gather_kernel, ops::IndexSelectFn)                                \
+  X(ops::scatter_add_kernel, ops::IndexAddFn)                              \
+  X(ops::topk_kernel, ops::TopkFn)                                         \
+  X(ops::one_hot_kernel, ops::OneHotFn)                                    \
+  X(ops::grouped_mm_kernel, ops::GroupedMmFn)                              \
+  X(ops::grouped_mm_tn_kernel, ops::GroupedMmTnFn)                         \
+  X(optim::sgd_step_kernel, optim::SgdStepFn)                              \
+  X(optim::adam_step_kernel, optim::AdamStepFn)
+
 }  // namespace
+
+void install_complete_loopback() {
+  // Before any tensor lives there: memory from before would not be mapped twice.
+  instance().poison();
+  install_loopback();
+#define QK_SET(table, Fn) table.set(DeviceType::privateuse1, &Forward<table, Fn>::call);
+  QK_LOOPBACK_MORE_KERNELS(QK_SET)
+#undef QK_SET
+}
 
 LoopbackCounts loopback_counts() { return instance().counts(); }
 

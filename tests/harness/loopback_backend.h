@@ -30,6 +30,12 @@ struct LoopbackCounts {
 };
 LoopbackCounts loopback_counts();
 
+// install_loopback and every other kernel table of the CPU backend (the
+// tensor layer's private ones, the optimizers' steps): a complete device,
+// for testing the upper layers' device paths (models, trainers, GradScaler)
+// without a GPU. Never in the same process as a test of the missing list.
+void install_complete_loopback();
+
 // Registers the loopback backend under privateuse1 and sets its kernels;
 // calling it again restores any kernel a test replaced.
 void install_loopback();
