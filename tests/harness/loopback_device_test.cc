@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/tiny_cifar.h"
 #include "harness/loopback_backend.h"
 #include "qk/base/file_io.h"
 #include "qk/models/cifar10_trainer.h"
@@ -29,16 +30,7 @@ std::string fresh_dir(const std::string& name) {
 
 qk::models::TrainCifarOptions tiny(const std::string& data, const std::string& out, const std::string& device,
                                    const std::string& amp) {
-  qk::models::TrainCifarOptions o;
-  o.data_dir = data;
-  o.out = out;
-  o.epochs = 1;
-  o.batch_size = 16;
-  o.synth_train = 48;
-  o.synth_test = 16;
-  o.num_workers = 0;
-  o.progress = false;
-  o.seed = 5;
+  qk::models::TrainCifarOptions o = qk::test::tiny_cifar(data, out, 1);
   o.device = device;
   o.amp = amp;
   return o;

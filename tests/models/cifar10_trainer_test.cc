@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/tiny_cifar.h"
 #include "qk/base/file_io.h"
 #include "qk/models/cifar10.h"
 #include "qk/models/cifar10_trainer.h"
@@ -28,17 +29,7 @@ std::string fresh_dir(const std::string& name) {
 }
 
 qk::models::TrainCifarOptions tiny(const std::string& data, const std::string& out, int epochs) {
-  qk::models::TrainCifarOptions o;
-  o.data_dir = data;
-  o.out = out;
-  o.epochs = epochs;
-  o.batch_size = 16;
-  o.synth_train = 48;
-  o.synth_test = 16;
-  o.num_workers = 0;
-  o.progress = false;
-  o.seed = 5;
-  return o;
+  return qk::test::tiny_cifar(data, out, epochs);
 }
 
 // Rewrites the v2 sidecar DIR/latest.json as the v1 trainer wrote it:
