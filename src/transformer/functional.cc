@@ -80,7 +80,7 @@ Tensor unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (o.softmax_in_fp32) scores = scores.to(DType::f32);
   scores = scores * scale;
   if (o.causal && t > 1)  // a single query sees every key
-    scores = masked_fill(scores, causal_mask(hpg, t, s), -std::numeric_limits<double>::infinity());
+    scores = masked_fill(scores, causal_mask(hpg, t, s).to(scores.device()), -std::numeric_limits<double>::infinity());
   Tensor probs = softmax(scores, -1).to(v.dtype());
   if (o.training && o.dropout_p > 0)
     probs = dropout(probs, o.dropout_p, true, o.generator ? *o.generator : default_generator());
@@ -174,7 +174,8 @@ Tensor checked_token_weight(const Tensor& hidden, const Tensor& weight, const Te
            shape_str(labels.shape()));
   const int64_t n = labels.size(0);
   return loss_mask.defined() ? loss_mask.to(DType::f32) / sum(loss_mask.to(DType::f32))
-                             : full({n}, 1.0 / static_cast<double>(std::max<int64_t>(n, 1)));
+                             : full({n}, 1.0 / static_cast<double>(std::max<int64_t>(n, 1)),
+                                    TensorOptions().dtype(DType::f32).device(hidden.device()));
 }
 
 }  // namespace

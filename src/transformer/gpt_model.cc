@@ -76,7 +76,8 @@ Tensor LanguageModelEmbeddingImpl::forward(const Tensor& tokens, const Tensor& p
     const int64_t t = tokens.size(1);
     Tensor positions = position_ids;
     if (!positions.defined()) {
-      positions = arange(static_cast<double>(offset), static_cast<double>(offset + t), 1.0, DType::i64);
+      positions = arange(static_cast<double>(offset), static_cast<double>(offset + t), 1.0,
+                        TensorOptions().dtype(DType::i64).device(tokens.device()));
     } else {
       QK_CHECK(positions.shape() == tokens.shape() || positions.shape() == Shape{t},
                "GPTModel: position_ids must be [B, T] or [T] like tokens ", shape_str(tokens.shape()), ", got ",
@@ -241,7 +242,7 @@ Tensor GPTModelImpl::run(const Tensor& tokens, const Tensor& position_ids, KVCac
     rotary = mla_rotary_tables(config_, offset, tokens.size(1));
   else if (config_.position_embedding_type == PositionEmbeddingType::rope)
     rotary = rotary_tables(config_, offset, tokens.size(1));
-  return decoder(h, rotary, cache);
+  return decoder(h, rotary.to(h.device()), cache);
 }
 
 Tensor GPTModelImpl::hidden_states(const Tensor& tokens, const Tensor& position_ids) {
@@ -273,7 +274,8 @@ Tensor GPTModelImpl::forward(const Tensor& tokens, const Tensor& position_ids, c
                                                            labels.reshape({n}), *tp_);
   const Tensor token_weight = loss_mask.defined() ? loss_mask.reshape({n}).to(DType::f32) /
                                                         sum(loss_mask.to(DType::f32))
-                                                  : full({n}, 1.0 / static_cast<double>(n));
+                                                  : full({n}, 1.0 / static_cast<double>(n),
+                                                         TensorOptions().dtype(DType::f32).device(ce.device()));
   return sum(ce * token_weight);
 }
 

@@ -195,6 +195,7 @@ Tensor GPTModelChunkImpl::forward(const GPTChunkInput& in) {
   RotaryTables rotary;  // MLA rotates its own dims with YaRN, as GPTModel
   if (c.multi_latent_attention) rotary = mla_rotary_tables(c, 0, seq);
   else if (c.position_embedding_type == PositionEmbeddingType::rope) rotary = rotary_tables(c, 0, seq);
+  rotary = rotary.to(h.device());
   Generator* tp_gen = tp_ && tp_->size() > 1 ? tp_rng_.get() : nullptr;
   AttentionContext ctx{rotary, nullptr, 0, tp_gen, sp ? tp_rng_.get() : nullptr};
   // Full recompute over this chunk's layers (recompute_num_layers per chunk, as Megatron's per-stage block).

@@ -11,11 +11,15 @@
 #include <filesystem>
 #include <string>
 
+#include "common/device_compare.h"
 #include "common/tiny_cifar.h"
 #include "harness/loopback_backend.h"
 #include "qk/base/file_io.h"
 #include "qk/models/cifar10_trainer.h"
+#include "qk/optim/adam.h"
 #include "qk/tensor/backend.h"
+#include "qk/tensor/generator.h"
+#include "qk/transformer/gpt_model.h"
 
 namespace {
 
@@ -55,6 +59,60 @@ TEST(LoopbackDevice, CifarTrainingOnTheDeviceEndsWithTheCpusWeights) {
     EXPECT_TRUE(qk::read_file(cpu + "/checkpoints/latest.safetensors") ==
                 qk::read_file(dev + "/checkpoints/latest.safetensors"))
         << "the device run's weights differ from the CPU run's\n" << out;
+  }
+}
+
+// A GPT-2 and a Llama layout (learned positions and RoPE, LayerNorm and
+// RMSNorm, GELU and SwiGLU, grouped-query attention, tied and untied output)
+// moved onto the device: the loss and every gradient equal the CPU's bit
+// for bit, and an AdamW step there lands on the CPU's weights.
+TEST(LoopbackDevice, GptForwardBackwardAndStepOnTheDeviceEqualTheCpus) {
+  qk::harness::install_complete_loopback();
+  using namespace qk::transformer;
+  TransformerConfig gpt2;
+  gpt2.num_layers = 2;
+  gpt2.hidden_size = 64;
+  gpt2.num_attention_heads = 4;
+  gpt2.seq_length = 16;
+  gpt2.vocab_size = 100;
+  gpt2.activation_func = Activation::openai_gelu;
+  gpt2.hidden_dropout = 0.0;
+  gpt2.attention_dropout = 0.0;
+  TransformerConfig llama = gpt2;
+  llama.position_embedding_type = PositionEmbeddingType::rope;
+  llama.normalization = Normalization::RMSNorm;
+  llama.set_swiglu();
+  llama.num_query_groups = 2;
+  llama.add_bias_linear = false;
+  llama.share_embeddings_and_output_weights = false;
+  const qk::Device dev = qk::harness::kLoopback;
+  for (const TransformerConfig& c : {gpt2, llama}) {
+    SCOPED_TRACE(c.normalization == Normalization::RMSNorm ? "llama" : "gpt2");
+    qk::Generator g(3);
+    const qk::Tensor tokens = qk::randint(0, 100, {2, 16}, qk::DType::i64, g);
+    const qk::Tensor labels = qk::randint(0, 100, {2, 16}, qk::DType::i64, g);
+    qk::manual_seed(11);
+    GPTModel cpu(c);
+    qk::manual_seed(11);
+    GPTModel on_dev(c);
+    on_dev->to(dev);
+    const qk::Tensor lc = cpu->forward(tokens, qk::Tensor(), labels);
+    const qk::Tensor ld = on_dev->forward(tokens.to(dev), qk::Tensor(), labels.to(dev));
+    EXPECT_EQ(ld.device(), dev);
+    EXPECT_EQ(lc.item<float>(), ld.item<float>());
+    lc.backward();
+    ld.backward();
+    qk::optim::AdamW oc(cpu->parameters(), qk::optim::AdamWOptions(1e-2));
+    qk::optim::AdamW od(on_dev->parameters(), qk::optim::AdamWOptions(1e-2));
+    oc.step();
+    od.step();
+    const auto pc = cpu->named_parameters(), pd = on_dev->named_parameters();
+    ASSERT_EQ(pc.size(), pd.size());
+    for (size_t i = 0; i < pc.size(); ++i) {
+      EXPECT_EQ(pd[i].value().device(), dev) << pd[i].key();
+      EXPECT_EQ(qk::devtest::max_abs_diff(pc[i].value().grad(), pd[i].value().grad()), 0.0) << pd[i].key();
+      EXPECT_EQ(qk::devtest::max_abs_diff(pc[i].value(), pd[i].value()), 0.0) << pd[i].key();
+    }
   }
 }
 

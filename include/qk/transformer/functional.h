@@ -55,6 +55,10 @@ Tensor unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 // inv_freq, laid out cat(freqs, freqs); cos and sin are [length, R] f32.
 struct RotaryTables {
   Tensor cos, sin;
+  // Built on the host; moved to the activations' device before use.
+  RotaryTables to(Device d) const {
+    return {cos.defined() ? cos.to(d) : cos, sin.defined() ? sin.to(d) : sin};
+  }
 };
 RotaryTables rotary_tables(int64_t rotary_dim, double rotary_base, int64_t offset, int64_t length,
                            std::optional<double> seq_len_interpolation_factor = std::nullopt);
