@@ -27,7 +27,7 @@ std::string clean_env() {
   return s;
 }
 
-MpiRun mpirun(int np, const std::string& args, int timeout_s = 60) {
+MpiRun mpirun_once(int np, const std::string& args, int timeout_s) {
   std::string cmd = clean_env() + " timeout -k 5 " + std::to_string(timeout_s) + " " QK_MPIRUN
                     " --allow-run-as-root --oversubscribe -np " +
                     std::to_string(np) + " '" QK_HPC_HELPER "' " + args + " 2>&1";
@@ -39,6 +39,17 @@ MpiRun mpirun(int np, const std::string& args, int timeout_s = 60) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
   int st = ::pclose(p);
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+// Open MPI 4's launcher on a loaded machine sometimes loses a rank that ran
+// to the end ("mpiexec has exited due to process rank 0 with PID 0 ...
+// exiting improperly", its RESULT line printed, exit 1: seen 1 run in 3 of
+// the 4-rank HPCG case beside two busy processes on 2 cores). That is the
+// launcher's race, not the case's result: such a run is made once more.
+MpiRun mpirun(int np, const std::string& args, int timeout_s = 60) {
+  MpiRun r = mpirun_once(np, args, timeout_s);
+  if (r.code != 0 && r.out.find("exiting improperly") != std::string::npos) r = mpirun_once(np, args, timeout_s);
   return r;
 }
 
