@@ -429,28 +429,6 @@ std::string tune_out(const PerfOptions& o) {
   return "qccl-tune.json";
 }
 
-// The file's entries so far: kept when it was measured on this CPU model.
-// Anything there that is not a tuning file is never overwritten.
-qccl::TuneFile existing_tune_file(const std::string& path, bool say) {
-  qccl::TuneFile fresh = qccl::tune_file_for_this_machine();
-  if (!file_exists(path)) return fresh;
-  qccl::TuneFile f;
-  try {
-    f = qccl::read_tune_file(path);
-  } catch (const Error& e) {
-    QK_THROW(ValueError, "--out ", path, " exists and is not a tuning file to add to: ", e.message(),
-             ". Remove it or choose another --out");
-  }
-  if (f.cpu != fresh.cpu) {
-    if (say)
-      fmt::print("# {} was measured on '{}', this is '{}': its entries are replaced\n", path, f.cpu, fresh.cpu);
-    return fresh;
-  }
-  f.written = fresh.written;
-  f.cpus = fresh.cpus;
-  return f;
-}
-
 std::vector<int> parse_rank_list(const std::string& s) {
   std::vector<int> out;
   size_t pos = 0;
@@ -498,9 +476,7 @@ int tune_rank(const PerfOptions& o, const qcclUniqueId& id, int rank, int n) {
   qcclCommDestroy(comm);
   if (rank != 0) return 0;
   const std::string path = tune_out(o);
-  qccl::TuneFile f = existing_tune_file(path, false);
-  qccl::merge_entry(f, e);
-  qccl::write_tune_file(path, f);
+  qccl::add_to_tune_file(path, e);
   fmt::print("# {} ranks: shm_slice {} reduce_slice {} chain_chunk {} cma_copy_chunk {} ({:.1f} s); written to {}\n",
              n, e.sizes.shm_slice, e.sizes.reduce_slice, e.sizes.chain_chunk, e.sizes.cma_copy_chunk, e.seconds, path);
   std::fflush(stdout);
@@ -626,7 +602,10 @@ int fork_ranks(int np, const std::function<int(const qcclUniqueId&, int)>& body)
 void run_tune(const PerfOptions& o) {
   QK_CHECK(o.tune_rounds >= 1 && o.tune_rounds <= 100, "--tune-rounds: expected 1..100, got ", o.tune_rounds);
   const std::string path = tune_out(o);
-  existing_tune_file(path, true);  // refuses a file that is not one before any work
+  bool replaced = false;
+  qccl::tune_file_to_extend(path, &replaced);  // refuses a non-tuning file before any work
+  if (replaced)
+    fmt::print("# {} was measured on another CPU model: its entries are replaced by this machine's\n", path);
   if (run_launched(o, [&](const qcclUniqueId& id, int r, int n) { return tune_rank(o, id, r, n); })) return;
   QK_CHECK(o.np == 0 || o.tune_ranks.empty(), "--np and --tune-ranks: give one of them");
   std::vector<int> counts = o.np ? std::vector<int>{o.np} : o.tune_ranks.empty() ? default_tune_ranks()

@@ -6,9 +6,11 @@
 // values it reports.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "algo/tuning.h"
@@ -67,6 +69,33 @@ TEST(TuneFile, RoundTripsAndMergesByRankCount) {
   EXPECT_DOUBLE_EQ(g.entries[0].trials[0].relative_time, 0.9);
   EXPECT_EQ(g.entries[1].sizes.shm_slice, size_t(64) << 10);
   EXPECT_EQ(g.entries[1].sizes.cma_copy_chunk, size_t(4) << 20);
+}
+
+// add_to_tune_file (what `qk perf --tune` does per count of ranks) keeps
+// this CPU's entries, starts afresh over another CPU's file, and never
+// overwrites a file that is not a tuning file.
+TEST(TuneFile, AddingAnEntryKeepsThisCpusEntriesAndRefusesOtherFiles) {
+  const std::string path = temp_path("add.json");
+  std::remove(path.c_str());
+  qk::qccl::add_to_tune_file(path, entry(2, 16 << 10, 64 << 10, 256 << 10, 4 << 20));
+  qk::qccl::add_to_tune_file(path, entry(4, 32 << 10, 64 << 10, 256 << 10, 4 << 20));
+  EXPECT_EQ(qk::qccl::read_tune_file(path).entries.size(), 2u);
+  TuneFile foreign = qk::qccl::read_tune_file(path);
+  foreign.cpu = "Some Other CPU 9000";
+  qk::qccl::write_tune_file(path, foreign);
+  bool replaced = false;
+  EXPECT_TRUE(qk::qccl::tune_file_to_extend(path, &replaced).entries.empty());
+  EXPECT_TRUE(replaced);
+  qk::qccl::add_to_tune_file(path, entry(2, 16 << 10, 64 << 10, 256 << 10, 4 << 20));
+  TuneFile now = qk::qccl::read_tune_file(path);
+  EXPECT_EQ(now.cpu, qk::cpu_model_name());
+  EXPECT_EQ(now.entries.size(), 1u);
+  const std::string notes = temp_path("notes.txt");
+  write_text(notes, "my notes\n");
+  EXPECT_THROW(qk::qccl::add_to_tune_file(notes, entry(2, 16 << 10, 64 << 10, 256 << 10, 4 << 20)), qk::ValueError);
+  std::ifstream in(notes);
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "my notes\n");
 }
 
 TEST(TuneFile, NearestEntryTakesTheClosestCountAndTheSmallerOnATie) {

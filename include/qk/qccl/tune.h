@@ -64,6 +64,14 @@ TuneFile read_tune_file(const std::string& path);
 void write_tune_file(const std::string& path, const TuneFile& file);
 // An empty file for this machine: its CPU model, CPU count and the time now.
 TuneFile tune_file_for_this_machine();
+// The file at `path` to add entries to: its entries when it was measured on
+// this CPU model (*replaced false), else a fresh one for this machine
+// (*replaced true when a file of another model is there). ValueError when
+// something there is not a tuning file: it is never overwritten.
+TuneFile tune_file_to_extend(const std::string& path, bool* replaced = nullptr);
+// tune_file_to_extend, merge_entry, write_tune_file: what `qk perf --tune`
+// does with each count of ranks it tuned.
+void add_to_tune_file(const std::string& path, const TuneEntry& entry);
 // Replaces the entry for the same ranks_on_host, else adds it (kept sorted).
 void merge_entry(TuneFile& file, const TuneEntry& entry);
 // The entry for ranks_on_host, else the one with the nearest count (the

@@ -128,6 +128,32 @@ TuneFile tune_file_for_this_machine() {
   return f;
 }
 
+TuneFile tune_file_to_extend(const std::string& path, bool* replaced) {
+  if (replaced) *replaced = false;
+  TuneFile fresh = tune_file_for_this_machine();
+  if (!file_exists(path)) return fresh;
+  TuneFile f;
+  try {
+    f = read_tune_file(path);
+  } catch (const Error& e) {
+    QK_THROW(ValueError, path, " exists and is not a tuning file to add to: ", e.message(),
+             ". Remove it or choose another file");
+  }
+  if (f.cpu != fresh.cpu) {
+    if (replaced) *replaced = true;
+    return fresh;
+  }
+  f.written = fresh.written;
+  f.cpus = fresh.cpus;
+  return f;
+}
+
+void add_to_tune_file(const std::string& path, const TuneEntry& entry) {
+  TuneFile f = tune_file_to_extend(path);
+  merge_entry(f, entry);
+  write_tune_file(path, f);
+}
+
 void merge_entry(TuneFile& f, const TuneEntry& entry) {
   std::erase_if(f.entries, [&](const TuneEntry& e) { return e.ranks_on_host == entry.ranks_on_host; });
   f.entries.push_back(entry);
