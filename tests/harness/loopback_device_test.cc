@@ -13,6 +13,7 @@
 
 #include "common/device_compare.h"
 #include "common/tiny_cifar.h"
+#include "common/tiny_gpt.h"
 #include "harness/loopback_backend.h"
 #include "qk/base/file_io.h"
 #include "qk/models/cifar10_trainer.h"
@@ -63,28 +64,14 @@ TEST(LoopbackDevice, CifarTrainingOnTheDeviceEndsWithTheCpusWeights) {
 }
 
 // A GPT-2 and a Llama layout (learned positions and RoPE, LayerNorm and
-// RMSNorm, GELU and SwiGLU, grouped-query attention, tied and untied output)
+// RMSNorm, GELU and SwiGLU, grouped-query attention, QK layernorm, tied and
+// untied output)
 // moved onto the device: the loss and every gradient equal the CPU's bit
 // for bit, and an AdamW step there lands on the CPU's weights.
 TEST(LoopbackDevice, GptForwardBackwardAndStepOnTheDeviceEqualTheCpus) {
   qk::harness::install_complete_loopback();
   using namespace qk::transformer;
-  TransformerConfig gpt2;
-  gpt2.num_layers = 2;
-  gpt2.hidden_size = 64;
-  gpt2.num_attention_heads = 4;
-  gpt2.seq_length = 16;
-  gpt2.vocab_size = 100;
-  gpt2.activation_func = Activation::openai_gelu;
-  gpt2.hidden_dropout = 0.0;
-  gpt2.attention_dropout = 0.0;
-  TransformerConfig llama = gpt2;
-  llama.position_embedding_type = PositionEmbeddingType::rope;
-  llama.normalization = Normalization::RMSNorm;
-  llama.set_swiglu();
-  llama.num_query_groups = 2;
-  llama.add_bias_linear = false;
-  llama.share_embeddings_and_output_weights = false;
+  const TransformerConfig gpt2 = qk::test::tiny_gpt2(), llama = qk::test::tiny_llama();
   const qk::Device dev = qk::harness::kLoopback;
   for (const TransformerConfig& c : {gpt2, llama}) {
     SCOPED_TRACE(c.normalization == Normalization::RMSNorm ? "llama" : "gpt2");

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "common/tiny_gpt.h"
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
 #include "qk/optim/adam.h"
@@ -14,30 +15,8 @@
 namespace qk::transformer {
 namespace {
 
-TransformerConfig tiny_gpt2() {
-  TransformerConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 64;
-  c.num_attention_heads = 4;
-  c.seq_length = 16;
-  c.vocab_size = 100;
-  c.activation_func = Activation::openai_gelu;
-  c.hidden_dropout = 0.0;
-  c.attention_dropout = 0.0;
-  return c;
-}
-
-TransformerConfig tiny_llama() {
-  TransformerConfig c = tiny_gpt2();
-  c.position_embedding_type = PositionEmbeddingType::rope;
-  c.normalization = Normalization::RMSNorm;
-  c.set_swiglu();
-  c.num_query_groups = 2;
-  c.qk_layernorm = true;
-  c.add_bias_linear = false;
-  c.share_embeddings_and_output_weights = false;
-  return c;
-}
+using qk::test::tiny_gpt2;
+using qk::test::tiny_llama;
 
 Tensor tokens_for(int64_t b, int64_t t, uint64_t seed) {
   Generator g(seed);
