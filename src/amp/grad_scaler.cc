@@ -43,29 +43,41 @@ bool unscale_and_check(const Tensor& g, double inv) {
   return bad.load();
 }
 
-// On an accelerator the same pass composed of its backend's kernels, and
-// one read back for all of a device's gradients (a read back per gradient
-// would stall the device once per parameter): g * 0 is NaN where g is inf
-// or NaN and 0 elsewhere, so the f32 sum of those over every gradient is
-// finite exactly when all of them are.
-bool unscale_and_check_on_device(const std::vector<Tensor>& grads, double inv) {
-  Tensor total;
-  for (const Tensor& g : grads) {
-    Tensor probe = ops::cast(ops::sum(ops::binary_scalar(BinaryOp::mul, g, 0.0)), DType::f32);
-    total = total.defined() ? ops::add(total, probe) : probe;
-    if (g.dtype() == DType::f16 || g.dtype() == DType::bf16) {
-      // In f32 as the CPU path: 1/scale in the gradient's own dtype would
-      // round (f16: to 0 from a scale of 2^25; bf16: 8 bits for any scale).
-      ops::copy_(g, ops::binary_scalar(BinaryOp::mul, ops::cast(g, DType::f32), inv));
-    } else {
-      ops::mul_(g, inv);
-    }
-    g.bump_version();
-  }
-  return total.defined() && !std::isfinite(total.item_double());
-}
-
 }  // namespace
+
+// Per device: g * 0 is NaN where g is inf or NaN and 0 elsewhere, so the sum
+// of those over every gradient is finite exactly when all of them are; the
+// squares are summed in f64 as the CPU passes sum them. One read back (two
+// with squares) per device: one per gradient would stall the device once
+// per parameter.
+DeviceUnscaleResult unscale_and_check_on_device(const std::vector<Tensor>& grads, double inv, bool squares) {
+  std::map<std::string, std::pair<Tensor, Tensor>> sums;  // device -> (probe, squares)
+  auto plus = [](const Tensor& a, const Tensor& b) { return a.defined() ? ops::add(a, b) : b; };
+  for (const Tensor& g : grads) {
+    auto& [probe, sq] = sums[g.device().str()];
+    probe = plus(probe, ops::sum(ops::binary_scalar(BinaryOp::mul, ops::cast(g, DType::f64), 0.0)));
+    if (inv != 1.0) {
+      if (g.dtype() == DType::f16 || g.dtype() == DType::bf16) {
+        // In f32 as the CPU path: 1/scale in the gradient's own dtype would
+        // round (f16: to 0 from a scale of 2^25; bf16: 8 bits for any scale).
+        ops::copy_(g, ops::binary_scalar(BinaryOp::mul, ops::cast(g, DType::f32), inv));
+      } else {
+        ops::mul_(g, inv);
+      }
+      g.bump_version();
+    }
+    if (squares) {
+      const Tensor g64 = ops::cast(g, DType::f64);
+      sq = plus(sq, ops::sum(ops::mul(g64, g64)));
+    }
+  }
+  DeviceUnscaleResult r;
+  for (const auto& [device, s] : sums) {
+    r.found_inf = r.found_inf || !std::isfinite(s.first.item_double());
+    if (squares) r.sum_squares += s.second.item_double();
+  }
+  return r;
+}
 
 GradScaler::GradScaler(GradScalerOptions opts) : opts_(opts), scale_(opts.init_scale) {
   QK_CHECK(opts.init_scale > 0 && std::isfinite(opts.init_scale),
@@ -90,14 +102,14 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
            "per step");
   const double inv = 1.0 / scale_;
   bool bad = false;
-  std::map<std::string, std::vector<Tensor>> on_devices;  // by device, in parameter order
+  std::vector<Tensor> on_devices;
   for (const Tensor& p : opt.all_params()) {
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
     if (g.device().is_cpu()) bad |= unscale_and_check(g, inv);
-    else on_devices[g.device().str()].push_back(g);
+    else on_devices.push_back(g);
   }
-  for (const auto& [device, grads] : on_devices) bad |= unscale_and_check_on_device(grads, inv);
+  if (!on_devices.empty()) bad |= unscale_and_check_on_device(on_devices, inv, false).found_inf;
   found_inf_ = bad;
   unscaled_ = true;
 }

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "qk/amp/grad_scaler.h"
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/dtype.h"
@@ -118,29 +119,12 @@ std::vector<Span> spans_of(const std::vector<Tensor>& grads) {
   return out;
 }
 
-// a + b, where a may be undefined.
-Tensor plus(const Tensor& a, const Tensor& b) { return a.defined() ? ops::add(a, b) : b; }
-
 }  // namespace
 
 UnscaleResult unscale_check_and_norm(const std::vector<Tensor>& grads, float inv) {
   if (all_on_cpu(grads)) return unscale_check_and_norm(spans_of(grads), inv);
-  // Per device: g * 0 is NaN where g is inf or NaN, so its sum is finite
-  // exactly when every element is; the squares are summed in f64 as the CPU's.
-  std::map<std::string, std::pair<Tensor, Tensor>> sums;  // device -> (squares, probe)
-  for (const Tensor& g : grads) {
-    if (inv != 1.0f) ops::mul_(g, static_cast<double>(inv));
-    const Tensor g64 = ops::cast(g, DType::f64);
-    auto& [squares, probe] = sums[g.device().str()];
-    squares = plus(squares, ops::sum(ops::mul(g64, g64)));
-    probe = plus(probe, ops::sum(ops::binary_scalar(BinaryOp::mul, g64, 0.0)));
-  }
-  UnscaleResult r;
-  for (const auto& [device, s] : sums) {
-    r.sum_squares += s.first.item_double();
-    r.found_inf = r.found_inf || !std::isfinite(s.second.item_double());
-  }
-  return r;
+  const amp::DeviceUnscaleResult d = amp::unscale_and_check_on_device(grads, inv, /*squares=*/true);
+  return {d.found_inf, d.sum_squares};
 }
 
 void scale(const std::vector<Tensor>& grads, float s) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "qk/optim/optimizer.h"
 #include "qk/tensor/tensor.h"
@@ -67,5 +68,15 @@ class GradScaler {
   bool unscaled_ = false;
   bool found_inf_ = false;
 };
+
+// Gradients on accelerators: each multiplied by inv (skipped at 1; f16 and
+// bf16 through f32), checked for inf/NaN and, with squares, their squares
+// summed in f64, all on their devices' kernels with a read back per device
+// (GradScaler's device path, and MixedPrecisionOptimizer's).
+struct DeviceUnscaleResult {
+  bool found_inf = false;
+  double sum_squares = 0;
+};
+DeviceUnscaleResult unscale_and_check_on_device(const std::vector<Tensor>& grads, double inv, bool squares);
 
 }  // namespace qk::amp
