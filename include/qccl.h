@@ -149,6 +149,13 @@ typedef struct {
 } qcclCommTraffic_t;
 qcclResult_t qcclCommGetTraffic(const qcclComm_t comm, qcclCommTraffic_t* traffic);
 
+/* qccl extension: the device backend that carries `buff` in this
+ * communicator's calls ("nccl" for CUDA memory when qianka::qccl_nccl is
+ * linked and QCCL_BACKEND is auto or nccl), or NULL when qccl would treat it
+ * as host memory. A caller holding memory of a device qccl cannot carry
+ * stages it through host memory instead (qk::dist's process groups do). */
+qcclResult_t qcclCommDeviceBackend(const qcclComm_t comm, const void* buff, const char** name);
+
 /* Host memory that the other ranks on this host can map (like ncclMemAlloc):
  * an all-reduce whose send and receive buffers lie in such allocations on
  * every rank reduces straight between the ranks' buffers (QCCL_ALGO=direct;

@@ -18,12 +18,12 @@ cd "$(dirname "$0")/.."
 BUILD=${QK_BUILD_DIR:-build/release}
 PACK=build/device-pack
 PROGRAMS=(src/cli/qk tests/harness/qk_op_harness tests/tensor/qk_tensor_cuda_tests
-          tests/optim/qk_optim_cuda_tests tests/qccl/qk_qccl_backend_nccl_tests bench/cuda_gemm
-          bench/simple_cnn_step)
+          tests/optim/qk_optim_cuda_tests tests/qccl/qk_qccl_backend_nccl_tests tests/dist/qk_dist_cuda_tests
+          bench/cuda_gemm bench/simple_cnn_step)
 
 if [ "${1:-}" = "--pack" ]; then
   set -e
-  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_optim_cuda_tests qk_qccl_backend_nccl_tests cuda_gemm simple_cnn_step
+  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_optim_cuda_tests qk_qccl_backend_nccl_tests qk_dist_cuda_tests cuda_gemm simple_cnn_step
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
   mkdir -p "$stage/bin" "$stage/lib"
@@ -92,6 +92,7 @@ step "cuda backend tests" cuda_tests.log 120 "$BIN/qk_tensor_cuda_tests"
 step "cuda optimizer tests" cuda_tests.log 60 "$BIN/qk_optim_cuda_tests"
 step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck
 step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
+step "dist on cuda (nccl)" nccl_tests.log 60 "$BIN/qk_dist_cuda_tests"
 # GEMM throughput against PyTorch's in the same run (issue 20's benchmark).
 TORCH_GEMM='import sys, torch
 n, dt = int(sys.argv[1]), getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[sys.argv[2]])

@@ -69,7 +69,7 @@ void setup_train(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{10000}))
       ->capture_default_str();
   c->add_option("--device", o->device, "cpu, cuda or cuda:N: where the model and each batch live "
-                 "(a GPU: f32, one rank)")
+                 "(cuda: the local rank's GPU; under qk run, gradients all-reduce through NCCL)")
       ->capture_default_str();
   c->add_option("--amp", o->amp, "Mixed precision: off, bf16 (autocast) or fp16 (autocast + loss scaling)")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}))

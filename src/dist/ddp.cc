@@ -190,6 +190,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   Reducer& r = *reducer_;
   for (const Tensor& p : module_->parameters())
     if (p.requires_grad()) r.params.push_back(p);
+  // One device per model, as torch's DDP with one device per process: the
+  // buckets live there and travel as the process group routes that device.
+  const Device dev = r.params.empty() ? kCPU : r.params.front().device();
+  for (const Tensor& p : r.params)
+    QK_CHECK_DEVICE(p.device() == dev, "DistributedDataParallel: the model's parameters are on ", dev.str(),
+                    " and ", p.device().str(), "; move the whole model to one device (Module::to) first");
   r.where.resize(r.params.size());
   r.ready.assign(r.params.size(), 0);
 
@@ -226,8 +232,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     // What goes on the wire lives in qcclMemAlloc memory: ranks on one host
     // then reduce it directly between their buffers (algo/direct.h).
     bool compressed = opts.compress && *opts.compress != dt && is_floating(dt);
-    b.buffer = compressed ? zeros({n}, TensorOptions(dt)) : pg_.shared_zeros(n, dt);
-    b.wire = compressed ? pg_.shared_zeros(n, *opts.compress) : b.buffer;
+    // (On a device: device memory, which qccl carries itself or stages.)
+    auto wire_zeros = [&](DType t) {
+      return dev.is_cpu() ? pg_.shared_zeros(n, t) : zeros({n}, TensorOptions(t).device(dev));
+    };
+    b.buffer = compressed ? zeros({n}, TensorOptions(dt).device(dev)) : wire_zeros(dt);
+    b.wire = compressed ? wire_zeros(*opts.compress) : b.buffer;
   }
 
   std::weak_ptr<Reducer> weak = reducer_;

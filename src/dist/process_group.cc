@@ -8,11 +8,13 @@
 #include <atomic>
 #include <mutex>
 
+#include "buffer_route.h"
 #include "qccl.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/base/log.h"
 #include "qk/qccl/store.h"
+#include "qk/tensor/backend.h"
 
 namespace qk::dist {
 namespace {
@@ -47,8 +49,6 @@ qcclRedOp_t qccl_op(ReduceOp op) {
 
 void check_tensor(const Tensor& t, const char* what) {
   QK_CHECK(t.defined(), what, ": the tensor is undefined");
-  QK_CHECK_DEVICE(t.device().is_cpu(), what, ": expected a CPU tensor, got one on ", t.device().str(),
-                  " (qccl moves host memory)");
   QK_CHECK(t.is_contiguous(), what, ": expected a contiguous tensor, got strides ", shape_str(t.strides()),
            " for shape ", shape_str(t.shape()), "; call .contiguous() first");
 }
@@ -60,9 +60,24 @@ std::atomic<int> g_inits{0};  // distinct store prefixes for groups made in one 
 }  // namespace
 
 void Work::wait() {
+  if (fence_error_ && work_->result() != qcclSuccess && !fence_error_->empty())
+    QK_THROW(DeviceError, *fence_error_);
   work_->wait();
+  for (const CopyBack& c : back_)
+    if (c.device.nbytes() > 0)
+      backend(c.device.device().type).copy(c.device.raw_data(), c.device.device(), c.host.raw_data(), kCPU,
+                                           c.device.nbytes());
+  back_.clear();
   keep_.clear();
 }
+
+namespace {
+// The tensors of one call share a device (one fence, one stream).
+void check_same_device(const Tensor& a, const Tensor& b, const char* what) {
+  QK_CHECK_DEVICE(a.device() == b.device(), what, ": tensors on ", a.device().str(), " and ", b.device().str(),
+                  "; put every tensor of one call on one device");
+}
+}  // namespace
 
 std::unique_ptr<ProcessGroup> ProcessGroup::create(const LaunchEnv& e, const InitOptions& opts) {
   std::unique_ptr<ProcessGroup> pg(new ProcessGroup);
@@ -130,22 +145,26 @@ Tensor ProcessGroup::shared_zeros(int64_t numel, DType dtype) {
 
 WorkPtr ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce");
-  void* p = t.raw_data();
+  const qcclDataType_t dt = qccl_type(t.dtype(), "all_reduce");
+  BufferRoute route(comm_->handle());
+  void* p = route.reach(t, true, true);
   t.bump_version();
   count(&GroupTraffic::all_reduce, t.nbytes());
-  auto w = comm_->all_reduce_async(p, p, static_cast<size_t>(t.numel()), qccl_type(t.dtype(), "all_reduce"),
-                                   qccl_op(op));
-  return std::make_shared<Work>(std::move(w), std::vector<Tensor>{t});
+  const size_t n = static_cast<size_t>(t.numel());
+  const qcclRedOp_t o = qccl_op(op);
+  return route.submit(*comm_, [=](qcclComm_t c) { return qcclAllReduce(p, p, n, dt, o, c, nullptr); });
 }
 
 WorkPtr ProcessGroup::broadcast_async(const Tensor& t, int root) {
   check_tensor(t, "broadcast");
   QK_CHECK(root >= 0 && root < size_, "broadcast: expected a root in [0, ", size_, "), got ", root);
-  void* p = t.raw_data();
+  const qcclDataType_t dt = qccl_type(t.dtype(), "broadcast");
+  BufferRoute route(comm_->handle());
+  void* p = route.reach(t, rank_ == root, rank_ != root);
   t.bump_version();
   count(&GroupTraffic::broadcast, t.nbytes());
-  auto w = comm_->broadcast_async(p, p, static_cast<size_t>(t.numel()), qccl_type(t.dtype(), "broadcast"), root);
-  return std::make_shared<Work>(std::move(w), std::vector<Tensor>{t});
+  const size_t n = static_cast<size_t>(t.numel());
+  return route.submit(*comm_, [=](qcclComm_t c) { return qcclBroadcast(p, p, n, dt, root, c, nullptr); });
 }
 
 WorkPtr ProcessGroup::all_gather_async(const Tensor& out, const Tensor& in) {
@@ -155,11 +174,15 @@ WorkPtr ProcessGroup::all_gather_async(const Tensor& out, const Tensor& in) {
                 dtype_name(in.dtype()));
   QK_CHECK(out.numel() == in.numel() * size_, "all_gather: expected an output of ", size_, " x ", in.numel(),
            " = ", in.numel() * size_, " elements, got ", out.numel());
+  check_same_device(out, in, "all_gather");
+  const qcclDataType_t dt = qccl_type(in.dtype(), "all_gather");
+  BufferRoute route(comm_->handle());
+  const void* src = route.reach(in, true, false);
+  void* dst = route.reach(out, false, true);
   out.bump_version();
   count(&GroupTraffic::all_gather, out.nbytes());
-  auto w = comm_->all_gather_async(in.raw_data(), out.raw_data(), static_cast<size_t>(in.numel()),
-                                   qccl_type(in.dtype(), "all_gather"));
-  return std::make_shared<Work>(std::move(w), std::vector<Tensor>{out, in});
+  const size_t n = static_cast<size_t>(in.numel());
+  return route.submit(*comm_, [=](qcclComm_t c) { return qcclAllGather(src, dst, n, dt, c, nullptr); });
 }
 
 WorkPtr ProcessGroup::reduce_scatter_async(const Tensor& out, const Tensor& in, ReduceOp op) {
@@ -169,11 +192,16 @@ WorkPtr ProcessGroup::reduce_scatter_async(const Tensor& out, const Tensor& in, 
                 ", input is ", dtype_name(in.dtype()));
   QK_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: expected an input of ", size_, " x ",
            out.numel(), " = ", out.numel() * size_, " elements, got ", in.numel());
+  check_same_device(out, in, "reduce_scatter");
+  const qcclDataType_t dt = qccl_type(in.dtype(), "reduce_scatter");
+  BufferRoute route(comm_->handle());
+  const void* src = route.reach(in, true, false);
+  void* dst = route.reach(out, false, true);
   out.bump_version();
   count(&GroupTraffic::reduce_scatter, in.nbytes());
-  auto w = comm_->reduce_scatter_async(in.raw_data(), out.raw_data(), static_cast<size_t>(out.numel()),
-                                       qccl_type(in.dtype(), "reduce_scatter"), qccl_op(op));
-  return std::make_shared<Work>(std::move(w), std::vector<Tensor>{out, in});
+  const size_t n = static_cast<size_t>(out.numel());
+  const qcclRedOp_t o = qccl_op(op);
+  return route.submit(*comm_, [=](qcclComm_t c) { return qcclReduceScatter(src, dst, n, dt, o, c, nullptr); });
 }
 
 void ProcessGroup::barrier() { comm_->barrier(); }
@@ -236,14 +264,15 @@ WorkPtr ProcessGroup::all_to_all_async(const Tensor& out, const Tensor& in) {
                 dtype_name(in.dtype()));
   QK_CHECK(out.numel() == in.numel() && in.numel() % size_ == 0, "all_to_all: expected input and output of the "
            "same size, a multiple of the group size ", size_, "; got ", in.numel(), " and ", out.numel());
+  check_same_device(out, in, "all_to_all");
+  const qcclDataType_t dt = qccl_type(in.dtype(), "all_to_all");
+  BufferRoute route(comm_->handle());
+  const void* src = route.reach(in, true, false);
+  void* dst = route.reach(out, false, true);
   out.bump_version();
   count(&GroupTraffic::all_to_all, in.nbytes());
-  const void* src = in.raw_data();
-  void* dst = out.raw_data();
   const size_t n = static_cast<size_t>(in.numel() / size_);
-  const qcclDataType_t dt = qccl_type(in.dtype(), "all_to_all");
-  auto w = comm_->submit([=](qcclComm_t c) { return qcclAllToAll(src, dst, n, dt, c, nullptr); });
-  return std::make_shared<Work>(std::move(w), std::vector<Tensor>{out, in});
+  return route.submit(*comm_, [=](qcclComm_t c) { return qcclAllToAll(src, dst, n, dt, c, nullptr); });
 }
 
 namespace {
@@ -294,6 +323,7 @@ WorkPtr ProcessGroup::all_to_all_v_async(const Tensor& out, const Tensor& in, co
   const int64_t k = row_numel(in);
   const std::vector<size_t> in_off = row_offsets(ins, in.size(0), k, "in");
   const std::vector<size_t> out_off = row_offsets(outs, out.size(0), k, "out");
+  check_same_device(out, in, "all_to_all_v");
   QK_CHECK(ins[rank_] == outs[rank_], "all_to_all_v: this rank (", rank_, ") sends itself ", ins[rank_],
            " rows but expects ", outs[rank_]);
   out.bump_version();
@@ -308,10 +338,14 @@ WorkPtr ProcessGroup::all_to_all_v_async(const Tensor& out, const Tensor& in, co
     send_counts[j] = in_off[j + 1] - in_off[j];
     recv_counts[j] = out_off[j + 1] - out_off[j];
   }
-  auto w = comm_->all_to_all_v_async(in.raw_data(), std::move(send_counts), std::move(send_displs),
-                                     out.raw_data(), std::move(recv_counts), std::move(recv_displs),
-                                     qccl_type(in.dtype(), "all_to_all_v"));
-  return std::make_shared<Work>(std::move(w), std::vector<Tensor>{out, in});
+  const qcclDataType_t dt = qccl_type(in.dtype(), "all_to_all_v");
+  BufferRoute route(comm_->handle());
+  const void* src = route.reach(in, true, false);
+  void* dst = route.reach(out, false, true);
+  return route.submit(*comm_, [=, sc = std::move(send_counts), sd = std::move(send_displs),
+                               rc = std::move(recv_counts), rd = std::move(recv_displs)](qcclComm_t c) {
+    return qcclAllToAllv(src, sc.data(), sd.data(), dst, rc.data(), rd.data(), dt, c, nullptr);
+  });
 }
 
 // ---- point to point ----
@@ -334,18 +368,22 @@ WorkPtr ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
     int peer;
   };
   std::vector<Raw> raw;
-  std::vector<Tensor> keep;
   for (const P2POp& op : ops) {
     const bool is_send = op.kind == P2POp::kSend;
     check_tensor(op.tensor, is_send ? "send" : "recv");
     QK_CHECK(op.peer >= 0 && op.peer < size_, is_send ? "send" : "recv", ": expected a peer in [0, ", size_,
              ") of group '", name_, "', got ", op.peer);
+    check_same_device(op.tensor, ops.front().tensor, "batch_isend_irecv");
+  }
+  BufferRoute route(comm_->handle());
+  for (const P2POp& op : ops) {
+    const bool is_send = op.kind == P2POp::kSend;
+    void* buf = route.reach(op.tensor, is_send, !is_send);
     if (!is_send) op.tensor.bump_version();
     count(is_send ? &GroupTraffic::send : &GroupTraffic::recv, op.tensor.nbytes());
-    raw.push_back({is_send, op.tensor.raw_data(), op.tensor.nbytes(), op.peer});
-    keep.push_back(op.tensor);
+    raw.push_back({is_send, buf, op.tensor.nbytes(), op.peer});
   }
-  auto w = comm_->submit([raw = std::move(raw)](qcclComm_t c) {
+  return route.submit(*comm_, [raw = std::move(raw)](qcclComm_t c) {
     qcclResult_t rc = qcclGroupStart();
     for (size_t i = 0; i < raw.size() && rc == qcclSuccess; ++i)
       rc = raw[i].is_send ? qcclSend(raw[i].buf, raw[i].bytes, qcclUint8, raw[i].peer, c, nullptr)
@@ -353,7 +391,6 @@ WorkPtr ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
     const qcclResult_t end = qcclGroupEnd();
     return rc != qcclSuccess ? rc : end;
   });
-  return std::make_shared<Work>(std::move(w), std::move(keep));
 }
 
 // ---- counters ----

@@ -354,9 +354,8 @@ void check_options(const TrainCifarOptions& o) {
   (void)training_device(o);
 }
 
-// --device, checked (usable_device); several ranks with a GPU (DDP over
-// NCCL) are refused in train_cifar10.
-Device training_device(const TrainCifarOptions& o) { return usable_device(o.device); }
+// --device, checked (usable_device): without an index, the local rank's.
+Device training_device(const TrainCifarOptions& o) { return usable_device(o.device, dist::launch_env().local_rank); }
 
 }  // namespace
 
@@ -365,9 +364,20 @@ void train_cifar10(const TrainCifarOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   const Timer total;
 
+  // The default group, when this run made it, ends with the run (declared
+  // before the DDP that uses it), so a program can train more than once.
+  struct GroupOfThisRun {
+    bool made = false;
+    ~GroupOfThisRun() {
+      if (made) dist::destroy();
+    }
+  } group_of_this_run;
   Runtime rt;
   if (dist::launch_env().world_size > 1) {
-    dist::init();
+    if (!dist::is_initialized()) {
+      dist::init();
+      group_of_this_run.made = true;
+    }
     rt.rank = dist::rank();
     rt.world = dist::world_size();
   }
@@ -392,8 +402,6 @@ void train_cifar10(const TrainCifarOptions& o) {
   manual_seed(o.seed);
   const CifarModel m = make_cifar_model(o.model);
   const Device dev = training_device(o);
-  QK_CHECK_AS(ValueError, dev.is_cpu() || rt.world == 1, "--device ", o.device, " under qk run (", rt.world,
-              " ranks): data-parallel training on a GPU (qccl's NCCL backend) is not wired to this trainer yet");
   if (!dev.is_cpu()) m.module->to(dev);  // before the optimizer takes its parameters
   // No clipping (the seed's script has none); inf/NaN gradients skip the step.
   train::MixedPrecisionOptimizer opt(train::single_param_group(*m.module), optimizer_factory(o), make_scaler(o),

@@ -342,6 +342,20 @@ qcclResult_t qcclCommGetTraffic(const qcclComm_t comm, qcclCommTraffic_t* traffi
   });
 }
 
+qcclResult_t qcclCommDeviceBackend(const qcclComm_t comm, const void* buff, const char** name) {
+  return guarded(nullptr, [&] {
+    QK_CHECK(name, "qcclCommDeviceBackend: name is NULL");
+    const qcclComm* c = checked(comm);
+    *name = nullptr;
+    if (buff == nullptr) return;
+    if (c->backend_owns && c->backend_owns(buff)) {
+      *name = c->backend->name();
+    } else if (c->device_owns && c->device_owns(buff)) {
+      *name = c->device_kind;
+    }
+  });
+}
+
 const char* qcclGetErrorString(qcclResult_t r) {
   switch (r) {
     case qcclSuccess: return "no error";

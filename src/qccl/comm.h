@@ -78,6 +78,7 @@ struct qcclComm {
   // The engine of this communicator's calls (qccl/backend/backend.h); declared
   // last so it goes before the connections it may use.
   std::unique_ptr<qccl::Backend> backend;
+  bool (*backend_owns)(const void*) = nullptr;    // when `backend` carries device memory
   std::unique_ptr<qccl::Backend> device_backend;  // made on the first device-memory call
   const char* device_kind = nullptr;              // its name, under QCCL_BACKEND=auto
   bool (*device_owns)(const void*) = nullptr;

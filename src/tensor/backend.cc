@@ -50,6 +50,10 @@ void check_device_usable(Device d) {
 MemoryStats memory_stats(Device d) { return backend(d.type).memory_stats(d.index); }
 void reset_peak_memory(Device d) { backend(d.type).reset_peak_memory(d.index); }
 void empty_cache(Device d) { backend(d.type).empty_cache(d.index); }
+std::function<void()> record_fence(Device d) {
+  if (d.is_cpu()) return [] {};
+  return backend(d.type).record_fence(d.index);
+}
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), owned_(true) {
   data_ = backend(device.type).allocate(nbytes, device.index);

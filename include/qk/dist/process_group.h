@@ -10,8 +10,13 @@
 //
 // Collectives run in submission order on qccl's progress thread, one at a
 // time, so every rank must issue the same collectives in the same order.
-// Tensors must be contiguous and on the CPU; an async call keeps them alive
-// until the work completes, but the caller must not touch them before wait().
+// Tensors must be contiguous; an async call keeps them alive until the work
+// completes, but the caller must not touch them before wait(). Device
+// tensors: CUDA memory goes straight to qccl's NCCL backend (QCCL_BACKEND
+// auto or nccl, qianka::qccl_nccl linked), after the kernels queued before
+// the call on the current stream (a fence qccl's thread waits on, not the
+// caller); memory of a device qccl cannot carry goes through host copies,
+// written back by wait() on the caller's current stream.
 //
 // Sub-groups (Megatron's tensor-, data-, pipeline-parallel groups) are
 // process groups of their own, made by a collective split of a parent; each
@@ -58,15 +63,24 @@ enum class ReduceOp { sum, prod, max, min, avg };
 // The handle of an asynchronous collective.
 class Work {
  public:
-  Work(std::shared_ptr<qk::qccl::Work> w, std::vector<Tensor> keep)
-      : work_(std::move(w)), keep_(std::move(keep)) {}
+  // A device tensor qccl wrote through a host copy: copied back by wait().
+  struct CopyBack {
+    Tensor device, host;
+  };
+  Work(std::shared_ptr<qk::qccl::Work> w, std::vector<Tensor> keep, std::vector<CopyBack> back = {},
+       std::shared_ptr<const std::string> fence_error = nullptr)
+      : work_(std::move(w)), keep_(std::move(keep)), back_(std::move(back)), fence_error_(std::move(fence_error)) {}
+  // qccl is done with the tensors (a staged result is copied back by wait()).
   bool is_completed() const { return work_->ready(); }
-  // Blocks until done; throws TimeoutError / IoError naming the failed peer.
+  // Blocks until done; throws TimeoutError / IoError naming the failed peer,
+  // DeviceError when the device failed before qccl could read its tensors.
   void wait();
 
  private:
   std::shared_ptr<qk::qccl::Work> work_;
   std::vector<Tensor> keep_;  // alive until the progress thread is done with them
+  std::vector<CopyBack> back_;
+  std::shared_ptr<const std::string> fence_error_;  // set by qccl's thread before it completes work_
 };
 using WorkPtr = std::shared_ptr<Work>;
 

@@ -38,7 +38,10 @@ int64_t count_parameters(const nn::Module& m);
 Device model_device(const CifarModel& m);
 // A --device flag ("cpu", "cuda", "cuda:N", ...) as a device this program
 // has and this machine shows; ValueError naming the flag and why otherwise.
-Device usable_device(const std::string& flag);
+// A device type without an index ("cuda") means the process's local rank's
+// device, as torchrun's LOCAL_RANK: cuda:0 for a single process, cuda:3 for
+// local rank 3 of `qk run --nproc-per-node 8`.
+Device usable_device(const std::string& flag, int local_rank = 0);
 
 // Loads `data_dir` if it holds CIFAR-10; otherwise, when allow_synth, writes
 // the synthetic set there first (logged as SYNTHETIC) and loads that.

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "qk/tensor/device.h"
@@ -50,6 +51,15 @@ class Backend {
   virtual void* allocate_pinned(size_t /*nbytes*/) { return nullptr; }
   virtual void deallocate_pinned(void* /*p*/) {}
   virtual void synchronize(int index) = 0;
+  // Marks the work queued so far on the calling thread's current stream of
+  // device `index`; the callable returned blocks, on any thread, until the
+  // device has done it (a CUDA event). For handing a tensor to an engine that
+  // runs on a stream of its own (NCCL) without stalling the caller. By
+  // default: synchronize now, and the callable has nothing left to wait for.
+  virtual std::function<void()> record_fence(int index) {
+    synchronize(index);
+    return [] {};
+  }
 
   virtual MemoryStats memory_stats(int index) const = 0;
   virtual void reset_peak_memory(int index) = 0;
@@ -79,5 +89,7 @@ void check_device_usable(Device d);
 MemoryStats memory_stats(Device d);
 void reset_peak_memory(Device d);
 void empty_cache(Device d);
+// Backend::record_fence of d's backend (on the CPU: nothing to wait for).
+std::function<void()> record_fence(Device d);
 
 }  // namespace qk

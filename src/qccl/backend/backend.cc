@@ -67,6 +67,7 @@ void attach_backend(qcclComm& c) {
              hint);
   }
   c.backend = kind->make(c);
+  c.backend_owns = kind->owns_pointer;
   QCCL_INFO("INIT", "comm '{}' rank {}: collectives run on the {} backend", c.name, c.rank,
             c.backend->name());
   if (want != "auto") return;

@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -148,6 +150,17 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
     check_index(index);
     DeviceGuard g(index);
     QK_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  // An event on the current stream; the returned callable owns it.
+  std::function<void()> record_fence(int index) override {
+    check_index(index);
+    DeviceGuard g(index);
+    cudaEvent_t ev = nullptr;
+    QK_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    std::shared_ptr<CUevent_st> owned(ev, [](cudaEvent_t e) { (void)cudaEventDestroy(e); });
+    QK_CUDA_CHECK(cudaEventRecord(ev, current_stream_handle(index)));
+    return [owned] { QK_CUDA_CHECK(cudaEventSynchronize(owned.get())); };
   }
 
   MemoryStats memory_stats(int index) const override {

@@ -1,0 +1,213 @@
+// Process groups, DDP and the CIFAR-10 trainer on device tensors, with two
+// forked ranks on the complete loopback device (harness/loopback_backend.h).
+// Its memory cannot be read by the host (PROT_NONE), and qccl has no backend
+// for it, so every call must go through host copies (dist/buffer_route.h):
+// a pointer handed to qccl directly faults the rank. Each result is compared
+// with the same call on CPU tensors in the same rank: equal bit for bit.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/tiny_cifar.h"
+#include "dist/dist_ranks.h"
+#include "harness/loopback_backend.h"
+#include "qk/autograd/functions.h"
+#include "qk/base/file_io.h"
+#include "qk/dist/ddp.h"
+#include "qk/models/cifar10_trainer.h"
+#include "qk/nn/nn.h"
+#include "qk/optim/optim.h"
+#include "qk/tensor/backend.h"
+#include "qk/tensor/ops/elementwise.h"
+
+namespace {
+
+using namespace qk;
+using qccl_test::Rank;
+const Device kDev = harness::kLoopback;
+
+// The loopback device's allocations so far: a run that should use it must move them.
+uint64_t device_allocs() { return backend(DeviceType::privateuse1).memory_stats(0).num_allocs; }
+
+template <typename T>
+std::vector<T> host_values(const Tensor& t) {
+  return t.to(kCPU).to_vector<T>();
+}
+
+// `make(device)` builds fresh tensors on that device; `call` runs the
+// collective on them; the device run's tensors must end equal to the CPU's.
+template <typename T, typename Make, typename Call>
+void same_on_both(const char* what, Make make, Call call) {
+  std::vector<Tensor> cpu = make(kCPU), dev = make(kDev);
+  REQUIRE(dev.front().device() == kDev, what, ": not on the device");
+  call(cpu);
+  call(dev);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    REQUIRE(dev[i].device() == kDev, what, ": tensor ", i, " left the device");
+    REQUIRE(host_values<T>(cpu[i]) == host_values<T>(dev[i]), what, ": tensor ", i, " differs from the CPU run's");
+  }
+}
+
+Tensor ramp(int64_t n, double start, DType dt, Device d) {
+  return (arange(0, n, 1, TensorOptions(DType::f64)) + start).to(dt).to(d);
+}
+
+TEST(LoopbackDist, EveryCollectiveOnDeviceTensorsEqualsTheHostOne) {
+  auto r = qk_dist_test::on_ranks(2, "loopback-dist", [](const Rank& me, dist::ProcessGroup& pg) {
+    harness::install_complete_loopback();
+    const uint64_t a0 = device_allocs();
+    const double base = 10.0 * (me.rank + 1);
+    same_on_both<float>("all_reduce", [&](Device d) { return std::vector<Tensor>{ramp(7, base, DType::f32, d)}; },
+                        [&](std::vector<Tensor>& t) { pg.all_reduce(t[0]); });
+    same_on_both<float>("all_reduce_async avg",
+                        [&](Device d) { return std::vector<Tensor>{ramp(1000, base, DType::f32, d)}; },
+                        [&](std::vector<Tensor>& t) { pg.all_reduce_async(t[0], dist::ReduceOp::avg)->wait(); });
+    same_on_both<int64_t>("broadcast from 1",
+                          [&](Device d) { return std::vector<Tensor>{ramp(5, base, DType::i64, d)}; },
+                          [&](std::vector<Tensor>& t) { pg.broadcast(t[0], 1); });
+    same_on_both<float>("all_gather",
+                        [&](Device d) {
+                          return std::vector<Tensor>{zeros({6}, TensorOptions().device(d)),
+                                                     ramp(3, base, DType::f32, d)};
+                        },
+                        [&](std::vector<Tensor>& t) { pg.all_gather(t[0], t[1]); });
+    same_on_both<float>("reduce_scatter",
+                        [&](Device d) {
+                          return std::vector<Tensor>{zeros({4}, TensorOptions().device(d)),
+                                                     ramp(8, base, DType::f32, d)};
+                        },
+                        [&](std::vector<Tensor>& t) { pg.reduce_scatter(t[0], t[1]); });
+    same_on_both<float>("all_to_all",
+                        [&](Device d) {
+                          return std::vector<Tensor>{zeros({6}, TensorOptions().device(d)),
+                                                     ramp(6, base, DType::f32, d)};
+                        },
+                        [&](std::vector<Tensor>& t) { pg.all_to_all(t[0], t[1]); });
+    // Rank 0 keeps 1 row and sends 2; rank 1 sends 3 and keeps 1.
+    const std::vector<int64_t> in_splits = me.rank == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{3, 1};
+    const std::vector<int64_t> out_splits = me.rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{2, 1};
+    same_on_both<float>("all_to_all_v",
+                        [&](Device d) {
+                          const int64_t in_rows = in_splits[0] + in_splits[1];
+                          const int64_t out_rows = out_splits[0] + out_splits[1];
+                          return std::vector<Tensor>{zeros({out_rows, 2}, TensorOptions().device(d)),
+                                                     ramp(2 * in_rows, base, DType::f32, d).reshape({in_rows, 2})};
+                        },
+                        [&](std::vector<Tensor>& t) { pg.all_to_all_v(t[0], t[1], out_splits, in_splits); });
+    same_on_both<float>("batch_isend_irecv",
+                        [&](Device d) {
+                          return std::vector<Tensor>{ramp(4, base, DType::f32, d), zeros({4}, TensorOptions().device(d))};
+                        },
+                        [&](std::vector<Tensor>& t) {
+                          const int peer = 1 - me.rank;
+                          pg.batch_isend_irecv({dist::P2POp::send(t[0], peer), dist::P2POp::recv(t[1], peer)})->wait();
+                        });
+    REQUIRE(device_allocs() > a0, "nothing was allocated on the device");
+    // One call, two devices: refused before anything moves, on every rank alike.
+    bool refused = false;
+    try {
+      pg.all_gather(zeros({6}), ramp(3, base, DType::f32, kDev));
+    } catch (const DeviceError&) {
+      refused = true;
+    }
+    REQUIRE(refused, "an all_gather from the device into a host tensor was not refused");
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+nn::Sequential make_net() {
+  manual_seed(1);
+  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(2, 4, 3).padding(1)), nn::ReLU(), nn::Flatten(),
+                        nn::Linear(4 * 6 * 6, 16), nn::Tanh(), nn::Linear(16, 3));
+}
+
+// Three SGD steps of DDP (buckets of ~1 KB: several per step) on `d`; each
+// rank starts from its own weights, so rank 0's broadcast matters too.
+std::vector<Tensor> ddp_run(dist::ProcessGroup& pg, Device d, std::optional<DType> compress) {
+  auto net = make_net();
+  if (pg.rank() == 1) {
+    NoGradGuard no_grad;
+    for (const Tensor& p : net->parameters()) ops::mul_(p, 0.5);
+  }
+  net->to(d);
+  dist::DDPOptions o;
+  o.bucket_cap_mb = 0.001;
+  o.first_bucket_mb = 0.0005;
+  o.compress = compress;
+  dist::DistributedDataParallel ddp(net.ptr(), pg, o);
+  REQUIRE(ddp.num_buckets() > 2, "expected several buckets, got ", ddp.num_buckets());
+  optim::SGD opt(net->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  for (int s = 0; s < 3; ++s) {
+    Generator g(100 + 10 * s + pg.rank());
+    const Tensor x = randn({4, 2, 6, 6}, {}, g).to(d);
+    const Tensor y = from_vector<int64_t>({s % 3, 1, 2, 0}, {4}).to(d);
+    opt.zero_grad();
+    cross_entropy(net(x), y).backward();
+    opt.step();
+  }
+  std::vector<Tensor> out;
+  for (const Tensor& p : net->parameters()) out.push_back(p.to(kCPU));
+  return out;
+}
+
+TEST(LoopbackDist, DdpOnTheDeviceEndsWithTheCpuRunsWeights) {
+  auto r = qk_dist_test::on_ranks(2, "loopback-ddp", [](const Rank&, dist::ProcessGroup& pg) {
+    harness::install_complete_loopback();
+    for (std::optional<DType> compress : {std::optional<DType>(), std::optional<DType>(DType::bf16)}) {
+      const char* what = compress ? "bf16 compression" : "f32 buckets";
+      const std::vector<Tensor> cpu = ddp_run(pg, kCPU, compress);
+      const uint64_t a0 = device_allocs();
+      const std::vector<Tensor> dev = ddp_run(pg, kDev, compress);
+      REQUIRE(device_allocs() > a0 + 50, what, ": the device run did not run on the device");
+      for (size_t i = 0; i < cpu.size(); ++i)
+        REQUIRE(cpu[i].to_vector<float>() == dev[i].to_vector<float>(), what, ": parameter ", i,
+                " differs from the CPU run's");
+    }
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
+// The trainer's own `qk run` path (it joins the group from the environment,
+// DDP, metrics and checkpoints) with --device on the loopback device.
+TEST(LoopbackDist, CifarTrainerOnTwoRanksOnTheDeviceEndsWithTheCpuRunsWeights) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / ("qk_loopback_dist_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const std::string data = (root / "data").string(), cpu = (root / "cpu").string(), dev = (root / "dev").string();
+  qk::qccl::StoreServer server(0, "loopback-cifar");
+  const int port = server.port();
+  auto r = qccl_test::run_ranks(2, [&](const Rank& me) {
+    ::setenv("RANK", std::to_string(me.rank).c_str(), 1);
+    ::setenv("WORLD_SIZE", "2", 1);
+    ::setenv("LOCAL_RANK", "0", 1);  // one loopback device: both ranks name privateuse1:0
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    ::setenv("QK_STORE_TOKEN", "loopback-cifar", 1);
+    ::setenv("QK_RUN", "1", 1);
+    harness::install_complete_loopback();
+    testing::internal::CaptureStdout();
+    for (const char* amp : {"off", "bf16"}) {
+      models::TrainCifarOptions o = test::tiny_cifar(data, cpu + amp, 1);
+      o.amp = amp;
+      models::train_cifar10(o);
+      const uint64_t a0 = device_allocs();
+      o.out = dev + amp;
+      o.device = "privateuse1:0";
+      models::train_cifar10(o);
+      REQUIRE(device_allocs() > a0 + 100, amp, ": the device run did not run on the device");
+    }
+    const std::string log = testing::internal::GetCapturedStdout();
+    if (me.rank != 0) return;
+    for (const char* amp : {"off", "bf16"})
+      REQUIRE(read_file(cpu + amp + "/checkpoints/latest.safetensors") ==
+                  read_file(dev + amp + "/checkpoints/latest.safetensors"),
+              amp, ": the device run's weights differ from the CPU run's\n", log);
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+  fs::remove_all(root);
+}
+
+}  // namespace
