@@ -88,6 +88,14 @@ missing=$(for p in "$BIN"/*; do ldd "$p" | grep "not found"; done | sort -u)
 
 { nvidia-smi || echo "nvidia-smi: not available"; } > "$OUT/gpu.txt" 2>&1
 step "qk check" check.log 60 "$BIN/qk" check
+# The seed's practice model (6 layers, hidden 512, Llama layout) on the GPU:
+# 20 bf16 iterations of Megatron's mock data; its log joins check.log.
+GPT_ARGS=(--num-layers 6 --hidden-size 512 --num-attention-heads 8 --seq-length 1024
+          --max-position-embeddings 1024 --position-embedding-type rope --normalization RMSNorm --swiglu
+          --disable-bias-linear --micro-batch-size 4 --global-batch-size 16 --train-iters 20 --lr 3e-4
+          --mock-data --tokenizer-type NullTokenizer --vocab-size 32000 --bf16 --log-interval 5
+          --eval-iters 0 --log-throughput)
+step "pretrain-gpt cuda" check.log 90 "$BIN/qk" pretrain-gpt --device cuda "${GPT_ARGS[@]}"
 step "cuda backend tests" cuda_tests.log 120 "$BIN/qk_tensor_cuda_tests"
 step "cuda optimizer tests" cuda_tests.log 60 "$BIN/qk_optim_cuda_tests"
 step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck

@@ -5,6 +5,7 @@
 //       --tokenizer-type HuggingFaceTokenizer --tokenizer-model tok.json
 //       --data-path 1.0 data/docs_text_document --split 949,50,1 --save ckpt --load ckpt
 //   qk run --nproc-per-node 2 -- qk pretrain-gpt ...      # data-parallel
+//   qk pretrain-gpt --device cuda ...                     # on the GPU (qk's flag, not Megatron's)
 //   qk pretrain-gpt --help                                # every flag, grouped as arguments.py
 //
 // The arguments go to qk::train::parse_megatron_args as they are (an unknown
@@ -13,25 +14,61 @@
 #include <cstdio>
 
 #include "command.h"
+#include "qk/base/error.h"
 #include "qk/dist/launch_env.h"
+#include "qk/tensor/backend.h"
 #include "qk/train/gpt_pretrain.h"
 #include "qk/train/megatron_args.h"
 
 namespace qk::cli {
 namespace {
 
-void run_pretrain_gpt(const std::vector<std::string>& argv) {
+constexpr const char* kOwnFlags =
+    "qk's own flags (Megatron-LM has none by these names; it always runs on the GPU):\n"
+    "  --device DEVICE       cpu (default), cuda (the local rank's GPU under qk run) or cuda:N: where the\n"
+    "                        model, gradients, optimizer state and batches live. Off the CPU: data\n"
+    "                        parallelism only (tensor, pipeline and expert sizes 1, no\n"
+    "                        --use-distributed-optimizer or --overlap-grad-reduce yet)\n\n";
+
+// Takes qk's own flags out of argv (the rest is Megatron's).
+std::string take_device_flag(std::vector<std::string>& argv) {
+  std::string device = "cpu";
+  for (size_t i = 0; i < argv.size();) {
+    if (argv[i] == "--device") {
+      QK_CHECK_AS(ValueError, i + 1 < argv.size() && argv[i + 1].rfind("--", 0) != 0,
+                  "--device needs a value: cpu, cuda or cuda:N");
+      device = argv[i + 1];
+      argv.erase(argv.begin() + static_cast<std::ptrdiff_t>(i), argv.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+    } else if (argv[i].rfind("--device=", 0) == 0) {
+      device = argv[i].substr(9);
+      argv.erase(argv.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  return device;
+}
+
+void run_pretrain_gpt(std::vector<std::string> argv) {
   const dist::LaunchEnv env = dist::launch_env();
+  const std::string device = take_device_flag(argv);
   train::MegatronArgsOptions o;
   o.world_size = env.world_size;
   o.rank = env.rank;
   const train::ParsedMegatronArgs p = train::parse_megatron_args(argv, o);
   if (p.help) {
+    std::fputs(kOwnFlags, stdout);
     std::fputs(train::megatron_help("qk pretrain-gpt").c_str(), stdout);
     return;
   }
   train::PretrainGptOptions run;
   run.notes = p.notes;
+  try {
+    (void)resolve_device(device, env.local_rank);  // before anything is read or written
+  } catch (const Error& e) {
+    QK_THROW(ValueError, "--device ", device, ": ", e.message());
+  }
+  run.device = device;
   train::pretrain_gpt(p.args, run);
 }
 

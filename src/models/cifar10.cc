@@ -66,23 +66,13 @@ data::Cifar10 open_cifar10(const std::string& data_dir, bool allow_synth, int64_
 }
 
 Device usable_device(const std::string& flag, int local_rank) {
-  Device dev;
   try {
-    dev = Device(flag);
+    return resolve_device(flag, local_rank);
+  } catch (const DeviceError& e) {
+    QK_THROW(ValueError, "--device ", flag, ": ", e.message());
   } catch (const Error& e) {
     QK_THROW(ValueError, "--device: ", e.message());
   }
-  const bool by_rank = !dev.is_cpu() && flag.find(':') == std::string::npos;
-  if (by_rank) dev.index = local_rank;
-  try {
-    check_device_usable(dev);
-  } catch (const DeviceError& e) {
-    if (by_rank && local_rank > 0)
-      QK_THROW(ValueError, "--device ", flag, " on local rank ", local_rank, " means ", dev.str(), ": ", e.message(),
-               "; run at most as many ranks per host as it has devices, or name one (--device ", flag, ":0)");
-    QK_THROW(ValueError, "--device ", flag, ": ", e.message());
-  }
-  return dev;
 }
 
 Device model_device(const CifarModel& m) {

@@ -55,6 +55,29 @@ std::function<void()> record_fence(Device d) {
   return backend(d.type).record_fence(d.index);
 }
 
+void synchronize(Device d) {
+  if (!d.is_cpu()) backend(d.type).synchronize(d.index);
+}
+
+Device resolve_device(const std::string& spec, int local_rank) {
+  Device dev(spec);  // ValueError naming the spec
+  const bool by_rank = !dev.is_cpu() && spec.find(':') == std::string::npos;
+  if (!by_rank) {
+    check_device_usable(dev);
+    return dev;
+  }
+  QK_CHECK(local_rank >= 0, "resolve_device: local rank must be >= 0, got ", local_rank);
+  dev.index = local_rank;
+  try {
+    check_device_usable(dev);
+  } catch (const DeviceError& e) {
+    if (local_rank == 0) throw;
+    QK_THROW(DeviceError, "'", spec, "' on local rank ", local_rank, " means ", dev.str(), ": ", e.message(),
+             "; run at most as many ranks per host as it has devices, or name one ('", spec, ":0')");
+  }
+  return dev;
+}
+
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), owned_(true) {
   data_ = backend(device.type).allocate(nbytes, device.index);
 }

@@ -112,7 +112,7 @@ double params_norm(MixedPrecisionOptimizer& opt) {
   const std::vector<Tensor>& params = opt.reduces_own_grads() ? opt.model_params() : opt.main_params();
   double sq[2] = {0, 0};  // shards, replicated
   for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor c = params[i].detach().to(DType::f32).contiguous();
+    const Tensor c = params[i].detach().to(DType::f32).contiguous().to(kCPU);
     const float* d = c.data_ptr<float>();
     double s = 0;
     for (int64_t j = 0; j < c.numel(); ++j) s += static_cast<double>(d[j]) * d[j];
@@ -158,13 +158,13 @@ int64_t checkpoint_padded_vocab(const MegatronArgs& a) {
 
 // The GEMM rate every rank gets while all of them run at once (what a
 // training step shares the cores with), averaged over ranks.
-GemmPeak measure_peak(const World& w, DType dtype) {
+GemmPeak measure_peak(const World& w, DType dtype, Device device) {
   if (w.job) w.job->barrier();
   GemmPeak p;
   try {
-    p = measure_gemm_peak(1024, dtype);
+    p = measure_gemm_peak(1024, dtype, 5, device);
   } catch (const Error&) {
-    p = measure_gemm_peak(1024, DType::f32);  // a dtype without its own GEMM: the f32 rate
+    p = measure_gemm_peak(1024, DType::f32, 5, device);  // a dtype without its own GEMM: the f32 rate
   }
   if (w.job) {
     Tensor v = from_vector<double>({p.flops}, {1});
@@ -180,6 +180,18 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   QK_CHECK(a.context_parallel_size == 1, "pretrain_gpt runs tensor, pipeline, expert and data parallelism "
            "(--context-parallel-size must be 1)");
   const bool pipelined = a.pipeline_model_parallel_size > 1;
+  const Device device = resolve_device(o.device, dist::launch_env().local_rank);
+  if (!device.is_cpu()) {
+    const char* what = a.tensor_model_parallel_size > 1       ? "--tensor-model-parallel-size above 1"
+                       : pipelined                            ? "--pipeline-model-parallel-size above 1"
+                       : a.expert_model_parallel_size > 1     ? "--expert-model-parallel-size above 1"
+                       : a.use_distributed_optimizer          ? "--use-distributed-optimizer"
+                       : a.overlap_grad_reduce                ? "--overlap-grad-reduce"
+                                                              : nullptr;
+    QK_CHECK_AS(ValueError, what == nullptr, "--device ", o.device, " with ", what, ": on a device pretrain_gpt runs "
+                "data parallelism only so far (its tensor-, pipeline- and expert-parallel layers and Megatron's DDP "
+                "buffers keep host memory; docs/cuda.md); run it on the CPU or leave the flag out");
+  }
   const World world = join_world(a);
   const bool lead = world.rank == 0;
   const auto print = o.print ? o.print : [](const std::string& s) {
@@ -268,6 +280,11 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   // Its weights, before the optimizer copies them; then iteration 0 and a
   // fresh optimizer, as --finetune.
   if (load_hf) say(load_hf_weights_for_finetune(a, *gpt, *a.load));
+  if (!device.is_cpu()) {
+    model.to(device);  // before the optimizer takes the parameters
+    say(fmt::format("> model, gradients, optimizer state and batches on {} ({})", device.str(),
+                    backend(device.type).device_name(device.index)));
+  }
 
   ModelParallel mp;
   mp.world = world.job;
@@ -344,11 +361,11 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   say_datetime("after dataloaders are built");
 
   if (o.measure_gemm_peak) {
-    const GemmPeak peak = measure_peak(world, cfg.params_dtype);
+    const GemmPeak peak = measure_peak(world, cfg.params_dtype, device);
     result.gemm_peak_flops = peak.flops;
-    say(fmt::format("> GEMM peak: {:.4f} TFLOP/s per rank ({}^3 {} matmul, fastest of 5+ calls, all {} ranks at once; "
-                    "what MFU is measured against)",
-                    peak.flops / 1e12, peak.n, dtype_name(peak.dtype), world.size));
+    say(fmt::format("> GEMM peak: {:.4f} TFLOP/s per rank ({}^3 {} matmul on {}, fastest of 5+ calls, all {} ranks at "
+                    "once; what MFU is measured against)",
+                    peak.flops / 1e12, peak.n, dtype_name(peak.dtype), device.str(), world.size));
   }
 
   // ---- the loop
@@ -360,8 +377,10 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   };
   auto forward = [&](GptBatchIterator& it) {
     const GptBatch b = it.next();
-    Tensor loss = gpt->forward(b.tokens, b.position_ids, b.labels, b.loss_mask);
-    const double value = loss.item<double>(), tokens = mask_sum(b.loss_mask);
+    const double tokens = mask_sum(b.loss_mask);  // the host's copy, before the batch moves
+    auto on = [&](const Tensor& t) { return t.defined() && !device.is_cpu() ? t.to(device) : t; };
+    Tensor loss = gpt->forward(on(b.tokens), on(b.position_ids), on(b.labels), on(b.loss_mask));
+    const double value = loss.item<double>();
     check_loss(value);
     if (gpt->is_training()) moe.record();
     return MicroBatchOutput{loss, {{"lm loss", {value * tokens, tokens}}}};
@@ -473,7 +492,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   };
 
   say("training ...");
-  reset_peak_memory(kCPU);  // "max allocated" in the memory report: training's high-water mark
+  reset_peak_memory(device);  // "max allocated" in the memory report: training's high-water mark
   result.train = trainer.train(cb);
   if (lead && !moe.empty()) {
     const std::string heatmap = result.output_dir + "/moe_expert_load.png";

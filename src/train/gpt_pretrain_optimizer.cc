@@ -79,7 +79,8 @@ std::string gpt_theoretical_memory(const MegatronArgs& a, const MixedPrecisionOp
 }
 
 std::string gpt_memory_report(const MixedPrecisionOptimizer& opt, int64_t iteration, int rank) {
-  const MemoryStats m = memory_stats(kCPU);
+  // Of the device the weights live on.
+  const MemoryStats m = memory_stats(opt.model_params().empty() ? kCPU : opt.model_params().front().device());
   const OptimizerMemory o = opt.memory();
   auto mib = [](uint64_t b) { return fmt::format("{:.2f}", static_cast<double>(b) / kMegabyte); };
   return fmt::format(

@@ -107,6 +107,20 @@ void copy_into_f32(float* dst, const Tensor& src) {
   convert_into(dst, src, "main grads", [](float& d, float v) { d = v; });
 }
 
+void add_into_f32(const Tensor& dst, const Tensor& src) {
+  QK_INTERNAL_ASSERT(dst.dtype() == DType::f32 && dst.is_contiguous() && dst.numel() == src.numel(),
+                     "add_into_f32: bad destination");
+  if (dst.device().is_cpu() && src.device().is_cpu()) return add_into_f32(dst.data_ptr<float>(), src);
+  ops::add_(dst, ops::reshape(src.dtype() == DType::f32 ? src : ops::cast(src, DType::f32), dst.shape()));
+}
+
+void copy_into_f32(const Tensor& dst, const Tensor& src) {
+  QK_INTERNAL_ASSERT(dst.dtype() == DType::f32 && dst.is_contiguous() && dst.numel() == src.numel(),
+                     "copy_into_f32: bad destination");
+  if (dst.device().is_cpu() && src.device().is_cpu()) return copy_into_f32(dst.data_ptr<float>(), src);
+  ops::copy_(dst, ops::reshape(src.dtype() == DType::f32 ? src : ops::cast(src, DType::f32), dst.shape()));
+}
+
 namespace {
 
 bool all_on_cpu(const std::vector<Tensor>& grads) {

@@ -37,5 +37,9 @@ int64_t count_zeros(const std::vector<Tensor>& grads);
 void add_into_f32(float* dst, const Tensor& src);
 // dst (fp32) = src converted (f32, bf16 or f16, contiguous).
 void copy_into_f32(float* dst, const Tensor& src);
+// The same into a contiguous fp32 tensor (a slice of a flat buffer): the
+// loops above on the CPU, the device's cast and add (or copy) elsewhere.
+void add_into_f32(const Tensor& dst, const Tensor& src);
+void copy_into_f32(const Tensor& dst, const Tensor& src);
 
 }  // namespace qk::train::kernels

@@ -133,7 +133,9 @@ std::vector<GroupSchedule> MixedPrecisionOptimizer::group_schedules() const {
 }
 
 void MixedPrecisionOptimizer::ensure_flat_grads() {
-  if (!flat_grads_.defined()) flat_grads_ = zeros({offsets_.back()}, TensorOptions(DType::f32));
+  // On the parameters' device: the gradients are added into it there.
+  const Device d = model_.empty() ? kCPU : model_.front().device();
+  if (!flat_grads_.defined()) flat_grads_ = zeros({offsets_.back()}, TensorOptions(DType::f32).device(d));
 }
 
 Tensor MixedPrecisionOptimizer::flat_grad_view(size_t i) const {
@@ -157,7 +159,7 @@ void MixedPrecisionOptimizer::accumulate_grads() {
     const Tensor g = model_[i].grad();
     if (!g.defined() || model_[i].dtype() == DType::f32) continue;
     ensure_flat_grads();
-    kernels::add_into_f32(flat_grads_.data_ptr<float>() + offsets_[i], ops::contiguous(g));
+    kernels::add_into_f32(ops::narrow(flat_grads_, 0, offsets_[i], g.numel()), ops::contiguous(g));
     accumulated_[i] = 1;
     model_[i].set_grad(Tensor());
   }
@@ -176,7 +178,7 @@ void MixedPrecisionOptimizer::collect_grads() {
     const Tensor g = model_[i].grad();
     if (g.defined()) {
       ensure_flat_grads();
-      kernels::copy_into_f32(flat_grads_.data_ptr<float>() + offsets_[i], ops::contiguous(g));
+      kernels::copy_into_f32(ops::narrow(flat_grads_, 0, offsets_[i], g.numel()), ops::contiguous(g));
       accumulated_[i] = 1;
     }
     main_[i].set_grad(accumulated_[i] ? flat_grad_view(i) : Tensor());

@@ -390,10 +390,25 @@ TEST(PretrainGptCli, BadFlagsValuesAndFilesAreErrorsNamingThem) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir + "/short_text_document.bin"), std::string::npos) << r.output;
 
+  // --device (qk's flag): a device this machine lacks, or none at all, stops
+  // the run before anything is written; so does a value that names none.
+  const std::string out = fresh_dir("bad_device");
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + mock_data() + Argv{"--device", "cuda:7", "--save", out, "--save-interval", "1"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--device cuda:7"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out + "/metrics.jsonl")) << r.output;
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + mock_data() + Argv{"--device=tpu"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("unknown device 'tpu'"), std::string::npos) << r.output;
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + mock_data() + Argv{"--device"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--device needs a value"), std::string::npos) << r.output;
+
   r = run_qk("pretrain-gpt --help");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.output.find("--num-layers"), std::string::npos);
   EXPECT_NE(r.output.find("--use-flash-attn"), std::string::npos);
+  EXPECT_NE(r.output.find("--device DEVICE"), std::string::npos);
 }
 
 }  // namespace

@@ -20,6 +20,8 @@
 #include "qk/optim/adam.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/generator.h"
+#include "qk/train/gpt_pretrain.h"
+#include "qk/train/megatron_args.h"
 #include "qk/transformer/gpt_model.h"
 
 namespace {
@@ -99,6 +101,64 @@ TEST(LoopbackDevice, GptForwardBackwardAndStepOnTheDeviceEqualTheCpus) {
       EXPECT_EQ(pd[i].value().device(), dev) << pd[i].key();
       EXPECT_EQ(qk::devtest::max_abs_diff(pc[i].value().grad(), pd[i].value().grad()), 0.0) << pd[i].key();
       EXPECT_EQ(qk::devtest::max_abs_diff(pc[i].value(), pd[i].value()), 0.0) << pd[i].key();
+    }
+  }
+}
+
+// `qk pretrain-gpt`'s library call with the model on the device: three of
+// five iterations (a checkpoint after each, --exit-interval 3) in f32,
+// --bf16 and --fp16 (the loss scaler), then the run resumed from the second
+// checkpoint to its end, land on the CPU run's weights and optimizer state
+// bit for bit, and the final validation loss is the CPU's.
+std::vector<std::string> tiny_pretrain_args(const std::string& save, const std::string& precision, int iters) {
+  std::vector<std::string> a = {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+                                "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
+                                "--global-batch-size", "4", "--train-iters", "5", "--lr", "1e-2",
+                                "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096",
+                                "--eval-iters", "1", "--eval-interval", "2", "--save", save, "--load", save,
+                                "--save-interval", "1", "--position-embedding-type", "rope", "--swiglu",
+                                "--normalization", "RMSNorm", "--clip-grad", "0.5", "--lr-decay-iters", "10"};
+  if (precision != "f32") a.push_back("--" + precision);
+  if (iters < 5) a.insert(a.end(), {"--exit-interval", std::to_string(iters)});
+  return a;
+}
+
+qk::train::PretrainGptResult tiny_pretrain(const std::string& save, const std::string& precision, int iters,
+                                           const std::string& device) {
+  qk::train::MegatronArgsOptions mo;
+  mo.check_data_files = false;
+  qk::train::PretrainGptOptions o;
+  o.print = [](const std::string&) {};
+  o.measure_gemm_peak = false;
+  o.device = device;
+  return qk::train::pretrain_gpt(qk::train::parse_megatron_args(tiny_pretrain_args(save, precision, iters), mo).args,
+                                 o);
+}
+
+TEST(LoopbackDevice, PretrainGptOnTheDeviceEqualsTheCpuRunAndResumes) {
+  qk::harness::install_complete_loopback();
+  for (const char* precision : {"f32", "bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const std::string cpu = fresh_dir(std::string("gpt_cpu_") + precision);
+    const std::string dev = fresh_dir(std::string("gpt_dev_") + precision);
+    auto device_allocs = [] { return qk::backend(qk::DeviceType::privateuse1).memory_stats(0).num_allocs; };
+    for (int iters : {3, 5}) {
+      if (iters == 5)  // resume from the second checkpoint, not the third
+        for (const std::string& d : {cpu, dev}) qk::atomic_write_file(d + "/latest_checkpointed_iteration.txt", "2");
+      const qk::train::PretrainGptResult rc = tiny_pretrain(cpu, precision, iters, "cpu");
+      const uint64_t a0 = device_allocs();
+      const qk::train::PretrainGptResult rd = tiny_pretrain(dev, precision, iters, "privateuse1:0");
+      EXPECT_GT(device_allocs() - a0, 100u) << "the device run did not run on the device";
+      EXPECT_EQ(rc.train.progress.iteration, iters);
+      EXPECT_EQ(rd.train.progress.iteration, iters);
+      char it[32];
+      std::snprintf(it, sizeof it, "/iter_%010d/", iters);
+      for (const char* file : {"model.safetensors", "optim.safetensors"})
+        EXPECT_TRUE(qk::read_file(cpu + it + file) == qk::read_file(dev + it + file))
+            << file << " after " << iters << " iterations differs from the CPU run's";
+      if (iters < 5) continue;
+      ASSERT_TRUE(rc.final_valid && rd.final_valid);
+      EXPECT_EQ(rc.final_valid->metrics.at("lm loss"), rd.final_valid->metrics.at("lm loss"));
     }
   }
 }

@@ -22,6 +22,8 @@
 #include "qk/optim/optim.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/ops/elementwise.h"
+#include "qk/train/gpt_pretrain.h"
+#include "qk/train/megatron_args.h"
 
 namespace {
 
@@ -205,6 +207,45 @@ TEST(LoopbackDist, CifarTrainerOnTwoRanksOnTheDeviceEndsWithTheCpuRunsWeights) {
       REQUIRE(read_file(cpu + amp + "/checkpoints/latest.safetensors") ==
                   read_file(dev + amp + "/checkpoints/latest.safetensors"),
               amp, ": the device run's weights differ from the CPU run's\n", log);
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+  fs::remove_all(root);
+}
+
+// `qk pretrain-gpt` data-parallel over two ranks (its gradient all-reduce
+// over the flat fp32 buffer, --bf16) with the model on the device: rank 0's
+// checkpoint equals the CPU run's.
+TEST(LoopbackDist, PretrainGptDataParallelOnTheDeviceEqualsTheCpuRun) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / ("qk_loopback_gpt_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  auto r = qk_dist_test::on_ranks(2, "loopback-gpt", [&](const Rank& me, dist::ProcessGroup&) {
+    harness::install_complete_loopback();
+    auto run = [&](const std::string& device) {
+      const std::string save = (root / device).string();
+      const std::vector<std::string> argv = {
+          "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "16",
+          "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8",
+          "--train-iters", "2", "--lr", "1e-2", "--mock-data", "--tokenizer-type", "NullTokenizer",
+          "--vocab-size", "4096", "--eval-iters", "0", "--save", save, "--save-interval", "2", "--bf16"};
+      train::MegatronArgsOptions mo;
+      mo.world_size = 2;
+      mo.rank = me.rank;
+      mo.check_data_files = false;
+      train::PretrainGptOptions o;
+      o.print = [](const std::string&) {};
+      o.measure_gemm_peak = false;
+      o.device = device;
+      train::pretrain_gpt(train::parse_megatron_args(argv, mo).args, o);
+      return save + "/iter_0000000002/";
+    };
+    const std::string cpu = run("cpu");
+    const uint64_t a0 = device_allocs();
+    const std::string dev = run("privateuse1:0");
+    REQUIRE(device_allocs() > a0 + 100, "the device run did not run on the device");
+    if (me.rank != 0) return;
+    for (const char* file : {"model.safetensors", "optim.safetensors"})
+      REQUIRE(read_file(cpu + file) == read_file(dev + file), file, " differs from the CPU run's");
   });
   EXPECT_TRUE(r.ok()) << r.summary();
   fs::remove_all(root);

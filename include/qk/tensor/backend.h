@@ -91,5 +91,14 @@ void reset_peak_memory(Device d);
 void empty_cache(Device d);
 // Backend::record_fence of d's backend (on the CPU: nothing to wait for).
 std::function<void()> record_fence(Device d);
+// Waits for everything queued on d (nothing to do on the CPU).
+void synchronize(Device d);
+
+// A device as a program's --device flag names it ("cpu", "cuda", "cuda:N",
+// the privateuse1 name), checked usable here (check_device_usable). A device
+// type without an index means the process's local rank's device, as
+// torchrun's LOCAL_RANK: cuda:3 for local rank 3. ValueError for a spec that
+// names no device, DeviceError (saying which rank asked) when it cannot be used.
+Device resolve_device(const std::string& spec, int local_rank = 0);
 
 }  // namespace qk

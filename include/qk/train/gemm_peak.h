@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "qk/tensor/device.h"
 #include "qk/tensor/dtype.h"
 
 namespace qk::train {
@@ -23,6 +24,7 @@ struct GemmPeak {
 // products of random matrices in `dtype` (after two untimed warm-ups), on
 // this process's compute threads,
 // through ops::linear as the model's layers call it.
-GemmPeak measure_gemm_peak(int64_t n = 1024, DType dtype = DType::f32, int reps = 5);
+// On `device` (a GPU: each call timed to its end, synchronize()).
+GemmPeak measure_gemm_peak(int64_t n = 1024, DType dtype = DType::f32, int reps = 5, Device device = kCPU);
 
 }  // namespace qk::train

@@ -204,6 +204,11 @@ struct PretrainGptOptions {
   std::string default_output_dir = "runs/pretrain_gpt";
   // Measure the GEMM peak at start for MFU (about 0.3 s).
   bool measure_gemm_peak = true;
+  // Where the model, its gradients, the optimizer and each batch live: "cpu",
+  // "cuda" (the local rank's GPU), "cuda:N" (resolve_device). Off the CPU:
+  // data parallelism only (tensor, pipeline and expert sizes 1, Megatron's
+  // DDP buffers not yet: no --use-distributed-optimizer or --overlap-grad-reduce).
+  std::string device = "cpu";
 };
 
 struct PretrainGptResult {
