@@ -27,8 +27,8 @@ constexpr const char* kOwnFlags =
     "qk's own flags (Megatron-LM has none by these names; it always runs on the GPU):\n"
     "  --device DEVICE       cpu (default), cuda (the local rank's GPU under qk run) or cuda:N: where the\n"
     "                        model, gradients, optimizer state and batches live. Off the CPU: data\n"
-    "                        parallelism only (tensor, pipeline and expert sizes 1, no\n"
-    "                        --use-distributed-optimizer or --overlap-grad-reduce yet)\n\n";
+    "                        parallelism only so far (tensor, pipeline and expert sizes 1; the\n"
+    "                        distributed optimizer and --overlap-grad-reduce run there)\n\n";
 
 // Takes qk's own flags out of argv (the rest is Megatron's).
 std::string take_device_flag(std::vector<std::string>& argv) {

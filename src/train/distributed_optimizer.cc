@@ -140,7 +140,7 @@ void DistributedOptimizer::collect_grads() {
   if (!f32 && !shard_grads_.defined()) {
     int64_t n = 0;
     for (const auto& pc : pieces_) n += pc.numel;
-    shard_grads_ = zeros({n}, TensorOptions(DType::f32));
+    shard_grads_ = zeros({n}, TensorOptions(DType::f32).device(grads.device()));
   }
   int64_t at = 0;
   for (size_t i = 0; i < main_.size(); ++i) {
@@ -149,7 +149,7 @@ void DistributedOptimizer::collect_grads() {
     if (f32) {
       main_[i].set_grad(g);
     } else {
-      kernels::copy_into_f32(shard_grads_.data_ptr<float>() + at, g);
+      kernels::copy_into_f32(ops::narrow(shard_grads_, 0, at, pc.numel), g);
       main_[i].set_grad(ops::narrow(shard_grads_, 0, at, pc.numel));
       at += pc.numel;
     }
@@ -237,7 +237,7 @@ MixedPrecisionOptimizer::NamedState DistributedOptimizer::gather_named_state(int
     const bool bucket_gather = d_.shard && bucket_group && bucket_group->size() > 1;
     const bool writer = !bucket_gather || buffer_->group_rank_of(b) == writer_rank;
     for (const std::string& key : keys) {
-      Tensor mine = zeros({bk.shard_numel}, TensorOptions(DType::f32));
+      Tensor mine = zeros({bk.shard_numel}, TensorOptions(DType::f32).device(buffer_->param_data().device()));
       for (size_t i = 0; i < main_.size(); ++i) {
         if (pieces_[i].bucket != b) continue;
         Tensor src = key == "main_param" ? main_[i] : Tensor();
@@ -249,7 +249,7 @@ MixedPrecisionOptimizer::NamedState DistributedOptimizer::gather_named_state(int
       }
       Tensor whole = mine;
       if (bucket_gather) {
-        whole = empty({bk.numel}, DType::f32);
+        whole = empty({bk.numel}, TensorOptions(DType::f32).device(mine.device()));
         bucket_group->all_gather(whole, mine);
       }
       if (!writer) continue;

@@ -185,12 +185,10 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     const char* what = a.tensor_model_parallel_size > 1       ? "--tensor-model-parallel-size above 1"
                        : pipelined                            ? "--pipeline-model-parallel-size above 1"
                        : a.expert_model_parallel_size > 1     ? "--expert-model-parallel-size above 1"
-                       : a.use_distributed_optimizer          ? "--use-distributed-optimizer"
-                       : a.overlap_grad_reduce                ? "--overlap-grad-reduce"
                                                               : nullptr;
     QK_CHECK_AS(ValueError, what == nullptr, "--device ", o.device, " with ", what, ": on a device pretrain_gpt runs "
-                "data parallelism only so far (its tensor-, pipeline- and expert-parallel layers and Megatron's DDP "
-                "buffers keep host memory; docs/cuda.md); run it on the CPU or leave the flag out");
+                "data parallelism only so far (with or without the distributed optimizer; its tensor-, pipeline- "
+                "and expert-parallel layers keep host memory, docs/cuda.md); run it on the CPU or leave the flag out");
   }
   const World world = join_world(a);
   const bool lead = world.rank == 0;

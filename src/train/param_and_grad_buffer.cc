@@ -87,7 +87,7 @@ struct ParamAndGradBuffer::State {
              "one micro-batch?");
     const Tensor src = ops::contiguous(g);
     if (o.grad_dtype == DType::f32) {
-      kernels::add_into_f32(grad_data.data_ptr<float>() + offset[i], src);
+      kernels::add_into_f32(flat(grad_data, offset[i], p.numel()), src);
     } else {
       Tensor slot = flat(grad_data, offset[i], p.numel());
       ops::add_(slot, ops::reshape(src.dtype() == o.grad_dtype ? src : ops::cast(src, o.grad_dtype), {p.numel()}));
@@ -126,10 +126,13 @@ ParamAndGradBuffer::ParamAndGradBuffer(std::vector<Tensor> params, dist::Process
   QK_CHECK_AS(ValueError, is_floating(dtype) && is_floating(o.grad_dtype),
               "ParamAndGradBuffer: parameters and gradients must be floating, got ", dtype_name(dtype), " and ",
               dtype_name(o.grad_dtype));
+  const Device device = params.front().device();
   std::set<const TensorImpl*> seen;
   for (const Tensor& p : params) {
     QK_CHECK_AS(ValueError, p.dtype() == dtype, "ParamAndGradBuffer: every parameter must have one dtype (",
                 dtype_name(dtype), "); got one of ", dtype_name(p.dtype()), " and shape ", shape_str(p.shape()));
+    QK_CHECK_DEVICE(p.device() == device, "ParamAndGradBuffer: every parameter must be on one device (",
+                    device.str(), "); got one on ", p.device().str(), " of shape ", shape_str(p.shape()));
     QK_CHECK_AS(ValueError, seen.insert(p.impl()).second, "ParamAndGradBuffer: a parameter of shape ",
                 shape_str(p.shape()), " is listed twice");
   }
@@ -198,8 +201,8 @@ ParamAndGradBuffer::ParamAndGradBuffer(std::vector<Tensor> params, dist::Process
   }
 
   // The parameters move into the buffer.
-  s.param_data = zeros({at}, TensorOptions(dtype));
-  s.grad_data = zeros({at}, TensorOptions(o.grad_dtype));
+  s.param_data = zeros({at}, TensorOptions(dtype).device(device));
+  s.grad_data = zeros({at}, TensorOptions(o.grad_dtype).device(device));
   {
     NoGradGuard no_grad;
     for (size_t k = 0; k < n; ++k) {

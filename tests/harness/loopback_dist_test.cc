@@ -212,22 +212,25 @@ TEST(LoopbackDist, CifarTrainerOnTwoRanksOnTheDeviceEndsWithTheCpuRunsWeights) {
   fs::remove_all(root);
 }
 
-// `qk pretrain-gpt` data-parallel over two ranks (its gradient all-reduce
-// over the flat fp32 buffer, --bf16) with the model on the device: rank 0's
-// checkpoint equals the CPU run's.
+// `qk pretrain-gpt` data-parallel over two ranks (--bf16: its gradient
+// all-reduce over the flat fp32 buffer, then Megatron's buffers with the
+// distributed optimizer: reduce-scatter, sharded state, all-gather) with the
+// model on the device: rank 0's checkpoint equals the CPU run's.
 TEST(LoopbackDist, PretrainGptDataParallelOnTheDeviceEqualsTheCpuRun) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(::testing::TempDir()) / ("qk_loopback_gpt_" + std::to_string(::getpid()));
   fs::remove_all(root);
   auto r = qk_dist_test::on_ranks(2, "loopback-gpt", [&](const Rank& me, dist::ProcessGroup&) {
     harness::install_complete_loopback();
-    auto run = [&](const std::string& device) {
-      const std::string save = (root / device).string();
-      const std::vector<std::string> argv = {
+    auto run = [&](const std::string& device, bool distributed_optimizer) {
+      const std::string save = (root / (device + (distributed_optimizer ? "_dist_opt" : ""))).string();
+      std::vector<std::string> argv = {
           "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "16",
           "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "8",
           "--train-iters", "2", "--lr", "1e-2", "--mock-data", "--tokenizer-type", "NullTokenizer",
           "--vocab-size", "4096", "--eval-iters", "0", "--save", save, "--save-interval", "2", "--bf16"};
+      if (distributed_optimizer)
+        argv.insert(argv.end(), {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"});
       train::MegatronArgsOptions mo;
       mo.world_size = 2;
       mo.rank = me.rank;
@@ -239,13 +242,16 @@ TEST(LoopbackDist, PretrainGptDataParallelOnTheDeviceEqualsTheCpuRun) {
       train::pretrain_gpt(train::parse_megatron_args(argv, mo).args, o);
       return save + "/iter_0000000002/";
     };
-    const std::string cpu = run("cpu");
-    const uint64_t a0 = device_allocs();
-    const std::string dev = run("privateuse1:0");
-    REQUIRE(device_allocs() > a0 + 100, "the device run did not run on the device");
-    if (me.rank != 0) return;
-    for (const char* file : {"model.safetensors", "optim.safetensors"})
-      REQUIRE(read_file(cpu + file) == read_file(dev + file), file, " differs from the CPU run's");
+    for (bool distributed_optimizer : {false, true}) {
+      const char* what = distributed_optimizer ? "the distributed optimizer" : "the all-reduce";
+      const std::string cpu = run("cpu", distributed_optimizer);
+      const uint64_t a0 = device_allocs();
+      const std::string dev = run("privateuse1:0", distributed_optimizer);
+      REQUIRE(device_allocs() > a0 + 100, what, ": the device run did not run on the device");
+      if (me.rank != 0) continue;
+      for (const char* file : {"model.safetensors", "optim.safetensors"})
+        REQUIRE(read_file(cpu + file) == read_file(dev + file), what, ": ", file, " differs from the CPU run's");
+    }
   });
   EXPECT_TRUE(r.ok()) << r.summary();
   fs::remove_all(root);
