@@ -10,6 +10,9 @@
 #include "qk/autograd/autograd.h"
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/index.h"
+#include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
 
 namespace qk::parallel {
@@ -31,6 +34,74 @@ struct Saved {
   Shape input_shape;
 };
 
+// The same on a device, as whole-tensor ops (the loops above read host
+// memory): max, exp and sums on the device, the two all-reduces on device
+// tensors. The targets (a micro-batch's: small) are checked and mapped on
+// the host. f32 exp, f64 sums, as above; the device's own reduction order.
+Tensor on_device(const Tensor& x, const Tensor& target, dist::ProcessGroup& tp, int64_t ignore_index,
+                 const Shape& lead) {
+  using ops::binary;
+  using ops::unary;
+  const Device dev = x.device();
+  const int64_t cols = x.size(-1), rows = target.numel();
+  const int64_t vocab_start = static_cast<int64_t>(tp.rank()) * cols, vocab = cols * tp.size();
+  const Tensor t = ops::contiguous(target).to(kCPU);
+  const int64_t* tg = t.data_ptr<int64_t>();
+  std::vector<int64_t> local(rows, 0);
+  std::vector<double> owned(rows, 0), counted(rows, 0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t v = tg[i];
+    if (v == ignore_index) continue;
+    QK_CHECK_AS(IndexError, v >= 0 && v < vocab, "vocab_parallel_cross_entropy: target ", v, " at ", i,
+                " is outside the vocabulary [0, ", vocab, ") (ignore_index ", ignore_index, ")");
+    counted[i] = 1;
+    if (v >= vocab_start && v < vocab_start + cols) {
+      local[i] = v - vocab_start;
+      owned[i] = 1;
+    }
+  }
+  const Tensor local_t = from_vector<int64_t>(local, {rows, 1}).to(dev);
+  const Tensor owned_t = from_vector<double>(owned, {rows}).to(dev);
+  const Tensor counted_t = from_vector<double>(counted, {rows}).to(dev);
+
+  const Tensor logits = ops::contiguous(
+      ops::reshape(x.dtype() == DType::f32 ? x.detach() : ops::cast(x.detach(), DType::f32), {rows, cols}));
+  Tensor max = ops::contiguous(ops::amax(logits, {1}));
+  tp.all_reduce(max, dist::ReduceOp::max);
+  const Tensor shifted = binary(BinaryOp::sub, logits, ops::unsqueeze(max, 1));
+  const Tensor sum_exp_local = ops::sum(ops::cast(unary(UnaryOp::exp, shifted), DType::f64), {1});
+  const Tensor predicted_local = binary(
+      BinaryOp::mul, ops::cast(ops::reshape(ops::gather(shifted, 1, local_t), {rows}), DType::f64), owned_t);
+  // [sum of exp(logit - max); target logit - max], one all-reduce.
+  Tensor stats = ops::cat({sum_exp_local, predicted_local}, 0);
+  tp.all_reduce(stats);
+  const Tensor sum_exp = ops::narrow(stats, 0, 0, rows), predicted = ops::narrow(stats, 0, rows, rows);
+  const Tensor loss64 = binary(BinaryOp::mul, binary(BinaryOp::sub, unary(UnaryOp::log, sum_exp), predicted), counted_t);
+  const Tensor loss = ops::reshape(ops::cast(loss64, DType::f32), lead);
+
+  const DType input_dtype = x.dtype();
+  const Shape input_shape = x.shape();
+  autograd::record("VocabParallelCrossEntropyBackward", {x}, {loss},
+                   [logits, max, sum_exp, local_t, owned_t, counted_t, rows, cols, input_dtype,
+                    input_shape](const std::vector<Tensor>& g) {
+                     const Tensor go = ops::cast(ops::reshape(g[0], {rows}), DType::f64);
+                     // softmax * dL: exp(logit - max) * go / sum_exp; minus go at the target column.
+                     const Tensor scale =
+                         ops::cast(binary(BinaryOp::mul, binary(BinaryOp::div, go, sum_exp), counted_t), DType::f32);
+                     Tensor grad = binary(BinaryOp::mul,
+                                          unary(UnaryOp::exp, binary(BinaryOp::sub, logits, ops::unsqueeze(max, 1))),
+                                          ops::unsqueeze(scale, 1));
+                     const Tensor at_target = ops::cast(
+                         binary(BinaryOp::mul, binary(BinaryOp::mul, go, owned_t), counted_t), DType::f32);
+                     const Tensor hot = ops::cast(ops::one_hot(ops::reshape(local_t, {rows}), cols), DType::f32);
+                     grad = binary(BinaryOp::sub, grad, binary(BinaryOp::mul, hot, ops::unsqueeze(at_target, 1)));
+                     Tensor out_grad = ops::reshape(grad, input_shape);
+                     if (input_dtype != DType::f32) out_grad = ops::cast(out_grad, input_dtype);
+                     return std::vector<Tensor>{out_grad};
+                   });
+  return loss;
+}
+
 }  // namespace
 
 Tensor vocab_parallel_cross_entropy(const Tensor& vocab_parallel_logits, const Tensor& target, dist::ProcessGroup& tp,
@@ -44,6 +115,7 @@ Tensor vocab_parallel_cross_entropy(const Tensor& vocab_parallel_logits, const T
   lead.pop_back();
   QK_CHECK(target.shape() == lead, "vocab_parallel_cross_entropy: target ", shape_str(target.shape()),
            " must match the logits' leading dims ", shape_str(x.shape()));
+  if (!x.device().is_cpu()) return on_device(x, target, tp, ignore_index, lead);
   const int64_t cols = x.size(-1), rows = target.numel();
   const int64_t vocab_start = static_cast<int64_t>(tp.rank()) * cols;
   const int64_t vocab = cols * tp.size();

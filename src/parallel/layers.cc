@@ -142,8 +142,9 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t num, int64_t dim,
 
 Tensor VocabParallelEmbeddingImpl::forward(const Tensor& ids) {
   QK_CHECK_TYPE(ids.dtype() == DType::i64, "VocabParallelEmbedding: ids must be i64, got ", dtype_name(ids.dtype()));
-  // Ids of other ranks look up row 0 here and are zeroed after.
-  const Tensor in = ops::contiguous(ids);
+  // Ids of other ranks look up row 0 here and are zeroed after. The ids
+  // (a micro-batch's tokens: small) are checked and mapped on the host.
+  const Tensor in = ops::contiguous(ids).to(kCPU);
   Tensor local = empty(in.shape(), TensorOptions(DType::i64));
   Tensor keep = empty(in.shape(), TensorOptions(DType::f32));
   const int64_t* src = in.data_ptr<int64_t>();
@@ -158,8 +159,9 @@ Tensor VocabParallelEmbeddingImpl::forward(const Tensor& ids) {
     k[i] = mine ? 1.0f : 0.0f;
     any_outside |= !mine;
   }
-  Tensor out = embedding(weight, local);
-  if (any_outside) out = out * ops::unsqueeze(ops::cast(keep, out.dtype()), -1);
+  const Device dev = weight.device();
+  Tensor out = embedding(weight, local.to(dev));
+  if (any_outside) out = out * ops::unsqueeze(ops::cast(keep.to(dev), out.dtype()), -1);
   return options.reduce_scatter_embeddings()
              ? reduce_scatter_to_sequence_parallel_region(out, *tp_, options.sequence_dim())
              : reduce_from_tensor_model_parallel_region(out, *tp_);

@@ -15,7 +15,7 @@ namespace {
 
 // A contiguous copy the collectives may write into: never the caller's buffer.
 Tensor fresh_copy(const Tensor& t) {
-  Tensor c = empty(t.shape(), TensorOptions(t.dtype()));
+  Tensor c = empty(t.shape(), TensorOptions(t.dtype()).device(t.device()));
   ops::copy_(c, t);
   return c;
 }
@@ -34,7 +34,7 @@ Tensor all_gather_along(const Tensor& x, dist::ProcessGroup& g, int64_t dim) {
   const Tensor in = x.is_contiguous() ? x : ops::contiguous(x);
   Shape stacked = in.shape();
   stacked.insert(stacked.begin(), n);
-  Tensor buf = empty(stacked, TensorOptions(in.dtype()));
+  Tensor buf = empty(stacked, TensorOptions(in.dtype()).device(in.device()));
   g.all_gather(buf, in);
   if (dim == 0) {
     Shape s = in.shape();
@@ -56,7 +56,7 @@ Tensor reduce_scatter_along(const Tensor& x, dist::ProcessGroup& g, int64_t dim)
   Tensor in = dim == 0 ? (x.is_contiguous() ? x : ops::contiguous(x)) : ops::stack(ops::chunk(x, n, dim), 0);
   Shape out_shape = x.shape();
   out_shape[dim] /= n;
-  Tensor out = empty(out_shape, TensorOptions(x.dtype()));
+  Tensor out = empty(out_shape, TensorOptions(x.dtype()).device(x.device()));
   g.reduce_scatter(out, in);
   return out;
 }

@@ -92,7 +92,7 @@ nn::NamedTensors gather_shards(const nn::NamedTensors& local, const ShardSpecs& 
     const Tensor in = ops::contiguous(t.detach());
     Shape stacked = in.shape();
     stacked.insert(stacked.begin(), tp.size());
-    Tensor buf = empty(stacked, TensorOptions(in.dtype()));
+    Tensor buf = empty(stacked, TensorOptions(in.dtype()).device(in.device()));
     tp.all_gather(buf, in);
     std::vector<Tensor> shards;
     for (int r = 0; r < tp.size(); ++r) shards.push_back(ops::select(buf, 0, r));
@@ -143,7 +143,7 @@ void all_reduce_partial_gradients(nn::Module& model, dist::ProcessGroup& tp) {
     total += p->grad().numel();
   }
   if (grads.empty()) return;
-  Tensor flat = empty({total}, TensorOptions(grads[0].dtype()));
+  Tensor flat = empty({total}, TensorOptions(grads[0].dtype()).device(grads[0].device()));
   int64_t at = 0;
   for (const Tensor& g : grads) {
     QK_CHECK_TYPE(g.dtype() == flat.dtype(), "all_reduce_partial_gradients: gradients of mixed dtypes");
@@ -166,7 +166,7 @@ double tensor_parallel_grad_norm(nn::Module& model, dist::ProcessGroup& tp) {
   for (const auto& item : model.named_parameters()) {
     const Tensor& g = item.value().grad();
     if (!g.defined()) continue;
-    const Tensor g64 = ops::contiguous(ops::cast(g, DType::f64));
+    const Tensor g64 = ops::contiguous(ops::cast(g, DType::f64)).to(kCPU);
     const double* p = g64.data_ptr<double>();
     double s = 0;
     for (int64_t i = 0; i < g64.numel(); ++i) s += p[i] * p[i];

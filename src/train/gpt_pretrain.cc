@@ -182,13 +182,13 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   const bool pipelined = a.pipeline_model_parallel_size > 1;
   const Device device = resolve_device(o.device, dist::launch_env().local_rank);
   if (!device.is_cpu()) {
-    const char* what = a.tensor_model_parallel_size > 1       ? "--tensor-model-parallel-size above 1"
-                       : pipelined                            ? "--pipeline-model-parallel-size above 1"
-                       : a.expert_model_parallel_size > 1     ? "--expert-model-parallel-size above 1"
-                                                              : nullptr;
+    const char* what = pipelined                            ? "--pipeline-model-parallel-size above 1"
+                       : a.expert_model_parallel_size > 1   ? "--expert-model-parallel-size above 1"
+                                                            : nullptr;
     QK_CHECK_AS(ValueError, what == nullptr, "--device ", o.device, " with ", what, ": on a device pretrain_gpt runs "
-                "data parallelism only so far (with or without the distributed optimizer; its tensor-, pipeline- "
-                "and expert-parallel layers keep host memory, docs/cuda.md); run it on the CPU or leave the flag out");
+                "data and tensor (sequence) parallelism so far, with or without the distributed optimizer; its "
+                "pipeline schedules and expert dispatch keep host memory (docs/cuda.md); run it on the CPU or leave "
+                "the flag out");
   }
   const World world = join_world(a);
   const bool lead = world.rank == 0;

@@ -290,7 +290,7 @@ void MixedPrecisionOptimizer::sum_partial_grads() {
   if (!tp_.active() || partial_.empty()) return;
   int64_t total = 0;
   for (size_t i : partial_) total += main_[i].numel();
-  Tensor flat = zeros({total}, TensorOptions(DType::f32));
+  Tensor flat = zeros({total}, TensorOptions(DType::f32).device(main_[partial_.front()].device()));
   int64_t at = 0;
   for (size_t i : partial_) {
     const Tensor g = main_[i].grad();
@@ -333,7 +333,7 @@ void MixedPrecisionOptimizer::set_pipeline_parallel(PipelineParallel pp) {
 void MixedPrecisionOptimizer::sum_embedding_grads() {
   if (tied_main_ < 0 || !pp_.embedding || pp_.embedding->size() < 2) return;
   Tensor& p = main_[static_cast<size_t>(tied_main_)];
-  if (!p.grad().defined()) p.set_grad(zeros(p.shape(), TensorOptions(DType::f32)));
+  if (!p.grad().defined()) p.set_grad(zeros(p.shape(), TensorOptions(DType::f32).device(p.device())));
   Tensor g = p.grad();
   pp_.embedding->all_reduce(g);
   g.bump_version();

@@ -206,8 +206,8 @@ struct PretrainGptOptions {
   bool measure_gemm_peak = true;
   // Where the model, its gradients, the optimizer and each batch live: "cpu",
   // "cuda" (the local rank's GPU), "cuda:N" (resolve_device). Off the CPU:
-  // data parallelism only (tensor, pipeline and expert sizes 1), with or
-  // without Megatron's DDP buffers and the distributed optimizer.
+  // data and tensor (sequence) parallelism, with or without Megatron's DDP
+  // buffers and the distributed optimizer; pipeline and expert sizes 1.
   std::string device = "cpu";
 };
 
