@@ -180,7 +180,7 @@ PipelineScheduleResult PipelineSchedule::run(const ForwardStepFn& forward_step, 
   check_pipeline_microbatches(o.num_microbatches, size_, o.num_model_chunks);
   QK_CHECK(size_ == 1 || !o.tensor_shape.empty(), "PipelineSchedule::run: tensor_shape (the activation the "
            "stages exchange, [micro batch, sequence, hidden]) is required with ", size_, " stages");
-  StageP2P p2p(act_.get(), grad_.get(), global_ranks_, o.tensor_shape, o.dtype, o.timeline);
+  StageP2P p2p(act_.get(), grad_.get(), global_ranks_, o.tensor_shape, o.dtype, o.timeline, o.device);
   ScheduleContext ctx{forward_step, o, p2p, {}};
   std::optional<NoGradGuard> no_grad;
   if (o.forward_only) no_grad.emplace();

@@ -31,9 +31,9 @@ Tensor Exchange::take(Timeline* timeline) {
 bool Exchange::done() const { return !state_ || state_->waited || state_->work->is_completed(); }
 
 StageP2P::StageP2P(dist::ProcessGroup* act, dist::ProcessGroup* grad, std::vector<int> global_ranks, Shape shape,
-                   DType dtype, Timeline* timeline)
+                   DType dtype, Timeline* timeline, Device device)
     : act_(act), grad_(grad), global_ranks_(std::move(global_ranks)), shape_(std::move(shape)), dtype_(dtype),
-      timeline_(timeline) {
+      device_(device), timeline_(timeline) {
   size_ = act_ ? act_->size() : 1;
   rank_ = act_ ? act_->rank() : 0;
   QK_CHECK_AS(InternalError, static_cast<int>(global_ranks_.size()) == size_, "StageP2P: ", global_ranks_.size(),
@@ -64,7 +64,7 @@ Exchange StageP2P::exchange(dist::ProcessGroup& pg, const Tensor& send, int send
     what += std::string(" sending ") + tensor_name + " to " + stage_name(send_to);
   }
   if (recv) {
-    e.state_->received = empty(shape_, TensorOptions(dtype_));
+    e.state_->received = empty(shape_, TensorOptions(dtype_).device(device_));
     ops.push_back(dist::P2POp::recv(e.state_->received, recv_from));
     what += std::string(send.defined() ? " and" : "") + " receiving " + tensor_name + " from " + stage_name(recv_from);
   }

@@ -44,8 +44,9 @@ class StageP2P {
  public:
   // act/grad: the two communicators over the pipeline's stages (null for a
   // single stage); global_ranks: each stage's rank in the job, for errors.
+  // Received tensors are allocated on `device` (where the stage's model lives).
   StageP2P(dist::ProcessGroup* act, dist::ProcessGroup* grad, std::vector<int> global_ranks, Shape shape, DType dtype,
-           Timeline* timeline);
+           Timeline* timeline, Device device = kCPU);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -76,6 +77,7 @@ class StageP2P {
   int rank_ = 0, size_ = 1;
   Shape shape_;
   DType dtype_;
+  Device device_;
   Timeline* timeline_;
   std::vector<Exchange> kept_;
 };

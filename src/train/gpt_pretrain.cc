@@ -182,13 +182,10 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   const bool pipelined = a.pipeline_model_parallel_size > 1;
   const Device device = resolve_device(o.device, dist::launch_env().local_rank);
   if (!device.is_cpu()) {
-    const char* what = pipelined                            ? "--pipeline-model-parallel-size above 1"
-                       : a.expert_model_parallel_size > 1   ? "--expert-model-parallel-size above 1"
-                                                            : nullptr;
-    QK_CHECK_AS(ValueError, what == nullptr, "--device ", o.device, " with ", what, ": on a device pretrain_gpt runs "
-                "data and tensor (sequence) parallelism so far, with or without the distributed optimizer; its "
-                "pipeline schedules and expert dispatch keep host memory (docs/cuda.md); run it on the CPU or leave "
-                "the flag out");
+    QK_CHECK_AS(ValueError, a.expert_model_parallel_size == 1, "--device ", o.device,
+                " with --expert-model-parallel-size above 1: on a device pretrain_gpt runs data, tensor (sequence) "
+                "and pipeline parallelism so far, with or without the distributed optimizer; the expert dispatch keeps "
+                "host memory (docs/cuda.md); run it on the CPU or leave the flag out");
   }
   const World world = join_world(a);
   const bool lead = world.rank == 0;
@@ -400,6 +397,7 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
     po.seq_length = cfg.seq_length / (cfg.sequence_parallel ? tp_size : 1);
     po.hidden_size = cfg.hidden_size;
     po.dtype = cfg.params_dtype;
+    po.device = device;
     po.autocast = to.autocast;
     po.overlap_p2p_comm = a.overlap_p2p_comm && stage->split.interleaved();
     po.check_loss = check_loss;

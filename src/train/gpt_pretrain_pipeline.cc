@@ -137,15 +137,16 @@ parallel::ForwardStepResult GptPipelineSteps::forward(int chunk, int64_t microba
   transformer::GPTModelChunk& ch = stage_.chunks[static_cast<size_t>(chunk)];
   transformer::GPTChunkInput in;
   const GptBatch* b = ch->pre_process() || ch->post_process() ? &batch(microbatch) : nullptr;
+  auto on = [&](const Tensor& t) { return t.defined() && !o_.device.is_cpu() ? t.to(o_.device) : t; };
   if (ch->pre_process()) {
-    in.tokens = b->tokens;
-    in.position_ids = b->position_ids;
+    in.tokens = on(b->tokens);
+    in.position_ids = on(b->position_ids);
   } else {
     in.hidden = input;
   }
   if (ch->post_process()) {
-    in.labels = b->labels;
-    in.loss_mask = b->loss_mask;
+    in.labels = on(b->labels);
+    in.loss_mask = on(b->loss_mask);
   }
   Tensor out;
   {
@@ -190,6 +191,7 @@ StepStats GptPipelineSteps::step(GptBatchIterator& data) {
   so.num_microbatches = o_.num_microbatches;
   so.tensor_shape = {o_.micro_batch_size, o_.seq_length, o_.hidden_size};
   so.dtype = o_.dtype;
+  so.device = o_.device;
   so.num_model_chunks = stage_.split.virtual_pipeline_size();
   so.overlap_p2p_comm = o_.overlap_p2p_comm;
   so.loss_scale = opt_.loss_scale();
@@ -260,6 +262,7 @@ std::map<std::string, double> GptPipelineSteps::forward_only(GptBatchIterator& d
   so.num_microbatches = microbatches;
   so.tensor_shape = {o_.micro_batch_size, o_.seq_length, o_.hidden_size};
   so.dtype = o_.dtype;
+  so.device = o_.device;
   so.num_model_chunks = stage_.split.virtual_pipeline_size();
   so.forward_only = true;
   parallel::PipelineScheduleResult r;

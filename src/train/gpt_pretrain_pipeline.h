@@ -61,6 +61,7 @@ struct GptPipelineOptions {
   int64_t seq_length = 0;             // per rank under sequence parallelism
   int64_t hidden_size = 0;
   DType dtype = DType::f32;           // the activations stages exchange
+  Device device = kCPU;               // the stage's model, its batches and the activations it receives
   std::optional<DType> autocast;
   bool overlap_p2p_comm = false;
   // --profile: the first max_profiled_steps steps' spans (forward, backward,

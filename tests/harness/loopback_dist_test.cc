@@ -244,17 +244,18 @@ TEST(LoopbackDist, VocabParallelCrossEntropyOnTheDeviceMatchesTheCpu) {
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 
-// `qk pretrain-gpt` data-parallel over two ranks (--bf16: its gradient
-// all-reduce over the flat fp32 buffer, then Megatron's buffers with the
-// distributed optimizer: reduce-scatter, sharded state, all-gather) with the
-// model on the device: rank 0's checkpoint equals the CPU run's.
+// `qk pretrain-gpt` over two ranks (--bf16) with the model on the device:
+// data parallelism (the gradient all-reduce over the flat fp32 buffer, then
+// Megatron's buffers with the distributed optimizer: reduce-scatter, sharded
+// state, all-gather) and two pipeline stages give rank 0's checkpoint of the
+// CPU run; tensor and sequence parallelism give it within a bf16 rounding.
 TEST(LoopbackDist, PretrainGptDataParallelOnTheDeviceEqualsTheCpuRun) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(::testing::TempDir()) / ("qk_loopback_gpt_" + std::to_string(::getpid()));
   fs::remove_all(root);
   auto r = qk_dist_test::on_ranks(2, "loopback-gpt", [&](const Rank& me, dist::ProcessGroup&) {
     harness::install_complete_loopback();
-    enum Layout { kAllReduce, kDistributedOptimizer, kTensorParallel };
+    enum Layout { kAllReduce, kDistributedOptimizer, kTensorParallel, kPipeline };
     auto run = [&](const std::string& device, Layout layout) {
       const std::string save = (root / (device + "_" + std::to_string(layout))).string();
       std::vector<std::string> argv = {
@@ -269,6 +270,7 @@ TEST(LoopbackDist, PretrainGptDataParallelOnTheDeviceEqualsTheCpuRun) {
       // flips for a gradient near 0).
       if (layout == kTensorParallel)
         argv.insert(argv.end(), {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--optimizer", "sgd"});
+      if (layout == kPipeline) argv.insert(argv.end(), {"--pipeline-model-parallel-size", "2"});
       train::MegatronArgsOptions mo;
       mo.world_size = 2;
       mo.rank = me.rank;
@@ -280,9 +282,10 @@ TEST(LoopbackDist, PretrainGptDataParallelOnTheDeviceEqualsTheCpuRun) {
       train::pretrain_gpt(train::parse_megatron_args(argv, mo).args, o);
       return save + "/iter_0000000002/";
     };
-    for (Layout layout : {kAllReduce, kDistributedOptimizer, kTensorParallel}) {
-      const char* what = layout == kAllReduce ? "the all-reduce"
+    for (Layout layout : {kAllReduce, kDistributedOptimizer, kTensorParallel, kPipeline}) {
+      const char* what = layout == kAllReduce              ? "the all-reduce"
                          : layout == kDistributedOptimizer ? "the distributed optimizer"
+                         : layout == kPipeline             ? "the 1F1B pipeline"
                                                            : "tensor and sequence parallelism";
       const std::string cpu = run("cpu", layout);
       const uint64_t a0 = device_allocs();

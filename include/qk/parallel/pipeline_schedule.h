@@ -80,6 +80,7 @@ struct PipelineScheduleOptions {
   // ([micro batch, sequence / tp, hidden] under sequence parallelism).
   Shape tensor_shape;
   DType dtype = DType::f32;
+  Device device = kCPU;  // where received activations and gradients are put (the model's device)
   // Model chunks on each rank (Megatron's virtual pipeline size); > 1: interleaved.
   int num_model_chunks = 1;
   bool forward_only = false;  // evaluation: no backward, no gradients kept

@@ -206,8 +206,8 @@ struct PretrainGptOptions {
   bool measure_gemm_peak = true;
   // Where the model, its gradients, the optimizer and each batch live: "cpu",
   // "cuda" (the local rank's GPU), "cuda:N" (resolve_device). Off the CPU:
-  // data and tensor (sequence) parallelism, with or without Megatron's DDP
-  // buffers and the distributed optimizer; pipeline and expert sizes 1.
+  // data, tensor (sequence) and pipeline parallelism, with or without
+  // Megatron's DDP buffers and the distributed optimizer; expert size 1.
   std::string device = "cpu";
 };
 
