@@ -124,6 +124,7 @@ bool record(const char* name, const std::vector<Tensor>& inputs, const std::vect
     const Tensor& o = outputs[i];
     node->output_shapes.push_back(o.defined() ? o.shape() : Shape{});
     node->output_dtypes.push_back(o.defined() ? o.dtype() : DType::f32);
+    node->output_devices.push_back(o.defined() ? o.device() : kCPU);
     if (!o.defined() || !is_floating(o.dtype())) continue;
     AutogradMeta& m = ensure_meta(o);
     m.requires_grad = true;
@@ -203,7 +204,7 @@ std::unordered_map<const Node*, std::vector<Tensor>> run_backward(
     for (auto& g : grads) any = any || g.defined();
     for (size_t i = 0; any && i < n->output_shapes.size(); ++i)
       if (!grads[i].defined() && is_floating(n->output_dtypes[i]))
-        grads[i] = zeros(n->output_shapes[i], n->output_dtypes[i]);
+        grads[i] = zeros(n->output_shapes[i], TensorOptions(n->output_dtypes[i]).device(n->output_devices[i]));
     std::vector<Tensor> in_grads = any ? n->apply(std::move(grads)) : std::vector<Tensor>{};
     done.push_back(n);
     for (size_t i = 0; i < n->next_edges.size(); ++i) {

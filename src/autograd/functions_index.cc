@@ -15,7 +15,7 @@ namespace {
 // a with zeros except `part` in its leading corner (part may be smaller in any dim).
 Tensor embed_corner(const Tensor& part, const Shape& shape, DType dt) {
   if (part.shape() == shape) return part;
-  Tensor full = zeros(shape, dt);
+  Tensor full = zeros(shape, TensorOptions(dt).device(part.device()));
   Tensor region = full;
   for (int64_t d = 0; d < part.dim(); ++d) region = ops::narrow(region, d, 0, part.size(d));
   ops::copy_(region, part);
@@ -82,7 +82,7 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
     const Shape shape = a.shape();
     const DType dt = a.dtype();
     record("IndexSelectBackward", {a}, {out}, [idx, dim, shape, dt](const V& g) -> V {
-      return {ops::index_add(zeros(shape, dt), dim, idx, g[0])};
+      return {ops::index_add(zeros(shape, TensorOptions(dt).device(g[0].device())), dim, idx, g[0])};
     });
   }
   return out;
@@ -95,7 +95,7 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
     const Shape shape = a.shape();
     const DType dt = a.dtype();
     record("GatherBackward", {a}, {out}, [idx, dim, shape, dt](const V& g) -> V {
-      return {ops::scatter_add(zeros(shape, dt), dim, idx, g[0])};
+      return {ops::scatter_add(zeros(shape, TensorOptions(dt).device(g[0].device())), dim, idx, g[0])};
     });
   }
   return out;
@@ -124,7 +124,7 @@ std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool lar
     const Shape shape = a.shape();
     const DType dt = a.dtype();
     record("TopkBackward", {a}, {values, indices}, [idx, dim, shape, dt](const V& g) -> V {
-      return {ops::scatter_add(zeros(shape, dt), dim, idx, g[0])};
+      return {ops::scatter_add(zeros(shape, TensorOptions(dt).device(g[0].device())), dim, idx, g[0])};
     });
   }
   return {values, indices};

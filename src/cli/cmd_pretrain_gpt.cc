@@ -26,9 +26,9 @@ namespace {
 constexpr const char* kOwnFlags =
     "qk's own flags (Megatron-LM has none by these names; it always runs on the GPU):\n"
     "  --device DEVICE       cpu (default), cuda (the local rank's GPU under qk run) or cuda:N: where the\n"
-    "                        model, gradients, optimizer state and batches live. Off the CPU: data,\n"
-    "                        tensor (sequence) and pipeline parallelism, the distributed optimizer;\n"
-    "                        expert-parallel size 1 so far\n\n";
+    "                        model, gradients, optimizer state and batches live; every parallel\n"
+    "                        layout runs there (routing and permutation indices are computed on\n"
+    "                        the host). Not yet run on a GPU (docs/cuda.md)\n\n";
 
 // Takes qk's own flags out of argv (the rest is Megatron's).
 std::string take_device_flag(std::vector<std::string>& argv) {

@@ -181,12 +181,6 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
            "(--context-parallel-size must be 1)");
   const bool pipelined = a.pipeline_model_parallel_size > 1;
   const Device device = resolve_device(o.device, dist::launch_env().local_rank);
-  if (!device.is_cpu()) {
-    QK_CHECK_AS(ValueError, a.expert_model_parallel_size == 1, "--device ", o.device,
-                " with --expert-model-parallel-size above 1: on a device pretrain_gpt runs data, tensor (sequence) "
-                "and pipeline parallelism so far, with or without the distributed optimizer; the expert dispatch keeps "
-                "host memory (docs/cuda.md); run it on the CPU or leave the flag out");
-  }
   const World world = join_world(a);
   const bool lead = world.rank == 0;
   const auto print = o.print ? o.print : [](const std::string& s) {

@@ -233,7 +233,8 @@ Tensor GPTModelChunkImpl::head(const Tensor& hidden, const GPTChunkInput& in) {
   const Tensor ce = parallel::vocab_parallel_cross_entropy(local_logits.reshape({n, local_logits.size(-1)}),
                                                            in.labels.reshape({n}), *tp_);
   const Tensor weight = mask.defined() ? mask.to(DType::f32) / sum(mask.to(DType::f32))
-                                       : full({n}, 1.0 / static_cast<double>(n));
+                                       : full({n}, 1.0 / static_cast<double>(n),
+                                              TensorOptions().dtype(DType::f32).device(ce.device()));
   return sum(ce * weight);
 }
 

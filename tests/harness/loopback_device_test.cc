@@ -118,7 +118,11 @@ std::vector<std::string> tiny_pretrain_args(const std::string& save, const std::
                                 "--eval-iters", "1", "--eval-interval", "2", "--save", save, "--load", save,
                                 "--save-interval", "1", "--position-embedding-type", "rope", "--swiglu",
                                 "--normalization", "RMSNorm", "--clip-grad", "0.5", "--lr-decay-iters", "10"};
-  if (precision == "dist-opt")
+  if (precision == "moe")
+    a.insert(a.end(), {"--bf16", "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32",
+                       "--moe-expert-capacity-factor", "1.0", "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff",
+                       "1e-3"});
+  else if (precision == "dist-opt")
     a.insert(a.end(), {"--bf16", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"});
   else if (precision != "f32")
     a.push_back("--" + precision);
@@ -141,7 +145,7 @@ qk::train::PretrainGptResult tiny_pretrain(const std::string& save, const std::s
 TEST(LoopbackDevice, PretrainGptOnTheDeviceEqualsTheCpuRunAndResumes) {
   qk::harness::install_complete_loopback();
   // "dist-opt": --bf16 with Megatron's buffers and the distributed optimizer (one rank: no sharding).
-  for (const char* precision : {"f32", "bf16", "fp16", "dist-opt"}) {
+  for (const char* precision : {"moe", "f32", "bf16", "fp16", "dist-opt"}) {
     SCOPED_TRACE(precision);
     const std::string cpu = fresh_dir(std::string("gpt_cpu_") + precision);
     const std::string dev = fresh_dir(std::string("gpt_dev_") + precision);

@@ -248,14 +248,15 @@ TEST(LoopbackDist, VocabParallelCrossEntropyOnTheDeviceMatchesTheCpu) {
 // data parallelism (the gradient all-reduce over the flat fp32 buffer, then
 // Megatron's buffers with the distributed optimizer: reduce-scatter, sharded
 // state, all-gather) and two pipeline stages give rank 0's checkpoint of the
-// CPU run; tensor and sequence parallelism give it within a bf16 rounding.
+// CPU run; tensor and sequence parallelism, and MoE layers (data-parallel,
+// then expert-parallel with the all-to-all dispatcher), within a bf16 rounding.
 TEST(LoopbackDist, PretrainGptDataParallelOnTheDeviceEqualsTheCpuRun) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(::testing::TempDir()) / ("qk_loopback_gpt_" + std::to_string(::getpid()));
   fs::remove_all(root);
   auto r = qk_dist_test::on_ranks(2, "loopback-gpt", [&](const Rank& me, dist::ProcessGroup&) {
     harness::install_complete_loopback();
-    enum Layout { kAllReduce, kDistributedOptimizer, kTensorParallel, kPipeline };
+    enum Layout { kAllReduce, kDistributedOptimizer, kTensorParallel, kPipeline, kMoe, kExpertParallel };
     auto run = [&](const std::string& device, Layout layout) {
       const std::string save = (root / (device + "_" + std::to_string(layout))).string();
       std::vector<std::string> argv = {
@@ -271,6 +272,12 @@ TEST(LoopbackDist, PretrainGptDataParallelOnTheDeviceEqualsTheCpuRun) {
       if (layout == kTensorParallel)
         argv.insert(argv.end(), {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--optimizer", "sgd"});
       if (layout == kPipeline) argv.insert(argv.end(), {"--pipeline-model-parallel-size", "2"});
+      if (layout == kMoe || layout == kExpertParallel)
+        argv.insert(argv.end(), {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32",
+                                 "--moe-expert-capacity-factor", "1.0", "--moe-aux-loss-coeff", "1e-2",
+                                 "--moe-z-loss-coeff", "1e-3", "--optimizer", "sgd"});
+      if (layout == kExpertParallel)
+        argv.insert(argv.end(), {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"});
       train::MegatronArgsOptions mo;
       mo.world_size = 2;
       mo.rank = me.rank;
@@ -282,22 +289,25 @@ TEST(LoopbackDist, PretrainGptDataParallelOnTheDeviceEqualsTheCpuRun) {
       train::pretrain_gpt(train::parse_megatron_args(argv, mo).args, o);
       return save + "/iter_0000000002/";
     };
-    for (Layout layout : {kAllReduce, kDistributedOptimizer, kTensorParallel, kPipeline}) {
+    for (Layout layout : {kAllReduce, kDistributedOptimizer, kTensorParallel, kPipeline, kMoe, kExpertParallel}) {
       const char* what = layout == kAllReduce              ? "the all-reduce"
                          : layout == kDistributedOptimizer ? "the distributed optimizer"
                          : layout == kPipeline             ? "the 1F1B pipeline"
+                         : layout == kMoe                  ? "MoE layers (all-gather dispatcher)"
+                         : layout == kExpertParallel       ? "expert parallelism (all-to-all dispatcher)"
                                                            : "tensor and sequence parallelism";
       const std::string cpu = run("cpu", layout);
       const uint64_t a0 = device_allocs();
       const std::string dev = run("privateuse1:0", layout);
       REQUIRE(device_allocs() > a0 + 100, what, ": the device run did not run on the device");
       if (me.rank != 0) continue;
-      if (layout != kTensorParallel) {
+      if (layout == kAllReduce || layout == kDistributedOptimizer || layout == kPipeline) {
         for (const char* file : {"model.safetensors", "optim.safetensors"})
           REQUIRE(read_file(cpu + file) == read_file(dev + file), what, ": ", file, " differs from the CPU run's");
         continue;
       }
-      // The vocabulary-parallel loss sums in the device's order: close, not equal.
+      // The vocabulary-parallel loss and the MoE permutation's unfused form
+      // (the device's) sum in other orders: close, not equal.
       const nn::TensorMap wc = nn::load_safetensors(cpu + "model.safetensors").tensors;
       const nn::TensorMap wd = nn::load_safetensors(dev + "model.safetensors").tensors;
       REQUIRE(wc.size() == wd.size() && !wc.empty(), what, ": the checkpoints hold different tensors");

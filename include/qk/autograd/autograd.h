@@ -56,6 +56,7 @@ class Node {
   std::vector<Edge> next_edges;
   std::vector<Shape> output_shapes;  // to materialise zero gradients
   std::vector<DType> output_dtypes;
+  std::vector<Device> output_devices;
   uint64_t sequence_nr = 0;
 };
 

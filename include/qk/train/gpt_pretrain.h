@@ -205,9 +205,8 @@ struct PretrainGptOptions {
   // Measure the GEMM peak at start for MFU (about 0.3 s).
   bool measure_gemm_peak = true;
   // Where the model, its gradients, the optimizer and each batch live: "cpu",
-  // "cuda" (the local rank's GPU), "cuda:N" (resolve_device). Off the CPU:
-  // data, tensor (sequence) and pipeline parallelism, with or without
-  // Megatron's DDP buffers and the distributed optimizer; expert size 1.
+  // "cuda" (the local rank's GPU), "cuda:N" (resolve_device); every
+  // parallel layout runs there.
   std::string device = "cpu";
 };
 

@@ -25,7 +25,7 @@ Tensor all_to_all_v(const Tensor& x, dist::ProcessGroup& group, const std::vecto
   const Tensor in = ops::contiguous(x.detach());
   Shape shape = x.shape();
   shape[0] = sum_of(out_splits);
-  Tensor out = empty(shape, TensorOptions(x.dtype()));
+  Tensor out = empty(shape, TensorOptions(x.dtype()).device(x.device()));
   const dist::WorkPtr work = group.all_to_all_v_async(out, in, out_splits, in_splits);
   if (overlap) overlap();
   work->wait();
@@ -33,7 +33,7 @@ Tensor all_to_all_v(const Tensor& x, dist::ProcessGroup& group, const std::vecto
   const Shape in_shape = x.shape();
   autograd::record("AllToAllVBackward", {x}, {out},
                    [g, in_shape, out_splits, in_splits](const std::vector<Tensor>& grads) {
-                     Tensor back = empty(in_shape, TensorOptions(grads[0].dtype()));
+                     Tensor back = empty(in_shape, TensorOptions(grads[0].dtype()).device(grads[0].device()));
                      g->all_to_all_v(back, ops::contiguous(grads[0]), in_splits, out_splits);
                      return std::vector<Tensor>{back};
                    });

@@ -90,7 +90,8 @@ std::pair<Tensor, Tensor> combine_rows_backward(const Tensor& grad, const Tensor
   const Tensor g = ops::contiguous(grad);
   const int64_t c = g.size(1), e = p.num_experts;
   Tensor d_rows = need_rows ? empty({p.num_rows(), c}, TensorOptions(g.dtype())) : Tensor();
-  Tensor d_probs = need_probs ? zeros({p.num_tokens, e}, TensorOptions(probs_acc.dtype())) : Tensor();
+  Tensor d_probs =
+      need_probs ? zeros({p.num_tokens, e}, TensorOptions(probs_acc.dtype()).device(probs_acc.device())) : Tensor();
   dispatch_floating(g.dtype(), "unpermute_tokens backward", [&](auto tag) {
     using T = decltype(tag);
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -132,7 +133,7 @@ TokenPermutationPtr make_token_permutation(const Tensor& routing_map, int64_t ca
            routing_map.defined() ? shape_str(routing_map.shape()) + " " + dtype_name(routing_map.dtype())
                                  : std::string("an undefined tensor"));
   QK_CHECK(capacity >= 0, "make_token_permutation: capacity must not be negative, got ", capacity);
-  const Tensor map = ops::contiguous(routing_map);
+  const Tensor map = ops::contiguous(routing_map).to(kCPU);  // the row map is built on the host
   const int64_t n = map.size(0), e = map.size(1);
   const bool* m = map.data_ptr<bool>();
   auto p = std::make_shared<TokenPermutation>();
@@ -176,12 +177,14 @@ Tensor permute_tokens(const Tensor& tokens, const TokenPermutationPtr& p, bool f
   check_permutation("permute_tokens", p);
   QK_CHECK(tokens.dim() == 2 && tokens.size(0) == p->num_tokens, "permute_tokens: expected tokens [",
            p->num_tokens, ", C], got ", shape_str(tokens.shape()));
-  if (!fused) {  // index_select over the tokens and one zero row the padding rows point at
+  // Unfused on a device: the fused loops read host memory.
+  if (!fused || !tokens.device().is_cpu()) {  // index_select over the tokens and one zero row the padding rows point at
+    const Device dev = tokens.device();
     std::vector<int64_t> index(p->row_token);
     for (int64_t& i : index)
       if (i < 0) i = p->num_tokens;
-    const Tensor padded = cat({tokens, zeros({1, tokens.size(1)}, TensorOptions(tokens.dtype()))}, 0);
-    return index_select(padded, 0, i64_tensor(index));
+    const Tensor padded = cat({tokens, zeros({1, tokens.size(1)}, TensorOptions(tokens.dtype()).device(dev))}, 0);
+    return index_select(padded, 0, i64_tensor(index).to(dev));
   }
   Tensor out = gather_rows(tokens, *p);
   if (autograd::needs_grad({tokens}))
@@ -201,20 +204,21 @@ Tensor unpermute_tokens(const Tensor& rows, const Tensor& probs, const TokenPerm
                 "unpermute_tokens: rows and probs must be floating point");
   const int64_t n = p->num_tokens, e = p->num_experts, c = rows.size(1);
   const DType acc = accumulate_dtype(rows.dtype());
-  if (!fused) {
+  if (!fused || !rows.device().is_cpu()) {
     // permuted probs (padding rows read an appended zero), weighted rows,
     // scatter-added into n + 1 rows (padding rows into the extra one).
+    const Device dev = rows.device();
     std::vector<int64_t> prob_index(static_cast<size_t>(p->num_rows())), token_index(static_cast<size_t>(p->num_rows()));
     for (int64_t r = 0; r < p->num_rows(); ++r) {
       const int64_t t = p->row_token[static_cast<size_t>(r)];
       prob_index[static_cast<size_t>(r)] = t < 0 ? n * e : t * e + p->row_expert[static_cast<size_t>(r)];
       token_index[static_cast<size_t>(r)] = t < 0 ? n : t;
     }
-    const Tensor flat_probs = cat({probs.to(acc).reshape({n * e}), zeros({1}, TensorOptions(acc))}, 0);
-    const Tensor row_probs = index_select(flat_probs, 0, i64_tensor(prob_index));
+    const Tensor flat_probs = cat({probs.to(acc).reshape({n * e}), zeros({1}, TensorOptions(acc).device(dev))}, 0);
+    const Tensor row_probs = index_select(flat_probs, 0, i64_tensor(prob_index).to(dev));
     const Tensor weighted = rows.to(acc) * row_probs.unsqueeze(1);
-    const Tensor index = i64_tensor(token_index).unsqueeze(1).expand({p->num_rows(), c}).contiguous();
-    const Tensor summed = scatter_add(zeros({n + 1, c}, TensorOptions(acc)), 0, index, weighted);
+    const Tensor index = i64_tensor(token_index).to(dev).unsqueeze(1).expand({p->num_rows(), c}).contiguous();
+    const Tensor summed = scatter_add(zeros({n + 1, c}, TensorOptions(acc).device(dev)), 0, index, weighted);
     return summed.narrow(0, 0, n).to(rows.dtype());
   }
   const Tensor probs_acc = ops::contiguous(ops::cast(probs.detach(), acc));
@@ -247,6 +251,11 @@ Tensor permute_row_blocks(const Tensor& x, const std::vector<int64_t>& sizes, co
     QK_CHECK(o >= 0 && o < static_cast<int64_t>(sizes.size()) && !seen[static_cast<size_t>(o)],
              "permute_row_blocks: order must be a permutation of 0..", sizes.size() - 1);
     seen[static_cast<size_t>(o)] = true;
+  }
+  if (!x.device().is_cpu()) {  // on a device: the blocks' views, concatenated (differentiable as they are)
+    std::vector<Tensor> blocks;
+    for (int64_t o : order) blocks.push_back(x.narrow(0, start[static_cast<size_t>(o)], sizes[static_cast<size_t>(o)]));
+    return blocks.empty() ? x : cat(blocks, 0);
   }
   const Tensor src = ops::contiguous(x.detach());
   Tensor out = empty(src.shape(), TensorOptions(src.dtype()));

@@ -140,9 +140,10 @@ RoutingDecision TopKRouterImpl::forward(const Tensor& hidden, int64_t batch_size
     const int64_t capacity = moe_capacity(n * k, e, *c.moe_expert_capacity_factor);
     keep = moe::capacity_keep(top_idx, top_probs.detach(), e, per, capacity * per, c.moe_token_drop_policy);
     d.dropped_routes = std::count(keep.begin(), keep.end(), uint8_t{0});
-    if (d.dropped_routes > 0) top_probs = top_probs * moe::keep_weights(keep, top_probs.shape(), dt);
+    if (d.dropped_routes > 0)
+      top_probs = top_probs * moe::keep_weights(keep, top_probs.shape(), dt).to(top_probs.device());
   }
-  Tensor probs = scatter_add(zeros({n, e}, dt), 1, top_idx, top_probs);
+  Tensor probs = scatter_add(zeros({n, e}, TensorOptions(dt).device(top_probs.device())), 1, top_idx, top_probs);
   d.routing_map = moe::routing_map_of(top_idx, keep, e);
   d.tokens_per_expert = moe::count_routes(top_idx, e, 1, keep.data());
 
@@ -232,7 +233,7 @@ void TopKRouterImpl::update_expert_bias(dist::ProcessGroup* group) {
   mean /= static_cast<double>(e);
   const float rate = static_cast<float>(config_.moe_router_bias_update_rate);
   NoGradGuard no_grad;
-  const Tensor bias = ops::contiguous(expert_bias);
+  const Tensor bias = ops::contiguous(expert_bias).to(kCPU);  // E values: updated on the host
   float* b = bias.data_ptr<float>();
   for (int64_t j = 0; j < e; ++j) {
     const double offset = mean - load[j];

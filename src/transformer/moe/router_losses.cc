@@ -28,7 +28,7 @@ Tensor scope_score_sums(const Tensor& scores, int64_t scopes) {
 Tensor balance_loss(const Tensor& score_sums, const std::vector<double>& load_fractions, int64_t tokens_per_scope,
                     double coeff) {
   const int64_t scopes = score_sums.size(0);
-  const Tensor f = from_vector<double>(load_fractions, score_sums.shape()).to(score_sums.dtype());
+  const Tensor f = from_vector<double>(load_fractions, score_sums.shape()).to(score_sums.dtype()).to(score_sums.device());
   return sum(score_sums * f) * (coeff / (static_cast<double>(scopes) * static_cast<double>(tokens_per_scope)));
 }
 
@@ -74,9 +74,11 @@ Tensor attach_aux_loss(const Tensor& x, const Tensor& loss, double backward_scal
   Tensor out = make_tensor(x.storage(), x.dtype(), x.sizes(), x.strides(), x.storage_offset());
   const Shape loss_shape = loss.shape();
   const DType loss_dtype = loss.dtype();
+  const Device loss_device = loss.device();
   autograd::record("MoEAuxLossAutoScalerBackward", {x, loss}, {out},
-                   [loss_shape, loss_dtype, backward_scale](const std::vector<Tensor>& g) {
-                     return std::vector<Tensor>{g[0], full(loss_shape, backward_scale, loss_dtype)};
+                   [loss_shape, loss_dtype, loss_device, backward_scale](const std::vector<Tensor>& g) {
+                     return std::vector<Tensor>{
+                         g[0], full(loss_shape, backward_scale, TensorOptions(loss_dtype).device(loss_device))};
                    });
   return out;
 }

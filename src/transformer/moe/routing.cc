@@ -91,7 +91,9 @@ void topk_rows(const T* scores, int64_t n, int64_t e, int64_t k, const float* bi
 
 Tensor topk_indices(const Tensor& scores, int64_t topk, const float* bias, int64_t num_groups, int64_t group_topk) {
   QK_CHECK(scores.dim() == 2, "topk_indices: scores must be [N, E], got ", shape_str(scores.shape()));
-  const Tensor s = ops::contiguous(scores);
+  // Chosen on the host (scores of a device come over: [N, E] is small); the
+  // indices go back to the scores' device.
+  const Tensor s = ops::contiguous(scores).to(kCPU);
   const int64_t n = s.size(0), e = s.size(1);
   QK_CHECK(topk >= 1 && topk <= e, "topk_indices: k = ", topk, " must be in 1..", e);
   if (num_groups > 0)
@@ -104,13 +106,13 @@ Tensor topk_indices(const Tensor& scores, int64_t topk, const float* bias, int64
     topk_rows(s.data_ptr<double>(), n, e, topk, bias, num_groups, group_topk, o);
   else
     topk_rows(ops::contiguous(ops::cast(s, DType::f32)).data_ptr<float>(), n, e, topk, bias, num_groups, group_topk, o);
-  return out;
+  return scores.device().is_cpu() ? out : out.to(scores.device());
 }
 
 Tensor sinkhorn_topk_indices(const Tensor& logits, int64_t topk, double tol, int max_iterations) {
   QK_CHECK(logits.dim() == 2, "sinkhorn: logits must be [N, E], got ", shape_str(logits.shape()));
   // The cost exp(logits) in f32 as Megatron's; the normalisers accumulate in f64.
-  const Tensor l = ops::contiguous(ops::cast(logits, DType::f32));
+  const Tensor l = ops::contiguous(ops::cast(logits, DType::f32)).to(kCPU);
   const int64_t n = l.size(0), e = l.size(1);
   const float* x = l.data_ptr<float>();
   Tensor balanced = empty({n, e}, DType::f32);
@@ -153,7 +155,8 @@ Tensor sinkhorn_topk_indices(const Tensor& logits, int64_t topk, double tol, int
     for (int64_t i = lo; i < hi; ++i)
       for (int64_t j = 0; j < e; ++j) cost[i * e + j] = static_cast<float>(d1[j] * cost[i * e + j] * d0[i]);
   });
-  return topk_indices(balanced, topk);
+  const Tensor idx = topk_indices(balanced, topk);
+  return logits.device().is_cpu() ? idx : idx.to(logits.device());
 }
 
 namespace {
@@ -209,18 +212,18 @@ std::vector<uint8_t> capacity_keep(const Tensor& top_idx, const Tensor& top_prob
            shape_str(top_idx.shape()), " and weights ", shape_str(top_probs.shape()), " must both be [N, k]");
   QK_CHECK(experts_per_bucket >= 1 && num_experts % experts_per_bucket == 0 && bucket_capacity >= 0,
            "capacity_keep: ", num_experts, " experts cannot form buckets of ", experts_per_bucket);
-  const Tensor idx = ops::contiguous(top_idx);
+  const Tensor idx = ops::contiguous(top_idx).to(kCPU);
   const int64_t n = idx.size(0), k = idx.size(1);
   if (top_probs.dtype() == DType::f64)
-    return capacity_keep_impl(idx.data_ptr<int64_t>(), ops::contiguous(top_probs).data_ptr<double>(), n, k,
+    return capacity_keep_impl(idx.data_ptr<int64_t>(), ops::contiguous(top_probs).to(kCPU).data_ptr<double>(), n, k,
                               num_experts, experts_per_bucket, bucket_capacity, policy);
-  const Tensor p = ops::contiguous(ops::cast(top_probs, DType::f32));
+  const Tensor p = ops::contiguous(ops::cast(top_probs, DType::f32)).to(kCPU);
   return capacity_keep_impl(idx.data_ptr<int64_t>(), p.data_ptr<float>(), n, k, num_experts, experts_per_bucket,
                             bucket_capacity, policy);
 }
 
 std::vector<int64_t> count_routes(const Tensor& top_idx, int64_t num_experts, int64_t scopes, const uint8_t* keep) {
-  const Tensor idx = ops::contiguous(top_idx);
+  const Tensor idx = ops::contiguous(top_idx).to(kCPU);
   const int64_t n = idx.size(0), k = idx.size(1), rows = n / scopes;
   const int64_t* x = idx.data_ptr<int64_t>();
   std::vector<int64_t> counts(static_cast<size_t>(scopes * num_experts), 0);
@@ -231,7 +234,7 @@ std::vector<int64_t> count_routes(const Tensor& top_idx, int64_t num_experts, in
 
 std::vector<int64_t> count_tokens_per_device(const Tensor& top_idx, int64_t num_experts, int64_t num_devices,
                                              int64_t scopes) {
-  const Tensor idx = ops::contiguous(top_idx);
+  const Tensor idx = ops::contiguous(top_idx).to(kCPU);
   const int64_t n = idx.size(0), k = idx.size(1), rows = n / scopes, per = num_experts / num_devices;
   const int64_t* x = idx.data_ptr<int64_t>();
   std::vector<int64_t> counts(static_cast<size_t>(scopes * num_devices), 0);
@@ -246,7 +249,7 @@ std::vector<int64_t> count_tokens_per_device(const Tensor& top_idx, int64_t num_
 }
 
 Tensor routing_map_of(const Tensor& top_idx, const std::vector<uint8_t>& keep, int64_t num_experts) {
-  const Tensor idx = ops::contiguous(top_idx);
+  const Tensor idx = ops::contiguous(top_idx).to(kCPU);
   const int64_t n = idx.size(0), k = idx.size(1);
   const int64_t* x = idx.data_ptr<int64_t>();
   Tensor map = zeros({n, num_experts}, DType::boolean);
@@ -255,7 +258,7 @@ Tensor routing_map_of(const Tensor& top_idx, const std::vector<uint8_t>& keep, i
     for (int64_t r = lo * k; r < hi * k; ++r)
       if (keep[r]) m[(r / k) * num_experts + x[r]] = true;
   });
-  return map;
+  return top_idx.device().is_cpu() ? map : map.to(top_idx.device());
 }
 
 Tensor keep_weights(const std::vector<uint8_t>& keep, const Shape& shape, DType dtype) {

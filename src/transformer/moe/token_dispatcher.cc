@@ -21,7 +21,7 @@ TokenDispatcher::TokenDispatcher(const TransformerConfig& config, std::shared_pt
 }
 
 void TokenDispatcher::exchange_counts(const Tensor& routing_map, int64_t dropped_routes) {
-  const Tensor map = ops::contiguous(routing_map);
+  const Tensor map = ops::contiguous(routing_map).to(kCPU);  // counted on the host
   const int64_t n = map.size(0);
   QK_CHECK(map.dim() == 2 && map.size(1) == experts_, "token dispatcher: expected a routing map [N, ", experts_,
            "], got ", shape_str(map.shape()));
