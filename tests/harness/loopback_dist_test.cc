@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_ddp_run.h"
 #include "common/tiny_cifar.h"
 #include "dist/dist_ranks.h"
 #include "harness/loopback_backend.h"
@@ -123,39 +124,15 @@ TEST(LoopbackDist, EveryCollectiveOnDeviceTensorsEqualsTheHostOne) {
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 
-nn::Sequential make_net() {
-  manual_seed(1);
-  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(2, 4, 3).padding(1)), nn::ReLU(), nn::Flatten(),
-                        nn::Linear(4 * 6 * 6, 16), nn::Tanh(), nn::Linear(16, 3));
-}
-
-// Three SGD steps of DDP (buckets of ~1 KB: several per step) on `d`; each
-// rank starts from its own weights, so rank 0's broadcast matters too.
+// DDP's run (common/device_ddp_run.h) from each rank's own weights, so rank
+// 0's broadcast matters too.
 std::vector<Tensor> ddp_run(dist::ProcessGroup& pg, Device d, std::optional<DType> compress) {
-  auto net = make_net();
-  if (pg.rank() == 1) {
-    NoGradGuard no_grad;
-    for (const Tensor& p : net->parameters()) ops::mul_(p, 0.5);
-  }
-  net->to(d);
-  dist::DDPOptions o;
-  o.bucket_cap_mb = 0.001;
-  o.first_bucket_mb = 0.0005;
-  o.compress = compress;
-  dist::DistributedDataParallel ddp(net.ptr(), pg, o);
-  REQUIRE(ddp.num_buckets() > 2, "expected several buckets, got ", ddp.num_buckets());
-  optim::SGD opt(net->parameters(), optim::SGDOptions(0.1).momentum(0.9));
-  for (int s = 0; s < 3; ++s) {
-    Generator g(100 + 10 * s + pg.rank());
-    const Tensor x = randn({4, 2, 6, 6}, {}, g).to(d);
-    const Tensor y = from_vector<int64_t>({s % 3, 1, 2, 0}, {4}).to(d);
-    opt.zero_grad();
-    cross_entropy(net(x), y).backward();
-    opt.step();
-  }
-  std::vector<Tensor> out;
-  for (const Tensor& p : net->parameters()) out.push_back(p.to(kCPU));
-  return out;
+  test::DeviceDdpRun r;
+  r.device = d;
+  r.group = &pg;
+  r.compress = compress;
+  r.weight_scale = pg.rank() == 1 ? 0.5 : 1.0;
+  return test::device_ddp_run(r);
 }
 
 TEST(LoopbackDist, DdpOnTheDeviceEndsWithTheCpuRunsWeights) {

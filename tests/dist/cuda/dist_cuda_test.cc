@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_ddp_run.h"
 #include "qccl.h"
 #include "qk/autograd/functions.h"
 #include "qk/dist/ddp.h"
@@ -74,45 +75,17 @@ TEST_F(DistCuda, CollectivesReadWhatTheCurrentStreamWrote) {
   }
 }
 
-nn::Sequential make_net() {
-  manual_seed(1);
-  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(2, 4, 3).padding(1)), nn::ReLU(), nn::Flatten(),
-                        nn::Linear(4 * 6 * 6, 16), nn::Tanh(), nn::Linear(16, 3));
-}
-
-std::vector<Tensor> train(dist::ProcessGroup* pg) {
-  auto net = make_net();
-  net->to(kGpu);
-  std::unique_ptr<dist::DistributedDataParallel> ddp;
-  if (pg) {
-    dist::DDPOptions o;
-    o.bucket_cap_mb = 0.001;
-    o.first_bucket_mb = 0.0005;
-    ddp = std::make_unique<dist::DistributedDataParallel>(net.ptr(), *pg, o);
-    EXPECT_GT(ddp->num_buckets(), 2u);
-  }
-  optim::SGD opt(net->parameters(), optim::SGDOptions(0.1).momentum(0.9));
-  for (int s = 0; s < 3; ++s) {
-    Generator g(100 + s);
-    const Tensor x = randn({4, 2, 6, 6}, {}, g).to(kGpu);
-    const Tensor y = from_vector<int64_t>({s % 3, 1, 2, 0}, {4}).to(kGpu);
-    opt.zero_grad();
-    cross_entropy(net(x), y).backward();
-    opt.step();
-  }
-  std::vector<Tensor> out;
-  for (const Tensor& p : net->parameters()) out.push_back(p.to(kCPU));
-  return out;
-}
-
 // One rank averages over itself: DDP's buckets through NCCL (or staged) must
 // leave every step as without DDP, bit for bit.
 TEST_F(DistCuda, OneRankDdpOnTheGpuEqualsTrainingWithoutIt) {
-  const std::vector<Tensor> local = train(nullptr);
+  test::DeviceDdpRun run;
+  run.device = kGpu;
+  const std::vector<Tensor> local = test::device_ddp_run(run);
   for (const char* backend : {"auto", "native"}) {
     SCOPED_TRACE(backend);
     auto pg = group(backend);
-    const std::vector<Tensor> ddp = train(pg.get());
+    run.group = pg.get();
+    const std::vector<Tensor> ddp = test::device_ddp_run(run);
     ASSERT_EQ(local.size(), ddp.size());
     for (size_t i = 0; i < local.size(); ++i)
       EXPECT_EQ(local[i].to_vector<float>(), ddp[i].to_vector<float>()) << "parameter " << i;
