@@ -13,6 +13,7 @@
 
 #include "cuda_check.h"
 #include "device_allocator.h"
+#include "pinned_allocator.h"
 #include "stream_handle.h"
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
@@ -62,7 +63,7 @@ std::string nvml_driver_version() {
   return out;
 }
 
-class CudaBackend final : public Backend, public RawDeviceMemory {
+class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinnedMemory {
  public:
   DeviceType type() const override { return DeviceType::cuda; }
 
@@ -127,23 +128,52 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
     if (nbytes == 0) return;
     const int device = dst_dev.is_cpu() ? src_dev.index : dst_dev.index;
     DeviceGuard g(device);
-    QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, current_stream_handle(device)));
+    cudaStream_t s = current_stream_handle(device);
+    QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
+    // The host side may be a cached pinned block: not handed out again
+    // before this copy is done.
+    (void)pinned_.record_use(dst_dev.is_cpu() ? dst : src, s);
   }
 
-  // cudaHostAlloc: portable, so any device's copies use it without staging.
+  // From the pinned cache (pinned_allocator.h): cudaHostAlloc'd blocks
+  // (portable, so any device's copies use them without staging), kept after
+  // their tensors die instead of cudaFreeHost, which waits for the device.
   void* allocate_pinned(size_t nbytes) override {
     if (device_count() == 0) return nullptr;
+    return pinned_.allocate(nbytes);
+  }
+  void deallocate_pinned(void* p) override { pinned_.free(p); }
+
+  // RawPinnedMemory: what the pinned cache asks of the runtime.
+  void* raw_alloc_pinned(size_t bytes) override {
     void* p = nullptr;
-    QK_CUDA_CHECK(cudaHostAlloc(&p, nbytes, cudaHostAllocPortable));
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    QK_CUDA_CHECK(e);
     return p;
   }
-  // cudaFreeHost waits for the device's pending work: a copy still reading
-  // the block finishes first. Called from a storage's destructor, so a
-  // failure (a dead context at exit) is not thrown: the block is then lost
-  // with the process.
-  void deallocate_pinned(void* p) override {
-    if (p) (void)cudaFreeHost(p);
+  void raw_free_pinned(void* p) override { (void)cudaFreeHost(p); }
+  void* record_event(void* stream) override {
+    cudaEvent_t ev = nullptr;
+    QK_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    const cudaError_t e = cudaEventRecord(ev, static_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess) (void)cudaEventDestroy(ev);
+    QK_CUDA_CHECK(e);
+    return ev;
   }
+  bool event_done(void* event) override {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    QK_CUDA_CHECK(e);
+    return true;
+  }
+  void destroy_event(void* event) override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
   // Also RawDeviceMemory's: the caching allocator's wait before it releases blocks.
   void synchronize(int index) override {
@@ -179,6 +209,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
     check_index(index);
     DeviceGuard g(index);
     alloc_.empty_cache(index);
+    pinned_.empty_cache();
   }
 
   // RawDeviceMemory: what the caching allocator asks of the runtime.
@@ -220,6 +251,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory {
   mutable int count_ = 0;
   mutable std::string reason_;
   mutable CachingDeviceAllocator alloc_{*this};
+  CachingPinnedAllocator pinned_{*this};
 };
 
 CudaBackend& the_backend() {
