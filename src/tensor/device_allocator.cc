@@ -30,6 +30,10 @@ CachingDeviceAllocator::~CachingDeviceAllocator() {
   // the process's device memory goes with the process.
   for (auto& [key, blocks] : pools_)
     for (void* p : blocks) raw_.raw_free(p, key.device);
+  for (Pending& w : pending_) {
+    for (void* e : w.events) raw_.destroy_event(e);
+    raw_.raw_free(w.p, w.device);
+  }
 }
 
 DeviceMemoryStats& CachingDeviceAllocator::stats_of(int device) {
@@ -44,6 +48,7 @@ void* CachingDeviceAllocator::allocate(size_t bytes, int device, Stream stream) 
   DeviceMemoryStats& st = stats_of(device);
   ++st.num_allocs;
   void* p = nullptr;
+  if (!pending_.empty()) settle_pending_locked();
   auto pool = pools_.find(PoolKey{device, stream, block});
   if (pool != pools_.end() && !pool->second.empty()) {
     p = pool->second.back();
@@ -73,7 +78,7 @@ void* CachingDeviceAllocator::allocate(size_t bytes, int device, Stream stream) 
     ++st.device_allocs;
     st.reserved += block;
   }
-  live_.emplace(p, Live{bytes, block, device, stream});
+  live_.emplace(p, Live{bytes, block, device, stream, {}});
   st.allocated += bytes;
   st.peak_allocated = std::max(st.peak_allocated, st.allocated);
   return p;
@@ -85,13 +90,53 @@ void CachingDeviceAllocator::free(void* p) {
   auto it = live_.find(p);
   QK_CHECK_AS(InternalError, it != live_.end(), "freeing device memory at ", p,
               " that this allocator did not hand out (or freed twice)");
-  const Live l = it->second;
+  Live l = std::move(it->second);
   live_.erase(it);
   DeviceMemoryStats& st = stats_of(l.device);
   st.allocated -= l.asked;
   st.cached += l.block;
-  const Stream s = retired_.count(l.stream) ? 0 : l.stream;
-  pools_[PoolKey{l.device, s, l.block}].push_back(p);
+  if (l.used_on.empty()) return pool_locked(p, l.device, l.stream, l.block);
+  // Other streams used it: wait for what they queued so far (torch's record_stream).
+  Pending w{p, l.device, l.stream, l.block, {}};
+  for (const auto& [id, handle] : l.used_on)
+    if (!retired_.count(id)) w.events.push_back(raw_.record_event(handle));  // a retired stream's work is done
+  pending_.push_back(std::move(w));
+}
+
+void CachingDeviceAllocator::pool_locked(void* p, int device, Stream stream, size_t block) {
+  const Stream s = retired_.count(stream) ? 0 : stream;
+  pools_[PoolKey{device, s, block}].push_back(p);
+}
+
+void CachingDeviceAllocator::settle_pending_locked() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto& ev = it->events;
+    ev.erase(std::remove_if(ev.begin(), ev.end(),
+                            [&](void* e) {
+                              if (!raw_.event_done(e)) return false;
+                              raw_.destroy_event(e);
+                              return true;
+                            }),
+             ev.end());
+    if (!ev.empty()) {
+      ++it;
+      continue;
+    }
+    pool_locked(it->p, it->device, it->stream, it->block);
+    it = pending_.erase(it);
+  }
+}
+
+void CachingDeviceAllocator::record_stream(void* p, Stream s, void* handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(p);
+  QK_CHECK_AS(InternalError, it != live_.end(), "record_stream: device memory at ", p,
+              " is not a live block of this allocator (pass the start of a tensor's storage)");
+  Live& l = it->second;
+  if (s == l.stream) return;  // its own stream orders it already
+  for (const auto& [id, h] : l.used_on)
+    if (id == s) return;
+  l.used_on.emplace_back(s, handle);
 }
 
 void CachingDeviceAllocator::retire_stream(Stream s) {
@@ -121,8 +166,10 @@ void CachingDeviceAllocator::empty_cache(int device) {
 void CachingDeviceAllocator::release_cached_locked(int device) {
   DeviceMemoryStats& st = stats_of(device);
   if (st.cached == 0) return;
-  // Work queued before a block's free may still read it.
+  // Work queued before a block's free may still read it; after the wait the
+  // device's pending blocks are done too.
   raw_.synchronize(device);
+  settle_pending_locked();
   for (auto it = pools_.begin(); it != pools_.end();) {
     if (it->first.device != device) {
       ++it;
@@ -130,9 +177,9 @@ void CachingDeviceAllocator::release_cached_locked(int device) {
     }
     for (void* p : it->second) raw_.raw_free(p, device);
     st.reserved -= it->first.block * it->second.size();
+    st.cached -= it->first.block * it->second.size();
     it = pools_.erase(it);
   }
-  st.cached = 0;
 }
 
 DeviceMemoryStats CachingDeviceAllocator::stats(int device) const {

@@ -10,8 +10,9 @@
 //     step's recurring shapes hit the pools. Blocks are not split.
 //   * Streams: a block freed on stream S is reused only by allocations on S
 //     (work queued on S before the free finishes before work queued after
-//     it). Using a block on another stream needs that stream to wait for S
-//     first (record_stream is not there yet). Streams are named by ids that
+//     it). A block also used on another stream T (record_stream, as torch's
+//     Tensor.record_stream) gets an event on T when it is freed and goes
+//     back to S's pool only once that event is done. Streams are named by ids that
 //     are never reused (a runtime may reuse a destroyed stream's handle);
 //     retire_stream(S), once S's work is done, moves its cached blocks and
 //     any later frees to the default stream.
@@ -32,12 +33,14 @@
 #include <unordered_set>
 #include <vector>
 
+#include "stream_events.h"
+
 namespace qk {
 
-// What a vendor runtime provides to the allocator.
-class RawDeviceMemory {
+// What a vendor runtime provides to the allocator (and its events, for
+// record_stream).
+class RawDeviceMemory : public StreamEvents {
  public:
-  virtual ~RawDeviceMemory() = default;
   // A fresh block, or nullptr when the device is out of memory (any other
   // failure throws DeviceError).
   virtual void* raw_alloc(size_t bytes, int device) = 0;
@@ -79,6 +82,9 @@ class CachingDeviceAllocator {
   // S is destroyed and its work done: its cached blocks, and blocks
   // allocated on it and freed later, go to the default stream's pools.
   void retire_stream(Stream s);
+  // Work on stream `s` (the runtime's `handle`) uses p, a live block from
+  // allocate: when p is freed, it is reused only after that work is done.
+  void record_stream(void* p, Stream s, void* handle);
 
   DeviceMemoryStats stats(int device) const;
   void reset_peak(int device);
@@ -91,6 +97,15 @@ class CachingDeviceAllocator {
     size_t asked, block;
     int device;
     Stream stream;
+    std::vector<std::pair<Stream, void*>> used_on;  // other streams (id, handle), from record_stream
+  };
+  // A freed block waiting for the events of the other streams that used it.
+  struct Pending {
+    void* p;
+    int device;
+    Stream stream;
+    size_t block;
+    std::vector<void*> events;
   };
   struct PoolKey {
     int device;
@@ -103,12 +118,16 @@ class CachingDeviceAllocator {
   };
   DeviceMemoryStats& stats_of(int device);
   void release_cached_locked(int device);
+  void pool_locked(void* p, int device, Stream stream, size_t block);
+  // Moves the pending blocks whose events are all done into their pools.
+  void settle_pending_locked();
 
   RawDeviceMemory& raw_;
   mutable std::mutex mu_;
   std::unordered_map<void*, Live> live_;
   std::unordered_map<PoolKey, std::vector<void*>, PoolKeyHash> pools_;
   std::unordered_set<Stream> retired_;
+  std::vector<Pending> pending_;
   std::vector<DeviceMemoryStats> stats_;  // by device index
 };
 

@@ -20,20 +20,16 @@
 #include <mutex>
 #include <vector>
 
+#include "stream_events.h"
+
 namespace qk {
 
-// What a vendor runtime provides to the pinned allocator.
-class RawPinnedMemory {
+// What a vendor runtime provides to the pinned allocator (and its events).
+class RawPinnedMemory : public StreamEvents {
  public:
-  virtual ~RawPinnedMemory() = default;
   // Fresh page-locked memory, or nullptr when none can be had.
   virtual void* raw_alloc_pinned(size_t bytes) = 0;
   virtual void raw_free_pinned(void* p) = 0;
-  // A marker after the work queued so far on `stream` (the runtime's handle);
-  // event_done says whether the device has passed it.
-  virtual void* record_event(void* stream) = 0;
-  virtual bool event_done(void* event) = 0;
-  virtual void destroy_event(void* event) = 0;
 };
 
 struct PinnedMemoryStats {

@@ -17,7 +17,10 @@ namespace {
 class FakeDevice final : public RawDeviceMemory {
  public:
   explicit FakeDevice(size_t capacity) : capacity_(capacity) {}
-  ~FakeDevice() override { EXPECT_EQ(in_use_, 0u) << "blocks never given back"; }
+  ~FakeDevice() override {
+    EXPECT_EQ(in_use_, 0u) << "blocks never given back";
+    EXPECT_TRUE(events_.empty()) << events_.size() << " events never destroyed";
+  }
   void* raw_alloc(size_t bytes, int) override {
     ++allocs_;
     if (in_use_ + bytes > capacity_) return nullptr;
@@ -32,13 +35,33 @@ class FakeDevice final : public RawDeviceMemory {
     sizes_.erase(p);
     std::free(p);
   }
-  void synchronize(int) override { ++syncs_; }
+  void synchronize(int) override {
+    ++syncs_;
+    for (auto& [e, done] : events_) done = true;  // the device's work, every stream's, is done
+  }
+  // Events finish when the test says (finish) or at a synchronisation.
+  void* record_event(void* stream) override {
+    auto* e = new int(static_cast<int>(events_.size()));
+    events_[e] = false;
+    last_stream_ = stream;
+    return e;
+  }
+  bool event_done(void* e) override { return events_.at(e); }
+  void destroy_event(void* e) override {
+    events_.erase(e);
+    delete static_cast<int*>(e);
+  }
+  void finish_all() {
+    for (auto& [e, done] : events_) done = true;
+  }
   uint64_t total_bytes(int) override { return capacity_; }
   std::string label(int device) override { return "fake:" + std::to_string(device); }
 
   size_t capacity_, in_use_ = 0;
   int allocs_ = 0, frees_ = 0, syncs_ = 0;
   std::map<void*, size_t> sizes_;
+  std::map<void*, bool> events_;  // live events: done?
+  void* last_stream_ = nullptr;
 };
 
 using Alloc = CachingDeviceAllocator;
@@ -139,6 +162,41 @@ TEST(DeviceAllocator, ARetiredStreamsBlocksServeTheDefaultStream) {
   a.free(cached);
   a.free(live);
   a.empty_cache(0);
+}
+
+// torch's record_stream: a block another stream used is not handed out
+// again (not even on its own stream) before that stream's work is done.
+TEST(DeviceAllocator, ABlockAnotherStreamUsedWaitsForThatStream) {
+  FakeDevice dev(1 << 20);
+  {
+    Alloc a(dev);
+    int side = 0;
+    void* p = a.allocate(1000, 0, /*stream=*/0);
+    a.record_stream(p, /*stream=*/7, &side);
+    a.record_stream(p, 0, nullptr);  // its own stream: nothing to wait for
+    a.free(p);
+    EXPECT_EQ(dev.events_.size(), 1u) << "one event, on the other stream";
+    EXPECT_EQ(dev.last_stream_, &side);
+    void* q = a.allocate(1000, 0, 0);
+    EXPECT_NE(q, p) << "reused while stream 7 may still read it";
+    a.free(q);
+    dev.finish_all();
+    void* r = a.allocate(1000, 0, 0);
+    void* s = a.allocate(1000, 0, 0);
+    EXPECT_TRUE((r == p && s == q) || (r == q && s == p)) << "both back in the pool once stream 7 is done";
+    EXPECT_TRUE(dev.events_.empty());
+    EXPECT_EQ(a.stats(0).cached, 0u);
+    a.free(r);
+    a.free(s);
+    // A pending block at empty_cache: the device's wait makes it done.
+    void* t = a.allocate(5000, 0, 0);
+    a.record_stream(t, 7, &side);
+    a.free(t);
+    a.empty_cache(0);
+    EXPECT_EQ(a.stats(0).reserved, 0u);
+    EXPECT_EQ(a.stats(0).cached, 0u);
+    EXPECT_THROW(a.record_stream(t, 7, &side), InternalError) << "a freed block";
+  }
 }
 
 TEST(DeviceAllocator, ForeignPointersAreRefused) {

@@ -17,6 +17,7 @@
 #include "stream_handle.h"
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
+#include "qk/tensor/tensor.h"
 
 namespace qk::cuda {
 
@@ -205,6 +206,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
   }
   void reset_peak_memory(int index) override { alloc_.reset_peak(index); }
   void retire_stream(uint64_t id) { alloc_.retire_stream(id); }
+  void record_stream(void* block, uint64_t id, void* handle) { alloc_.record_stream(block, id, handle); }
   void empty_cache(int index) override {
     check_index(index);
     DeviceGuard g(index);
@@ -262,6 +264,14 @@ CudaBackend& the_backend() {
 }  // namespace
 
 void stream_retired(uint64_t id) { the_backend().retire_stream(id); }
+
+void record_stream(const Tensor& t, const Stream& s) {
+  QK_CHECK_DEVICE(t.defined() && t.device().type == DeviceType::cuda, "record_stream: expected a cuda tensor, got ",
+                  t.defined() ? "one on " + t.device().str() : std::string("an undefined one"));
+  QK_CHECK_DEVICE(t.device().index == s.device(), "record_stream: the tensor is on ", t.device().str(),
+                  ", the stream on cuda:", s.device());
+  the_backend().record_stream(t.storage()->data(), s.id(), reinterpret_cast<void*>(s.handle()));
+}
 
 namespace {
 

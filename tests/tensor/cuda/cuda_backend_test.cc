@@ -174,6 +174,27 @@ TEST_F(CudaDevice, WorkQueuesOnTheCurrentStreamAndEventsOrderIt) {
   EXPECT_TRUE(side.query());
 }
 
+// record_stream: a block the side stream read is not handed to the default
+// stream's next allocation while the side stream's work on it is queued.
+TEST_F(CudaDevice, ABlockASideStreamUsesWaitsForIt) {
+  cuda::Stream side = cuda::Stream::create();
+  Tensor x = randn({1 << 20}).to(kCuda0);
+  const void* block = x.raw_data();
+  Tensor y;
+  {
+    cuda::StreamGuard g(side);
+    y = ops::mm(ops::reshape(x, {1024, 1024}), ops::reshape(x, {1024, 1024}));  // long enough to be queued
+    cuda::record_stream(x, side);
+  }
+  x = Tensor();  // freed while the product may still read it
+  Tensor z = empty({1 << 20}, TensorOptions().device(kCuda0));
+  if (!side.query()) {
+    EXPECT_NE(z.raw_data(), block) << "the side stream's block was reused under it";
+  }
+  side.synchronize();
+  EXPECT_THROW(cuda::record_stream(randn({4}), side), DeviceError) << "a host tensor";
+}
+
 TEST_F(CudaDevice, DeviceIndicesBeyondTheMachineAreRefused) {
   Device beyond(DeviceType::cuda, cuda::device_count());
   EXPECT_THROW(zeros({4}, TensorOptions().device(beyond)), DeviceError);

@@ -18,6 +18,10 @@
 #include <cstdint>
 #include <memory>
 
+namespace qk {
+class Tensor;
+}  // namespace qk
+
 namespace qk::cuda {
 
 class Event;
@@ -47,6 +51,12 @@ class Stream {
 // The calling thread's current stream of `device`.
 Stream current_stream(int device = 0);
 void set_current_stream(const Stream& s);
+
+// Work queued on `s` uses t's memory (torch's Tensor.record_stream): when
+// t's storage is freed, its block is handed out again only after the work
+// `s` has queued by then is done. For a tensor made on one stream and read
+// on another (a side stream's copy, a communication stream).
+void record_stream(const Tensor& t, const Stream& s);
 
 // Makes `s` current for its device during a scope, then restores the previous one.
 class StreamGuard {
