@@ -13,7 +13,10 @@ void* BufferRoute::reach(const Tensor& t, bool read, bool written) {
               "qk::dist: ", qcclGetLastError(comm_));
   if (device_backend != nullptr) {
     // One fence covers every tensor of the call: all are on the caller's stream.
-    if (!fence_) fence_ = record_fence(t.device());
+    if (!fence_) {
+      fence_ = record_fence(t.device());
+      direct_device_ = t.device();
+    }
     return t.raw_data();
   }
   Tensor host = empty(t.shape(), TensorOptions(t.dtype()));
@@ -28,8 +31,12 @@ WorkPtr BufferRoute::submit(qk::qccl::Communicator& comm, std::function<qcclResu
   std::shared_ptr<std::string> fence_error;
   if (fence_) {
     fence_error = std::make_shared<std::string>();
-    call = [fence = std::move(fence_), fence_error, call = std::move(call)](qcclComm_t c) {
+    // On qccl's thread: the tensors' device made current first (NCCL binds a
+    // communicator to the device current when it is made: the rank's GPU,
+    // not device 0), then the wait for the kernels that wrote them.
+    call = [fence = std::move(fence_), device = direct_device_, fence_error, call = std::move(call)](qcclComm_t c) {
       try {
+        backend(device.type).set_current_device(device.index);
         fence();
       } catch (const std::exception& e) {
         // Work::wait() raises this; the call never ran, on no rank's data.

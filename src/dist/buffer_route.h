@@ -33,6 +33,7 @@ class BufferRoute {
 
  private:
   qcclComm_t comm_;
+  Device direct_device_ = kCPU;  // of the tensors that go straight to a device backend
   std::vector<Tensor> keep_;
   std::vector<Work::CopyBack> back_;
   std::function<void()> fence_;

@@ -60,6 +60,10 @@ class Backend {
     synchronize(index);
     return [] {};
   }
+  // Makes `index` the calling thread's current device of this backend (for
+  // a thread of another library that will call the vendor's runtime, such
+  // as qccl's progress thread calling NCCL). By default nothing.
+  virtual void set_current_device(int /*index*/) {}
 
   virtual MemoryStats memory_stats(int index) const = 0;
   virtual void reset_peak_memory(int index) = 0;

@@ -183,6 +183,11 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
     QK_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
+  void set_current_device(int index) override {
+    check_index(index);
+    QK_CUDA_CHECK(cudaSetDevice(index));
+  }
+
   // An event on the current stream; the returned callable owns it.
   std::function<void()> record_fence(int index) override {
     check_index(index);
