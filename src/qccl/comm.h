@@ -79,6 +79,7 @@ struct qcclComm {
   // last so it goes before the connections it may use.
   std::unique_ptr<qccl::Backend> backend;
   bool (*backend_owns)(const void*) = nullptr;    // when `backend` carries device memory
+  std::unique_ptr<qccl::Backend> host_backend;    // then: the native engine, for host memory
   std::unique_ptr<qccl::Backend> device_backend;  // made on the first device-memory call
   const char* device_kind = nullptr;              // its name, under QCCL_BACKEND=auto
   bool (*device_owns)(const void*) = nullptr;

@@ -158,6 +158,36 @@ TEST(NcclBackend, HostBuffersStayOnTheNativeEngine) {
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 
+// QCCL_BACKEND=nccl: device buffers through NCCL, host buffers (a job's
+// metrics and barriers) still on the native engine, not handed to NCCL.
+TEST(NcclBackend, ForcedNcclLeavesHostBuffersToTheNativeEngine) {
+  SKIP_WITHOUT_DEVICES(1);
+  auto r = run_ranks(1, [](const Rank& me) {
+    REQUIRE(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+    ::setenv("QCCL_BACKEND", "nccl", 1);
+    qcclComm_t comm = me.init();
+    ::unsetenv("QCCL_BACKEND");
+    REQUIRE(std::string(comm->backend->name()) == "nccl", "QCCL_BACKEND=nccl did not choose NCCL");
+    std::vector<float> a(1000, 2.0f), b(1000, 0);
+    REQUIRE_OK(qcclAllReduce(a.data(), b.data(), a.size(), qcclFloat32, qcclSum, comm, nullptr));
+    REQUIRE(b[0] == 2 && b[999] == 2, "host all-reduce got ", b[0]);
+    const char* carrier = "unset";
+    REQUIRE_OK(qcclCommDeviceBackend(comm, a.data(), &carrier));
+    REQUIRE(carrier == nullptr, "a host buffer reported as carried by ", carrier);
+    void* d = nullptr;
+    REQUIRE(cudaMalloc(&d, 4000) == cudaSuccess, "cudaMalloc");
+    REQUIRE_OK(qcclCommDeviceBackend(comm, d, &carrier));
+    REQUIRE(carrier && std::string(carrier) == "nccl", "device memory not carried by NCCL");
+    REQUIRE(cudaMemcpy(d, a.data(), 4000, cudaMemcpyHostToDevice) == cudaSuccess, "copy in");
+    REQUIRE_OK(qcclAllReduce(d, d, 1000, qcclFloat32, qcclSum, comm, nullptr));
+    REQUIRE(cudaMemcpy(b.data(), d, 4000, cudaMemcpyDeviceToHost) == cudaSuccess, "copy out");
+    REQUIRE(b[0] == 2, "device all-reduce got ", b[0]);
+    cudaFree(d);
+    REQUIRE_OK(qcclCommDestroy(comm));
+  });
+  EXPECT_TRUE(r.ok()) << r.summary();
+}
+
 // Without a device, QCCL_BACKEND=nccl fails init with a message saying so.
 TEST(NcclBackend, ForcedWithoutADeviceIsAClearError) {
   std::string why;

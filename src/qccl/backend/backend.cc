@@ -68,6 +68,10 @@ void attach_backend(qcclComm& c) {
   }
   c.backend = kind->make(c);
   c.backend_owns = kind->owns_pointer;
+  // A device backend cannot read host memory: host buffers keep the native
+  // engine (torch's "cpu:gloo,cuda:nccl"), so a job's small host collectives
+  // (metrics, barriers, checkpoint agreement) work under QCCL_BACKEND=nccl.
+  if (kind->owns_pointer) c.host_backend = make_native_backend(c);
   QCCL_INFO("INIT", "comm '{}' rank {}: collectives run on the {} backend", c.name, c.rank,
             c.backend->name());
   if (want != "auto") return;
@@ -94,6 +98,7 @@ void check_all_to_all_v_counts(const qcclComm& c, std::span<const uint64_t> all,
 }
 
 Backend& backend_for(qcclComm& c, const void* a, const void* b) {
+  if (c.host_backend && !((a && c.backend_owns(a)) || (b && c.backend_owns(b)))) return *c.host_backend;
   if (!c.device_owns || !((a && c.device_owns(a)) || (b && c.device_owns(b)))) return *c.backend;
   if (!c.device_backend) {
     QCCL_INFO("INIT", "comm '{}' rank {}: device buffers: starting the {} backend", c.name, c.rank,

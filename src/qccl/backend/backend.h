@@ -75,7 +75,8 @@ void attach_backend(qcclComm& c);
 // The backend that carries these buffers: the communicator's own, or (under
 // QCCL_BACKEND=auto) a registered device-memory backend when a buffer is
 // device memory, created on first use (collectively: all ranks pass device
-// buffers to the same call).
+// buffers to the same call). Under a device backend chosen by name
+// (QCCL_BACKEND=nccl), host buffers go to the native engine.
 Backend& backend_for(qcclComm& c, const void* a, const void* b);
 
 // qccl's own engine (algo/), as a backend.
