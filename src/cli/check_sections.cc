@@ -42,7 +42,7 @@ void print_build_config() {
              "no nvcc, so no tensor backend",
 #endif
 #if defined(QK_HAVE_NCCL)
-             "NCCL backend built (programs that link qianka::qccl_nccl carry device buffers; qk itself does not)"
+             "NCCL backend built and linked into qk (collectives on cuda tensors go through NCCL)"
 #else
              "NCCL not found, so no NCCL backend"
 #endif
