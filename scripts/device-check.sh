@@ -96,6 +96,9 @@ GPT_ARGS=(--num-layers 6 --hidden-size 512 --num-attention-heads 8 --seq-length 
           --mock-data --tokenizer-type NullTokenizer --vocab-size 32000 --bf16 --log-interval 5
           --eval-iters 0 --log-throughput)
 step "pretrain-gpt cuda" check.log 90 "$BIN/qk" pretrain-gpt --device cuda "${GPT_ARGS[@]}"
+# The seed's CIFAR-10 trainer end to end on the GPU (synthetic data, bf16 autocast).
+step "train cifar10 cuda" check.log 60 "$BIN/qk" train cifar10 --device cuda --amp bf16 --epochs 1 \
+  --data-dir "$ROOT/cifar" --out "$ROOT/cifar-run" --synth-train 4096 --synth-test 1024 --no-progress
 step "cuda backend tests" cuda_tests.log 120 "$BIN/qk_tensor_cuda_tests"
 step "cuda optimizer tests" cuda_tests.log 60 "$BIN/qk_optim_cuda_tests"
 step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck
