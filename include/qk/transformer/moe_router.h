@@ -68,7 +68,10 @@ namespace qk::transformer {
 
 struct RoutingDecision {
   Tensor probs;        // [N, E] f32 (f64 for f64 hidden), differentiable: weight of each kept route, 0 elsewhere
-  Tensor routing_map;  // [N, E] DType::boolean: token n goes to expert e (after capacity drops)
+  // [N, E] DType::boolean: token n goes to expert e (after capacity drops).
+  // A host tensor whatever the router's device: the dispatchers build their
+  // permutations from it on the host.
+  Tensor routing_map;
   Tensor logits;       // [N, E], no grad (for logs)
   std::vector<int64_t> tokens_per_expert;  // [E] kept routes per expert
   int64_t dropped_routes = 0;              // routes removed by the capacity

@@ -144,8 +144,9 @@ RoutingDecision TopKRouterImpl::forward(const Tensor& hidden, int64_t batch_size
       top_probs = top_probs * moe::keep_weights(keep, top_probs.shape(), dt).to(top_probs.device());
   }
   Tensor probs = scatter_add(zeros({n, e}, TensorOptions(dt).device(top_probs.device())), 1, top_idx, top_probs);
-  d.routing_map = moe::routing_map_of(top_idx, keep, e);
-  d.tokens_per_expert = moe::count_routes(top_idx, e, 1, keep.data());
+  const Tensor idx_host = top_idx.to(kCPU);  // the counts and the map are made on the host
+  d.routing_map = moe::routing_map_of(idx_host, keep, e);
+  d.tokens_per_expert = moe::count_routes(idx_host, e, 1, keep.data());
 
   if (with_losses) probs = attach_balance_losses(probs, logits, scores, top_idx, batch_size, d);
   if (expert_bias.defined() && with_losses)

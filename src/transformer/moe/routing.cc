@@ -258,7 +258,7 @@ Tensor routing_map_of(const Tensor& top_idx, const std::vector<uint8_t>& keep, i
     for (int64_t r = lo * k; r < hi * k; ++r)
       if (keep[r]) m[(r / k) * num_experts + x[r]] = true;
   });
-  return top_idx.device().is_cpu() ? map : map.to(top_idx.device());
+  return map;
 }
 
 Tensor keep_weights(const std::vector<uint8_t>& keep, const Shape& shape, DType dtype) {

@@ -44,7 +44,10 @@ std::vector<int64_t> count_routes(const Tensor& top_idx, int64_t num_experts, in
 std::vector<int64_t> count_tokens_per_device(const Tensor& top_idx, int64_t num_experts, int64_t num_devices,
                                              int64_t scopes);
 
-// The kept routes as a bool [N, E] map, and as 0/1 weights [N, k] of `dtype`.
+// The kept routes as a bool [N, E] map (on the host), and as 0/1 weights
+// [N, k] of `dtype` (on the host: the caller moves them to its device).
+// These helpers read top_idx on the host (copied there once when it is on a
+// device: pass the host copy to several).
 Tensor routing_map_of(const Tensor& top_idx, const std::vector<uint8_t>& keep, int64_t num_experts);
 Tensor keep_weights(const std::vector<uint8_t>& keep, const Shape& shape, DType dtype);
 
