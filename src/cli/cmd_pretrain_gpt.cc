@@ -16,7 +16,6 @@
 #include "command.h"
 #include "qk/base/error.h"
 #include "qk/dist/launch_env.h"
-#include "qk/tensor/backend.h"
 #include "qk/train/gpt_pretrain.h"
 #include "qk/train/megatron_args.h"
 
@@ -63,12 +62,7 @@ void run_pretrain_gpt(std::vector<std::string> argv) {
   }
   train::PretrainGptOptions run;
   run.notes = p.notes;
-  try {
-    (void)resolve_device(device, env.local_rank);  // before anything is read or written
-  } catch (const Error& e) {
-    QK_THROW(ValueError, "--device ", device, ": ", e.message());
-  }
-  run.device = device;
+  run.device = device;  // checked by pretrain_gpt before anything is read or written
   train::pretrain_gpt(p.args, run);
 }
 

@@ -180,7 +180,14 @@ PretrainGptResult pretrain_gpt(const MegatronArgs& a, const PretrainGptOptions& 
   QK_CHECK(a.context_parallel_size == 1, "pretrain_gpt runs tensor, pipeline, expert and data parallelism "
            "(--context-parallel-size must be 1)");
   const bool pipelined = a.pipeline_model_parallel_size > 1;
-  const Device device = resolve_device(o.device, dist::launch_env().local_rank);
+  // Before anything is read or written: a device this machine lacks stops the run here.
+  const Device device = [&] {
+    try {
+      return resolve_device(o.device, dist::launch_env().local_rank);
+    } catch (const Error& e) {
+      QK_THROW(ValueError, "--device ", o.device, ": ", e.message());
+    }
+  }();
   const World world = join_world(a);
   const bool lead = world.rank == 0;
   const auto print = o.print ? o.print : [](const std::string& s) {

@@ -3,32 +3,22 @@
 
 #include <gtest/gtest.h>
 
+#include "common/tiny_gpt.h"
 #include "qk/autograd/functions.h"
 #include "qk/transformer/gpt_model.h"
 
 namespace qk::transformer {
 namespace {
 
+// The shared tiny layouts (common/tiny_gpt.h) with dropout (off in eval(),
+// as generation runs) and, for Llama, partial rotary: positions must be
+// right in the rotated dims.
 TransformerConfig tiny(bool llama, bool flash = false) {
-  TransformerConfig c;
+  TransformerConfig c = llama ? test::tiny_llama() : test::tiny_gpt2();
   c.use_flash_attn = flash;
-  c.num_layers = 2;
-  c.hidden_size = 64;
-  c.num_attention_heads = 4;
-  c.seq_length = 16;
-  c.vocab_size = 100;
-  c.hidden_dropout = 0.1;  // off in eval(), as generation runs
+  c.hidden_dropout = 0.1;
   c.attention_dropout = 0.1;
-  if (llama) {
-    c.position_embedding_type = PositionEmbeddingType::rope;
-    c.rotary_percent = 0.5;  // partial rotary: positions must be right in the rotated dims
-    c.normalization = Normalization::RMSNorm;
-    c.set_swiglu();
-    c.num_query_groups = 2;
-    c.qk_layernorm = true;
-    c.add_bias_linear = false;
-    c.share_embeddings_and_output_weights = false;
-  }
+  if (llama) c.rotary_percent = 0.5;
   return c;
 }
 

@@ -108,25 +108,31 @@ RoutingDecision TopKRouterImpl::forward(const Tensor& hidden, int64_t batch_size
   // The top-k choice (constant indices) and the weights of the chosen experts
   // (differentiable). `scores` keeps the score function's values when computed.
   const int64_t groups = c.moe_router_num_groups, group_topk = c.moe_router_group_topk;
-  Tensor scores, top_idx, top_probs;
+  // The choice is made on the host (idx_host: the counts, the capacity and
+  // the routing map read it there); top_idx is its copy on the logits' device.
+  Tensor scores, idx_host, top_idx, top_probs;
+  auto choose = [&](Tensor host) {
+    idx_host = std::move(host);
+    top_idx = idx_host.to(logits.device());
+  };
   if (c.moe_router_load_balancing_type == MoELoadBalancing::sinkhorn) {
     const Tensor act = k == 1 ? sigmoid(logits) : softmax(logits, 1);
-    top_idx = training ? moe::sinkhorn_topk_indices(d.logits, k) : moe::topk_indices(act.detach(), k);
+    choose(training ? moe::sinkhorn_topk_indices(d.logits, k) : moe::topk_indices(act.detach(), k));
     top_probs = gather(act, 1, top_idx);
   } else {
     if (c.moe_router_score_function == MoEScoreFunction::softmax) {
       if (c.moe_router_pre_softmax) {
         scores = softmax(logits, 1);
-        top_idx = moe::topk_indices(scores.detach(), k, nullptr, groups, group_topk);
+        choose(moe::topk_indices(scores.detach(), k, nullptr, groups, group_topk));
         top_probs = gather(scores, 1, top_idx);
       } else {
-        top_idx = moe::topk_indices(d.logits, k, nullptr, groups, group_topk);
+        choose(moe::topk_indices(d.logits, k, nullptr, groups, group_topk));
         top_probs = softmax(gather(logits, 1, top_idx), 1);
       }
     } else {
       scores = sigmoid(logits);
       const std::vector<float> bias = expert_bias.defined() ? expert_bias.to_vector<float>() : std::vector<float>{};
-      top_idx = moe::topk_indices(scores.detach(), k, bias.empty() ? nullptr : bias.data(), groups, group_topk);
+      choose(moe::topk_indices(scores.detach(), k, bias.empty() ? nullptr : bias.data(), groups, group_topk));
       top_probs = gather(scores, 1, top_idx);
       if (k > 1) top_probs = top_probs / (sum(top_probs, {1}, /*keepdim=*/true) + 1e-20);
     }
@@ -138,17 +144,16 @@ RoutingDecision TopKRouterImpl::forward(const Tensor& hidden, int64_t batch_size
   if (c.moe_expert_capacity_factor) {
     const int64_t per = c.moe_device_level_capacity ? e / num_devices_ : 1;
     const int64_t capacity = moe_capacity(n * k, e, *c.moe_expert_capacity_factor);
-    keep = moe::capacity_keep(top_idx, top_probs.detach(), e, per, capacity * per, c.moe_token_drop_policy);
+    keep = moe::capacity_keep(idx_host, top_probs.detach(), e, per, capacity * per, c.moe_token_drop_policy);
     d.dropped_routes = std::count(keep.begin(), keep.end(), uint8_t{0});
     if (d.dropped_routes > 0)
       top_probs = top_probs * moe::keep_weights(keep, top_probs.shape(), dt).to(top_probs.device());
   }
   Tensor probs = scatter_add(zeros({n, e}, TensorOptions(dt).device(top_probs.device())), 1, top_idx, top_probs);
-  const Tensor idx_host = top_idx.to(kCPU);  // the counts and the map are made on the host
   d.routing_map = moe::routing_map_of(idx_host, keep, e);
   d.tokens_per_expert = moe::count_routes(idx_host, e, 1, keep.data());
 
-  if (with_losses) probs = attach_balance_losses(probs, logits, scores, top_idx, batch_size, d);
+  if (with_losses) probs = attach_balance_losses(probs, logits, scores, idx_host, batch_size, d);
   if (expert_bias.defined() && with_losses)
     for (int64_t j = 0; j < e; ++j) local_tokens_per_expert_[j] += d.tokens_per_expert[j];
   d.probs = probs;

@@ -91,8 +91,7 @@ void topk_rows(const T* scores, int64_t n, int64_t e, int64_t k, const float* bi
 
 Tensor topk_indices(const Tensor& scores, int64_t topk, const float* bias, int64_t num_groups, int64_t group_topk) {
   QK_CHECK(scores.dim() == 2, "topk_indices: scores must be [N, E], got ", shape_str(scores.shape()));
-  // Chosen on the host (scores of a device come over: [N, E] is small); the
-  // indices go back to the scores' device.
+  // Chosen on the host (scores of a device come over: [N, E] is small).
   const Tensor s = ops::contiguous(scores).to(kCPU);
   const int64_t n = s.size(0), e = s.size(1);
   QK_CHECK(topk >= 1 && topk <= e, "topk_indices: k = ", topk, " must be in 1..", e);
@@ -106,7 +105,7 @@ Tensor topk_indices(const Tensor& scores, int64_t topk, const float* bias, int64
     topk_rows(s.data_ptr<double>(), n, e, topk, bias, num_groups, group_topk, o);
   else
     topk_rows(ops::contiguous(ops::cast(s, DType::f32)).data_ptr<float>(), n, e, topk, bias, num_groups, group_topk, o);
-  return scores.device().is_cpu() ? out : out.to(scores.device());
+  return out;
 }
 
 Tensor sinkhorn_topk_indices(const Tensor& logits, int64_t topk, double tol, int max_iterations) {
@@ -155,8 +154,7 @@ Tensor sinkhorn_topk_indices(const Tensor& logits, int64_t topk, double tol, int
     for (int64_t i = lo; i < hi; ++i)
       for (int64_t j = 0; j < e; ++j) cost[i * e + j] = static_cast<float>(d1[j] * cost[i * e + j] * d0[i]);
   });
-  const Tensor idx = topk_indices(balanced, topk);
-  return logits.device().is_cpu() ? idx : idx.to(logits.device());
+  return topk_indices(balanced, topk);
 }
 
 namespace {

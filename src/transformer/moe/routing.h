@@ -12,7 +12,8 @@
 
 namespace qk::transformer::moe {
 
-// Row-wise top-k of scores [N, E] (f32 or f64) -> i64 [N, k], each row by
+// Row-wise top-k of scores [N, E] (f32 or f64, any device) -> i64 [N, k] on
+// the host (the router's counts and maps read it there), each row by
 // decreasing score + bias (bias: E floats or null; it steers the choice
 // only), ties to the lower expert, NaN above everything (as torch.topk).
 // num_groups > 0: group-limited (Megatron's group_limited_topk): a group
@@ -24,7 +25,7 @@ Tensor topk_indices(const Tensor& scores, int64_t topk, const float* bias = null
 // Megatron's sinkhorn(logits) (cost = exp(logits), alternate row and column
 // normalisation until the mean change of the column factors is <= tol; at
 // most max_iterations rounds, so a degenerate input cannot hang), then the
-// row-wise top-k of the balanced matrix -> i64 [N, k].
+// row-wise top-k of the balanced matrix -> i64 [N, k] on the host.
 Tensor sinkhorn_topk_indices(const Tensor& logits, int64_t topk, double tol = 1e-4, int max_iterations = 1000);
 
 // Which routes of top_idx [N, k] (weights top_probs [N, k]) the capacity
