@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# The README's LLM walk-through ("LLM pre-training: the seed's Megatron flow,
-# step by step"), end to end, in a scratch folder: this repository's docs as
+# The LLM walk-through (docs/walkthrough_llm.md: the seed's Megatron flow,
+# step by step), end to end, in a scratch folder: this repository's docs as
 # the corpus, a byte-level BPE trained on them, `qk preprocess` into
-# DATA_PATH lines, the seed's full TRAINING_ARGS (which name the features
-# this build refuses), the practice model (6 layers, hidden 512) trained on
+# DATA_PATH lines, the seed's full TRAINING_ARGS, the practice model (6 layers, hidden 512) trained on
 # 2 ranks with the rest of the seed's arrays, then `qk generate`.
 #
 #   examples/llm_walkthrough.sh [build-dir] [work-dir]      # about 10 minutes on 2 cores

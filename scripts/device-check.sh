@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 20 (docs/cuda.md) in one run on the GPU machine,
+# The GPU checks (docs/cuda.md) in one run on the GPU machine,
 # which has CUDA 13 and PyTorch but none of our Debian packages: the
 # programs are built here and travel with the libraries they need.
 #
@@ -104,7 +104,7 @@ step "cuda optimizer tests" cuda_tests.log 60 "$BIN/qk_optim_cuda_tests"
 step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck
 step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
 step "dist on cuda (nccl)" nccl_tests.log 60 "$BIN/qk_dist_cuda_tests"
-# GEMM throughput against PyTorch's in the same run (issue 20's benchmark).
+# GEMM throughput against PyTorch's in the same run (docs/benchmarks.md).
 TORCH_GEMM='import sys, torch
 n, dt = int(sys.argv[1]), getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[sys.argv[2]])
 a = torch.randn(n, n, device="cuda").to(dt); b = torch.randn(n, n, device="cuda").to(dt)

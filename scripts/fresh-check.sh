@@ -5,7 +5,8 @@
 # /proc, /sys, /dev, /dev/pts and a fresh /dev/shm mounted, the host's CA
 # trust store (so npm's TLS works wherever the host's does) and DNS, and a
 # copy of the checkout's current commit (git archive HEAD: tracked files
-# only, no build/). Prints how long each command took and ctest's summary.
+# only, no build/). Prints how long each command took (and how long run.sh
+# took to print its first training line) and ctest's summary.
 # Run it before resolving any issue that changes dependencies, scripts or
 # the README. Needs root (debootstrap, mount, chroot); takes a long while.
 #
@@ -121,6 +122,15 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 now() { date +%s; }
+# Passes its input through; the first line that starts training (qk train's
+# "training N epochs, ...") writes the time it arrived into FILE.
+note_first_training_line() {
+  local file=$1 line
+  while IFS= read -r line; do
+    if [ ! -e "$file" ] && [[ "$line" =~ ^(\[rank[0-9]+\]:\ )?training\ [0-9]+\ epochs ]]; then now >"$file"; fi
+    printf '%s\n' "$line"
+  done
+}
 fmt_s() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 echo "fresh-check: commit ${COMMIT:0:10}, root $ROOT, mirror $MIRROR"
@@ -186,8 +196,10 @@ t_run=0
 if [ "$SKIP_RUN" = 0 ]; then
   echo "fresh-check: ./scripts/run.sh (log $LOG_DIR/run.log)"
   t0=$(now)
+  t_run_start=$t0
   set +e
-  in_root "./scripts/run.sh" 2>&1 | tee "$LOG_DIR/run.log" | sed -u 's/^/  run| /'
+  in_root "./scripts/run.sh" 2>&1 | tee "$LOG_DIR/run.log" | note_first_training_line "$LOG_DIR/run.first-training" |
+    sed -u 's/^/  run| /'
   run_rc=${PIPESTATUS[0]}
   set -e
   t_run=$(($(now) - t0))
@@ -205,7 +217,9 @@ echo "================ fresh-check summary ================"
 echo "commit:        $COMMIT"
 echo "root:          debootstrap --variant=minbase bookworm from $MIRROR ($(fmt_s $t_debootstrap))"
 if [ "$SKIP_RUN" = 0 ]; then
-  echo "./scripts/run.sh:  exit $run_rc after $(fmt_s $t_run)"
+  first="no training line"
+  [ -f "$LOG_DIR/run.first-training" ] && first="first training line after $(fmt_s $(($(cat "$LOG_DIR/run.first-training") - t_run_start)))"
+  echo "./scripts/run.sh:  exit $run_rc after $(fmt_s $t_run) ($first)"
 else
   echo "./scripts/run.sh:  skipped"
 fi

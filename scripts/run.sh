@@ -9,7 +9,7 @@
 # `qk train cifar10`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+bash scripts/build.sh --qk  # qk and what it links; test.sh builds the rest
 QK=./build/release/src/cli/qk
 "$QK" check
 nproc_per_node="${NPROC:-2}"

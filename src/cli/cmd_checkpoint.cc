@@ -4,7 +4,7 @@
 //   qk checkpoint export --format hf --load gpt2/ --out gpt2-bf16/ --dtype bf16
 //   qk checkpoint export --format hf --load big/ --out big-sharded/ --max-shard-size 2GB
 //
-// --load: what qk::train::load_gpt_for_inference reads (a pre-training
+// --load: what qk::recipes::load_gpt_for_inference reads (a pre-training
 // checkpoint, or a Hugging Face folder to convert its dtype and sharding).
 // The padding rows of the vocabulary are dropped; the checkpoint's tokenizer
 // files are copied along, so the folder is complete for transformers and
@@ -19,7 +19,7 @@
 #include "qk/base/error.h"
 #include "qk/base/timer.h"
 #include "qk/transformer/hf_checkpoint.h"
-#include "qk/train/pretrained.h"
+#include "qk/recipes/pretrained.h"
 
 namespace qk::cli {
 namespace {
@@ -51,7 +51,7 @@ void run_export(const ExportCli& c) {
   QK_CHECK(c.format == "hf", "--format '", c.format, "' is not supported; qk exports hf (Hugging Face)");
   QK_CHECK_AS(IoError, std::filesystem::exists(c.load), "--load '", c.load, "' does not exist");
   Timer timer;
-  const train::LoadedGpt m = train::load_gpt_for_inference(c.load);
+  const recipes::LoadedGpt m = recipes::load_gpt_for_inference(c.load);
   transformer::HfExportOptions o;
   if (c.dtype != "auto") o.dtype = parse_dtype(c.dtype);
   o.max_shard_bytes = parse_size(c.max_shard_size);
@@ -64,7 +64,7 @@ void run_export(const ExportCli& c) {
   }
   transformer::export_hf(*m.model, c.out, o);
   std::vector<std::string> tokenizer_files;
-  if (m.tokenizer) tokenizer_files = train::copy_tokenizer_files(*m.tokenizer, c.out);
+  if (m.tokenizer) tokenizer_files = recipes::copy_tokenizer_files(*m.tokenizer, c.out);
   const DType dtype = o.dtype.value_or(m.config.params_dtype);
   fmt::print("exported {} ({} layers, hidden {}, vocabulary {}) from {} ({}) as {} to {} in {:.1f} s{}\n",
              transformer::to_string(transformer::hf_architecture_for(m.config)), m.config.num_layers,

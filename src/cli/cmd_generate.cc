@@ -4,7 +4,7 @@
 //   qk generate --load ckpt --prompt "Once upon a time" --max-new-tokens 64 --temperature 0.8 --top-k 40
 //   qk generate --load hf/ --prompt "..." --tokenizer-type GPT2BPETokenizer --vocab-file v.json --merge-file m.txt
 //
-// --load: what qk::train::load_gpt_for_inference reads (a `qk pretrain-gpt
+// --load: what qk::recipes::load_gpt_for_inference reads (a `qk pretrain-gpt
 // --save` folder, one of its iter_ folders, or a Hugging Face folder). The
 // tokenizer: the flags when given, else the checkpoint's (its arguments, or
 // the folder's files).
@@ -21,7 +21,7 @@
 #include "qk/base/file_io.h"
 #include "qk/base/thread_pool.h"
 #include "qk/transformer/generate.h"
-#include "qk/train/pretrained.h"
+#include "qk/recipes/pretrained.h"
 
 namespace qk::cli {
 namespace {
@@ -94,7 +94,7 @@ void run_generate(const GenerateCli& c) {
   QK_CHECK_AS(IoError, std::filesystem::exists(c.load), "--load '", c.load, "' does not exist");
   QK_CHECK(c.prompt.empty() || c.prompt_file.empty(), "give --prompt or --prompt-file, not both");
   QK_CHECK(c.top_p > 0 && c.top_p <= 1, "--top-p must be in (0, 1] (1: no limit), got ", c.top_p);
-  train::LoadedGpt m = train::load_gpt_for_inference(c.load, {.dtype = parse_dtype_flag(c.dtype)});
+  recipes::LoadedGpt m = recipes::load_gpt_for_inference(c.load, {.dtype = parse_dtype_flag(c.dtype)});
 
   data::TokenizerOptions topt = c.tokenizer;
   if (!c.tokenizer_flags) {

@@ -8,16 +8,16 @@
 //   qk pretrain-gpt --device cuda ...                     # on the GPU (qk's flag, not Megatron's)
 //   qk pretrain-gpt --help                                # every flag, grouped as arguments.py
 //
-// The arguments go to qk::train::parse_megatron_args as they are (an unknown
+// The arguments go to qk::recipes::parse_megatron_args as they are (an unknown
 // flag names the closest known one; a flag whose feature is not built says
-// so); the run is qk::train::pretrain_gpt (qk/train/gpt_pretrain.h).
+// so); the run is qk::recipes::pretrain_gpt (qk/recipes/gpt_pretrain.h).
 #include <cstdio>
 
 #include "command.h"
 #include "qk/base/error.h"
 #include "qk/dist/launch_env.h"
-#include "qk/train/gpt_pretrain.h"
-#include "qk/train/megatron_args.h"
+#include "qk/recipes/gpt_pretrain.h"
+#include "qk/recipes/megatron_args.h"
 
 namespace qk::cli {
 namespace {
@@ -51,19 +51,19 @@ std::string take_device_flag(std::vector<std::string>& argv) {
 void run_pretrain_gpt(std::vector<std::string> argv) {
   const dist::LaunchEnv env = dist::launch_env();
   const std::string device = take_device_flag(argv);
-  train::MegatronArgsOptions o;
+  recipes::MegatronArgsOptions o;
   o.world_size = env.world_size;
   o.rank = env.rank;
-  const train::ParsedMegatronArgs p = train::parse_megatron_args(argv, o);
+  const recipes::ParsedMegatronArgs p = recipes::parse_megatron_args(argv, o);
   if (p.help) {
     std::fputs(kOwnFlags, stdout);
-    std::fputs(train::megatron_help("qk pretrain-gpt").c_str(), stdout);
+    std::fputs(recipes::megatron_help("qk pretrain-gpt").c_str(), stdout);
     return;
   }
-  train::PretrainGptOptions run;
+  recipes::PretrainGptOptions run;
   run.notes = p.notes;
   run.device = device;  // checked by pretrain_gpt before anything is read or written
-  train::pretrain_gpt(p.args, run);
+  recipes::pretrain_gpt(p.args, run);
 }
 
 void setup_pretrain_gpt(CLI::App& app) {

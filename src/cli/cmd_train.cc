@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "command.h"
-#include "qk/models/cifar10_trainer.h"
+#include "qk/recipes/cifar10_trainer.h"
 
 namespace qk::cli {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 void setup_train(CLI::App& app) {
   app.require_subcommand(1);
   CLI::App* c = app.add_subcommand("cifar10", "Train an image classifier on CIFAR-10 (or its synthetic stand-in)");
-  auto o = std::make_shared<models::TrainCifarOptions>();
+  auto o = std::make_shared<recipes::TrainCifarOptions>();
   c->add_option("--model", o->model, "simple_cnn | simple_resnet")
       ->check(CLI::IsMember({"simple_cnn", "simple_resnet"}))
       ->capture_default_str();
@@ -83,7 +83,7 @@ void setup_train(CLI::App& app) {
   c->add_flag("--sync-bn", o->sync_bn,
               "Under qk run: BatchNorm statistics over every rank's batch (SyncBatchNorm), not each rank's own");
   c->add_flag("!--no-progress", o->progress, "No live progress bar (it is shown only on a terminal anyway)");
-  c->callback([o] { models::train_cifar10(*o); });
+  c->callback([o] { recipes::train_cifar10(*o); });
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 #include "qk/data/loader.h"
 #include "qk/models/cifar10.h"
 #include "qk/tensor/backend.h"
-#include "qk/train/plot.h"
+#include "qk/plot/plot.h"
 
 namespace qk::cli {
 namespace {
@@ -23,7 +23,7 @@ namespace {
 using models::CifarModel;
 using models::EvalResult;
 using models::kCifarEvalBatch;
-using train::ImageTile;
+using plot::ImageTile;
 
 struct Timing {
   double mean_ms = 0, p50_ms = 0, p90_ms = 0;
@@ -171,7 +171,7 @@ void infer_cifar10(const InferCifarOptions& o) {
     }
     make_dirs(o.out);
     const std::string png = o.out + "/inference_results.png";
-    train::plot_image_grid(png,
+    plot::plot_image_grid(png,
                     fmt::format("{} predictions on {}CIFAR-10 test images (green: right, red: wrong)", m.name,
                                 d.synthetic ? "SYNTHETIC " : ""),
                     tiles, 4);

@@ -33,7 +33,7 @@ void rename_or_throw(const std::string& from, const std::string& to) {
               "'; is the folder writable?");
 }
 
-json scheduler_json(const ParamSchedulerState& s) {
+json scheduler_json(const optim::ParamSchedulerState& s) {
   return {{"max_lr", s.max_lr},         {"min_lr", s.min_lr},
           {"lr_warmup_steps", s.lr_warmup_steps}, {"lr_decay_steps", s.lr_decay_steps},
           {"num_steps", s.num_steps},   {"lr_decay_style", s.lr_decay_style},
@@ -41,8 +41,8 @@ json scheduler_json(const ParamSchedulerState& s) {
           {"wd_incr_steps", s.wd_incr_steps}, {"wd_incr_style", s.wd_incr_style}};
 }
 
-ParamSchedulerState scheduler_state(const json& j) {
-  ParamSchedulerState s;
+optim::ParamSchedulerState scheduler_state(const json& j) {
+  optim::ParamSchedulerState s;
   s.max_lr = j.at("max_lr").get<double>();
   s.min_lr = j.at("min_lr").get<double>();
   s.lr_warmup_steps = j.at("lr_warmup_steps").get<double>();
@@ -65,14 +65,14 @@ std::string param_of(const std::string& key, bool optimizer) {
 }
 
 // The shard spec of every entry of `m` that belongs to a sharded parameter.
-parallel::ShardSpecs entry_specs(const nn::TensorMap& m, const TensorParallel& tp, bool optimizer) {
+parallel::ShardSpecs entry_specs(const nn::TensorMap& m, const parallel::TensorParallel& tp, bool optimizer) {
   parallel::ShardSpecs specs;
   for (const auto& [k, t] : m)
     if (auto it = tp.shard_specs.find(param_of(k, optimizer)); it != tp.shard_specs.end()) specs[k] = it->second;
   return specs;
 }
 
-nn::TensorMap gather_entries(const nn::TensorMap& local, const TensorParallel& tp, bool optimizer) {
+nn::TensorMap gather_entries(const nn::TensorMap& local, const parallel::TensorParallel& tp, bool optimizer) {
   nn::NamedTensors named;
   for (const auto& [k, t] : local) named.insert(k, t);  // sorted: the same order on every rank
   nn::TensorMap whole;
@@ -81,7 +81,7 @@ nn::TensorMap gather_entries(const nn::TensorMap& local, const TensorParallel& t
   return whole;
 }
 
-nn::TensorMap shard_entries(const nn::TensorMap& whole, const TensorParallel& tp, bool optimizer,
+nn::TensorMap shard_entries(const nn::TensorMap& whole, const parallel::TensorParallel& tp, bool optimizer,
                             const std::string& where) {
   nn::NamedTensors named;
   for (const auto& [k, t] : whole) named.insert(k, t);
@@ -112,7 +112,7 @@ std::vector<RngState> gather_rng_states(const DataParallel& dp) {
   return out;
 }
 
-std::vector<RngState> gather_tensor_parallel_rng_states(const TensorParallel& tp) {
+std::vector<RngState> gather_tensor_parallel_rng_states(const parallel::TensorParallel& tp) {
   if (!tp.generator) return {};
   const Generator& g = *tp.generator;
   if (tp.size() == 1) return {{g.seed(), g.offset()}};
@@ -126,7 +126,7 @@ std::vector<RngState> gather_tensor_parallel_rng_states(const TensorParallel& tp
   return out;
 }
 
-TrainTensors train_tensors(const TrainState& s, const TensorParallel& tp) {
+TrainTensors train_tensors(const TrainState& s, const parallel::TensorParallel& tp) {
   QK_CHECK_AS(ValueError, s.model != nullptr, "train_tensors: no model");
   TrainTensors t;
   for (const auto& item : s.model->state_dict()) t.weights.emplace(item.key(), item.value());
@@ -157,7 +157,7 @@ std::string write_train_state(const std::string& dir, const TrainState& s, const
     nn::save_safetensors(optim_path + ".tmp", tensors->optimizer->tensors, tensors->optimizer->metadata);
     rename_or_throw(optim_path + ".tmp", optim_path);
     j["optimizer_state"] = m.optimizer_file;
-    if (const LossScaler* scaler = s.optimizer->scaler()) j["grad_scaler"] = scaler->state_dict();
+    if (const optim::LossScaler* scaler = s.optimizer->scaler()) j["grad_scaler"] = scaler->state_dict();
   }
   if (s.scheduler) j["scheduler"] = scheduler_json(s.scheduler->state_dict());
   json rng = json::array();
@@ -209,10 +209,10 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
     for (const json& r : j.value("pp_rng", json::array()))
       m.pp_rng.push_back({r.at("seed").get<uint64_t>(), r.at("offset").get<uint64_t>()});
     const bool tp_sharded = o.tp && o.tp->active();
-    const PipelineParallel* pp = o.pp && o.pp->active() ? o.pp : nullptr;
+    const parallel::PipelineParallel* pp = o.pp && o.pp->active() ? o.pp : nullptr;
     // Expert parallelism: this rank's experts only (picked by name as a stage's parameters).
     const bool by_name = pp || (o.ep && o.ep->active());
-    const PipelineParallel none;
+    const parallel::PipelineParallel none;
     const bool sharded = tp_sharded || by_name;
     // Under pipeline (or expert) parallelism this rank's entries, then
     // (tensor parallelism) this rank's shards of them.
@@ -266,7 +266,7 @@ LoadedCheckpoint load_train_state(const std::string& dir, const std::string& jso
         } else {
           s.optimizer->load_state(optim_path);
         }
-        if (LossScaler* scaler = s.optimizer->scaler(); scaler && j.contains("grad_scaler"))
+        if (optim::LossScaler* scaler = s.optimizer->scaler(); scaler && j.contains("grad_scaler"))
           scaler->load_state_dict(j.at("grad_scaler").get<std::map<std::string, double>>());
         out.optimizer_loaded = true;
       }

@@ -23,7 +23,8 @@ std::string group_key(size_t g) { return "group." + std::to_string(g) + ".num_pa
 
 }  // namespace
 
-void gather_expert_parallel(TrainTensors& t, const ExpertParallel& ep, const MixedPrecisionOptimizer* opt) {
+void gather_expert_parallel(TrainTensors& t, const parallel::ExpertParallel& ep,
+                            const optim::MixedPrecisionOptimizer* opt) {
   if (!ep.active()) return;
   dist::ProcessGroup& group = *ep.ep;
   if (group.rank() != 0) {
@@ -45,7 +46,7 @@ void gather_expert_parallel(TrainTensors& t, const ExpertParallel& ep, const Mix
         if (ep.is_expert(param_of(k))) metadata[k] = v;
       // This rank's experts per optimizer group, for the group sizes.
       QK_CHECK(opt != nullptr, "gather_expert_parallel: the optimizer's groups are needed with its state");
-      for (const ParamGroupSpec& g : opt->groups()) {
+      for (const optim::ParamGroupSpec& g : opt->groups()) {
         int64_t n = 0;
         for (const auto& [name, p] : g.params) n += ep.is_expert(name);
         counts.push_back(n);
@@ -70,7 +71,7 @@ void gather_expert_parallel(TrainTensors& t, const ExpertParallel& ep, const Mix
   }
 }
 
-std::vector<int64_t> gathered_group_sizes(const MixedPrecisionOptimizer& opt, const nn::Metadata& metadata,
+std::vector<int64_t> gathered_group_sizes(const optim::MixedPrecisionOptimizer& opt, const nn::Metadata& metadata,
                                           const std::string& leave_out) {
   std::vector<int64_t> sizes = optimizer_group_sizes(opt, leave_out);
   const std::vector<int64_t> own = optimizer_group_sizes(opt);

@@ -81,9 +81,9 @@ json recv_checkpoint_parcel(dist::ProcessGroup& group, int from, TrainTensors& t
   return h;
 }
 
-std::vector<int64_t> optimizer_group_sizes(const MixedPrecisionOptimizer& opt, const std::string& leave_out) {
+std::vector<int64_t> optimizer_group_sizes(const optim::MixedPrecisionOptimizer& opt, const std::string& leave_out) {
   std::vector<int64_t> n;
-  for (const ParamGroupSpec& g : opt.groups()) {
+  for (const optim::ParamGroupSpec& g : opt.groups()) {
     int64_t k = 0;
     for (const auto& [name, p] : g.params) k += name != leave_out;
     n.push_back(k);
@@ -98,8 +98,8 @@ void set_group_sizes(nn::Metadata& metadata, const std::vector<int64_t>& sizes) 
   }
 }
 
-void gather_pipeline_stages(TrainTensors& t, CheckpointMeta& m, const PipelineParallel& pp,
-                            const MixedPrecisionOptimizer* opt) {
+void gather_pipeline_stages(TrainTensors& t, CheckpointMeta& m, const parallel::PipelineParallel& pp,
+                            const optim::MixedPrecisionOptimizer* opt) {
   if (!pp.active()) return;
   // Each group's parameters over the stages (the tied copy once), as the
   // unsplit model's optimizer counts them.
@@ -153,7 +153,7 @@ std::set<std::string> stage_parameter_names(const nn::Module& model) {
 }
 
 nn::TensorMap stage_entries(const nn::TensorMap& whole, const std::set<std::string>& names,
-                            const PipelineParallel& pp, bool optimizer) {
+                            const parallel::PipelineParallel& pp, bool optimizer) {
   nn::TensorMap out;
   for (const auto& [k, x] : whole) {
     const std::string p = param_name(k, optimizer);
@@ -164,7 +164,7 @@ nn::TensorMap stage_entries(const nn::TensorMap& whole, const std::set<std::stri
 }
 
 nn::Metadata stage_metadata(const nn::Metadata& whole, const std::set<std::string>& names,
-                            const PipelineParallel& pp) {
+                            const parallel::PipelineParallel& pp) {
   nn::Metadata out;
   for (const auto& [k, v] : whole) {
     if (k.find('/') == std::string::npos) {  // the optimizer's own entries (groups, format)

@@ -19,17 +19,18 @@ std::set<std::string> stage_parameter_names(const nn::Module& model);
 // entries), plus pp.tied_source's under pp.tied_parameter's name on the
 // stage that holds the tied copy.
 nn::TensorMap stage_entries(const nn::TensorMap& whole, const std::set<std::string>& names,
-                            const PipelineParallel& pp, bool optimizer);
+                            const parallel::PipelineParallel& pp, bool optimizer);
 // The same for the optimizer's metadata ("step/NAME"; entries without a
 // parameter kept).
 nn::Metadata stage_metadata(const nn::Metadata& whole, const std::set<std::string>& names,
-                            const PipelineParallel& pp);
+                            const parallel::PipelineParallel& pp);
 
 // Parameters per optimizer group, `leave_out` not counted.
-std::vector<int64_t> optimizer_group_sizes(const MixedPrecisionOptimizer& opt, const std::string& leave_out = "");
+std::vector<int64_t> optimizer_group_sizes(const optim::MixedPrecisionOptimizer& opt,
+                                           const std::string& leave_out = "");
 // optimizer_group_sizes plus the parameters of other expert-parallel ranks
 // that gather_expert_parallel counted into `metadata`'s group sizes.
-std::vector<int64_t> gathered_group_sizes(const MixedPrecisionOptimizer& opt, const nn::Metadata& metadata,
+std::vector<int64_t> gathered_group_sizes(const optim::MixedPrecisionOptimizer& opt, const nn::Metadata& metadata,
                                           const std::string& leave_out = "");
 // "group.G.num_params" of the optimizer state's metadata set to sizes[G].
 void set_group_sizes(nn::Metadata& metadata, const std::vector<int64_t>& sizes);

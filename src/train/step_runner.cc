@@ -24,7 +24,7 @@ int64_t num_microbatches(int64_t global_batch_size, int64_t micro_batch_size, in
   return global_batch_size / per_step;
 }
 
-StepRunner::StepRunner(MixedPrecisionOptimizer& opt, DataParallel dp, StepRunnerOptions o)
+StepRunner::StepRunner(optim::MixedPrecisionOptimizer& opt, DataParallel dp, StepRunnerOptions o)
     : opt_(opt), dp_(dp), o_(o) {
   QK_CHECK_AS(ValueError, o_.num_microbatches >= 1, "StepRunner: num_microbatches must be >= 1, got ",
               o_.num_microbatches);
@@ -37,7 +37,7 @@ StepRunner::StepRunner(MixedPrecisionOptimizer& opt, DataParallel dp, StepRunner
               "data-parallel process group without a DDP wrapper");
 }
 
-void StepRunner::set_scheduler(OptimizerParamScheduler* scheduler, int64_t increment) {
+void StepRunner::set_scheduler(optim::OptimizerParamScheduler* scheduler, int64_t increment) {
   sched_ = scheduler;
   increment_ = increment;
 }
@@ -111,7 +111,7 @@ StepStats StepRunner::step(const ForwardStep& forward_step) {
     opt_.finish_grad_sync(dp_.group);
   }
   s.lr = opt_.optimizer().lr(0);
-  const OptimizerStepResult r = opt_.step();
+  const optim::OptimizerStepResult r = opt_.step();
   if (r.updated && sched_) sched_->step(increment_);
   s.metrics = reduce(sums);
   s.loss = s.metrics.count("loss") ? s.metrics.at("loss") : s.metrics.begin()->second;

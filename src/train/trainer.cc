@@ -10,7 +10,6 @@
 #include "qk/base/log.h"
 #include "qk/base/timer.h"
 #include "qk/train/exit_signal.h"
-#include "qk/train/plot.h"
 
 namespace qk::train {
 
@@ -54,8 +53,6 @@ const std::set<std::string>& train_fields() {
   return f;
 }
 
-bool is_train_field(const std::string& key) { return train_fields().count(key) || key.rfind("comm/", 0) == 0; }
-
 std::map<std::string, double> record_of(const LogStats& s) {
   std::map<std::string, double> r = s.losses;
   r["consumed_samples"] = static_cast<double>(s.consumed_samples);
@@ -89,6 +86,10 @@ std::map<std::string, double> record_of(const LogStats& s) {
 
 }  // namespace
 
+bool is_loss_field(const std::string& key) {
+  return !train_fields().count(key) && key.rfind("comm/", 0) != 0;
+}
+
 const char* exit_reason_name(ExitReason r) {
   switch (r) {
     case ExitReason::finished: return "finished";
@@ -99,8 +100,9 @@ const char* exit_reason_name(ExitReason r) {
   return "?";
 }
 
-Trainer::Trainer(nn::Module& model, MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
-                 TrainerOptions o, DataParallel dp, ModelParallel mp)
+Trainer::Trainer(nn::Module& model, optim::MixedPrecisionOptimizer& optimizer,
+                 optim::OptimizerParamScheduler& scheduler, TrainerOptions o, DataParallel dp,
+                 parallel::ModelParallel mp)
     : model_(model),
       opt_(optimizer),
       sched_(scheduler),
@@ -222,35 +224,10 @@ std::optional<CheckpointInfo> Trainer::save(const TrainerCallbacks& cb) {
     atomic_write_file(o_.save + "/latest_checkpointed_iteration.txt", std::to_string(progress_.iteration) + "\n");
     QK_DEBUG("saved checkpoint {} at iteration {}", info->path, progress_.iteration);
     if (cb.on_save) cb.on_save(*info);
-    write_curves();
+    if (cb.on_metrics && metrics_) cb.on_metrics(*metrics_);
   }
   if (const DataParallel all = job(); all.size() > 1) all.group->barrier();
   return info;
-}
-
-void Trainer::write_curves() const {
-  if (o_.curve_file.empty() || !metrics_) return;
-  std::map<std::string, CurveSeries> train, valid;
-  CurveSeries lr{"learning rate", {}, {}};
-  for (const MetricsLog::Record& r : metrics_->records()) {
-    const double x = static_cast<double>(r.iteration);
-    for (const auto& [k, v] : r.values) {
-      if (r.kind == "train" && !is_train_field(k)) {
-        train[k].label = k;
-        train[k].x.push_back(x), train[k].y.push_back(v);
-      } else if (r.kind == "valid" && k != "consumed_valid_samples" && k != "seconds") {
-        valid[k].label = "validation " + k;
-        valid[k].x.push_back(x), valid[k].y.push_back(v);
-      }
-    }
-    if (r.kind == "train" && r.values.count("learning_rate"))
-      lr.x.push_back(x), lr.y.push_back(r.values.at("learning_rate"));
-  }
-  CurvePanel loss{"Loss", "iteration", "loss", {}};
-  for (auto& [k, s] : train) loss.series.push_back(std::move(s));
-  for (auto& [k, s] : valid) loss.series.push_back(std::move(s));
-  CurvePanel rate{"Learning rate", "iteration", "learning rate", {std::move(lr)}};
-  plot_curves(o_.curve_file, o_.curve_title, {std::move(loss), std::move(rate)});
 }
 
 TrainResult Trainer::train(const TrainerCallbacks& cb) {
@@ -364,7 +341,7 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
     }
   }
   if (result.exit_reason == ExitReason::finished && ran && !saved) do_save();
-  if (lead) write_curves();
+  if (lead && cb.on_metrics && metrics_) cb.on_metrics(*metrics_);
   opt_.finish_param_sync();  // the caller reads the final weights
   result.progress = progress_;
   return result;

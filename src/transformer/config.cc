@@ -200,9 +200,6 @@ void TransformerConfig::validate_moe() {
              expert_model_parallel_size, ") needs experts: set --num-experts");
     return;
   }
-  QK_CHECK(num_moe_experts % expert_model_parallel_size == 0, "num_moe_experts (--num-experts ", num_moe_experts,
-           ") must be a multiple of expert_model_parallel_size (--expert-model-parallel-size ",
-           expert_model_parallel_size, "): each rank holds the same number of experts");
   if (moe_layer_pattern.empty()) moe_layer_pattern.assign(static_cast<size_t>(num_layers), 1);
   QK_CHECK(static_cast<int64_t>(moe_layer_pattern.size()) == num_layers, "moe_layer_pattern (--moe-layer-freq) has ",
            moe_layer_pattern.size(), " entries, the model has num_layers ", num_layers, " layers");
@@ -212,6 +209,17 @@ void TransformerConfig::validate_moe() {
   check_positive(moe_ffn_hidden_size, "moe_ffn_hidden_size");
   QK_CHECK(moe_shared_expert_intermediate_size >= 0, "moe_shared_expert_intermediate_size must not be negative, got ",
            moe_shared_expert_intermediate_size);
+  check_moe_routing();
+}
+
+// The router's rules (TopKRouter checks its config with them too).
+void TransformerConfig::check_moe_routing() const {
+  QK_CHECK(num_moe_experts >= 1, "num_moe_experts (--num-experts) must be positive for a router, got ",
+           num_moe_experts);
+  check_positive(expert_model_parallel_size, "expert_model_parallel_size");
+  QK_CHECK(num_moe_experts % expert_model_parallel_size == 0, "num_moe_experts (--num-experts ", num_moe_experts,
+           ") must be a multiple of expert_model_parallel_size (--expert-model-parallel-size ",
+           expert_model_parallel_size, "): each rank holds the same number of experts");
   QK_CHECK(moe_router_topk >= 1 && moe_router_topk <= num_moe_experts, "moe_router_topk (--moe-router-topk ",
            moe_router_topk, ") must be between 1 and num_moe_experts (", num_moe_experts, ")");
   QK_CHECK((moe_router_num_groups == 0) == (moe_router_group_topk == 0), "group-limited routing needs both "
@@ -226,6 +234,16 @@ void TransformerConfig::validate_moe() {
              "moe_router_topk (", moe_router_topk, ") exceeds the experts in moe_router_group_topk (",
              moe_router_group_topk, ") groups of ", num_moe_experts / moe_router_num_groups);
   }
+  QK_CHECK(!moe_router_enable_expert_bias || moe_router_score_function == MoEScoreFunction::sigmoid,
+           "moe_router_enable_expert_bias (--moe-router-enable-expert-bias) needs moe_router_score_function sigmoid "
+           "(--moe-router-score-function sigmoid): aux-loss-free routing biases sigmoid scores only, as Megatron");
+  QK_CHECK(!(moe_router_topk == 1 && moe_router_score_function == MoEScoreFunction::softmax &&
+             !moe_router_pre_softmax && moe_router_load_balancing_type != MoELoadBalancing::sinkhorn),
+           "moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax "
+           "(--moe-router-pre-softmax): a softmax over the one chosen logit is always 1 and trains nothing");
+  QK_CHECK(!(moe_router_load_balancing_type == MoELoadBalancing::sinkhorn && moe_aux_loss_coeff > 0),
+           "moe_router_load_balancing_type sinkhorn takes no moe_aux_loss_coeff (--moe-aux-loss-coeff ",
+           moe_aux_loss_coeff, "): set it to 0");
   if (moe_router_topk_scaling_factor)
     QK_CHECK(*moe_router_topk_scaling_factor > 0, "moe_router_topk_scaling_factor must be positive, got ",
              *moe_router_topk_scaling_factor);

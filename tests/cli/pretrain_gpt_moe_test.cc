@@ -29,7 +29,7 @@
 #include "common/argv.h"
 #include "qk/base/file_io.h"
 #include "qk/nn/safetensors.h"
-#include "train/megatron_args_test_util.h"
+#include "recipes/megatron_args_test_util.h"
 
 namespace {
 
@@ -157,7 +157,8 @@ TEST(PretrainGptMoe, ExpertParallelTwoWithAlltoallAndTheDistributedOptimizerEqua
 
 TEST(PretrainGptMoe, ExpertTwoCarvedFromDataTwoOnFourRanksEqualsOneRank) {
   expect_layout_equals_one_rank(
-      4, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall", "--use-distributed-optimizer"},
+      4,
+      {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall", "--use-distributed-optimizer"},
       "ep2_dp2");
 }
 
@@ -282,7 +283,8 @@ TEST(PretrainGptMoe, ExpertTensorSizeOtherThanTheTensorSizeIsRefused) {
 // pipeline and EP_SIZE 2 two data-parallel ranks: PP=2 x EP=2 on 4 ranks.
 TEST(PretrainGptMoe, SeedMoeAndTrainingArgsTrainAtPipelineTwoTimesExpertTwo) {
   const qk::test::SeedFlags s = qk::test::load_seed_flags();
-  const Argv seed = qk::test::expand_array(s.arrays.at("MODEL_ARGS")) + qk::test::expand_array(s.arrays.at("MOE_ARGS")) +
+  const Argv seed = qk::test::expand_array(s.arrays.at("MODEL_ARGS")) +
+                    qk::test::expand_array(s.arrays.at("MOE_ARGS")) +
                     qk::test::expand_array(s.arrays.at("TRAINING_ARGS")) +
                     qk::test::expand_array(s.arrays.at("REGULARIZATION_ARGS")) +
                     qk::test::expand_array(s.arrays.at("LEARNING_RATE_ARGS")) +

@@ -21,7 +21,7 @@
 #include "cli/run_qk.h"
 #include "cli/scratch_dir.h"
 #include "qk/base/file_io.h"
-#include "train/megatron_args_test_util.h"
+#include "recipes/megatron_args_test_util.h"
 
 namespace {
 
@@ -219,9 +219,10 @@ TEST(PretrainGptCli, RecomputeGivesTheSameSteps) {
       EXPECT_EQ(runs[0][i]["lm loss"].get<double>(), runs[k][i]["lm loss"].get<double>()) << k << " " << i;
       EXPECT_EQ(runs[0][i]["grad_norm"].get<double>(), runs[k][i]["grad_norm"].get<double>()) << k << " " << i;
     }
-  auto flash = run_qk("pretrain-gpt" + qk::test::shell_words(args + Argv{"--recompute-granularity", "selective", "--use-flash-attn",
-                                                        "--save", fresh_dir("recompute_flash")}),
-                      kOneThread);
+  auto flash = run_qk(
+      "pretrain-gpt" + qk::test::shell_words(args + Argv{"--recompute-granularity", "selective", "--use-flash-attn",
+                                                         "--save", fresh_dir("recompute_flash")}),
+      kOneThread);
   ASSERT_EQ(flash.exit_code, 0) << flash.output;
   EXPECT_NE(flash.output.find("with --use-flash-attn: the flash kernel keeps no attention matrix"), std::string::npos)
       << flash.output;
@@ -291,7 +292,8 @@ TEST(PretrainGptCli, SigtermSavesAndExitsZero) {
   const int64_t at = std::stoll(saved);
   EXPECT_GE(at, 3);
   // Resume and stop 2 iterations later (--exit-interval).
-  auto r = run_qk("pretrain-gpt" + qk::test::shell_words(args + Argv{"--exit-interval", std::to_string(at + 2)}), kOneThread);
+  auto r = run_qk("pretrain-gpt" + qk::test::shell_words(args + Argv{"--exit-interval", std::to_string(at + 2)}),
+                  kOneThread);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("at iteration " + std::to_string(at)), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("exiting program at iteration " + std::to_string(at + 2)), std::string::npos) << r.output;
@@ -366,8 +368,8 @@ TEST(PretrainGptCli, BadFlagsValuesAndFilesAreErrorsNamingThem) {
   EXPECT_NE(r.output.find("--tokenizer-type"), std::string::npos) << r.output;
 
   const std::string dir = fresh_dir("bad_files");
-  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "100",
-                                               "--data-path", dir + "/missing_text_document"}));
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size",
+                                                                "100", "--data-path", dir + "/missing_text_document"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir + "/missing_text_document"), std::string::npos) << r.output;
 
@@ -377,23 +379,24 @@ TEST(PretrainGptCli, BadFlagsValuesAndFilesAreErrorsNamingThem) {
   std::string idx = qk::read_file(prefix + ".idx");
   idx[3] = 'X';
   qk::atomic_write_file(dir + "/bad_text_document.idx", idx);
-  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "512",
-                                               "--data-path", dir + "/bad_text_document"}));
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size",
+                                                                "512", "--data-path", dir + "/bad_text_document"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir + "/bad_text_document.idx"), std::string::npos) << r.output;
 
   // A truncated .bin: the .idx points past its end.
   fs::copy_file(prefix + ".idx", dir + "/short_text_document.idx");
   qk::atomic_write_file(dir + "/short_text_document.bin", qk::read_file(prefix + ".bin").substr(0, 100));
-  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size", "512",
-                                               "--data-path", dir + "/short_text_document"}));
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + Argv{"--tokenizer-type", "NullTokenizer", "--vocab-size",
+                                                                "512", "--data-path", dir + "/short_text_document"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(dir + "/short_text_document.bin"), std::string::npos) << r.output;
 
   // --device (qk's flag): a device this machine lacks, or none at all, stops
   // the run before anything is written; so does a value that names none.
   const std::string out = fresh_dir("bad_device");
-  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + mock_data() + Argv{"--device", "cuda:7", "--save", out, "--save-interval", "1"}));
+  r = run_qk("pretrain-gpt" + qk::test::shell_words(base + mock_data() +
+                                                    Argv{"--device", "cuda:7", "--save", out, "--save-interval", "1"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--device cuda:7"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(out + "/metrics.jsonl")) << r.output;

@@ -25,10 +25,10 @@
 #include "qk/base/file_io.h"
 #include "qk/nn/safetensors.h"
 #include "qk/nn/serialize.h"
-#include "qk/train/gpt_pretrain.h"
+#include "qk/recipes/gpt_pretrain.h"
 #include "qk/transformer/generate.h"
 #include "qk/transformer/gpt_model.h"
-#include "train/megatron_args_test_util.h"
+#include "recipes/megatron_args_test_util.h"
 #include "transformer/fixture_params.h"
 
 namespace {
@@ -138,25 +138,25 @@ Generated generate(const std::string& args) {
 
 // The library's side: the model the flags build, with a checkpoint's weights.
 struct Library {
-  qk::train::MegatronArgs args;
+  qk::recipes::MegatronArgs args;
   std::unique_ptr<qk::data::Tokenizer> tokenizer;
   qk::transformer::GPTModel model{nullptr};
 };
 Library library_model(const Argv& flags, const std::string& weights) {
   Library l;
-  l.args = qk::train::parse_megatron_args(flags, qk::test::options()).args;
-  l.tokenizer = qk::train::build_tokenizer(l.args);
-  l.model = qk::transformer::GPTModel(qk::train::gpt_transformer_config(l.args, l.tokenizer->vocab_size()));
+  l.args = qk::recipes::parse_megatron_args(flags, qk::test::options()).args;
+  l.tokenizer = qk::recipes::build_tokenizer(l.args);
+  l.model = qk::transformer::GPTModel(qk::recipes::gpt_transformer_config(l.args, l.tokenizer->vocab_size()));
   qk::nn::load(*l.model, weights);
   l.model->eval();
   return l;
 }
 
 // The first global batch `qk pretrain-gpt` trains on, as one [4, 32] batch.
-qk::train::GptBatch first_global_batch(const Library& l) {
-  const qk::train::GptDatasets data = qk::train::build_gpt_datasets(l.args, *l.tokenizer);
-  qk::train::GptBatchIterator it(data.train, 0, 2, 0, 1, qk::train::gpt_batch_options(l.args, *l.tokenizer));
-  const qk::train::GptBatch a = it.next(), b = it.next();
+qk::recipes::GptBatch first_global_batch(const Library& l) {
+  const qk::recipes::GptDatasets data = qk::recipes::build_gpt_datasets(l.args, *l.tokenizer);
+  qk::recipes::GptBatchIterator it(data.train, 0, 2, 0, 1, qk::recipes::gpt_batch_options(l.args, *l.tokenizer));
+  const qk::recipes::GptBatch a = it.next(), b = it.next();
   return {qk::cat({a.tokens, b.tokens}, 0), qk::cat({a.labels, b.labels}, 0), qk::cat({a.loss_mask, b.loss_mask}, 0),
           qk::cat({a.position_ids, b.position_ids}, 0)};
 }
@@ -177,7 +177,7 @@ Tensor reference_logits(const std::string& dir, const Tensor& tokens) {
 }
 
 // Megatron's lm loss from logits: the mean cross entropy over the tokens the mask keeps.
-double masked_cross_entropy(const Tensor& logits, const qk::train::GptBatch& b) {
+double masked_cross_entropy(const Tensor& logits, const qk::recipes::GptBatch& b) {
   const std::vector<float> z = logits.contiguous().to_vector<float>(), mask = b.loss_mask.to_vector<float>();
   const std::vector<int64_t> labels = b.labels.to_vector<int64_t>();
   const int64_t vocab = logits.size(2);
@@ -210,7 +210,8 @@ TEST_P(PretrainInterchange, GenerateExportAndFineTuneFromAPretrainCheckpoint) {
   const Argv run = layout.model + c.tokenizer_flags + c.data_flags;
   const std::string ckpt = fresh_dir(layout.name + "_ckpt"), hf = fresh_dir(layout.name + "_hf"),
                     ft = fresh_dir(layout.name + "_ft");
-  auto r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(run + training(4) + Argv{"--save", ckpt, "--save-interval", "4"}));
+  auto r = qk_one_thread("pretrain-gpt" +
+                         qk::test::shell_words(run + training(4) + Argv{"--save", ckpt, "--save-interval", "4"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Library lib = library_model(run + training(4), ckpt + "/iter_0000000004/model.safetensors");
 
@@ -267,7 +268,7 @@ TEST_P(PretrainInterchange, GenerateExportAndFineTuneFromAPretrainCheckpoint) {
 
   // The folder in PyTorch: our model's logits (f32), on the first batch of training.
   QK_REQUIRE_TORCH();
-  const qk::train::GptBatch batch = first_global_batch(lib);
+  const qk::recipes::GptBatch batch = first_global_batch(lib);
   const Tensor reference = reference_logits(hf, batch.tokens);
   Tensor ours;
   {
@@ -299,13 +300,15 @@ TEST_P(PretrainInterchange, FlagsThatDoNotBuildTheFolderModelAreRefusedByName) {
   // A folder of this layout from a qk export of random weights is all config.json needs.
   const std::string ckpt = fresh_dir(layout.name + "_refuse_ckpt");
   const Argv run = layout.model + c.tokenizer_flags + c.data_flags;
-  auto r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(run + training(1) + Argv{"--save", ckpt, "--save-interval", "1"}));
+  auto r = qk_one_thread("pretrain-gpt" +
+                         qk::test::shell_words(run + training(1) + Argv{"--save", ckpt, "--save-interval", "1"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = qk_one_thread("checkpoint export --load '" + ckpt + "' --out '" + hf + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
-  r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(run + training(1) + Argv{"--num-layers", "3", "--hidden-size", "128",
-                                                                   "--load", hf}));
+  r = qk_one_thread(
+      "pretrain-gpt" +
+      qk::test::shell_words(run + training(1) + Argv{"--num-layers", "3", "--hidden-size", "128", "--load", hf}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("'" + hf + "' is a Hugging Face folder (" + layout.name + ")"), std::string::npos)
       << r.output;
@@ -313,8 +316,8 @@ TEST_P(PretrainInterchange, FlagsThatDoNotBuildTheFolderModelAreRefusedByName) {
       << r.output;
   const std::string other = layout.name == "gpt2" ? llama_layout().name : gpt2_layout().name;
   const Argv other_model = layout.name == "gpt2" ? llama_layout().model : gpt2_layout().model;
-  r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(other_model + c.tokenizer_flags + c.data_flags + training(1) +
-                                          Argv{"--load", hf}));
+  r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(other_model + c.tokenizer_flags + c.data_flags +
+                                                           training(1) + Argv{"--load", hf}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--position-embedding-type"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("model_type = " + layout.name), std::string::npos) << r.output;
@@ -331,8 +334,9 @@ TEST(PretrainInterchangeTokenizer, VanishedTokenizerFilesAskForFlags) {
   qk::test::write_tiny_gpt2_tokenizer(moving);
   const Argv moving_tokenizer = {"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", moving + "/vocab.json",
                                  "--merge-file", moving + "/merges.txt"};
-  auto r = qk_one_thread("pretrain-gpt" + qk::test::shell_words(gpt2_layout().model + moving_tokenizer + c.data_flags + training(1) +
-                                               Argv{"--save", ckpt, "--save-interval", "1"}));
+  auto r =
+      qk_one_thread("pretrain-gpt" + qk::test::shell_words(gpt2_layout().model + moving_tokenizer + c.data_flags +
+                                                           training(1) + Argv{"--save", ckpt, "--save-interval", "1"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string args = "--load '" + ckpt + "' --prompt 'in the' --greedy --max-new-tokens 8";
   const Generated before = generate(args);

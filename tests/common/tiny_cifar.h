@@ -4,12 +4,12 @@
 
 #include <string>
 
-#include "qk/models/cifar10_trainer.h"
+#include "qk/recipes/cifar10_trainer.h"
 
 namespace qk::test {
 
-inline models::TrainCifarOptions tiny_cifar(const std::string& data, const std::string& out, int epochs) {
-  models::TrainCifarOptions o;
+inline recipes::TrainCifarOptions tiny_cifar(const std::string& data, const std::string& out, int epochs) {
+  recipes::TrainCifarOptions o;
   o.data_dir = data;
   o.out = out;
   o.epochs = epochs;

@@ -16,12 +16,12 @@
 #include "common/tiny_gpt.h"
 #include "harness/loopback_backend.h"
 #include "qk/base/file_io.h"
-#include "qk/models/cifar10_trainer.h"
+#include "qk/recipes/cifar10_trainer.h"
 #include "qk/optim/adam.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/generator.h"
-#include "qk/train/gpt_pretrain.h"
-#include "qk/train/megatron_args.h"
+#include "qk/recipes/gpt_pretrain.h"
+#include "qk/recipes/megatron_args.h"
 #include "qk/transformer/gpt_model.h"
 
 namespace {
@@ -35,9 +35,9 @@ std::string fresh_dir(const std::string& name) {
   return p.string();
 }
 
-qk::models::TrainCifarOptions tiny(const std::string& data, const std::string& out, const std::string& device,
+qk::recipes::TrainCifarOptions tiny(const std::string& data, const std::string& out, const std::string& device,
                                    const std::string& amp) {
-  qk::models::TrainCifarOptions o = qk::test::tiny_cifar(data, out, 1);
+  qk::recipes::TrainCifarOptions o = qk::test::tiny_cifar(data, out, 1);
   o.device = device;
   o.amp = amp;
   return o;
@@ -52,9 +52,9 @@ TEST(LoopbackDevice, CifarTrainingOnTheDeviceEndsWithTheCpusWeights) {
     auto device_allocs = [] { return qk::backend(qk::DeviceType::privateuse1).memory_stats(0).num_allocs; };
     testing::internal::CaptureStdout();
     const uint64_t a0 = device_allocs();
-    qk::models::train_cifar10(tiny(data, cpu, "cpu", amp));
+    qk::recipes::train_cifar10(tiny(data, cpu, "cpu", amp));
     const uint64_t a1 = device_allocs();
-    qk::models::train_cifar10(tiny(data, dev, "privateuse1:0", amp));
+    qk::recipes::train_cifar10(tiny(data, dev, "privateuse1:0", amp));
     const uint64_t a2 = device_allocs();
     const std::string out = testing::internal::GetCapturedStdout();
     EXPECT_EQ(a1, a0) << "the CPU run touched the device";
@@ -130,16 +130,16 @@ std::vector<std::string> tiny_pretrain_args(const std::string& save, const std::
   return a;
 }
 
-qk::train::PretrainGptResult tiny_pretrain(const std::string& save, const std::string& precision, int iters,
+qk::recipes::PretrainGptResult tiny_pretrain(const std::string& save, const std::string& precision, int iters,
                                            const std::string& device) {
-  qk::train::MegatronArgsOptions mo;
+  qk::recipes::MegatronArgsOptions mo;
   mo.check_data_files = false;
-  qk::train::PretrainGptOptions o;
+  qk::recipes::PretrainGptOptions o;
   o.print = [](const std::string&) {};
   o.measure_gemm_peak = false;
   o.device = device;
-  return qk::train::pretrain_gpt(qk::train::parse_megatron_args(tiny_pretrain_args(save, precision, iters), mo).args,
-                                 o);
+  return qk::recipes::pretrain_gpt(
+      qk::recipes::parse_megatron_args(tiny_pretrain_args(save, precision, iters), mo).args, o);
 }
 
 TEST(LoopbackDevice, PretrainGptOnTheDeviceEqualsTheCpuRunAndResumes) {
@@ -153,9 +153,9 @@ TEST(LoopbackDevice, PretrainGptOnTheDeviceEqualsTheCpuRunAndResumes) {
     for (int iters : {3, 5}) {
       if (iters == 5)  // resume from the second checkpoint, not the third
         for (const std::string& d : {cpu, dev}) qk::atomic_write_file(d + "/latest_checkpointed_iteration.txt", "2");
-      const qk::train::PretrainGptResult rc = tiny_pretrain(cpu, precision, iters, "cpu");
+      const qk::recipes::PretrainGptResult rc = tiny_pretrain(cpu, precision, iters, "cpu");
       const uint64_t a0 = device_allocs();
-      const qk::train::PretrainGptResult rd = tiny_pretrain(dev, precision, iters, "privateuse1:0");
+      const qk::recipes::PretrainGptResult rd = tiny_pretrain(dev, precision, iters, "privateuse1:0");
       EXPECT_GT(device_allocs() - a0, 100u) << "the device run did not run on the device";
       EXPECT_EQ(rc.train.progress.iteration, iters);
       EXPECT_EQ(rd.train.progress.iteration, iters);

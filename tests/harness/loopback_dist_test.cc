@@ -19,15 +19,15 @@
 #include "qk/autograd/functions.h"
 #include "qk/base/file_io.h"
 #include "qk/dist/ddp.h"
-#include "qk/models/cifar10_trainer.h"
+#include "qk/recipes/cifar10_trainer.h"
 #include "qk/nn/nn.h"
 #include "qk/optim/optim.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/nn/safetensors.h"
 #include "qk/parallel/cross_entropy.h"
-#include "qk/train/gpt_pretrain.h"
-#include "qk/train/megatron_args.h"
+#include "qk/recipes/gpt_pretrain.h"
+#include "qk/recipes/megatron_args.h"
 
 namespace {
 
@@ -103,14 +103,15 @@ TEST(LoopbackDist, EveryCollectiveOnDeviceTensorsEqualsTheHostOne) {
                                                      ramp(2 * in_rows, base, DType::f32, d).reshape({in_rows, 2})};
                         },
                         [&](std::vector<Tensor>& t) { pg.all_to_all_v(t[0], t[1], out_splits, in_splits); });
-    same_on_both<float>("batch_isend_irecv",
-                        [&](Device d) {
-                          return std::vector<Tensor>{ramp(4, base, DType::f32, d), zeros({4}, TensorOptions().device(d))};
-                        },
-                        [&](std::vector<Tensor>& t) {
-                          const int peer = 1 - me.rank;
-                          pg.batch_isend_irecv({dist::P2POp::send(t[0], peer), dist::P2POp::recv(t[1], peer)})->wait();
-                        });
+    same_on_both<float>(
+        "batch_isend_irecv",
+        [&](Device d) {
+          return std::vector<Tensor>{ramp(4, base, DType::f32, d), zeros({4}, TensorOptions().device(d))};
+        },
+        [&](std::vector<Tensor>& t) {
+          const int peer = 1 - me.rank;
+          pg.batch_isend_irecv({dist::P2POp::send(t[0], peer), dist::P2POp::recv(t[1], peer)})->wait();
+        });
     REQUIRE(device_allocs() > a0, "nothing was allocated on the device");
     // One call, two devices: refused before anything moves, on every rank alike.
     bool refused = false;
@@ -172,13 +173,13 @@ TEST(LoopbackDist, CifarTrainerOnTwoRanksOnTheDeviceEndsWithTheCpuRunsWeights) {
     harness::install_complete_loopback();
     testing::internal::CaptureStdout();
     for (const char* amp : {"off", "bf16"}) {
-      models::TrainCifarOptions o = test::tiny_cifar(data, cpu + amp, 1);
+      recipes::TrainCifarOptions o = test::tiny_cifar(data, cpu + amp, 1);
       o.amp = amp;
-      models::train_cifar10(o);
+      recipes::train_cifar10(o);
       const uint64_t a0 = device_allocs();
       o.out = dev + amp;
       o.device = "privateuse1:0";
-      models::train_cifar10(o);
+      recipes::train_cifar10(o);
       REQUIRE(device_allocs() > a0 + 100, amp, ": the device run did not run on the device");
     }
     const std::string log = testing::internal::GetCapturedStdout();
@@ -275,15 +276,15 @@ TEST_P(LoopbackPretrain, TwoRanksOnTheDeviceEqualTheCpuRun) {
           "--vocab-size", "4096", "--eval-iters", "0", "--save", save, "--save-interval", "2", "--bf16"};
       const std::vector<std::string> extra = layout_flags(layout);
       argv.insert(argv.end(), extra.begin(), extra.end());
-      train::MegatronArgsOptions mo;
+      recipes::MegatronArgsOptions mo;
       mo.world_size = 2;
       mo.rank = me.rank;
       mo.check_data_files = false;
-      train::PretrainGptOptions o;
+      recipes::PretrainGptOptions o;
       o.print = [](const std::string&) {};
       o.measure_gemm_peak = false;
       o.device = device;
-      train::pretrain_gpt(train::parse_megatron_args(argv, mo).args, o);
+      recipes::pretrain_gpt(recipes::parse_megatron_args(argv, mo).args, o);
       return save + "/iter_0000000002/";
     };
     const std::string cpu = run("cpu");

@@ -1,4 +1,4 @@
-// The distributed optimizer (qk/train/distributed_optimizer.h) on two forked
+// The distributed optimizer (qk/optim/distributed_optimizer.h) on two forked
 // data-parallel ranks, training a tiny GPT with the Trainer for 10 steps:
 // equal to the single-rank run (loss per step, final weights) and to two
 // ranks with the plain optimizer, with and without overlapped gradient
@@ -17,7 +17,7 @@
 // other way where the runs' fp32 main weights straddle a rounding boundary,
 // so one bf16 unit below magnitude 2 (7.9e-3) and losses within 1e-3
 // relative (measured: identical).
-#include "qk/train/distributed_optimizer.h"
+#include "qk/optim/distributed_optimizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -85,7 +85,7 @@ train::MicroBatchOutput gpt_step(transformer::GPTModel& model, int64_t first, in
 struct Outcome {
   std::vector<double> losses;  // per iteration
   std::vector<float> weights;  // every parameter, as f32
-  train::OptimizerMemory memory;
+  optim::OptimizerMemory memory;
   int buckets = 0, launched_in_backward = 0;
 };
 
@@ -99,15 +99,15 @@ struct RunOptions {
 Outcome train_gpt(train::DataParallel dp, const Mode& m, const RunOptions& r = {}) {
   manual_seed(1234);
   transformer::GPTModel model(tiny_gpt(m.dtype));
-  const auto groups = train::megatron_param_groups(*model);
-  const auto make = train::adamw(optim::AdamWOptions(5e-3).betas({0.9, 0.95}));
-  const train::MixedPrecisionOptions mo{.clip_grad = 1.0, .accumulate_allreduce_grads_in_fp32 = m.dtype != DType::f32};
-  std::unique_ptr<train::MixedPrecisionOptimizer> opt;
-  train::DistributedOptimizer* dopt = nullptr;
+  const auto groups = optim::megatron_param_groups(*model);
+  const auto make = optim::adamw(optim::AdamWOptions(5e-3).betas({0.9, 0.95}));
+  const optim::MixedPrecisionOptions mo{.clip_grad = 1.0, .accumulate_allreduce_grads_in_fp32 = m.dtype != DType::f32};
+  std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
+  optim::DistributedOptimizer* dopt = nullptr;
   if (m.distributed) {
-    auto d = std::make_unique<train::DistributedOptimizer>(
+    auto d = std::make_unique<optim::DistributedOptimizer>(
         *model, groups, make, nullptr, mo,
-        train::DistributedOptimizerOptions{.data_parallel_group = dp.group,
+        optim::DistributedOptimizerOptions{.data_parallel_group = dp.group,
                                            .shard = m.shard,
                                            .overlap_grad_reduce = m.overlap_grad,
                                            .overlap_param_gather = m.overlap_param,
@@ -116,12 +116,12 @@ Outcome train_gpt(train::DataParallel dp, const Mode& m, const RunOptions& r = {
     if (m.overlap_param) model->set_forward_pre_hook(d->forward_pre_hook());
     opt = std::move(d);
   } else {
-    opt = std::make_unique<train::MixedPrecisionOptimizer>(groups, make, nullptr, mo);
+    opt = std::make_unique<optim::MixedPrecisionOptimizer>(groups, make, nullptr, mo);
   }
-  train::ParamSchedulerOptions so;
+  optim::ParamSchedulerOptions so;
   so.max_lr = 5e-3, so.min_lr = 5e-4, so.lr_decay_style = "cosine", so.start_wd = so.end_wd = 0.1;
-  train::set_schedule_steps(so, {.train_iters = 10, .global_batch_size = 8, .lr_warmup_iters = 2});
-  train::OptimizerParamScheduler sched(&opt->optimizer(), so, opt->group_schedules());
+  optim::set_schedule_steps(so, {.train_iters = 10, .global_batch_size = 8, .lr_warmup_iters = 2});
+  optim::OptimizerParamScheduler sched(&opt->optimizer(), so, opt->group_schedules());
   train::TrainerOptions o;
   o.train_iters = 10;
   o.exit_interval = r.exit_interval;
@@ -223,8 +223,8 @@ TEST(DistributedOptimizer, ParamGatherOverlapsTheNextForward) {
     for (bool hook : {true, false}) {
       manual_seed(1234);
       transformer::GPTModel model(tiny_gpt(DType::f32));
-      train::DistributedOptimizer opt(*model, train::megatron_param_groups(*model),
-                                      train::adamw(optim::AdamWOptions(5e-3)), nullptr, {.clip_grad = 1.0},
+      optim::DistributedOptimizer opt(*model, optim::megatron_param_groups(*model),
+                                      optim::adamw(optim::AdamWOptions(5e-3)), nullptr, {.clip_grad = 1.0},
                                       {.data_parallel_group = &pg, .overlap_grad_reduce = true,
                                        .overlap_param_gather = true, .bucket_size = 3000});
       int waits = 0;
@@ -260,20 +260,22 @@ TEST(DistributedOptimizer, ParamGatherOverlapsTheNextForward) {
 // equal to the plain optimizer's.
 TEST(DistributedOptimizer, InfCheckAndGradNormAreGlobal) {
   const auto r = qk_dist_test::on_ranks(2, "distopt-test", [](const qccl_test::Rank&, dist::ProcessGroup& pg) {
-    auto build = [&](bool distributed, transformer::GPTModel& model) -> std::unique_ptr<train::MixedPrecisionOptimizer> {
+    auto build = [&](bool distributed,
+                     transformer::GPTModel& model) -> std::unique_ptr<optim::MixedPrecisionOptimizer> {
       manual_seed(1234);
       model = transformer::GPTModel(tiny_gpt(DType::f32));
-      const auto groups = train::megatron_param_groups(*model);
-      const auto make = train::adamw(optim::AdamWOptions(5e-3));
-      if (!distributed) return std::make_unique<train::MixedPrecisionOptimizer>(groups, make, nullptr, train::MixedPrecisionOptions{});
-      return std::make_unique<train::DistributedOptimizer>(*model, groups, make, nullptr, train::MixedPrecisionOptions{},
-                                                           train::DistributedOptimizerOptions{.data_parallel_group = &pg,
-                                                                                              .bucket_size = 3000});
+      const auto groups = optim::megatron_param_groups(*model);
+      const auto make = optim::adamw(optim::AdamWOptions(5e-3));
+      if (!distributed)
+        return std::make_unique<optim::MixedPrecisionOptimizer>(groups, make, nullptr, optim::MixedPrecisionOptions{});
+      return std::make_unique<optim::DistributedOptimizer>(
+          *model, groups, make, nullptr, optim::MixedPrecisionOptions{},
+          optim::DistributedOptimizerOptions{.data_parallel_group = &pg, .bucket_size = 3000});
     };
-    auto step = [&](train::MixedPrecisionOptimizer& opt, transformer::GPTModel& model, bool poison) {
+    auto step = [&](optim::MixedPrecisionOptimizer& opt, transformer::GPTModel& model, bool poison) {
       opt.zero_grad();
       gpt_step(model, 2 * pg.rank(), 2).loss.backward();
-      auto* d = dynamic_cast<train::DistributedOptimizer*>(&opt);
+      auto* d = dynamic_cast<optim::DistributedOptimizer*>(&opt);
       if (poison && pg.rank() == 1) {
         // An element rank 0 owns after the reduce-scatter: the first piece of rank 0's shard.
         const auto& b = d->buffer().buckets().front();
@@ -287,7 +289,8 @@ TEST(DistributedOptimizer, InfCheckAndGradNormAreGlobal) {
     auto dist = build(true, dist_model);
     const auto a = step(*plain, plain_model, false), b = step(*dist, dist_model, false);
     REQUIRE(a.updated && b.updated, "clean steps update");
-    REQUIRE(std::fabs(a.grad_norm - b.grad_norm) <= 1e-6 * a.grad_norm, "norm ", b.grad_norm, " vs plain ", a.grad_norm);
+    REQUIRE(std::fabs(a.grad_norm - b.grad_norm) <= 1e-6 * a.grad_norm, "norm ", b.grad_norm, " vs plain ",
+            a.grad_norm);
     Tensor norms = from_vector<double>({b.grad_norm}, {1}), both = empty({2}, DType::f64);
     pg.all_gather(both, norms);
     REQUIRE(both.to_vector<double>()[0] == both.to_vector<double>()[1], "the same norm on both ranks");
@@ -352,7 +355,8 @@ TEST(DistributedOptimizer, CheckpointsMoveBetweenOptimizersAndDataParallelSizes)
       const double loss_rel = dtype == DType::f32 ? 1e-6 : 1e-3, weight_abs = dtype == DType::f32 ? 1e-6 : 7.9e-3;
       const Outcome whole = train_gpt({&pg, nullptr}, {.overlap_grad = true, .dtype = dtype});
       const std::string sharded = (root / ("sharded_" + tag)).string();
-      train_gpt({&pg, nullptr}, {.overlap_grad = true, .dtype = dtype}, {.exit_interval = 5, .save = sharded, .save_interval = 5});
+      train_gpt({&pg, nullptr}, {.overlap_grad = true, .dtype = dtype},
+                {.exit_interval = 5, .save = sharded, .save_interval = 5});
       pg.barrier();
       // Each rank resumes alone (its own save folder) without the distributed optimizer.
       const std::string mine = (root / (tag + "_rank" + std::to_string(me.rank))).string();
@@ -368,7 +372,8 @@ TEST(DistributedOptimizer, CheckpointsMoveBetweenOptimizersAndDataParallelSizes)
       pg.barrier();
       // And back: a plain DP=1 checkpoint (each rank writes its own, the same) resumed sharded at DP=2.
       const std::string plain_dir = (root / (tag + "_plain_rank" + std::to_string(me.rank))).string();
-      const Outcome one = train_gpt({}, {.distributed = false, .dtype = dtype}, {.save = plain_dir, .save_interval = 5});
+      const Outcome one =
+          train_gpt({}, {.distributed = false, .dtype = dtype}, {.save = plain_dir, .save_interval = 5});
       const Outcome reloaded = train_gpt({&pg, nullptr}, {.overlap_grad = true, .overlap_param = true, .dtype = dtype},
                                          {.load = plain_dir + "/iter_0000000005"});
       require_same_curve(one, reloaded, loss_rel, weight_abs, tag + ": DP=1 plain -> DP=2 sharded", 5);

@@ -45,8 +45,8 @@ std::vector<float> flat_params(nn::Sequential& net) {
 // micro-batches of 8 / k: the weights agree to rounding.
 std::vector<float> train_with_microbatches(int64_t k) {
   auto net = make_mlp(5, /*dropout=*/0.0);
-  train::MixedPrecisionOptimizer opt(train::single_param_group(*net),
-                                     train::sgd(optim::SGDOptions(0.05).momentum(0.9)), nullptr, {.clip_grad = 0});
+  optim::MixedPrecisionOptimizer opt(optim::single_param_group(*net),
+                                     optim::sgd(optim::SGDOptions(0.05).momentum(0.9)), nullptr, {.clip_grad = 0});
   train::StepRunner runner(opt, {}, {.num_microbatches = k});
   const int64_t mbs = 8 / k;
   for (int64_t step = 0; step < 3; ++step) {
@@ -69,7 +69,7 @@ TEST(StepRunner, AccumulatedMicrobatchesEqualOneBigBatch) {
 
 TEST(StepRunner, MetricsAreSumOverCount) {
   auto net = make_mlp(5, 0.0);
-  train::MixedPrecisionOptimizer opt(train::single_param_group(*net), train::sgd(optim::SGDOptions(0.0)));
+  optim::MixedPrecisionOptimizer opt(optim::single_param_group(*net), optim::sgd(optim::SGDOptions(0.0)));
   train::StepRunner runner(opt, {}, {.num_microbatches = 3});
   auto loss_of = [&](int64_t micro) { return mse_step(net, 0, 2).loss * 0.0 + static_cast<double>(micro + 1); };
   const auto s = runner.step([&](int64_t micro) {
@@ -86,10 +86,10 @@ TEST(StepRunner, MetricsAreSumOverCount) {
 
 TEST(StepRunner, NanLossSkipsAndCountsAsNan) {
   auto net = make_mlp(5, 0.0);
-  train::MixedPrecisionOptimizer opt(train::single_param_group(*net), train::sgd(optim::SGDOptions(0.1)));
-  train::ParamSchedulerOptions so;
+  optim::MixedPrecisionOptimizer opt(optim::single_param_group(*net), optim::sgd(optim::SGDOptions(0.1)));
+  optim::ParamSchedulerOptions so;
   so.max_lr = 0.1, so.lr_decay_steps = 100, so.lr_decay_style = "linear";
-  train::OptimizerParamScheduler sched(&opt.optimizer(), so);
+  optim::OptimizerParamScheduler sched(&opt.optimizer(), so);
   train::StepRunner runner(opt, {}, {.num_microbatches = 2});
   runner.set_scheduler(&sched, 8);
   const auto before = flat_params(net);

@@ -35,8 +35,9 @@ constexpr int64_t kIn = 8, kHidden = 16, kOut = 4, kBatch = 2, kSeq = 4;
 class TpMlpImpl : public nn::Module {
  public:
   explicit TpMlpImpl(const Group& tp) : tp_(tp) {
-    fc1 = register_module("fc1", parallel::ColumnParallelLinear(
-                                     kIn, kHidden, tp, parallel::ColumnParallelLinearOptions().sequence_parallel(true)));
+    fc1 =
+        register_module("fc1", parallel::ColumnParallelLinear(
+                                   kIn, kHidden, tp, parallel::ColumnParallelLinearOptions().sequence_parallel(true)));
     fc2 = register_module("fc2", parallel::RowParallelLinear(kHidden, kOut, tp,
                                                              parallel::RowParallelLinearOptions()
                                                                  .input_is_parallel(true)
@@ -75,10 +76,10 @@ Tensor seq_block(const Tensor& t, const Group& tp) {
   return t.narrow(1, tp->rank() * n, n).contiguous();
 }
 
-train::MixedPrecisionOptimizer make_optimizer(nn::Module& m) {
+optim::MixedPrecisionOptimizer make_optimizer(nn::Module& m) {
   // A clip far below the norm, so every step is clipped by the global norm.
-  return train::MixedPrecisionOptimizer(train::megatron_param_groups(m),
-                                        train::adamw(optim::AdamWOptions(1e-2).weight_decay(0.1)), nullptr,
+  return optim::MixedPrecisionOptimizer(optim::megatron_param_groups(m),
+                                        optim::adamw(optim::AdamWOptions(1e-2).weight_decay(0.1)), nullptr,
                                         {.clip_grad = 0.05});
 }
 
@@ -112,9 +113,9 @@ TEST(TensorParallelTraining, ClippedStepsCheckpointsAndSkipsEqualTheUnsplitModel
     manual_seed(5);
     TpMlp par(tp);
     require_state_close(whole(*par, tp), ref->state_dict(), 0.0, "initial weights");
-    const train::TensorParallel ctx = train::tensor_parallel_of(*par, tp.get());
+    const parallel::TensorParallel ctx = parallel::tensor_parallel_of(*par, tp.get());
     REQUIRE(ctx.partial_gradients == std::vector<std::string>{"fc2.bias"}, "the row bias is partial under SP");
-    train::MixedPrecisionOptimizer ref_opt = make_optimizer(*ref), opt = make_optimizer(*par);
+    optim::MixedPrecisionOptimizer ref_opt = make_optimizer(*ref), opt = make_optimizer(*par);
     opt.set_tensor_parallel(ctx);
 
     for (int step = 0; step < 3; ++step) {
@@ -123,7 +124,7 @@ TEST(TensorParallelTraining, ClippedStepsCheckpointsAndSkipsEqualTheUnsplitModel
       opt.zero_grad();
       loss_of(ref(b.x), b.target).backward();
       loss_of(par(seq_block(b.x, tp)), seq_block(b.target, tp)).backward();
-      const train::OptimizerStepResult want = ref_opt.step(), got = opt.step();
+      const optim::OptimizerStepResult want = ref_opt.step(), got = opt.step();
       REQUIRE(got.updated && want.updated, "step ", step);
       REQUIRE(std::abs(got.grad_norm - want.grad_norm) <= 1e-6 * want.grad_norm, "step ", step, ": grad norm ",
               got.grad_norm, ", unsplit ", want.grad_norm);
@@ -138,7 +139,7 @@ TEST(TensorParallelTraining, ClippedStepsCheckpointsAndSkipsEqualTheUnsplitModel
       opt.zero_grad();
       loss_of(par(seq_block(b.x, tp)), seq_block(b.target, tp)).backward();
       if (rank == 1) par->fc1->weight.grad().data_ptr<float>()[0] = std::nanf("");
-      const train::OptimizerStepResult got = opt.step();
+      const optim::OptimizerStepResult got = opt.step();
       REQUIRE(!got.updated && got.found_inf && std::isnan(got.grad_norm), "rank ", rank, " stepped past a NaN");
       require_state_close(whole(*par, tp), ref->state_dict(), 1e-5, "weights after the skipped step");
     }
@@ -164,8 +165,8 @@ TEST(TensorParallelTraining, ClippedStepsCheckpointsAndSkipsEqualTheUnsplitModel
     // Loaded at tensor size 2: the shards and moments this rank had.
     manual_seed(77);
     TpMlp par2(tp);
-    train::MixedPrecisionOptimizer opt2 = make_optimizer(*par2);
-    train::TensorParallel ctx2 = train::tensor_parallel_of(*par2, tp.get());
+    optim::MixedPrecisionOptimizer opt2 = make_optimizer(*par2);
+    parallel::TensorParallel ctx2 = parallel::tensor_parallel_of(*par2, tp.get());
     opt2.set_tensor_parallel(ctx2);
     train::LoadOptions lo;
     lo.tp = &ctx2;
@@ -177,7 +178,7 @@ TEST(TensorParallelTraining, ClippedStepsCheckpointsAndSkipsEqualTheUnsplitModel
     // Loaded into the unsplit model: the unsplit run's state; both continue alike.
     manual_seed(78);
     Mlp one;
-    train::MixedPrecisionOptimizer one_opt = make_optimizer(*one);
+    optim::MixedPrecisionOptimizer one_opt = make_optimizer(*one);
     train::load_train_state(c->path + "/", c->meta, c->path, {one.get(), &one_opt, nullptr}, {});
     require_state_close(one->state_dict(), ref->state_dict(), 1e-5, "whole weights reloaded at TP 1");
     const Batch b = batch(4);

@@ -55,13 +55,13 @@ Args parse(int argc, char** argv) {
 int run(const Args& a) {
   using namespace qk;
   auto net = qk_train_test::make_mlp(3);
-  train::MixedPrecisionOptimizer opt(train::megatron_param_groups(*net),
-                                     train::adamw(optim::AdamWOptions(1e-2).weight_decay(0.01)), nullptr,
+  optim::MixedPrecisionOptimizer opt(optim::megatron_param_groups(*net),
+                                     optim::adamw(optim::AdamWOptions(1e-2).weight_decay(0.01)), nullptr,
                                      {.clip_grad = 1.0});
-  train::ParamSchedulerOptions so;
+  optim::ParamSchedulerOptions so;
   so.max_lr = 1e-2, so.min_lr = 1e-3, so.lr_decay_style = "cosine", so.start_wd = so.end_wd = 0.01;
-  train::set_schedule_steps(so, {.train_iters = a.iters, .global_batch_size = 8, .lr_warmup_iters = 2});
-  train::OptimizerParamScheduler sched(&opt.optimizer(), so, opt.group_schedules());
+  optim::set_schedule_steps(so, {.train_iters = a.iters, .global_batch_size = 8, .lr_warmup_iters = 2});
+  optim::OptimizerParamScheduler sched(&opt.optimizer(), so, opt.group_schedules());
   train::TrainerOptions o;
   o.train_iters = a.iters;
   o.global_batch_size = 8;
@@ -74,7 +74,7 @@ int run(const Args& a) {
   o.save_interval = a.save_interval;
   o.exit_interval = a.exit_interval;
   o.exit_signal_handler = a.exit_signal_handler;
-  if (!a.save.empty()) o.metrics_file = a.save + "/metrics.jsonl", o.curve_file = a.save + "/curves.png";
+  if (!a.save.empty()) o.metrics_file = a.save + "/metrics.jsonl";
   train::Trainer trainer(*net, opt, sched, o);
   if (auto c = trainer.load()) std::printf("loaded %s at iteration %lld\n", c->where.c_str(),
                                            static_cast<long long>(trainer.progress().iteration));

@@ -28,13 +28,13 @@ std::vector<float> train_toy(train::DataParallel dp, Mode mode) {
     ddp = std::make_unique<dist::DistributedDataParallel>(net.ptr(), *dp.group);
     dp.ddp = ddp.get();
   }
-  train::MixedPrecisionOptimizer opt(
-      train::megatron_param_groups(*net), train::adamw(optim::AdamWOptions(1e-2)), nullptr,
+  optim::MixedPrecisionOptimizer opt(
+      optim::megatron_param_groups(*net), optim::adamw(optim::AdamWOptions(1e-2)), nullptr,
       {.clip_grad = 1.0, .accumulate_allreduce_grads_in_fp32 = mode == Mode::bf16_fp32_accumulation});
-  train::ParamSchedulerOptions so;
+  optim::ParamSchedulerOptions so;
   so.max_lr = 1e-2, so.lr_decay_style = "cosine", so.start_wd = so.end_wd = 0.01;
-  train::set_schedule_steps(so, {.train_iters = 6, .global_batch_size = 8, .lr_warmup_iters = 1});
-  train::OptimizerParamScheduler sched(&opt.optimizer(), so, opt.group_schedules());
+  optim::set_schedule_steps(so, {.train_iters = 6, .global_batch_size = 8, .lr_warmup_iters = 1});
+  optim::OptimizerParamScheduler sched(&opt.optimizer(), so, opt.group_schedules());
   train::TrainerOptions o;
   o.train_iters = 6;
   o.global_batch_size = 8;

@@ -15,6 +15,12 @@
 // and the scale halved; after growth_interval clean steps it doubles.
 // bf16 has f32's exponent range and needs no scaler (enabled=false makes
 // every call a pass-through, so one training loop serves both).
+//
+// The scale itself is optim::DynamicLossScaler, the one loss-scale state
+// machine (Megatron's --fp16 scaler), with torch's settings: hysteresis 1
+// (back off on every inf/NaN step), no minimum scale, and the scale kept
+// in f32 as torch keeps it. What GradScaler adds is torch's protocol:
+// scale(loss), unscale_ the optimizer's gradients, skip or step, update.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "qk/optim/loss_scaler.h"
 #include "qk/optim/optimizer.h"
 #include "qk/tensor/tensor.h"
 
@@ -51,11 +58,11 @@ class GradScaler {
   // steps. Starts the next step.
   void update();
 
-  double get_scale() const { return scale_; }
+  double get_scale() const { return scaler_.scale(); }
   bool is_enabled() const { return opts_.enabled; }
   // True when the last unscale_ found inf or NaN.
   bool found_inf() const { return found_inf_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
+  int64_t growth_tracker() const { return scaler_.growth_tracker(); }
 
   // For checkpoints: scale, growth_tracker and the options.
   std::map<std::string, double> state_dict() const;
@@ -63,20 +70,9 @@ class GradScaler {
 
  private:
   GradScalerOptions opts_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
+  optim::DynamicLossScaler scaler_;
   bool unscaled_ = false;
   bool found_inf_ = false;
 };
-
-// Gradients on accelerators: each multiplied by inv (skipped at 1; f16 and
-// bf16 through f32), checked for inf/NaN and, with squares, their squares
-// summed in f64, all on their devices' kernels with a read back per device
-// (GradScaler's device path, and MixedPrecisionOptimizer's).
-struct DeviceUnscaleResult {
-  bool found_inf = false;
-  double sum_squares = 0;
-};
-DeviceUnscaleResult unscale_and_check_on_device(const std::vector<Tensor>& grads, double inv, bool squares);
 
 }  // namespace qk::amp

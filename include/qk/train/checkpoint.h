@@ -39,9 +39,9 @@
 #include "qk/base/checkpoint_dir.h"
 #include "qk/nn/module.h"
 #include "qk/nn/safetensors.h"
-#include "qk/train/lr_schedule.h"
-#include "qk/train/mixed_precision_optimizer.h"
-#include "qk/train/model_parallel.h"
+#include "qk/optim/optimizer_param_scheduler.h"
+#include "qk/optim/mixed_precision_optimizer.h"
+#include "qk/parallel/model_parallel.h"
 #include "qk/train/step_runner.h"
 
 namespace qk::train {
@@ -63,8 +63,8 @@ struct RngState {
 // What is saved and restored; null members are left out.
 struct TrainState {
   nn::Module* model = nullptr;
-  MixedPrecisionOptimizer* optimizer = nullptr;
-  OptimizerParamScheduler* scheduler = nullptr;
+  optim::MixedPrecisionOptimizer* optimizer = nullptr;
+  optim::OptimizerParamScheduler* scheduler = nullptr;
 };
 
 struct CheckpointMeta {
@@ -89,7 +89,7 @@ std::vector<RngState> gather_rng_states(const DataParallel& dp);
 
 // Every tensor-parallel rank's dropout-generator state, rank order (empty
 // without a generator). Collective over tp.group.
-std::vector<RngState> gather_tensor_parallel_rng_states(const TensorParallel& tp);
+std::vector<RngState> gather_tensor_parallel_rng_states(const parallel::TensorParallel& tp);
 
 // What a checkpoint stores of a TrainState's model and optimizer: whole
 // tensors by name. Without tensor parallelism the model's state dict and
@@ -97,9 +97,9 @@ std::vector<RngState> gather_tensor_parallel_rng_states(const TensorParallel& tp
 // (collective: every rank of tp.group calls it).
 struct TrainTensors {
   nn::TensorMap weights;
-  std::optional<MixedPrecisionOptimizer::StateByName> optimizer;  // when the TrainState has one
+  std::optional<optim::MixedPrecisionOptimizer::StateByName> optimizer;  // when the TrainState has one
 };
-TrainTensors train_tensors(const TrainState& s, const TensorParallel& tp = {});
+TrainTensors train_tensors(const TrainState& s, const parallel::TensorParallel& tp = {});
 
 // Pipeline parallelism: every stage's whole tensors (the tied embedding
 // copy left out) and its generators into stage 0's `t` and `m` (pp_rng, and
@@ -107,15 +107,16 @@ TrainTensors train_tensors(const TrainState& s, const TensorParallel& tp = {});
 // `opt` (when the tensors hold its state): its groups' parameter counts are
 // summed over the stages. Collective over pp.group (point to point to
 // stage 0); a no-op for one stage.
-void gather_pipeline_stages(TrainTensors& t, CheckpointMeta& m, const PipelineParallel& pp,
-                            const MixedPrecisionOptimizer* opt = nullptr);
+void gather_pipeline_stages(TrainTensors& t, CheckpointMeta& m, const parallel::PipelineParallel& pp,
+                            const optim::MixedPrecisionOptimizer* opt = nullptr);
 
 // Expert parallelism: every expert-parallel rank's routed experts (weights,
 // optimizer tensors and their "KEY/NAME" metadata) into rank 0's `t`, the
 // optimizer groups' "group.G.num_params" counting them (`opt`: whose
 // groups, when the tensors hold its state). Collective over ep.ep (point to
 // point to its rank 0); run before gather_pipeline_stages; a no-op for one rank.
-void gather_expert_parallel(TrainTensors& t, const ExpertParallel& ep, const MixedPrecisionOptimizer* opt = nullptr);
+void gather_expert_parallel(TrainTensors& t, const parallel::ExpertParallel& ep,
+                            const optim::MixedPrecisionOptimizer* opt = nullptr);
 
 // Writes the weights and optimizer files into `dir` (each under a temporary
 // name, then renamed) and returns the checkpoint's JSON, which names them.
@@ -136,13 +137,13 @@ struct LoadOptions {
   // Tensor parallelism: each rank keeps its shards of the whole tensors and
   // takes its rank's dropout generator (when the checkpoint has one per rank
   // of this size; another layout's generators are left as seeded).
-  const TensorParallel* tp = nullptr;
+  const parallel::TensorParallel* tp = nullptr;
   // Pipeline parallelism: each stage takes its own parameters from the
   // whole tensors (the tied copy from pp->tied_source) and its own
   // generators when the checkpoint has one per stage of this size.
-  const PipelineParallel* pp = nullptr;
+  const parallel::PipelineParallel* pp = nullptr;
   // Expert parallelism: each rank takes its own experts from the whole tensors.
-  const ExpertParallel* ep = nullptr;
+  const parallel::ExpertParallel* ep = nullptr;
 };
 
 struct LoadedCheckpoint {

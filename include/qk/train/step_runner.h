@@ -29,8 +29,8 @@
 
 #include "qk/dist/ddp.h"
 #include "qk/dist/process_group.h"
-#include "qk/train/lr_schedule.h"
-#include "qk/train/mixed_precision_optimizer.h"
+#include "qk/optim/optimizer_param_scheduler.h"
+#include "qk/optim/mixed_precision_optimizer.h"
 
 namespace qk::train {
 
@@ -80,10 +80,10 @@ struct StepStats {
 
 class StepRunner {
  public:
-  StepRunner(MixedPrecisionOptimizer& opt, DataParallel dp = {}, StepRunnerOptions o = {});
+  StepRunner(optim::MixedPrecisionOptimizer& opt, DataParallel dp = {}, StepRunnerOptions o = {});
   // The schedule advanced by `increment` steps after each successful update
   // (Megatron: the global batch size in samples).
-  void set_scheduler(OptimizerParamScheduler* scheduler, int64_t increment);
+  void set_scheduler(optim::OptimizerParamScheduler* scheduler, int64_t increment);
 
   StepStats step(const ForwardStep& forward_step);
   // Forward only, without gradients, over `microbatches` micro-batches;
@@ -92,14 +92,14 @@ class StepRunner {
 
   const StepRunnerOptions& options() const { return o_; }
   const DataParallel& data_parallel() const { return dp_; }
-  MixedPrecisionOptimizer& optimizer() { return opt_; }
+  optim::MixedPrecisionOptimizer& optimizer() { return opt_; }
 
  private:
   std::map<std::string, double> reduce(const std::map<std::string, Metric>& m) const;
-  MixedPrecisionOptimizer& opt_;
+  optim::MixedPrecisionOptimizer& opt_;
   DataParallel dp_;
   StepRunnerOptions o_;
-  OptimizerParamScheduler* sched_ = nullptr;
+  optim::OptimizerParamScheduler* sched_ = nullptr;
   int64_t increment_ = 0;
 };
 

@@ -8,7 +8,7 @@
 //   o.train_iters = 1000;  o.global_batch_size = 64;  o.micro_batch_size = 4;
 //   o.log_interval = 10;  o.eval_interval = 100;  o.eval_iters = 10;
 //   o.save = o.load = "ckpt";  o.save_interval = 100;  o.exit_signal_handler = true;
-//   o.metrics_file = "ckpt/metrics.jsonl";  o.curve_file = "ckpt/curves.png";
+//   o.metrics_file = "ckpt/metrics.jsonl";
 //   qk::train::Trainer trainer(*model, opt, sched, o, dp);
 //   trainer.load();                                      // every rank, before the data
 //   auto train_data = make_iterator(trainer.progress().consumed_train_samples);
@@ -25,11 +25,12 @@
 // every eval_interval an evaluation; then, in this order, the exit signal
 // (save and stop), save_interval (save), exit_duration_in_mins (save unless
 // just saved, stop), exit_interval (the same). At the end of train_iters a
-// last checkpoint unless one was just written. Rank 0 writes checkpoints,
-// the metrics file and the curves; all ranks read checkpoints and must
-// agree on the iteration they resumed at.
+// last checkpoint unless one was just written. Rank 0 writes checkpoints
+// and the metrics file (and hands the metrics to on_metrics, where a recipe
+// draws its curves); all ranks read checkpoints and must agree on the
+// iteration they resumed at.
 //
-// With model parallelism (ModelParallel, qk/train/model_parallel.h) the
+// With model parallelism (ModelParallel, qk/parallel/model_parallel.h) the
 // data-parallel group is one of several: rank 0 of mp.world writes, all of
 // its ranks agree on the iteration and on exits, checkpoints gather and
 // scatter tensor-parallel shards by name, and LogStats::comm reports the
@@ -47,10 +48,10 @@
 #include "qk/base/checkpoint_dir.h"
 #include "qk/nn/module.h"
 #include "qk/train/checkpoint.h"
-#include "qk/train/lr_schedule.h"
+#include "qk/optim/optimizer_param_scheduler.h"
 #include "qk/train/metrics_log.h"
-#include "qk/train/mixed_precision_optimizer.h"
-#include "qk/train/model_parallel.h"
+#include "qk/optim/mixed_precision_optimizer.h"
+#include "qk/parallel/model_parallel.h"
 #include "qk/train/step_runner.h"
 #include "qk/train/traffic_meter.h"
 
@@ -80,8 +81,6 @@ struct TrainerOptions {
   int exit_signal = SIGTERM;
 
   std::string metrics_file;       // JSONL ("": none)
-  std::string curve_file;         // PNG of loss and learning rate ("": none)
-  std::string curve_title = "training";
   int64_t tokens_per_sample = 0;  // for tokens/s (the sequence length)
   double flops_per_sample = 0;    // for achieved TFLOP/s per rank
   std::string args_json = "{}";   // saved in each checkpoint
@@ -129,6 +128,9 @@ struct TrainerCallbacks {
   std::function<void(int64_t iteration, const StepStats&)> on_step;  // every iteration
   std::function<std::string()> user_state;           // JSON saved with each checkpoint
   std::function<void(const CheckpointInfo&)> on_save;  // rank 0, after a commit
+  // Rank 0 of the job, with a metrics file: the records so far, after each
+  // checkpoint and at the end (recipes::plot_metrics draws them as curves).
+  std::function<void(const MetricsLog&)> on_metrics;
 };
 
 // Steps the Trainer runs in place of its StepRunner (pipeline parallelism,
@@ -141,6 +143,10 @@ struct CustomSteps {
   std::function<std::map<std::string, double>(int64_t microbatches)> evaluate;
 };
 
+// Whether a value of a "train" record in the metrics file is a loss (the
+// losses of LogStats) rather than one of the trainer's statistics.
+bool is_loss_field(const std::string& key);
+
 enum class ExitReason { finished, exit_interval, exit_duration, signal };
 const char* exit_reason_name(ExitReason r);
 
@@ -152,8 +158,8 @@ struct TrainResult {
 
 class Trainer {
  public:
-  Trainer(nn::Module& model, MixedPrecisionOptimizer& optimizer, OptimizerParamScheduler& scheduler,
-          TrainerOptions o, DataParallel dp = {}, ModelParallel mp = {});
+  Trainer(nn::Module& model, optim::MixedPrecisionOptimizer& optimizer, optim::OptimizerParamScheduler& scheduler,
+          TrainerOptions o, DataParallel dp = {}, parallel::ModelParallel mp = {});
   ~Trainer();
 
   // Resumes from options().load when it holds a checkpoint (every rank; the
@@ -179,15 +185,14 @@ class Trainer {
   const std::string& loaded_user_state() const { return loaded_user_; }
 
  private:
-  void write_curves() const;
   // Every rank of the job (the data-parallel group without model parallelism).
-  DataParallel job() const { return {job_group(mp_, dp_.group), nullptr}; }
+  DataParallel job() const { return {parallel::job_group(mp_, dp_.group), nullptr}; }
   nn::Module& model_;
-  MixedPrecisionOptimizer& opt_;
-  OptimizerParamScheduler& sched_;
+  optim::MixedPrecisionOptimizer& opt_;
+  optim::OptimizerParamScheduler& sched_;
   TrainerOptions o_;
   DataParallel dp_;
-  ModelParallel mp_;
+  parallel::ModelParallel mp_;
   TrafficMeter traffic_;
   std::unique_ptr<StepRunner> runner_;
   CustomSteps custom_;

@@ -245,6 +245,10 @@ struct TransformerConfig {
   // Idempotent. GPTModel validates its own copy.
   void validate();
   void validate_moe();  // part of validate(): the MoE fields
+  // The MoE routing rules alone (top-k, groups, score function, load
+  // balancing, capacity): validate_moe's, which TopKRouter applies to its
+  // config too, so they are written once.
+  void check_moe_routing() const;
   void validate_mla();  // part of validate(): the multi-latent attention fields
 
   // Queries on a validated config.

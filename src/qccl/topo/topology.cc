@@ -253,108 +253,110 @@ std::string Path::label() const {
   return path_class_name(cls);
 }
 
-void validate(const Topology& t) {
-  QK_CHECK(!t.hosts.empty(), "hosts: expected at least one host");
-  for (size_t hi = 0; hi < t.hosts.size(); ++hi) {
-    const Host& h = t.hosts[hi];
-    std::string hw = fmt::format("hosts[{}]", hi);
-    QK_CHECK(!h.name.empty(), hw, ".name: expected a non-empty host name");
-    QK_CHECK(h.name.find('/') == std::string::npos, hw, ".name: '", h.name,
-             "' may not contain '/' (network links name nodes as host/node)");
-    for (size_t hj = 0; hj < hi; ++hj)
-      QK_CHECK(t.hosts[hj].name != h.name, hw, ".name: host '", h.name, "' is also hosts[", hj, "]");
-    std::map<std::string, int> ids;
-    std::map<std::pair<int, int>, int> indices;  // (type, index) -> node
-    for (size_t ni = 0; ni < h.nodes.size(); ++ni) {
-      const Node& nd = h.nodes[ni];
-      std::string nw = fmt::format("{}.nodes[{}]", hw, ni);
-      QK_CHECK(!nd.id.empty(), nw, ".id: expected a non-empty id");
-      QK_CHECK(nd.id.find('/') == std::string::npos, nw, ".id: '", nd.id, "' may not contain '/'");
-      auto [it, fresh] = ids.emplace(nd.id, static_cast<int>(ni));
-      QK_CHECK(fresh, nw, ".id: '", nd.id, "' is also ", hw, ".nodes[", it->second, "] (ids must be unique in a host)");
-      if (nd.type == NodeType::kGpu || nd.type == NodeType::kNic || nd.type == NodeType::kNuma) {
-        QK_CHECK(nd.index >= 0, nw, ".index: expected an index >= 0 for ", node_type_name(nd.type),
-                 " '", nd.id, "', got ", nd.index);
-        auto [jt, fresh_i] = indices.emplace(std::make_pair(static_cast<int>(nd.type), nd.index),
-                                             static_cast<int>(ni));
-        QK_CHECK(fresh_i, nw, ".index: ", node_type_name(nd.type), " index ", nd.index,
-                 " is also used by '", h.nodes[jt->second].id, "'");
-      }
-    }
-    for (size_t ni = 0; ni < h.nodes.size(); ++ni) {
-      const Node& nd = h.nodes[ni];
-      if (nd.type != NodeType::kNuma || nd.package.empty()) continue;
-      auto it = ids.find(nd.package);
-      QK_CHECK(it != ids.end(), hw, ".nodes[", ni, "].package: no node '", nd.package, "' in host '",
-               h.name, "'");
-      QK_CHECK(h.nodes[it->second].type == NodeType::kPackage, hw, ".nodes[", ni, "].package: '",
-               nd.package, "' is a ", node_type_name(h.nodes[it->second].type), ", not a package");
-    }
-    // Links: ends exist, types fit, and the PCI links form a tree (union-find).
-    std::vector<int> uf(h.nodes.size());
-    std::iota(uf.begin(), uf.end(), 0);
-    std::function<int(int)> find = [&](int x) { return uf[x] == x ? x : uf[x] = find(uf[x]); };
-    for (size_t li = 0; li < h.links.size(); ++li) {
-      const Link& l = h.links[li];
-      std::string lw = fmt::format("{}.links[{}]", hw, li);
-      QK_CHECK(l.type != LinkType::kNetwork, lw, ".type: 'network' links join hosts; put them in "
-               "the top-level 'network' list as {\"a\": \"host/nic\", \"b\": \"host/nic\"}");
-      auto ia = ids.find(l.a), ib = ids.find(l.b);
-      QK_CHECK(ia != ids.end(), lw, ".a: no node '", l.a, "' in host '", h.name, "'");
-      QK_CHECK(ib != ids.end(), lw, ".b: no node '", l.b, "' in host '", h.name, "'");
-      QK_CHECK(l.a != l.b, lw, ": links '", l.a, "' to itself");
-      QK_CHECK(l.count >= 1, lw, ".count: expected >= 1 bonded links, got ", l.count);
-      QK_CHECK(l.gbps > 0, lw, ".gbps: expected a bandwidth > 0 GB/s, got ", l.gbps);
-      NodeType ta = h.nodes[ia->second].type, tb = h.nodes[ib->second].type;
-      auto both = [&](auto pred) { return pred(ta) && pred(tb); };
-      switch (l.type) {
-        case LinkType::kNvLink:
-        case LinkType::kMtLink:
-          QK_CHECK(ta == NodeType::kGpu && tb == NodeType::kGpu, lw, ".type: a ",
-                   link_type_name(l.type), " link joins two GPUs, not a ", node_type_name(ta),
-                   " and a ", node_type_name(tb));
-          break;
-        case LinkType::kPcie:
-          QK_CHECK(both(is_pci), lw, ".type: a pcie link joins host bridges, PCI switches, GPUs "
-                   "and NICs, not a ", node_type_name(ta), " and a ", node_type_name(tb));
-          break;
-        case LinkType::kHostBridge:
-          QK_CHECK((ta == NodeType::kNuma) != (tb == NodeType::kNuma) &&
-                       (is_pci(ta) || is_pci(tb)),
-                   lw, ".type: a host_bridge link joins a NUMA node to a host bridge (or a device "
-                   "on the root complex), not a ", node_type_name(ta), " and a ", node_type_name(tb));
-          break;
-        case LinkType::kInterSocket:
-          QK_CHECK(both([](NodeType x) { return x == NodeType::kPackage || x == NodeType::kNuma; }),
-                   lw, ".type: an inter_socket link joins packages or NUMA nodes, not a ",
-                   node_type_name(ta), " and a ", node_type_name(tb));
-          break;
-        case LinkType::kNetwork: break;
-      }
-      if (!in_pci_tree(l.type)) continue;
-      int ra = find(ia->second), rb = find(ib->second);
-      QK_CHECK(ra != rb, lw, ": the ", link_type_name(l.type), " link ", l.a, " - ", l.b,
-               " closes a cycle: both are already connected through PCI links; the PCI "
-               "hierarchy must be a tree");
-      uf[ra] = rb;
-    }
-    // Each PCI tree hangs off exactly one NUMA node; every device is in one.
-    std::map<int, int> numa_of_tree;
-    for (size_t ni = 0; ni < h.nodes.size(); ++ni) {
-      if (h.nodes[ni].type != NodeType::kNuma) continue;
-      auto [it, fresh] = numa_of_tree.emplace(find(static_cast<int>(ni)), static_cast<int>(ni));
-      QK_CHECK(fresh, hw, ": NUMA nodes '", h.nodes[it->second].id, "' and '", h.nodes[ni].id,
-               "' are joined through PCI links; each PCI tree hangs off one NUMA node");
-    }
-    for (size_t ni = 0; ni < h.nodes.size(); ++ni) {
-      const Node& nd = h.nodes[ni];
-      if (!is_device(nd.type)) continue;
-      QK_CHECK(numa_of_tree.count(find(static_cast<int>(ni))), hw, ".nodes[", ni, "]: ",
-               node_type_name(nd.type), " '", nd.id, "' is not connected to any NUMA node through "
-               "pcie/host_bridge links");
+namespace {
+
+// A host's nodes: ids unique and free of '/', GPU/NIC/NUMA indices unique,
+// NUMA nodes' packages real. Returns id -> node index.
+std::map<std::string, int> validate_nodes(const Host& h, const std::string& hw) {
+  std::map<std::string, int> ids;
+  std::map<std::pair<int, int>, int> indices;  // (type, index) -> node
+  for (size_t ni = 0; ni < h.nodes.size(); ++ni) {
+    const Node& nd = h.nodes[ni];
+    std::string nw = fmt::format("{}.nodes[{}]", hw, ni);
+    QK_CHECK(!nd.id.empty(), nw, ".id: expected a non-empty id");
+    QK_CHECK(nd.id.find('/') == std::string::npos, nw, ".id: '", nd.id, "' may not contain '/'");
+    auto [it, fresh] = ids.emplace(nd.id, static_cast<int>(ni));
+    QK_CHECK(fresh, nw, ".id: '", nd.id, "' is also ", hw, ".nodes[", it->second, "] (ids must be unique in a host)");
+    if (nd.type == NodeType::kGpu || nd.type == NodeType::kNic || nd.type == NodeType::kNuma) {
+      QK_CHECK(nd.index >= 0, nw, ".index: expected an index >= 0 for ", node_type_name(nd.type),
+               " '", nd.id, "', got ", nd.index);
+      auto [jt, fresh_i] = indices.emplace(std::make_pair(static_cast<int>(nd.type), nd.index),
+                                           static_cast<int>(ni));
+      QK_CHECK(fresh_i, nw, ".index: ", node_type_name(nd.type), " index ", nd.index,
+               " is also used by '", h.nodes[jt->second].id, "'");
     }
   }
-  // Network links, and every pair of hosts with devices joined directly.
+  for (size_t ni = 0; ni < h.nodes.size(); ++ni) {
+    const Node& nd = h.nodes[ni];
+    if (nd.type != NodeType::kNuma || nd.package.empty()) continue;
+    auto it = ids.find(nd.package);
+    QK_CHECK(it != ids.end(), hw, ".nodes[", ni, "].package: no node '", nd.package, "' in host '",
+             h.name, "'");
+    QK_CHECK(h.nodes[it->second].type == NodeType::kPackage, hw, ".nodes[", ni, "].package: '",
+             nd.package, "' is a ", node_type_name(h.nodes[it->second].type), ", not a package");
+  }
+  return ids;
+}
+
+// A host's links: ends exist, types fit, the PCI links form trees (union-find),
+// each hanging off exactly one NUMA node, and every device is in one.
+void validate_links(const Host& h, const std::string& hw, const std::map<std::string, int>& ids) {
+  std::vector<int> uf(h.nodes.size());
+  std::iota(uf.begin(), uf.end(), 0);
+  std::function<int(int)> find = [&](int x) { return uf[x] == x ? x : uf[x] = find(uf[x]); };
+  for (size_t li = 0; li < h.links.size(); ++li) {
+    const Link& l = h.links[li];
+    std::string lw = fmt::format("{}.links[{}]", hw, li);
+    QK_CHECK(l.type != LinkType::kNetwork, lw, ".type: 'network' links join hosts; put them in "
+             "the top-level 'network' list as {\"a\": \"host/nic\", \"b\": \"host/nic\"}");
+    auto ia = ids.find(l.a), ib = ids.find(l.b);
+    QK_CHECK(ia != ids.end(), lw, ".a: no node '", l.a, "' in host '", h.name, "'");
+    QK_CHECK(ib != ids.end(), lw, ".b: no node '", l.b, "' in host '", h.name, "'");
+    QK_CHECK(l.a != l.b, lw, ": links '", l.a, "' to itself");
+    QK_CHECK(l.count >= 1, lw, ".count: expected >= 1 bonded links, got ", l.count);
+    QK_CHECK(l.gbps > 0, lw, ".gbps: expected a bandwidth > 0 GB/s, got ", l.gbps);
+    NodeType ta = h.nodes[ia->second].type, tb = h.nodes[ib->second].type;
+    auto both = [&](auto pred) { return pred(ta) && pred(tb); };
+    switch (l.type) {
+      case LinkType::kNvLink:
+      case LinkType::kMtLink:
+        QK_CHECK(ta == NodeType::kGpu && tb == NodeType::kGpu, lw, ".type: a ",
+                 link_type_name(l.type), " link joins two GPUs, not a ", node_type_name(ta),
+                 " and a ", node_type_name(tb));
+        break;
+      case LinkType::kPcie:
+        QK_CHECK(both(is_pci), lw, ".type: a pcie link joins host bridges, PCI switches, GPUs "
+                 "and NICs, not a ", node_type_name(ta), " and a ", node_type_name(tb));
+        break;
+      case LinkType::kHostBridge:
+        QK_CHECK((ta == NodeType::kNuma) != (tb == NodeType::kNuma) &&
+                     (is_pci(ta) || is_pci(tb)),
+                 lw, ".type: a host_bridge link joins a NUMA node to a host bridge (or a device "
+                 "on the root complex), not a ", node_type_name(ta), " and a ", node_type_name(tb));
+        break;
+      case LinkType::kInterSocket:
+        QK_CHECK(both([](NodeType x) { return x == NodeType::kPackage || x == NodeType::kNuma; }),
+                 lw, ".type: an inter_socket link joins packages or NUMA nodes, not a ",
+                 node_type_name(ta), " and a ", node_type_name(tb));
+        break;
+      case LinkType::kNetwork: break;
+    }
+    if (!in_pci_tree(l.type)) continue;
+    int ra = find(ia->second), rb = find(ib->second);
+    QK_CHECK(ra != rb, lw, ": the ", link_type_name(l.type), " link ", l.a, " - ", l.b,
+             " closes a cycle: both are already connected through PCI links; the PCI "
+             "hierarchy must be a tree");
+    uf[ra] = rb;
+  }
+  // Each PCI tree hangs off exactly one NUMA node; every device is in one.
+  std::map<int, int> numa_of_tree;
+  for (size_t ni = 0; ni < h.nodes.size(); ++ni) {
+    if (h.nodes[ni].type != NodeType::kNuma) continue;
+    auto [it, fresh] = numa_of_tree.emplace(find(static_cast<int>(ni)), static_cast<int>(ni));
+    QK_CHECK(fresh, hw, ": NUMA nodes '", h.nodes[it->second].id, "' and '", h.nodes[ni].id,
+             "' are joined through PCI links; each PCI tree hangs off one NUMA node");
+  }
+  for (size_t ni = 0; ni < h.nodes.size(); ++ni) {
+    const Node& nd = h.nodes[ni];
+    if (!is_device(nd.type)) continue;
+    QK_CHECK(numa_of_tree.count(find(static_cast<int>(ni))), hw, ".nodes[", ni, "]: ",
+             node_type_name(nd.type), " '", nd.id, "' is not connected to any NUMA node through "
+             "pcie/host_bridge links");
+  }
+}
+
+// Network links join NICs of two hosts; every pair of hosts with GPUs is joined.
+void validate_network(const Topology& t) {
   size_t nh = t.hosts.size();
   std::vector<std::vector<bool>> joined(nh, std::vector<bool>(nh, false));
   for (size_t li = 0; li < t.network.size(); ++li) {
@@ -390,6 +392,23 @@ void validate(const Topology& t) {
     for (size_t b = a + 1; b < nh; ++b)
       QK_CHECK(!has_gpu(a) || !has_gpu(b) || joined[a][b], "network: hosts '", t.hosts[a].name,
                "' and '", t.hosts[b].name, "' both have GPUs but no network link joins their NICs");
+}
+
+}  // namespace
+
+void validate(const Topology& t) {
+  QK_CHECK(!t.hosts.empty(), "hosts: expected at least one host");
+  for (size_t hi = 0; hi < t.hosts.size(); ++hi) {
+    const Host& h = t.hosts[hi];
+    const std::string hw = fmt::format("hosts[{}]", hi);
+    QK_CHECK(!h.name.empty(), hw, ".name: expected a non-empty host name");
+    QK_CHECK(h.name.find('/') == std::string::npos, hw, ".name: '", h.name,
+             "' may not contain '/' (network links name nodes as host/node)");
+    for (size_t hj = 0; hj < hi; ++hj)
+      QK_CHECK(t.hosts[hj].name != h.name, hw, ".name: host '", h.name, "' is also hosts[", hj, "]");
+    validate_links(h, hw, validate_nodes(h, hw));
+  }
+  validate_network(t);
 }
 
 std::vector<int> Analysis::gpus() const {

@@ -37,33 +37,11 @@ bool is_aux_loss_type(MoELoadBalancing type) {
 
 TopKRouterImpl::TopKRouterImpl(const TransformerConfig& c, int64_t layer_number)
     : config_(c), layer_number_(layer_number) {
-  const int64_t e = c.num_moe_experts, k = c.moe_router_topk;
+  const int64_t e = c.num_moe_experts;
   QK_CHECK(e >= 1 && c.hidden_size >= 1, "TopKRouter: needs num_moe_experts (--num-experts) and hidden_size, got ", e,
            " and ", c.hidden_size);
-  QK_CHECK(k >= 1 && k <= e, "moe_router_topk (--moe-router-topk ", k, ") must be between 1 and num_moe_experts (", e,
-           ")");
-  if (c.moe_router_num_groups > 0)
-    QK_CHECK(e % c.moe_router_num_groups == 0 && c.moe_router_group_topk >= 1 &&
-                 c.moe_router_group_topk <= c.moe_router_num_groups &&
-                 k <= c.moe_router_group_topk * (e / c.moe_router_num_groups),
-             "group-limited routing: moe_router_num_groups ", c.moe_router_num_groups, " and moe_router_group_topk ",
-             c.moe_router_group_topk, " cannot hold moe_router_topk ", k, " of ", e, " experts");
-  QK_CHECK(!c.moe_router_enable_expert_bias || c.moe_router_score_function == MoEScoreFunction::sigmoid,
-           "moe_router_enable_expert_bias (--moe-router-enable-expert-bias) needs moe_router_score_function sigmoid "
-           "(--moe-router-score-function sigmoid): aux-loss-free routing biases sigmoid scores only, as Megatron");
-  QK_CHECK(!(k == 1 && c.moe_router_score_function == MoEScoreFunction::softmax && !c.moe_router_pre_softmax &&
-             c.moe_router_load_balancing_type != MoELoadBalancing::sinkhorn),
-           "moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax "
-           "(--moe-router-pre-softmax): a softmax over the one chosen logit is always 1 and trains nothing");
-  QK_CHECK(!(c.moe_router_load_balancing_type == MoELoadBalancing::sinkhorn && c.moe_aux_loss_coeff > 0),
-           "moe_router_load_balancing_type sinkhorn takes no moe_aux_loss_coeff (--moe-aux-loss-coeff ",
-           c.moe_aux_loss_coeff, "): set it to 0");
+  c.check_moe_routing();
   num_devices_ = c.moe_router_num_groups > 0 ? c.moe_router_num_groups : c.expert_model_parallel_size;
-  QK_CHECK(num_devices_ >= 1 && e % num_devices_ == 0, "TopKRouter: ", e, " experts do not split into ", num_devices_,
-           " device groups (moe_router_num_groups, else expert_model_parallel_size)");
-  if (c.moe_expert_capacity_factor)
-    QK_CHECK(*c.moe_expert_capacity_factor > 0, "moe_expert_capacity_factor (--moe-expert-capacity-factor) must be "
-             "positive, got ", *c.moe_expert_capacity_factor);
 
   weight = register_parameter("weight", empty({e, c.hidden_size}));
   init_normal(weight, c);
