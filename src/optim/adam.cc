@@ -3,7 +3,7 @@
 #include <functional>
 
 #include "qk/autograd/autograd.h"
-#include "qk/optim/kernels.h"
+#include "qk/tensor/ops/optimizer.h"
 #include "options_map.h"
 
 namespace qk::optim {
@@ -55,7 +55,7 @@ void adam_step(std::vector<std::vector<Tensor>>& groups, const std::vector<O>& o
       if (o.amsgrad() && !st.tensors.count("max_exp_avg_sq"))
         st.tensors["max_exp_avg_sq"] = zeros_like(p);
       ++st.step;
-      AdamStepArgs a;
+      ops::AdamStepArgs a;
       a.lr = o.lr();
       a.beta1 = std::get<0>(o.betas());
       a.beta2 = std::get<1>(o.betas());
@@ -64,7 +64,7 @@ void adam_step(std::vector<std::vector<Tensor>>& groups, const std::vector<O>& o
       a.step = st.step;
       a.decoupled = decoupled;
       a.amsgrad = o.amsgrad();
-      adam_step_kernel.get(p.device())(p, g, st.tensors["exp_avg"], st.tensors["exp_avg_sq"],
+      ops::adam_step_kernel.get(p.device())(p, g, st.tensors["exp_avg"], st.tensors["exp_avg_sq"],
                                        o.amsgrad() ? st.tensors["max_exp_avg_sq"] : Tensor(), a);
       p.bump_version();
     }

@@ -1,7 +1,7 @@
 #include "qk/optim/sgd.h"
 
 #include "qk/autograd/autograd.h"
-#include "qk/optim/kernels.h"
+#include "qk/tensor/ops/optimizer.h"
 #include "options_map.h"
 
 namespace qk::optim {
@@ -49,14 +49,14 @@ void SGD::step() {
       Tensor g = kernel_grad_for(p, "SGD");
       if (!g.defined()) continue;
       ParamState& st = state(gi, i);
-      SgdStepArgs a{o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), false};
+      ops::SgdStepArgs a{o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), false};
       Tensor buf;
       if (o.momentum() != 0) {
         auto it = st.tensors.find("momentum_buffer");
         a.first_step = it == st.tensors.end();
         buf = a.first_step ? (st.tensors["momentum_buffer"] = empty_like(p)) : it->second;
       }
-      sgd_step_kernel.get(p.device())(p, g, buf, a);
+      ops::sgd_step_kernel.get(p.device())(p, g, buf, a);
       ++st.step;
       p.bump_version();
     }

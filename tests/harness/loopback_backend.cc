@@ -16,7 +16,7 @@
 #include "qk/tensor/ops/attention.h"
 #include "qk/tensor/ops/view.h"
 #include "op_kernel_tables.h"
-#include "qk/optim/kernels.h"
+#include "qk/tensor/ops/optimizer.h"
 
 namespace qk::harness {
 
@@ -252,8 +252,8 @@ struct Forward<Table, R(A...)> {
   X(ops::one_hot_kernel, ops::OneHotFn)                                    \
   X(ops::grouped_mm_kernel, ops::GroupedMmFn)                              \
   X(ops::grouped_mm_tn_kernel, ops::GroupedMmTnFn)                         \
-  X(optim::sgd_step_kernel, optim::SgdStepFn)                              \
-  X(optim::adam_step_kernel, optim::AdamStepFn)
+  X(ops::sgd_step_kernel, ops::SgdStepFn)                              \
+  X(ops::adam_step_kernel, ops::AdamStepFn)
 
 }  // namespace
 

@@ -100,6 +100,28 @@ enum : int {
   kReciprocal, kSin, kCos, kErf
 };
 
+// Integer powers exactly, by squaring: the device's pow(double) may land a
+// hair under an integer (3^1 as 2.9999...) and the cast would truncate it.
+// Negative exponents give what the CPU's truncated pow gives: 1 / x^-y
+// rounded toward zero (1 and -1 keep their magnitude, everything else 0).
+template <typename C>
+__device__ __forceinline__ C int_pow(C x, C y) {
+  if constexpr (std::is_same_v<C, bool>) {
+    return x || !y;
+  } else {
+    if constexpr (std::is_signed_v<C>) {
+      if (y < 0) return x == 1 ? C(1) : (x == C(-1) ? ((y & 1) ? C(-1) : C(1)) : C(0));
+    }
+    C r = 1;
+    while (y) {
+      if (y & 1) r *= x;
+      y >>= 1;
+      if (y) x *= x;
+    }
+    return r;
+  }
+}
+
 template <int Op, typename C>
 __device__ __forceinline__ C arith(C x, C y) {
   if constexpr (Op == kAdd) return x + y;
@@ -108,6 +130,7 @@ __device__ __forceinline__ C arith(C x, C y) {
   if constexpr (Op == kDiv) return x / y;
   if constexpr (Op == kPow) {
     if constexpr (std::is_same_v<C, float>) return powf(x, y);
+    else if constexpr (std::is_integral_v<C>) return int_pow(x, y);
     else return static_cast<C>(pow(static_cast<double>(x), static_cast<double>(y)));
   }
   if constexpr (Op == kMaximum) return (x != x || x > y) ? x : y;

@@ -1,7 +1,9 @@
-// Fused optimizer update kernels, one KernelTable per algorithm, so a GPU
-// backend plugs in its own fused kernels (see qk/tensor/dispatch.h):
+// Fused optimizer update kernels, one KernelTable per algorithm (as ATen
+// holds _fused_adam): tensor ops, so every backend registers its own with
+// its other kernels and any program that links a backend has them, whatever
+// else it links (qk::optim's SGD and Adam call them; see qk/tensor/dispatch.h):
 //
-//   qk::optim::adam_step_kernel.set(qk::DeviceType::cuda, &my_cuda_adam_step);
+//   qk::ops::adam_step_kernel.set(qk::DeviceType::cuda, &my_cuda_adam_step);
 //
 // Each kernel updates one parameter in a single pass over its memory
 // (param, grad and state are read once and written once); the CPU kernels
@@ -14,7 +16,7 @@
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/tensor.h"
 
-namespace qk::optim {
+namespace qk::ops {
 
 // PyTorch's SGD: g = grad + weight_decay * p; with momentum,
 // buf = first_step ? g : momentum * buf + (1 - dampening) * g, and
@@ -45,4 +47,4 @@ using AdamStepFn = void(const Tensor& param, const Tensor& grad, const Tensor& e
 QK_DECLARE_KERNEL(sgd_step_kernel, SgdStepFn);
 QK_DECLARE_KERNEL(adam_step_kernel, AdamStepFn);
 
-}  // namespace qk::optim
+}  // namespace qk::ops

@@ -1,4 +1,4 @@
-// The optimizers' kernel-table entries for CUDA tensors (qk/optim/kernels.h):
+// The optimizers' kernel-table entries for CUDA tensors (qk/tensor/ops/optimizer.h):
 // the per-step constants in double, as the CPU kernels compute them, then one
 // fused launch per parameter on its device's current stream.
 #include <cuda_runtime_api.h>
@@ -6,11 +6,11 @@
 #include <cmath>
 
 #include "qk/base/error.h"
-#include "qk/optim/kernels.h"
+#include "qk/tensor/ops/optimizer.h"
 #include "qk/tensor/cuda/stream.h"
-#include "steps.h"
+#include "optimizer_steps.h"
 
-namespace qk::optim::cuda {
+namespace qk::cuda {
 
 namespace {
 
@@ -30,13 +30,13 @@ class OnDevice {
   ~OnDevice() {
     if (prev_ != now_) cudaSetDevice(prev_);
   }
-  cudaStream_t stream() const { return reinterpret_cast<cudaStream_t>(qk::cuda::current_stream(now_).handle()); }
+  cudaStream_t stream() const { return reinterpret_cast<cudaStream_t>(current_stream(now_).handle()); }
 
  private:
   int prev_ = 0, now_ = 0;
 };
 
-void sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStepArgs& a) {
+void sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const ops::SgdStepArgs& a) {
   OnDevice on(p.device().index);
   const bool momentum = a.momentum != 0;
   SgdConsts c{a.lr, a.weight_decay, a.momentum, 1.0 - a.dampening, momentum, a.nesterov, a.first_step};
@@ -46,7 +46,7 @@ void sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep
 }
 
 void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
-               const AdamStepArgs& a) {
+               const ops::AdamStepArgs& a) {
   OnDevice on(p.device().index);
   const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.step));
   const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.step));
@@ -59,11 +59,11 @@ void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& 
 }
 
 [[maybe_unused]] const bool registered = [] {
-  sgd_step_kernel.set(DeviceType::cuda, &sgd_step);
-  adam_step_kernel.set(DeviceType::cuda, &adam_step);
+  ops::sgd_step_kernel.set(DeviceType::cuda, &sgd_step);
+  ops::adam_step_kernel.set(DeviceType::cuda, &adam_step);
   return true;
 }();
 
 }  // namespace
 
-}  // namespace qk::optim::cuda
+}  // namespace qk::cuda

@@ -1,6 +1,6 @@
-#include "steps.h"
+#include "optimizer_steps.h"
 
-namespace qk::optim::cuda {
+namespace qk::cuda {
 
 namespace {
 
@@ -79,4 +79,4 @@ void launch_adam_step(bool f64, void* p, const void* g, void* m, void* v, void* 
   else adam_as<float>(p, g, m, v, vmax, n, c, s);
 }
 
-}  // namespace qk::optim::cuda
+}  // namespace qk::cuda

@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "qk/base/thread_pool.h"
-#include "qk/optim/kernels.h"
+#include "qk/tensor/ops/optimizer.h"
 
-namespace qk::optim {
+namespace qk::ops {
 
 QK_DEFINE_KERNEL(sgd_step_kernel, SgdStepFn);
 QK_DEFINE_KERNEL(adam_step_kernel, AdamStepFn);
@@ -132,4 +132,4 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const T
 QK_REGISTER_KERNEL(sgd_step_kernel, cpu, cpu::sgd_step);
 QK_REGISTER_KERNEL(adam_step_kernel, cpu, cpu::adam_step);
 
-}  // namespace qk::optim
+}  // namespace qk::ops

@@ -1,13 +1,13 @@
-// The optimizers' fused CUDA steps (steps.cu): one pass over each
-// parameter's memory, the CPU kernels' arithmetic (src/optim/cpu_kernels.cc).
-// Plain data only: steps.cu is compiled by nvcc as C++17.
+// The optimizers' fused CUDA steps (optimizer_steps.cu): one pass over each
+// parameter's memory, the CPU kernels' arithmetic (cpu/optimizer_steps.cc).
+// Plain data only: the .cu is compiled by nvcc as C++17.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-namespace qk::optim::cuda {
+namespace qk::cuda {
 
 struct SgdConsts {
   double lr, weight_decay, momentum, damp;  // damp = 1 - dampening
@@ -24,4 +24,4 @@ struct AdamConsts {
 void launch_adam_step(bool f64, void* p, const void* g, void* m, void* v, void* vmax, int64_t n, const AdamConsts& c,
                       cudaStream_t s);
 
-}  // namespace qk::optim::cuda
+}  // namespace qk::cuda
