@@ -1,14 +1,14 @@
 // The same extension ABI, but built against another qianka release.
-#include "qk/ops/extension.h"
+#include "qk/plugin/extension.h"
 
 namespace {
-void init(qk::ops::Library&) {}
+void init(qk::plugin::Library&) {}
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const qk::ops::ExtensionEntry*
+extern "C" __attribute__((visibility("default"))) const qk::plugin::ExtensionEntry*
 qk_extension_entry() {
-  static const qk::ops::ExtensionEntry entry{qk::ops::kExtensionAbiVersion, "0.0.1-other",
-                                             sizeof(qk::Tensor), qk::ops::kCxx11StringAbi,
-                                             "test_version", &init};
+  static const qk::plugin::ExtensionEntry entry{qk::plugin::kExtensionAbiVersion, "0.0.1-other",
+                                                sizeof(qk::Tensor), qk::plugin::kCxx11StringAbi,
+                                                "test_version", &init};
   return &entry;
 }
