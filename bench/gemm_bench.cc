@@ -1,5 +1,5 @@
 // GEMM GFLOPS: qk::ops::mm against raw cblas_sgemm on the same buffers, in
-// the same run. Goal (issue 2): qk within 10% of OpenBLAS.
+// the same run. Goal: qk within 10% of OpenBLAS.
 //
 //   build/release/bench/gemm_bench --benchmark_counters_tabular=true
 //   QK_NUM_THREADS=1 build/release/bench/gemm_bench   (one thread for both)

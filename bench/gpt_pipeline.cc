@@ -1,5 +1,5 @@
 // Pipeline-parallel GPT training steps: the measured bubble against theory,
-// tokens/s and peak memory per stage (issue 17's benchmark). The program
+// tokens/s and peak memory per stage. The program
 // forks one process per stage (a store in the parent, as `qk run`), each
 // computing on --threads threads, and prints one JSON line from stage 0.
 //

@@ -1,6 +1,6 @@
 // Training-step throughput of qk::transformer::GPTModel: forward + loss +
 // backward + AdamW on random tokens, the figure compared with llm.c and
-// PyTorch (issue 15's GPT-2 124M benchmark: 12 layers, hidden 768, 12 heads,
+// PyTorch (the GPT-2 124M benchmark: 12 layers, hidden 768, 12 heads,
 // vocabulary 50257, sequence 64, micro batch 4).
 //
 //   gpt_step --layout gpt2 --layers 12 --hidden 768 --heads 12 --vocab 50257 --seq 64 --batch 4

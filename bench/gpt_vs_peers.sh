@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15's pre-training benchmarks, every peer in the same run (ratios, not
+# The GPT pre-training benchmarks, every peer in the same run (ratios, not
 # timed tests):
 #  1. GPT-2 124M in f32 (12 layers, hidden 768, 12 heads, vocabulary 50257,
 #     sequence 64, micro batch 4, AdamW) at 1 and 2 threads: qk's library step

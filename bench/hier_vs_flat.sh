@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hierarchical against flat-ring all-reduce across two simulated hosts joined
-# by a shaped link (issue 5's benchmark), with the cost model's prediction.
+# by a shaped link, with the cost model's prediction.
 #
 #   sudo bench/hier_vs_flat.sh [BUILD_DIR] [RATE] [RANKS_PER_HOST] [MAX_BYTES]
 #   sudo bench/hier_vs_flat.sh build/release 1gbit 2 64M

@@ -1,5 +1,5 @@
 // The kernels of a GPT/Llama training step other than attention, at the
-// sizes of issue 15's benchmarks: every GEMM of GPT-2 124M at 256 tokens per
+// sizes of the GPT pre-training benchmarks: every GEMM of GPT-2 124M at 256 tokens per
 // step (forward, dx, dW; f32 and bf16) against the GEMM peak `qk check`
 // measures, the fused output layer + cross entropy against the unfused one,
 // rotary embedding, SwiGLU, layer/RMS norm and AdamW over 124M parameters.
@@ -183,8 +183,8 @@ void BM_Gemm(benchmark::State& st, const Linear& l, Product p, DType dt) {
 }
 
 // Every GEMM of one training step (12 layers x 4 linears x 3 products and
-// the output layer's 3), one after another: the figure issue 15's goal
-// (>= 60% of the GEMM peak) is about, for the GEMM part of a step.
+// the output layer's 3), one after another: the figure the goal of >= 60%
+// of the GEMM peak is about, for the GEMM part of a step.
 void BM_GptStepGemms(benchmark::State& st, DType dt, bool with_lm_head) {
   Generator g(2);
   std::vector<std::pair<GemmCase, int64_t>> cases;

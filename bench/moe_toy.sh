@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18's MoE benchmark: a DeepSeek-like toy trained by `qk pretrain-gpt`
+# The MoE benchmark: a DeepSeek-like toy trained by `qk pretrain-gpt`
 # (8 layers, hidden 512, 8 heads, multi-latent attention with --qk-layernorm,
 # the first layer dense and the other 7 MoE: 16 experts of width 352, top-2,
 # one shared expert, the alltoall dispatcher, grouped GEMM, bf16; sequence

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline bubble against theory (issue 17): 1F1B and interleaved 1F1B (2
+# Pipeline bubble against theory: 1F1B and interleaved 1F1B (2
 # virtual stages, with and without overlapped p2p) at p = 2 and 4 stages,
 # m = 4, 8, 16 micro-batches; tokens/s and peak memory per stage. One
 # process per stage, one thread each (bench/gpt_pipeline.cc forks them).

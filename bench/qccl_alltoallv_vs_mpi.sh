@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # qccl's qcclAllToAllv (`qk perf alltoallv`) against Open MPI's MPI_Alltoallv
 # (bench/qccl_mpi_alltoallv.c), same blocks and sizes, in one run on this
-# machine (issue 18). Prints a Markdown table.
+# machine. Prints a Markdown table.
 #
 #   bench/qccl_alltoallv_vs_mpi.sh [BUILD_DIR] [MAX_BYTES] [ITERS] [SMALL_ITERS] [MID_ITERS] [NPS] [ROUNDS]
 #   bench/qccl_alltoallv_vs_mpi.sh build/release 67108864 10 1000 100 "2 4" 5

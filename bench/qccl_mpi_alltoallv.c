@@ -6,7 +6,7 @@
  *   mpirun -np 4 ./mpi_alltoallv 1024 67108864 4 20 5
  *   (min bytes, max bytes, factor, iterations, warmup)
  *
- * Blocks (as kAllToAllvPattern in src/cli/cmd_perf.cc): each rank sends
+ * Blocks (as alltoallv_shares in include/qk/qccl/perf.h): each rank sends
  * `size` bytes of float in all, rank r giving rank j the share (2k+1)/n^2 of
  * the elements, k = (j - r) mod n, rounded down, the last share taking the
  * remainder; blocks packed in rank order. Checks one call per size before

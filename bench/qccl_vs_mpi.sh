@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # qccl all_reduce against Open MPI's MPI_Allreduce and single-thread memcpy,
-# in one run on this machine (issues 4 and 19). Prints a Markdown table.
+# in one run on this machine. Prints a Markdown table.
 #
 #   bench/qccl_vs_mpi.sh [BUILD_DIR] [MAX_BYTES] [ITERS] [SMALL_ITERS] [MID_ITERS] [ROUNDS]
 #   bench/qccl_vs_mpi.sh build/release 67108864 20 1000 100 3

@@ -1,9 +1,9 @@
 # Extension ops (custom operators) as plugins, the CMake side of
-# qk/ops/extension.h; find_package(qianka) and the build tree both give these.
+# qk/plugin/extension.h; find_package(qianka) and the build tree both give these.
 #
 #   qk_add_extension(my_ops SOURCES op.cc op_kernel.cu
 #                    [CXX_FLAGS -O3 ...] [CUDA_FLAGS --use_fast_math ...] [FORCE_CUDA])
-#     A plugin, libmy_ops.so, for qk::ops::load_library or QK_EXTENSIONS.
+#     A plugin, libmy_ops.so, for qk::plugin::load_library or QK_EXTENSIONS.
 #     .cu sources are compiled by nvcc, the rest by the C++ compiler; with
 #     FORCE_CUDA every source goes through nvcc (torch_musa's force_mcc).
 #     CXX_FLAGS reach C++ compiles, CUDA_FLAGS nvcc's. A CUDA source without
@@ -15,7 +15,7 @@
 #
 #   qk_enable_extensions(my_program)
 #     Makes an executable able to load plugins: it links the layers a plugin
-#     may call (base, tensor, autograd, ops) whole and exports their symbols
+#     may call (base, tensor, autograd, plugin) whole and exports their symbols
 #     (ENABLE_EXPORTS). `qk` is built this way.
 #
 #   qk_cuda_compiler_found(<var>)
@@ -111,12 +111,12 @@ endfunction()
 
 function(qk_enable_extensions target)
   set_target_properties(${target} PROPERTIES ENABLE_EXPORTS ON)
-  target_link_libraries(${target} PRIVATE qianka::ops)
+  target_link_libraries(${target} PRIVATE qianka::plugin)
   # Whole archives: a plugin may call any public function of these layers,
   # not only those this program happens to use. Link options come before
   # the libraries on the link line; their normal appearance later adds nothing.
   set(archives)
-  foreach(layer base tensor autograd ops)
+  foreach(layer base tensor autograd plugin)
     list(APPEND archives "$<TARGET_FILE:qianka::${layer}>")
   endforeach()
   target_link_options(${target} PRIVATE "LINKER:--whole-archive" ${archives}

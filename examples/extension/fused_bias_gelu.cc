@@ -2,8 +2,8 @@
 // CPU kernels, CUDA kernels (fused_bias_gelu_kernel.cu, when built with
 // nvcc) and its backward, registered as a qianka extension.
 //
-//   qk::ops::load_library("libmy_ops.so");
-//   Tensor y = qk::ops::call("my_ops::fused_bias_gelu", {x, bias});  // x [..., C], bias [C]
+//   qk::plugin::load_library("libmy_ops.so");
+//   Tensor y = qk::plugin::call("my_ops::fused_bias_gelu", {x, bias});  // x [..., C], bias [C]
 //
 // The backward is an op of its own, fused_bias_gelu_backward, with a kernel
 // per device too, so the gradient runs where the tensors are.
@@ -11,8 +11,8 @@
 #include <cmath>
 
 #include "qk/base/thread_pool.h"
-#include "qk/ops/extension.h"
-#include "qk/ops/registry.h"
+#include "qk/plugin/extension.h"
+#include "qk/plugin/registry.h"
 
 #if defined(QK_EXTENSION_WITH_CUDA)
 #include "fused_bias_gelu.h"
@@ -154,9 +154,9 @@ std::tuple<Tensor, Tensor> fused_bias_gelu_backward_cuda(const Tensor& grad_in, 
 
 // ---- autograd: one gradient per argument (x, bias) ----
 
-std::vector<Tensor> fused_bias_gelu_backward(const qk::ops::BackwardContext& ctx) {
-  return qk::ops::call_multi("my_ops::fused_bias_gelu_backward",
-                             {ctx.grad(0), ctx.tensor("x"), ctx.tensor("bias")});
+std::vector<Tensor> fused_bias_gelu_backward(const qk::plugin::BackwardContext& ctx) {
+  return qk::plugin::call_multi("my_ops::fused_bias_gelu_backward",
+                                {ctx.grad(0), ctx.tensor("x"), ctx.tensor("bias")});
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 
 #include "qk/autograd/functions.h"
 #include "qk/autograd/gradcheck.h"
-#include "qk/ops/registry.h"
+#include "qk/plugin/registry.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/generator.h"
 
@@ -45,15 +45,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const qk::ops::LoadedLibrary lib = qk::ops::load_library(argv[1]);
+    const qk::plugin::LoadedLibrary lib = qk::plugin::load_library(argv[1]);
     std::printf("loaded %s: %zu op(s) from %s\n", lib.ns.c_str(), lib.ops.size(), lib.path.c_str());
-    auto fused = qk::ops::typed<Tensor(const Tensor&, const Tensor&)>("my_ops::fused_bias_gelu");
+    auto fused = qk::plugin::typed<Tensor(const Tensor&, const Tensor&)>("my_ops::fused_bias_gelu");
     std::printf("%s  [kernels: %s]\n", fused.op().schema.str().c_str(), fused.op().kernel_devices().c_str());
 
     // Forward: f32 against the composed built-in ops, through call().
     qk::manual_seed(0);
     Tensor x = qk::randn({64, 96}), bias = qk::randn({96});
-    expect_close("forward f32 vs gelu(x + bias)", qk::ops::call("my_ops::fused_bias_gelu", {x, bias}),
+    expect_close("forward f32 vs gelu(x + bias)", qk::plugin::call("my_ops::fused_bias_gelu", {x, bias}),
                  qk::gelu(qk::add(x, bias)), 1e-5);
 
     // The f32 kernels' gradients against the built-in ops'.

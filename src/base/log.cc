@@ -4,13 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
-#include <ctime>
 #include <mutex>
 #include <vector>
 
 #include "qk/base/env.h"
 #include "qk/base/error.h"
+#include "qk/base/timer.h"
 
 namespace qk::logging {
 
@@ -185,15 +184,9 @@ void set_prefix(std::string p) { prefix_storage() = std::move(p); }
 const std::string& prefix() { return prefix_storage(); }
 
 void write(Level lvl, std::string_view subsys, std::string_view msg) {
-  using namespace std::chrono;
-  auto now = system_clock::now();
-  std::time_t t = system_clock::to_time_t(now);
-  std::tm tm;
-  localtime_r(&t, &tm);
-  int ms = static_cast<int>(duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000);
   fmt::memory_buffer buf;
-  fmt::format_to(std::back_inserter(buf), "{}{:02}:{:02}:{:02}.{:03} {:<5} ", prefix(), tm.tm_hour,
-                 tm.tm_min, tm.tm_sec, ms, level_name(lvl));
+  fmt::format_to(std::back_inserter(buf), "{}{} {:<5} ", prefix(), timestamp(TimestampFormat::local_time_ms),
+                 level_name(lvl));
   if (!subsys.empty()) fmt::format_to(std::back_inserter(buf), "[{}] ", subsys);
   buf.append(msg);
   buf.push_back('\n');

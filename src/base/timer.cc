@@ -4,8 +4,30 @@
 
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 namespace qk {
+
+std::string timestamp(TimestampFormat format, std::chrono::system_clock::time_point t) {
+  using namespace std::chrono;
+  const auto whole = floor<seconds>(t);  // floor, so times before 1970 keep ms in [0, 999]
+  const std::time_t tt = system_clock::to_time_t(whole);
+  std::tm tm{};
+  if (format == TimestampFormat::utc)
+    gmtime_r(&tt, &tm);
+  else
+    localtime_r(&tt, &tm);
+  char buf[32];
+  switch (format) {
+    case TimestampFormat::local: std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm); return buf;
+    case TimestampFormat::utc: std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm); return buf;
+    case TimestampFormat::local_time_ms: {
+      const auto ms = duration_cast<milliseconds>(t - whole).count();
+      return fmt::format("{:02}:{:02}:{:02}.{:03}", tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+    }
+  }
+  return {};
+}
 
 std::string format_bytes(uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

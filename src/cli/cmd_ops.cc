@@ -8,15 +8,15 @@
 #include <vector>
 
 #include "command.h"
-#include "qk/ops/registry.h"
+#include "qk/plugin/registry.h"
 
 namespace qk::cli {
 namespace {
 
-const StartupHook load_env_extensions([] { ops::load_extensions_from_env(); });
+const StartupHook load_env_extensions([] { plugin::load_extensions_from_env(); });
 
 void print_ops() {
-  const std::vector<ops::LoadedLibrary> libs = ops::loaded_libraries();
+  const std::vector<plugin::LoadedLibrary> libs = plugin::loaded_libraries();
   if (libs.empty()) {
     fmt::print("no extension ops loaded (set QK_EXTENSIONS=lib1.so:lib2.so or pass --load)\n");
     return;
@@ -24,7 +24,7 @@ void print_ops() {
   for (const auto& lib : libs) {
     fmt::print("{} ({})\n", lib.ns, lib.path);
     for (const auto& name : lib.ops) {
-      const ops::OpDef& op = ops::find_op(name);
+      const plugin::OpDef& op = plugin::find_op(name);
       fmt::print("  {}::{}\n      kernels: {}; backward: {}\n", lib.ns, op.schema.str(),
                  op.kernel_devices(), op.backward ? "yes" : "no");
     }
@@ -35,7 +35,7 @@ void setup_ops(CLI::App& app) {
   auto paths = std::make_shared<std::vector<std::string>>();
   app.add_option("--load", *paths, "Also load these extension libraries (after QK_EXTENSIONS)");
   app.callback([paths] {
-    for (const auto& p : *paths) ops::load_library(p);
+    for (const auto& p : *paths) plugin::load_library(p);
     print_ops();
   });
 }

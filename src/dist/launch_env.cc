@@ -21,8 +21,9 @@ std::optional<int> get_int(const IntVar& v) {
   return static_cast<int>(*x);
 }
 
-// Rank, size and local rank under one launcher's names; false if its rank is not set.
-bool read_triple(LaunchEnv& e, const IntVar& rank, const IntVar& size, const IntVar& local, const char* src) {
+// Rank, size and local rank (null: the launcher sets none) under one
+// launcher's names; false if its rank is not set.
+bool read_triple(LaunchEnv& e, const IntVar& rank, const IntVar& size, const IntVar* local, const char* src) {
   auto r = get_int(rank);
   if (!r) return false;
   auto s = get_int(size);
@@ -32,7 +33,8 @@ bool read_triple(LaunchEnv& e, const IntVar& rank, const IntVar& size, const Int
            " and ", *s);
   e.rank = *r;
   e.world_size = *s;
-  if (auto l = get_int(local)) e.local_rank = *l;
+  if (local)
+    if (auto l = get_int(*local)) e.local_rank = *l;
   e.source = src;
   return true;
 }
@@ -43,10 +45,11 @@ LaunchEnv launch_env() {
   namespace v = env::launch;
   LaunchEnv e;
   e.source = "none";
-  if (!read_triple(e, v::rank, v::world_size, v::local_rank, "RANK") &&
-      !read_triple(e, v::ompi_rank, v::ompi_size, v::ompi_local_rank, "OMPI") &&
-      !read_triple(e, v::pmi_rank, v::pmi_size, v::pmi_local_rank, "PMI") &&
-      !read_triple(e, v::slurm_rank, v::slurm_size, v::slurm_local_rank, "SLURM")) {
+  if (!read_triple(e, v::rank, v::world_size, &v::local_rank, "RANK") &&
+      !read_triple(e, v::ompi_rank, v::ompi_size, &v::ompi_local_rank, "OMPI") &&
+      !read_triple(e, v::qk_rank, v::qk_world_size, nullptr, "QK_RANK") &&
+      !read_triple(e, v::pmi_rank, v::pmi_size, &v::pmi_local_rank, "PMI") &&
+      !read_triple(e, v::slurm_rank, v::slurm_size, &v::slurm_local_rank, "SLURM")) {
     e.rank = 0;
     e.world_size = 1;
   }

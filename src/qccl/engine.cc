@@ -34,7 +34,7 @@ inline void cpu_relax() {
 // clock, read every 8 polls, not by a poll count: how long a pause takes
 // depends on the CPU (21 ns on the Intel VM the old count was tuned on, 27
 // on the EPYC VM), so a count tuned on one machine spins another length on
-// the next (issue 19). With more ranks than cores the peer we wait for may
+// the next. With more ranks than cores the peer we wait for may
 // need our core: yield at once (4 ranks on 2 cores: an 8-byte all-reduce
 // took 45 us with 128 polls, 16 us without).
 class IdleWait {

@@ -1,25 +1,13 @@
 // Tensor-parallel multi-latent attention: heads split over the group, the
 // down projections replicated.
+#include "megatron_init.h"
 #include "mla_core.h"
-#include "qk/nn/init.h"
 #include "qk/parallel/mappings.h"
 #include "qk/transformer/tensor_parallel.h"
 
 namespace qk::transformer {
 
 namespace {
-
-// Megatron's init on the full master weight (as tensor_parallel.cc's), so the
-// shards are slices of the unsplit module's weights.
-parallel::InitMethod megatron_init(const TransformerConfig& c, bool scaled) {
-  return [c, scaled](const Tensor& w, const Tensor& b) {
-    if (scaled)
-      init_scaled_normal(w, c);
-    else
-      init_normal(w, c);
-    if (b.defined()) nn::init::zeros_(b);
-  };
-}
 
 parallel::ColumnParallelLinear column(int64_t in, int64_t out, const TransformerConfig& c,
                                       const std::shared_ptr<dist::ProcessGroup>& tp) {

@@ -2,26 +2,10 @@
 #include "qk/transformer/tensor_parallel.h"
 
 #include "attention_core.h"
+#include "megatron_init.h"
 #include "qk/base/error.h"
-#include "qk/nn/init.h"
 
 namespace qk::transformer {
-
-namespace {
-
-// make_linear's init (layers.cc) on the full master weight, so the shards
-// are slices of the unsplit model's weights.
-parallel::InitMethod megatron_init(const TransformerConfig& c, bool scaled) {
-  return [c, scaled](const Tensor& w, const Tensor& b) {
-    if (scaled)
-      init_scaled_normal(w, c);
-    else
-      init_normal(w, c);
-    if (b.defined()) nn::init::zeros_(b);
-  };
-}
-
-}  // namespace
 
 void check_tensor_parallel_config(const TransformerConfig& c, int64_t tp) {
   QK_CHECK(tp >= 1, "--tensor-model-parallel-size must be at least 1, got ", tp);

@@ -1,4 +1,4 @@
-// Surviving failures (issue 6, part 5): a data-parallel `qk train cifar10`
+// Surviving failures: a data-parallel `qk train cifar10`
 // under `qk run --max-restarts` whose ranks are killed with SIGKILL (by a
 // fault point inside the process, and from outside), whose checkpoint write
 // is cut short, or whose newest checkpoint is corrupt, ends with the weights

@@ -26,7 +26,8 @@ void clear_launcher_env() {
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                         "QK_STORE_TOKEN", "QK_RUN", "QK_RESTART_COUNT", "OMPI_COMM_WORLD_RANK",
                         "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
-                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "QCCL_COMM_ID"})
+                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "QK_RANK", "QK_WORLD_SIZE",
+                        "QCCL_COMM_ID"})
     ::unsetenv(v);
 }
 
@@ -61,6 +62,24 @@ TEST(LaunchEnv, ReadsEachLaunchersVariables) {
   EXPECT_EQ(e.source, "SLURM");
   EXPECT_EQ(e.rank, 7);
   EXPECT_EQ(e.local_rank, 3);
+  clear_launcher_env();
+
+  // QK_RANK (any other launcher): after Open MPI's, before PMI's.
+  ::setenv("QK_RANK", "1", 1);
+  ::setenv("QK_WORLD_SIZE", "3", 1);
+  ::setenv("PMI_RANK", "2", 1);
+  ::setenv("PMI_SIZE", "5", 1);
+  e = qk::dist::launch_env();
+  EXPECT_EQ(e.source, "QK_RANK");
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.world_size, 3);
+  EXPECT_EQ(e.local_rank, 0);
+  ::setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  EXPECT_EQ(qk::dist::launch_env().source, "OMPI");
+  clear_launcher_env();
+  ::setenv("QK_RANK", "0", 1);
+  EXPECT_THROW(qk::dist::launch_env(), qk::ValueError) << "QK_RANK without QK_WORLD_SIZE";
   clear_launcher_env();
 
   // RANK (qk run, torchrun) wins over the others.

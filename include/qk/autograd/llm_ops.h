@@ -1,4 +1,4 @@
-// Fused, differentiable ops for transformer language models (issue 15).
+// Fused, differentiable ops for transformer language models.
 //
 //   using namespace qk;
 //   Tensor q = rotary_embedding(q_raw, cos, sin);           // [B,T,H,D]

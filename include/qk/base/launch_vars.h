@@ -7,7 +7,8 @@
 // torchrun and `qk run`: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT; `qk run` also QK_RUN, QK_RESTART_COUNT and
 // QK_STORE_TOKEN. Open MPI: OMPI_COMM_WORLD_*; MPICH/Intel MPI (PMI): PMI_*,
-// MPI_LOCALRANKID, MPI_LOCALNRANKS; Slurm: SLURM_*.
+// MPI_LOCALRANKID, MPI_LOCALNRANKS; Slurm: SLURM_*. Any other launcher (a
+// script): QK_RANK, QK_WORLD_SIZE.
 #pragma once
 
 #include "qk/base/env.h"
@@ -38,5 +39,9 @@ QK_ENV_OPTIONAL_INT(pmi_local_size, "MPI_LOCALNRANKS", "Processes on this host (
 QK_ENV_OPTIONAL_INT(slurm_rank, "SLURM_PROCID", "Rank under srun.");
 QK_ENV_OPTIONAL_INT(slurm_size, "SLURM_NTASKS", "Job size under srun.");
 QK_ENV_OPTIONAL_INT(slurm_local_rank, "SLURM_LOCALID", "Rank on this host under srun.");
+QK_ENV_OPTIONAL_INT(qk_rank, "QK_RANK",
+                    "This process's rank, with QK_WORLD_SIZE, for launchers that set neither RANK nor MPI's "
+                    "variables.");
+QK_ENV_OPTIONAL_INT(qk_world_size, "QK_WORLD_SIZE", "Processes in the job, with QK_RANK.");
 
 }  // namespace qk::env::launch

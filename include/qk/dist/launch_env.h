@@ -2,7 +2,9 @@
 // that started it: `qk run` (RANK, WORLD_SIZE, LOCAL_RANK, ...), Open MPI's
 // mpirun (OMPI_COMM_WORLD_*), a PMI launcher such as MPICH's or srun --mpi
 // (PMI_RANK, PMI_SIZE), or Slurm's srun (SLURM_PROCID, SLURM_NTASKS,
-// SLURM_LOCALID). The first of these that is set wins; none: one process.
+// SLURM_LOCALID), or any other launcher that sets QK_RANK and QK_WORLD_SIZE.
+// The first that is set, in the order RANK, OMPI, QK_RANK, PMI, SLURM,
+// wins; none: one process.
 //
 //   auto e = qk::dist::launch_env();
 //   if (e.rank == 0) ...;   // e.source says which variables were read
@@ -25,7 +27,7 @@ struct LaunchEnv {
   std::string store_token;   // QK_STORE_TOKEN
   bool under_qk_run = false; // QK_RUN=1: the launcher hosts the store
   int restart_count = 0;     // QK_RESTART_COUNT
-  std::string source;        // "qk run", "RANK", "OMPI", "PMI", "SLURM" or "none"
+  std::string source;        // "qk run", "RANK", "OMPI", "QK_RANK", "PMI", "SLURM" or "none"
 };
 
 // Reads (and checks) the variables now; throws ValueError naming a bad one.

@@ -95,8 +95,8 @@ struct P2POp {
   static P2POp recv(Tensor t, int peer) { return {kRecv, std::move(t), peer}; }
 };
 
-// What one group moved, for the per-group volume of a training step (issue
-// 16's benchmark: measured bytes next to the analytic formula). Take one
+// What one group moved, for the per-group volume of a training step (the
+// traffic benchmark: measured bytes next to the analytic formula). Take one
 // snapshot before and one after, and subtract.
 struct GroupTraffic {
   struct Op {

@@ -1,6 +1,6 @@
 // The knobs of the engine and the algorithms that depend on the machine,
 // chosen when a communicator is made from what this machine reports and
-// measures, never from figures taken on one development machine (issue 19):
+// measures, never from figures taken on one development machine:
 //
 //   spin_ns           how long a wait polls before it yields its core: the
 //                     measured cost of one sched_yield (ski rental: spinning

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <ctime>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/base/host_info.h"
+#include "qk/base/timer.h"
 #include "qk/qccl/tune.h"
 
 namespace qk::qccl {
@@ -36,15 +36,6 @@ const Knob& knob(const std::string& name) {
     if (name == k.name) return k;
   QK_THROW(ValueError, "no tuned size called '", name,
            "' (expected shm_slice, reduce_slice, chain_chunk or cma_copy_chunk)");
-}
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 [[noreturn]] void bad_file(const std::string& path, const std::string& what) {
@@ -124,7 +115,7 @@ TuneFile tune_file_for_this_machine() {
   f.cpu = cpu_model_name();
   long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   f.cpus = cpus > 0 ? static_cast<int>(cpus) : 0;
-  f.written = utc_now();
+  f.written = timestamp(TimestampFormat::utc);
   return f;
 }
 

@@ -11,7 +11,7 @@
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/norm_lanes.h"
-#include "oni.h"
+#include "outer_dim_inner.h"
 
 namespace qk::cpu {
 namespace {

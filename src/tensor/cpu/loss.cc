@@ -15,7 +15,7 @@
 #include "qk/tensor/ops/view.h"
 #include "cpu/norm_lanes.h"
 #include "cpu/softmax.h"
-#include "ncs.h"
+#include "batch_channel_spatial.h"
 
 namespace qk::cpu {
 namespace {

@@ -14,7 +14,7 @@
 #include "qk/tensor/ops/view.h"
 #include "cpu/norm.h"
 #include "cpu/norm_lanes.h"
-#include "ncs.h"
+#include "batch_channel_spatial.h"
 
 namespace qk::cpu {
 namespace {

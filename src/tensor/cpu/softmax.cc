@@ -1,5 +1,5 @@
 // Softmax and log_softmax on the CPU. x is viewed as [outer, D, inner] with
-// the softmax over D.
+// the softmax over D (split_at's [outer, n, inner], n = D).
 //   inner == 1 (the last dim, the common case): one row of D per task item;
 //     softmax: max, then exp into a row buffer with the sum, then scale;
 //     log_softmax: max, sum of exp, then x - (max + log(sum)).
@@ -14,21 +14,10 @@
 
 #include "qk/base/thread_pool.h"
 #include "cpu/norm_lanes.h"
+#include "outer_dim_inner.h"
 
 namespace qk::cpu {
 namespace {
-
-struct ODI {
-  int64_t outer = 1, D = 1, inner = 1;
-};
-
-ODI split_dims(const Shape& s, int64_t dim) {
-  ODI r;
-  for (int64_t i = 0; i < dim; ++i) r.outer *= s[i];
-  r.D = s.empty() ? 1 : s[dim];
-  for (size_t i = dim + 1; i < s.size(); ++i) r.inner *= s[i];
-  return r;
-}
 
 // Columns per tile of the strided (inner > 1) case; not measured against
 // other widths.
@@ -78,38 +67,38 @@ void softmax_rows(const T* xp, T* op, int64_t rows, int64_t D, bool log) {
 }
 
 template <typename T>
-void softmax_tiles(const T* xp, T* op, ODI d, bool log) {
+void softmax_tiles(const T* xp, T* op, ONI d, bool log) {
   using A = acc_t<T>;
   const int64_t tiles_per = (d.inner + kTile - 1) / kTile;
   // Grain: not measured (docs/tensor.md, "Threads").
-  parallel_for(0, d.outer * tiles_per, std::max<int64_t>(1, 4096 / (d.D * kTile)),
+  parallel_for(0, d.outer * tiles_per, std::max<int64_t>(1, 4096 / (d.n * kTile)),
                [&](int64_t lo, int64_t hi) {
                  A mx[kTile], sm[kTile];
                  for (int64_t t = lo; t < hi; ++t) {
                    const int64_t o = t / tiles_per, i0 = (t % tiles_per) * kTile;
                    const int64_t w = std::min(kTile, d.inner - i0);
-                   const T* x = xp + o * d.D * d.inner + i0;
-                   T* out = op + o * d.D * d.inner + i0;
+                   const T* x = xp + o * d.n * d.inner + i0;
+                   T* out = op + o * d.n * d.inner + i0;
                    for (int64_t i = 0; i < w; ++i) {
                      mx[i] = -std::numeric_limits<A>::infinity();
                      sm[i] = 0;
                    }
-                   for (int64_t k = 0; k < d.D; ++k)
+                   for (int64_t k = 0; k < d.n; ++k)
                      for (int64_t i = 0; i < w; ++i) {
                        const A v = ld<A>(x, k * d.inner + i);
                        mx[i] = v > mx[i] ? v : mx[i];
                      }
-                   for (int64_t k = 0; k < d.D; ++k)
+                   for (int64_t k = 0; k < d.n; ++k)
                      for (int64_t i = 0; i < w; ++i)
                        sm[i] += exp_vec(ld<A>(x, k * d.inner + i) - mx[i]);
                    if (log) {
                      for (int64_t i = 0; i < w; ++i) sm[i] = mx[i] + std::log(sm[i]);  // lse
-                     for (int64_t k = 0; k < d.D; ++k)
+                     for (int64_t k = 0; k < d.n; ++k)
                        for (int64_t i = 0; i < w; ++i)
                          st(out, k * d.inner + i, ld<A>(x, k * d.inner + i) - sm[i]);
                    } else {
                      for (int64_t i = 0; i < w; ++i) sm[i] = A(1) / sm[i];
-                     for (int64_t k = 0; k < d.D; ++k)
+                     for (int64_t k = 0; k < d.n; ++k)
                        for (int64_t i = 0; i < w; ++i)
                          st(out, k * d.inner + i,
                             exp_vec(ld<A>(x, k * d.inner + i) - mx[i]) * sm[i]);
@@ -155,7 +144,7 @@ void softmax_bwd_rows(const T* gp, const T* yp, T* dp, int64_t rows, int64_t D, 
 }
 
 template <typename T>
-void softmax_bwd_tiles(const T* gp, const T* yp, T* dp, ODI d, bool log) {
+void softmax_bwd_tiles(const T* gp, const T* yp, T* dp, ONI d, bool log) {
   using A = acc_t<T>;
   const int64_t tiles_per = (d.inner + kTile - 1) / kTile;
   parallel_for(0, d.outer * tiles_per, 1, [&](int64_t lo, int64_t hi) {
@@ -163,17 +152,17 @@ void softmax_bwd_tiles(const T* gp, const T* yp, T* dp, ODI d, bool log) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t o = t / tiles_per, i0 = (t % tiles_per) * kTile;
       const int64_t w = std::min(kTile, d.inner - i0);
-      const int64_t base = o * d.D * d.inner + i0;
+      const int64_t base = o * d.n * d.inner + i0;
       const T* g = gp + base;
       const T* y = yp + base;
       T* dx = dp + base;
       for (int64_t i = 0; i < w; ++i) sm[i] = 0;
-      for (int64_t k = 0; k < d.D; ++k)
+      for (int64_t k = 0; k < d.n; ++k)
         for (int64_t i = 0; i < w; ++i) {
           const int64_t p = k * d.inner + i;
           sm[i] += log ? ld<A>(g, p) : ld<A>(g, p) * ld<A>(y, p);
         }
-      for (int64_t k = 0; k < d.D; ++k)
+      for (int64_t k = 0; k < d.n; ++k)
         for (int64_t i = 0; i < w; ++i) {
           const int64_t p = k * d.inner + i;
           st(dx, p,
@@ -188,12 +177,12 @@ void softmax_bwd_tiles(const T* gp, const T* yp, T* dp, ODI d, bool log) {
 
 Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
   Tensor out = empty(x.shape(), x.dtype());
-  const ODI d = split_dims(x.shape(), dim);
+  const ONI d = split_at(x.shape(), dim);
   if (x.numel() == 0) return out;
   dispatch_floating(x.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = decltype(tag);
     if (d.inner == 1)
-      softmax_rows<T>(x.data_ptr<T>(), out.data_ptr<T>(), d.outer, d.D, log);
+      softmax_rows<T>(x.data_ptr<T>(), out.data_ptr<T>(), d.outer, d.n, log);
     else
       softmax_tiles<T>(x.data_ptr<T>(), out.data_ptr<T>(), d, log);
   });
@@ -202,12 +191,12 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
 
 Tensor softmax_backward(const Tensor& grad, const Tensor& out, int64_t dim, bool log) {
   Tensor dx = empty(out.shape(), out.dtype());
-  const ODI d = split_dims(out.shape(), dim);
+  const ONI d = split_at(out.shape(), dim);
   if (out.numel() == 0) return dx;
   dispatch_floating(out.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&](auto tag) {
     using T = decltype(tag);
     if (d.inner == 1)
-      softmax_bwd_rows<T>(grad.data_ptr<T>(), out.data_ptr<T>(), dx.data_ptr<T>(), d.outer, d.D,
+      softmax_bwd_rows<T>(grad.data_ptr<T>(), out.data_ptr<T>(), dx.data_ptr<T>(), d.outer, d.n,
                           log);
     else
       softmax_bwd_tiles<T>(grad.data_ptr<T>(), out.data_ptr<T>(), dx.data_ptr<T>(), d, log);

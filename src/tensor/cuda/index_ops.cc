@@ -17,7 +17,7 @@
 #include "qk/base/error.h"
 #include "qk/tensor/ops/view.h"
 #include "stream_handle.h"
-#include "oni.h"
+#include "outer_dim_inner.h"
 
 namespace qk::cuda {
 

@@ -15,7 +15,7 @@
 #include "qk/base/error.h"
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
-#include "ncs.h"
+#include "batch_channel_spatial.h"
 
 namespace qk::cuda {
 

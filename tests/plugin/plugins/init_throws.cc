@@ -1,5 +1,5 @@
 // A plugin whose registration fails (a bad schema): nothing of it is registered.
-#include "qk/ops/extension.h"
+#include "qk/plugin/extension.h"
 
 namespace {
 qk::Tensor identity(const qk::Tensor& x) { return x.clone(); }

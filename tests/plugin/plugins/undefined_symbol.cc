@@ -1,6 +1,6 @@
 // A plugin needing a qianka function the host does not have, as one built
 // against another qianka version would.
-#include "qk/ops/extension.h"
+#include "qk/plugin/extension.h"
 
 namespace qk {
 Tensor function_from_another_version(const Tensor& x);  // defined nowhere

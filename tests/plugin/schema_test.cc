@@ -2,11 +2,11 @@
 // bind to the arguments.
 #include <gtest/gtest.h>
 
-#include "qk/ops/schema.h"
+#include "qk/plugin/schema.h"
 
 namespace {
 using namespace qk;
-using namespace qk::ops;
+using namespace qk::plugin;
 
 std::string parse_error(const std::string& text) {
   try {

@@ -1,5 +1,5 @@
 // Schema parsing and argument binding for extension ops.
-#include "qk/ops/schema.h"
+#include "qk/plugin/schema.h"
 
 #include <cctype>
 #include <charconv>
@@ -7,7 +7,7 @@
 
 #include "qk/base/error.h"
 
-namespace qk::ops {
+namespace qk::plugin {
 
 const char* arg_type_name(ArgType t) {
   switch (t) {
@@ -243,4 +243,4 @@ Schema parse_schema(std::string_view text) {
   return s;
 }
 
-}  // namespace qk::ops
+}  // namespace qk::plugin

@@ -5,13 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "qk/ops/library.h"
+#include "qk/plugin/library.h"
 
-namespace qk::ops::detail {
+namespace qk::plugin::detail {
 
 // Moves lib's ops into the registry, all or none (ValueError naming both
 // origins for an op registered before, or an op without a kernel).
 // Returns their qualified names.
 std::vector<std::string> register_library(Library& lib, const std::string& origin);
 
-}  // namespace qk::ops::detail
+}  // namespace qk::plugin::detail

@@ -3,17 +3,17 @@
 //
 //   Tensor bias_gelu_cpu(const Tensor& x, const Tensor& bias);      // kernels:
 //   Tensor bias_gelu_cuda(const Tensor& x, const Tensor& bias);     // raw, no autograd
-//   std::vector<Tensor> bias_gelu_backward(const qk::ops::BackwardContext& ctx) {
-//     return qk::ops::call_multi("my_ops::bias_gelu_backward",
-//                                {ctx.grad(0), ctx.tensor("x"), ctx.tensor("bias")});
+//   std::vector<Tensor> bias_gelu_backward(const qk::plugin::BackwardContext& ctx) {
+//     return qk::plugin::call_multi("my_ops::bias_gelu_backward",
+//                                   {ctx.grad(0), ctx.tensor("x"), ctx.tensor("bias")});
 //   }
 //   lib.def("bias_gelu(Tensor x, Tensor bias) -> Tensor")
 //       .kernel(qk::DeviceType::cpu, bias_gelu_cpu)
 //       .kernel(qk::DeviceType::cuda, bias_gelu_cuda)
 //       .backward(bias_gelu_backward);
 //
-// A plugin fills its Library in a QK_EXTENSION block (qk/ops/extension.h); a
-// program can define ops of its own with define_library (qk/ops/registry.h).
+// A plugin fills its Library in a QK_EXTENSION block (qk/plugin/extension.h); a
+// program can define ops of its own with define_library (qk/plugin/registry.h).
 // A typed kernel (a plain function of Tensors, doubles, int64_ts and bools,
 // returning a Tensor, a std::tuple of them or a std::vector) is checked
 // against the schema when it is registered; a std::function taking the bound
@@ -36,10 +36,10 @@
 #include <utility>
 #include <vector>
 
-#include "qk/ops/schema.h"
+#include "qk/plugin/schema.h"
 #include "qk/tensor/device.h"
 
-namespace qk::ops {
+namespace qk::plugin {
 
 using KernelFn = std::function<std::vector<Tensor>(const std::vector<Value>& args)>;
 
@@ -172,4 +172,4 @@ class Library {
   std::vector<std::unique_ptr<OpDef>> ops_;
 };
 
-}  // namespace qk::ops
+}  // namespace qk::plugin

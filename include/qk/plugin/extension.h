@@ -1,7 +1,7 @@
 // The entry point of an extension library (a plugin built with
-// qk_add_extension, loaded by qk::ops::load_library or QK_EXTENSIONS):
+// qk_add_extension, loaded by qk::plugin::load_library or QK_EXTENSIONS):
 //
-//   #include "qk/ops/extension.h"
+//   #include "qk/plugin/extension.h"
 //
 //   QK_EXTENSION(my_ops, lib) {
 //     lib.def("fused_bias_gelu(Tensor x, Tensor bias) -> Tensor")
@@ -9,7 +9,7 @@
 //         .backward(fused_bias_gelu_backward);
 //   }
 //
-// The block becomes the body of a function taking `qk::ops::Library& lib`
+// The block becomes the body of a function taking `qk::plugin::Library& lib`
 // whose namespace is my_ops; a library has one QK_EXTENSION block. QK_EXTENSION also exports one C symbol,
 // qk_extension_entry, that tells the loader which qianka the plugin was
 // compiled against; the loader refuses one built against another version
@@ -23,9 +23,9 @@
 #include <cstdint>
 
 #include "qk/base/version.h"
-#include "qk/ops/library.h"
+#include "qk/plugin/library.h"
 
-namespace qk::ops {
+namespace qk::plugin {
 
 // Bumped whenever the layout of ExtensionEntry, Library or OpDef changes.
 inline constexpr uint32_t kExtensionAbiVersion = 1;
@@ -47,18 +47,18 @@ inline constexpr uint32_t kCxx11StringAbi = _GLIBCXX_USE_CXX11_ABI;
 inline constexpr uint32_t kCxx11StringAbi = 0;
 #endif
 
-}  // namespace qk::ops
+}  // namespace qk::plugin
 
 #define QK_EXTENSION_ENTRY_SYMBOL "qk_extension_entry"
 
-#define QK_EXTENSION(ns, lib)                                                              \
-  static void qk_extension_init_##ns(::qk::ops::Library& lib);                            \
-  extern "C" __attribute__((visibility("default"))) const ::qk::ops::ExtensionEntry*      \
-  qk_extension_entry() {                                                                   \
-    static const ::qk::ops::ExtensionEntry entry{                                          \
-        ::qk::ops::kExtensionAbiVersion, QK_VERSION_STRING,                                \
-        static_cast<uint32_t>(sizeof(::qk::Tensor)), ::qk::ops::kCxx11StringAbi, #ns,      \
-        &qk_extension_init_##ns};                                                          \
-    return &entry;                                                                         \
-  }                                                                                        \
-  static void qk_extension_init_##ns(::qk::ops::Library& lib)
+#define QK_EXTENSION(ns, lib)                                                            \
+  static void qk_extension_init_##ns(::qk::plugin::Library& lib);                        \
+  extern "C" __attribute__((visibility("default"))) const ::qk::plugin::ExtensionEntry*  \
+  qk_extension_entry() {                                                                 \
+    static const ::qk::plugin::ExtensionEntry entry{                                     \
+        ::qk::plugin::kExtensionAbiVersion, QK_VERSION_STRING,                           \
+        static_cast<uint32_t>(sizeof(::qk::Tensor)), ::qk::plugin::kCxx11StringAbi, #ns, \
+        &qk_extension_init_##ns};                                                        \
+    return &entry;                                                                       \
+  }                                                                                      \
+  static void qk_extension_init_##ns(::qk::plugin::Library& lib)

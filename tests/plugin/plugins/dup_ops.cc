@@ -1,5 +1,5 @@
 // Defines test_ext::scale again, as good_ops does: loading both is an error.
-#include "qk/ops/extension.h"
+#include "qk/plugin/extension.h"
 
 namespace {
 qk::Tensor identity(const qk::Tensor& x, double) { return x.clone(); }

@@ -1,12 +1,12 @@
 // Building a Library of ops: definitions, kernels, backwards, and the checks
 // that a typed kernel matches its schema.
-#include "qk/ops/library.h"
+#include "qk/plugin/library.h"
 
 #include <cctype>
 
 #include "qk/base/error.h"
 
-namespace qk::ops {
+namespace qk::plugin {
 
 namespace {
 bool is_identifier(std::string_view s) {
@@ -114,4 +114,4 @@ OpBuilder Library::def(std::string_view schema) {
   return OpBuilder(*ops_.back());
 }
 
-}  // namespace qk::ops
+}  // namespace qk::plugin

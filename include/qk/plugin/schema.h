@@ -1,7 +1,7 @@
 // The signature of an extension op, written as PyTorch's TORCH_LIBRARY
 // schemas are, and the values passed to it.
 //
-//   qk::ops::Schema s = qk::ops::parse_schema(
+//   qk::plugin::Schema s = qk::plugin::parse_schema(
 //       "fused_bias_gelu(Tensor x, Tensor bias, float scale=1.0) -> Tensor");
 //   s.str();            // the same text, normalised
 //   s.num_outputs;      // 1; "-> (Tensor, Tensor)" gives 2
@@ -20,7 +20,7 @@
 
 #include "qk/tensor/tensor.h"
 
-namespace qk::ops {
+namespace qk::plugin {
 
 enum class ArgType : uint8_t { tensor, float_, int_, bool_ };
 // "Tensor", "float", "int", "bool": the spelling in a schema.
@@ -81,4 +81,4 @@ struct Schema {
 // Parses a schema; ValueError quoting the text and saying what is wrong where.
 Schema parse_schema(std::string_view text);
 
-}  // namespace qk::ops
+}  // namespace qk::plugin

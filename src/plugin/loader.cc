@@ -13,11 +13,11 @@
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/base/log.h"
-#include "qk/ops/extension.h"
-#include "qk/ops/registry.h"
+#include "qk/plugin/extension.h"
+#include "qk/plugin/registry.h"
 #include "registry_impl.h"
 
-namespace qk::ops {
+namespace qk::plugin {
 
 QK_ENV_STRING(env_extensions, "QK_EXTENSIONS", "",
               "Extension libraries (built with qk_add_extension) that qk loads at start-up, "
@@ -100,7 +100,7 @@ LoadedLibrary load_library(const std::string& path) {
     dlclose(handle);
     QK_THROW(IoError, "'", path, "' is not a qianka extension library: it exports no ",
              QK_EXTENSION_ENTRY_SYMBOL, " symbol; define its ops in a QK_EXTENSION(ns, lib) "
-             "{ ... } block (qk/ops/extension.h)");
+             "{ ... } block (qk/plugin/extension.h)");
   }
   const ExtensionEntry* entry = entry_fn();
   try {
@@ -152,4 +152,4 @@ size_t load_extensions_from_env() {
   return n;
 }
 
-}  // namespace qk::ops
+}  // namespace qk::plugin

@@ -1,6 +1,6 @@
 // A well-formed plugin: test_ext::scale(x, alpha) = alpha * x with its
 // backward, and test_ext::split_sum(x) = (x + 1, x - 1).
-#include "qk/ops/extension.h"
+#include "qk/plugin/extension.h"
 #include "qk/tensor/ops/elementwise.h"
 
 namespace {
@@ -9,7 +9,7 @@ qk::Tensor scale_cpu(const qk::Tensor& x, double alpha) {
   return qk::ops::binary_scalar(qk::BinaryOp::mul, x, alpha);
 }
 
-std::vector<qk::Tensor> scale_backward(const qk::ops::BackwardContext& ctx) {
+std::vector<qk::Tensor> scale_backward(const qk::plugin::BackwardContext& ctx) {
   const double alpha = ctx.arg("alpha").to_double();
   return {qk::ops::binary_scalar(qk::BinaryOp::mul, ctx.grad(0), alpha), qk::Tensor()};
 }

@@ -1,10 +1,10 @@
 // Loading extension ops and calling them, as torch.ops.load_library and
 // torch.ops.my_ops.fused_bias_gelu(x, b):
 //
-//   qk::ops::load_library("build/libmy_ops.so");
-//   Tensor y = qk::ops::call("my_ops::fused_bias_gelu", {x, b});
+//   qk::plugin::load_library("build/libmy_ops.so");
+//   Tensor y = qk::plugin::call("my_ops::fused_bias_gelu", {x, b});
 //   // typed: looks the op up once and checks the signature against its schema
-//   auto gelu = qk::ops::typed<Tensor(const Tensor&, const Tensor&)>("my_ops::fused_bias_gelu");
+//   auto gelu = qk::plugin::typed<Tensor(const Tensor&, const Tensor&)>("my_ops::fused_bias_gelu");
 //   Tensor z = gelu(x, b);
 //   z.sum().backward();   // through the op's registered backward
 //
@@ -25,9 +25,9 @@
 #include <string_view>
 #include <vector>
 
-#include "qk/ops/library.h"
+#include "qk/plugin/library.h"
 
-namespace qk::ops {
+namespace qk::plugin {
 
 struct LoadedLibrary {
   std::string path;
@@ -94,4 +94,4 @@ TypedOp<Sig> typed(std::string_view qualified_name) {
   return TypedOp<Sig>(qualified_name);
 }
 
-}  // namespace qk::ops
+}  // namespace qk::plugin

@@ -1,6 +1,6 @@
 // The process-wide op registry, and calling an op: bind the values to the
 // schema, pick the kernel for the tensors' device, record autograd.
-#include "qk/ops/registry.h"
+#include "qk/plugin/registry.h"
 
 #include <algorithm>
 #include <map>
@@ -12,7 +12,7 @@
 #include "qk/base/error.h"
 #include "registry_impl.h"
 
-namespace qk::ops {
+namespace qk::plugin {
 
 namespace {
 
@@ -29,7 +29,7 @@ Registry& registry() {
 }
 
 std::string op_names(const Registry& r) {
-  if (r.ops.empty()) return "none (load one with qk::ops::load_library or QK_EXTENSIONS)";
+  if (r.ops.empty()) return "none (load one with qk::plugin::load_library or QK_EXTENSIONS)";
   std::string s;
   for (const auto& [name, op] : r.ops) s += (s.empty() ? "" : ", ") + name;
   return s;
@@ -192,8 +192,8 @@ std::vector<Tensor> call_multi(std::string_view qualified_name, const std::vecto
 Tensor call(std::string_view qualified_name, const std::vector<Value>& args) {
   const OpDef& op = find_op(qualified_name);
   QK_CHECK(op.schema.num_outputs == 1, op.qualified_name, " returns ", op.schema.num_outputs,
-           " tensors; use qk::ops::call_multi: ", op.schema.str());
+           " tensors; use qk::plugin::call_multi: ", op.schema.str());
   return std::move(call_op(op, args)[0]);
 }
 
-}  // namespace qk::ops
+}  // namespace qk::plugin
