@@ -4,26 +4,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <ctime>
 
+#include "qk/base/timer.h"
 #include "qk/recipes/gpt_pretrain.h"
 
 namespace qk::recipes {
-namespace {
-
-std::string now_timestamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
-
-}  // namespace
-
 std::string megatron_iteration_line(const train::LogStats& s, const IterationLineExtras& x) {
-  std::string l = fmt::format(" [{}]", x.timestamp.empty() ? now_timestamp() : x.timestamp);
+  std::string l = fmt::format(" [{}]", x.timestamp.empty() ? qk::timestamp() : x.timestamp);
   l += fmt::format(" iteration {:8d}/{:8d} |", s.iteration, s.train_iters);
   l += fmt::format(" consumed samples: {:12d} |", s.consumed_samples);
   l += fmt::format(" elapsed time per iteration (ms): {:.1f} |", s.elapsed_ms_per_iteration);

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -19,6 +18,7 @@
 #include "qk/base/file_io.h"
 #include "qk/base/log.h"
 #include "qk/base/thread_pool.h"
+#include "qk/base/timer.h"
 #include "qk/dist/launch_env.h"
 #include "qk/parallel/timeline.h"
 #include "qk/recipes/metrics_plot.h"
@@ -32,15 +32,6 @@ namespace qk::recipes {
 namespace {
 
 constexpr const char* kRunFormat = kPretrainGptFormat;
-
-std::string datetime_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
 
 // qk run's or torchrun's environment, Megatron's rank grid over it (the
 // tensor- and data-parallel groups this rank trains in), and one compute
@@ -216,7 +207,7 @@ void GptPretraining::say(const std::string& line) const {
 }
 
 void GptPretraining::say_datetime(const std::string& what) const {
-  say(fmt::format("[{}] datetime: {} ", what, datetime_now()));
+  say(fmt::format("[{}] datetime: {} ", what, qk::timestamp()));
 }
 
 const MegatronArgs& GptPretraining::args() const { return s_->a; }
