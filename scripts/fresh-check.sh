@@ -21,6 +21,8 @@
 #                   (--make-tarball) and then use it: later runs download nothing for the base
 #   --mirror URL    Debian mirror (default: the one in /etc/apt/sources.list*)
 #   --skip-run      only the test command
+#   --run-only      only the main job's command (e.g. to time it before and after a change)
+#   --commit REV    check commit REV of this checkout instead of HEAD
 #   --ctest ARGS    extra arguments for ctest (one string, e.g. "-R Conv2d")
 # Exit status: 0 when both commands succeeded.
 
@@ -36,6 +38,8 @@ KEEP=0
 TARBALL=""
 MIRROR=""
 SKIP_RUN=0
+RUN_ONLY=0
+REV=HEAD
 CTEST_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +48,8 @@ while [ $# -gt 0 ]; do
     --tarball) TARBALL=$2; shift 2 ;;
     --mirror) MIRROR=$2; shift 2 ;;
     --skip-run) SKIP_RUN=1; shift ;;
+    --run-only) RUN_ONLY=1; shift ;;
+    --commit) REV=$2; shift 2 ;;
     --ctest) CTEST_ARGS=$2; shift 2 ;;
     -h|--help) sed -n '2,/^# Exit status/p' "$0"; exit 0 ;;
     *) echo "fresh-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -54,10 +60,11 @@ die() { echo "fresh-check: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, mount, chroot); run it with sudo"
 command -v debootstrap >/dev/null || die "debootstrap not found; apt-get install debootstrap"
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel) || die "not inside a git checkout"
-COMMIT=$(git -C "$REPO" rev-parse HEAD)
+COMMIT=$(git -C "$REPO" rev-parse --verify "$REV^{commit}") || die "--commit $REV: not a commit of $REPO"
 if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no)" ]; then
   echo "fresh-check: note: uncommitted changes are not checked; the root gets commit ${COMMIT:0:10}"
 fi
+[ "$SKIP_RUN" = 0 ] || [ "$RUN_ONLY" = 0 ] || die "--skip-run and --run-only leave nothing to run"
 
 # The mirror apt uses here: deb822 .sources (URIs:) or one-line .list entries
 # for bookworm, security excluded.
@@ -175,7 +182,7 @@ if [ -d /usr/local/share/ca-certificates ]; then
 fi
 
 mkdir -p "$ROOT/src/qianka"
-git -C "$REPO" archive --format=tar HEAD | tar -x -C "$ROOT/src/qianka"
+git -C "$REPO" archive --format=tar "$COMMIT" | tar -x -C "$ROOT/src/qianka"
 
 mount -t proc proc "$ROOT/proc"
 mount -t sysfs sysfs "$ROOT/sys"
@@ -204,13 +211,17 @@ if [ "$SKIP_RUN" = 0 ]; then
   set -e
   t_run=$(($(now) - t0))
 fi
-echo "fresh-check: ./scripts/test.sh $CTEST_ARGS (log $LOG_DIR/test.log)"
-t0=$(now)
-set +e
-in_root "./scripts/test.sh $CTEST_ARGS" 2>&1 | tee "$LOG_DIR/test.log" | sed -u 's/^/  test| /'
-test_rc=${PIPESTATUS[0]}
-set -e
-t_test=$(($(now) - t0))
+test_rc=0
+t_test=0
+if [ "$RUN_ONLY" = 0 ]; then
+  echo "fresh-check: ./scripts/test.sh $CTEST_ARGS (log $LOG_DIR/test.log)"
+  t0=$(now)
+  set +e
+  in_root "./scripts/test.sh $CTEST_ARGS" 2>&1 | tee "$LOG_DIR/test.log" | sed -u 's/^/  test| /'
+  test_rc=${PIPESTATUS[0]}
+  set -e
+  t_test=$(($(now) - t0))
+fi
 
 echo
 echo "================ fresh-check summary ================"
@@ -223,12 +234,16 @@ if [ "$SKIP_RUN" = 0 ]; then
 else
   echo "./scripts/run.sh:  skipped"
 fi
-echo "./scripts/test.sh: exit $test_rc after $(fmt_s $t_test)"
-echo "ctest:"
-grep -E '^[0-9]+% tests passed|^Total Test time|^The following tests (FAILED|did not run)|^[[:space:]]+[0-9]+ - ' \
-  "$LOG_DIR/test.log" | sed 's/^/  /' || echo "  (no ctest summary in $LOG_DIR/test.log)"
-skipped=$(grep -c -E '\*\*\*Skipped|Not Run' "$LOG_DIR/test.log" || true)
-echo "  skipped or not run: $skipped"
+if [ "$RUN_ONLY" = 0 ]; then
+  echo "./scripts/test.sh: exit $test_rc after $(fmt_s $t_test)"
+  echo "ctest:"
+  grep -E '^[0-9]+% tests passed|^Total Test time|^The following tests (FAILED|did not run)|^[[:space:]]+[0-9]+ - ' \
+    "$LOG_DIR/test.log" | sed 's/^/  /' || echo "  (no ctest summary in $LOG_DIR/test.log)"
+  skipped=$(grep -c -E '\*\*\*Skipped|Not Run' "$LOG_DIR/test.log" || true)
+  echo "  skipped or not run: $skipped"
+else
+  echo "./scripts/test.sh: skipped (--run-only)"
+fi
 echo "====================================================="
 [ "$run_rc" -eq 0 ] && [ "$test_rc" -eq 0 ]
 exit
