@@ -8,8 +8,9 @@
 #
 # With the device tool: run(command="scripts/device-check.sh $OUT",
 # carry=["build/device-pack"], timeout_s=540). OUTDIR gets summary.txt (each
-# step, its exit status and seconds) and one log per kind of step (8 files,
-# as many as the tool brings back). Each step is bounded and none starts
+# step, its exit status and seconds), gpu.txt and one log per kind of step
+# (8 files, as many as the tool brings back: check, cuda_tests, op_harness,
+# nccl_tests, speed, cnn). Each step is bounded and none starts
 # after 450 s, so the run stays under 8 minutes; a step that fails does not
 # stop the others. Without a GPU (or here) it runs too, and the logs say
 # why nothing ran on one.
@@ -19,11 +20,11 @@ BUILD=${QK_BUILD_DIR:-build/release}
 PACK=build/device-pack
 PROGRAMS=(src/cli/qk tests/harness/qk_op_harness tests/tensor/qk_tensor_cuda_tests
           tests/optim/qk_optim_cuda_tests tests/qccl/qk_qccl_backend_nccl_tests tests/dist/qk_dist_cuda_tests
-          bench/cuda_gemm bench/simple_cnn_step)
+          bench/cuda_gemm bench/cuda_attention bench/simple_cnn_step)
 
 if [ "${1:-}" = "--pack" ]; then
   set -e
-  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_optim_cuda_tests qk_qccl_backend_nccl_tests qk_dist_cuda_tests cuda_gemm simple_cnn_step
+  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_optim_cuda_tests qk_qccl_backend_nccl_tests qk_dist_cuda_tests cuda_gemm cuda_attention simple_cnn_step
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
   mkdir -p "$stage/bin" "$stage/lib"
@@ -104,7 +105,10 @@ step "cuda optimizer tests" cuda_tests.log 60 "$BIN/qk_optim_cuda_tests"
 step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck
 step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
 step "dist on cuda (nccl)" nccl_tests.log 60 "$BIN/qk_dist_cuda_tests"
-# GEMM throughput against PyTorch's in the same run (docs/benchmarks.md).
+# Speed against PyTorch in the same run (docs/benchmarks.md), all in speed.log:
+# GEMM, flash attention against SDPA, and GPT-2 124M and the practice model
+# (B16 T1024 bf16, flash attention) against PyTorch eager
+# (bench/gpt_cuda_peer.py: bf16 autocast, SDPA, fused AdamW).
 TORCH_GEMM='import sys, torch
 n, dt = int(sys.argv[1]), getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[sys.argv[2]])
 a = torch.randn(n, n, device="cuda").to(dt); b = torch.randn(n, n, device="cuda").to(dt)
@@ -116,9 +120,23 @@ for _ in range(10):
 m = sorted(ms)[len(ms) // 2]
 print(f"pytorch {torch.__version__} {n} {sys.argv[2]}: {m:.3f} ms, {2 * n ** 3 / (m * 1e-3) / 1e12:.1f} TFLOP/s")'
 for size in 4096 8192; do
-  step "gemm bf16 $size" gemm.log 60 "$BIN/cuda_gemm" "$size" bf16 10
-  step "torch gemm bf16 $size" gemm.log 60 python3 -c "$TORCH_GEMM" "$size" bf16
+  step "gemm bf16 $size" speed.log 60 "$BIN/cuda_gemm" "$size" bf16 10
+  step "torch gemm bf16 $size" speed.log 60 python3 -c "$TORCH_GEMM" "$size" bf16
 done
+step "attention cuda" speed.log 60 "$BIN/cuda_attention"
+step "torch sdpa" speed.log 60 python3 bench/sdpa_cuda_peer.py
+LLM_COMMON=(--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 16 --global-batch-size 16
+            --train-iters 20 --mock-data --tokenizer-type NullTokenizer --bf16 --use-flash-attn --log-interval 5
+            --eval-iters 0 --log-throughput)
+GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --vocab-size 50257 --lr 6e-4)
+PRACTICE=(--num-layers 6 --hidden-size 512 --num-attention-heads 8 --position-embedding-type rope
+          --normalization RMSNorm --swiglu --disable-bias-linear --untie-embeddings-and-output-weights
+          --vocab-size 32000 --lr 3e-4)
+step "gpt2-124m cuda" speed.log 120 "$BIN/qk" pretrain-gpt --device cuda "${GPT2[@]}" "${LLM_COMMON[@]}"
+step "torch gpt2-124m" speed.log 90 python3 bench/gpt_cuda_peer.py --vocab 50304 --batch 16
+step "practice cuda" speed.log 90 "$BIN/qk" pretrain-gpt --device cuda "${PRACTICE[@]}" "${LLM_COMMON[@]}"
+step "torch practice" speed.log 90 python3 bench/gpt_cuda_peer.py --llama --layers 6 --d 512 --heads 8 \
+  --vocab 32000 --batch 16
 # SimpleCNN and ResNet steps (SGD, f32) and inference against PyTorch's
 # eager mode on the same GPU: images/s, ms per step, peak memory (JSON lines).
 for model in simple_cnn simple_resnet; do

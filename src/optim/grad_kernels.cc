@@ -5,11 +5,12 @@
 #include <map>
 #include <string>
 
-#include "qk/optim/grad_unscale.h"
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
+#include "qk/optim/grad_unscale.h"
 #include "qk/tensor/dtype.h"
 #include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/optimizer.h"
 #include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
 
@@ -143,7 +144,9 @@ UnscaleResult unscale_check_and_norm(const std::vector<Tensor>& grads, float inv
 
 void scale(const std::vector<Tensor>& grads, float s) {
   if (all_on_cpu(grads)) return scale(spans_of(grads), s);
-  for (const Tensor& g : grads) ops::mul_(g, static_cast<double>(s));
+  std::map<std::string, std::vector<Tensor>> by_device;
+  for (const Tensor& g : grads) by_device[g.device().str()].push_back(g);
+  for (const auto& [device, gs] : by_device) ops::multi_tensor_scale_(gs, static_cast<double>(s));
 }
 
 int64_t count_zeros(const std::vector<Tensor>& grads) {

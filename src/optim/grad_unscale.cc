@@ -12,8 +12,7 @@
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/dtype.h"
-#include "qk/tensor/ops/elementwise.h"
-#include "qk/tensor/ops/reduce.h"
+#include "qk/tensor/ops/optimizer.h"
 #include "qk/tensor/ops/view.h"
 
 namespace qk::optim {
@@ -40,36 +39,18 @@ bool unscale_and_check(const Tensor& g, double inv) {
   return bad.load();
 }
 
-// Per device: g * 0 is NaN where g is inf or NaN and 0 elsewhere, so the sum
-// of those over every gradient is finite exactly when all of them are; the
-// squares are summed in f64 as the CPU passes sum them. One read back (two
-// with squares) per device: one per gradient would stall the device once
-// per parameter.
+// One multi-tensor pass per device (ops::multi_tensor_unscale_norm_) and one
+// read back of its two sums per device: a read per gradient would stall the
+// device once per parameter.
 DeviceUnscaleResult unscale_and_check_on_device(const std::vector<Tensor>& grads, double inv, bool squares) {
-  std::map<std::string, std::pair<Tensor, Tensor>> sums;  // device -> (probe, squares)
-  auto plus = [](const Tensor& a, const Tensor& b) { return a.defined() ? ops::add(a, b) : b; };
-  for (const Tensor& g : grads) {
-    auto& [probe, sq] = sums[g.device().str()];
-    probe = plus(probe, ops::sum(ops::binary_scalar(BinaryOp::mul, ops::cast(g, DType::f64), 0.0)));
-    if (inv != 1.0) {
-      if (g.dtype() == DType::f16 || g.dtype() == DType::bf16) {
-        // In f32 as the CPU path: 1/scale in the gradient's own dtype would
-        // round (f16: to 0 from a scale of 2^25; bf16: 8 bits for any scale).
-        ops::copy_(g, ops::binary_scalar(BinaryOp::mul, ops::cast(g, DType::f32), inv));
-      } else {
-        ops::mul_(g, inv);
-      }
-      g.bump_version();
-    }
-    if (squares) {
-      const Tensor g64 = ops::cast(g, DType::f64);
-      sq = plus(sq, ops::sum(ops::mul(g64, g64)));
-    }
-  }
+  std::map<std::string, std::vector<Tensor>> by_device;
+  for (const Tensor& g : grads) by_device[g.device().str()].push_back(g);
   DeviceUnscaleResult r;
-  for (const auto& [device, s] : sums) {
-    r.found_inf = r.found_inf || !std::isfinite(s.first.item_double());
-    if (squares) r.sum_squares += s.second.item_double();
+  for (const auto& [device, gs] : by_device) {
+    const Tensor sums = ops::to_device(ops::multi_tensor_unscale_norm_(gs, inv), kCPU);
+    const double* d = sums.data_ptr<double>();
+    r.found_inf = r.found_inf || d[1] > 0;
+    if (squares) r.sum_squares += d[0];
   }
   return r;
 }

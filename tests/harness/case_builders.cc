@@ -158,6 +158,7 @@ std::vector<Case> all_cases() {
   add_norm_cases(out);
   add_llm_cases(out);
   add_view_copy_cases(out);
+  add_multi_tensor_cases(out);
   add_random_cases(out);
   return out;
 }

@@ -85,5 +85,6 @@ void add_norm_cases(std::vector<Case>& out);
 void add_llm_cases(std::vector<Case>& out);
 void add_view_copy_cases(std::vector<Case>& out);
 void add_random_cases(std::vector<Case>& out);
+void add_multi_tensor_cases(std::vector<Case>& out);
 
 }  // namespace qk::harness

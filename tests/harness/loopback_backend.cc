@@ -253,7 +253,9 @@ struct Forward<Table, R(A...)> {
   X(ops::grouped_mm_kernel, ops::GroupedMmFn)                              \
   X(ops::grouped_mm_tn_kernel, ops::GroupedMmTnFn)                         \
   X(ops::sgd_step_kernel, ops::SgdStepFn)                              \
-  X(ops::adam_step_kernel, ops::AdamStepFn)
+  X(ops::adam_step_kernel, ops::AdamStepFn)                                \
+  X(ops::multi_tensor_unscale_norm_kernel, ops::MultiTensorUnscaleNormFn)  \
+  X(ops::multi_tensor_scale_kernel, ops::MultiTensorScaleFn)
 
 }  // namespace
 

@@ -21,6 +21,9 @@ const std::vector<std::string>& public_ops() {
       "ops::avg_pool2d_backward",
       "ops::adaptive_avg_pool2d",
       "ops::adaptive_avg_pool2d_backward",
+      // qk/tensor/ops/optimizer.h
+      "ops::multi_tensor_unscale_norm_",
+      "ops::multi_tensor_scale_",
       // qk/tensor/ops/elementwise.h
       "ops::binary",
       "ops::binary_scalar",

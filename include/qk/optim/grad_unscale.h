@@ -16,8 +16,9 @@ namespace qk::optim {
 bool unscale_and_check(const Tensor& g, double inv);
 
 // Gradients on accelerators: each multiplied by inv (skipped at 1; f16 and
-// bf16 through f32), checked for inf/NaN and, with squares, their squares
-// summed in f64, all on their devices' kernels with a read back per device.
+// bf16 through f32), checked for inf/NaN and, with squares, the squares of
+// the results summed: one multi-tensor pass per device on its own kernels
+// (ops::multi_tensor_unscale_norm_) and one read back per device.
 struct DeviceUnscaleResult {
   bool found_inf = false;
   double sum_squares = 0;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace qk::cuda {
 
@@ -31,6 +32,16 @@ uint64_t memory_reserved(int device = 0);
 void reset_peak_memory_stats(int device = 0);
 // Gives the cached blocks back to the device (other processes can use them).
 void empty_cache(int device = 0);
+
+// The backend's plan caches (cuBLASLt's GEMM descriptors and algorithm per
+// shape, cuDNN's convolution algorithm per shape): how often a call found
+// its plan and how often one was built. After the first step of a shape a
+// training step builds none. Empty in a program without the CUDA backend.
+struct PlanCacheStats {
+  std::string name;  // "cublaslt_matmul", "cudnn_conv2d_forward", ...
+  int64_t hits = 0, builds = 0, size = 0;
+};
+std::vector<PlanCacheStats> plan_cache_stats();
 
 // Whether f32 matrix products may use TF32 tensor cores (10-bit mantissa
 // inputs, f32 accumulation): off by default, as PyTorch's

@@ -1,15 +1,20 @@
 // The CPU fused optimizer kernels: one pass per parameter, split across the
 // intra-op thread pool. The loop bodies are branch-free per element (the
 // branches are hoisted into template flags) so the compiler vectorises them.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "qk/base/thread_pool.h"
+#include "qk/tensor/dtype.h"
 #include "qk/tensor/ops/optimizer.h"
 
 namespace qk::ops {
 
 QK_DEFINE_KERNEL(sgd_step_kernel, SgdStepFn);
 QK_DEFINE_KERNEL(adam_step_kernel, AdamStepFn);
+QK_DEFINE_KERNEL(multi_tensor_unscale_norm_kernel, MultiTensorUnscaleNormFn);
+QK_DEFINE_KERNEL(multi_tensor_scale_kernel, MultiTensorScaleFn);
 
 namespace cpu {
 namespace {
@@ -126,10 +131,71 @@ void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const T
   adam_typed<float>(param, grad, m, v, vmax, a);
 }
 
+// ---- multi-tensor passes: chunks of kGrain elements, their sums added in
+// chunk order, so the result does not depend on the thread count.
+
+struct ChunkSums {
+  double squares = 0;
+  int64_t nonfinite = 0;
+};
+
+template <typename T>
+ChunkSums unscale_norm_chunk(T* p, int64_t lo, int64_t hi, double scale) {
+  using C = compute_t<T>;
+  const C k = static_cast<C>(scale);
+  ChunkSums r;
+  for (int64_t i = lo; i < hi; ++i) {
+    const C v = static_cast<C>(p[i]);
+    r.nonfinite += !std::isfinite(v);
+    const C w = scale != 1.0 ? v * k : v;
+    if (scale != 1.0) p[i] = cast_value<T>(w);
+    // The square of what is stored, as the gradient the optimizer then reads.
+    const double stored = static_cast<double>(static_cast<C>(p[i]));
+    r.squares += stored * stored;
+  }
+  return r;
+}
+
+void multi_tensor_unscale_norm(const std::vector<Tensor>& tensors, double scale, const Tensor& out) {
+  double squares = 0, nonfinite = 0;
+  for (const Tensor& t : tensors) {
+    const int64_t n = t.numel(), chunks = (n + kGrain - 1) / kGrain;
+    std::vector<ChunkSums> part(static_cast<size_t>(chunks));
+    dispatch_floating(t.dtype(), "multi_tensor_unscale_norm_", [&](auto tag) {
+      using T = decltype(tag);
+      T* p = t.data_ptr<T>();
+      parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t c = lo; c < hi; ++c)
+          part[static_cast<size_t>(c)] = unscale_norm_chunk(p, c * kGrain, std::min(n, (c + 1) * kGrain), scale);
+      });
+    });
+    for (const ChunkSums& c : part) squares += c.squares, nonfinite += static_cast<double>(c.nonfinite);
+  }
+  double* o = out.data_ptr<double>();
+  o[0] = squares;
+  o[1] = nonfinite;
+}
+
+void multi_tensor_scale(const std::vector<Tensor>& tensors, double scale) {
+  for (const Tensor& t : tensors) {
+    dispatch_floating(t.dtype(), "multi_tensor_scale_", [&](auto tag) {
+      using T = decltype(tag);
+      using C = compute_t<T>;
+      T* p = t.data_ptr<T>();
+      const C k = static_cast<C>(scale);
+      parallel_for(0, t.numel(), kGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) p[i] = cast_value<T>(static_cast<C>(p[i]) * k);
+      });
+    });
+  }
+}
+
 }  // namespace
 }  // namespace cpu
 
 QK_REGISTER_KERNEL(sgd_step_kernel, cpu, cpu::sgd_step);
 QK_REGISTER_KERNEL(adam_step_kernel, cpu, cpu::adam_step);
+QK_REGISTER_KERNEL(multi_tensor_unscale_norm_kernel, cpu, cpu::multi_tensor_unscale_norm);
+QK_REGISTER_KERNEL(multi_tensor_scale_kernel, cpu, cpu::multi_tensor_scale);
 
 }  // namespace qk::ops

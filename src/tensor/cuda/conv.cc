@@ -3,16 +3,20 @@
 // is a sum over batch and space (the reduce kernel). f32 (TF32 only after
 // qk::cuda::set_matmul_allow_tf32(true)), f64, and f16/bf16 with f32
 // accumulation. Algorithms come from cuDNN's heuristics, the first whose
-// workspace is at most kMaxWorkspace.
+// workspace is at most kMaxWorkspace, chosen once per shape and direction
+// (plan_cache.h) with the descriptors.
 //
 // cuDNN 9 marks this API deprecated in favour of its graph API; it is still
 // shipped and is what PyTorch's cuDNN v7 path calls. The graph API (through
 // cudnn-frontend, not a Debian package) is the way on, hence the pragma.
 #include <cudnn.h>
 
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "cuda_check.h"
+#include "plan_cache.h"
 #include "qk/base/error.h"
 #include "qk/tensor/cuda.h"
 #include "qk/tensor/kernel_tables.h"
@@ -94,6 +98,38 @@ struct ConvDesc {
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
 };
 
+// A convolution shape's descriptors and the algorithm cuDNN's heuristics
+// give it, built once per shape and direction (plan_cache.h), as PyTorch
+// keeps cuDNN's algorithm per convolution: a heuristic query costs more
+// host time than a small convolution.
+struct ConvPlan {
+  TensorDesc xd;
+  FilterDesc wd;
+  ConvDesc cd;
+  std::optional<TensorDesc> yd;
+  int64_t out[4] = {0, 0, 0, 0};  // the output's n, c, h, w (forward)
+  int algo = 0;
+  size_t memory = 0;
+  ConvPlan(const Tensor& x, const Tensor& w, const Conv2dParams& p)
+      : xd(x.dtype(), x.size(0), x.size(1), x.size(2), x.size(3)), wd(w), cd(p, x.dtype()) {}
+};
+
+enum class ConvDirection : int64_t { forward, backward_data, backward_filter };
+
+PlanCache<ConvPlan>& conv_plans(ConvDirection d) {
+  static PlanCache<ConvPlan> fwd("cudnn_conv2d_forward"), data("cudnn_conv2d_backward_data"),
+      filter("cudnn_conv2d_backward_filter");
+  return d == ConvDirection::forward ? fwd : d == ConvDirection::backward_data ? data : filter;
+}
+
+// What the descriptors and the algorithm depend on.
+PlanKey conv_key(int device, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  return {device,        static_cast<int64_t>(x.dtype()), x.size(0),     x.size(1),     x.size(2),
+          x.size(3),     w.size(0),     w.size(1),     w.size(2),     w.size(3),
+          p.stride[0],   p.stride[1],   p.padding[0],  p.padding[1],  p.dilation[0],
+          p.dilation[1], p.groups,      matmul_allow_tf32()};
+}
+
 Tensor workspace(const Tensor& like, size_t bytes) {
   return empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, TensorOptions().dtype(DType::u8).device(like.device()));
 }
@@ -129,26 +165,32 @@ Tensor conv2d_on_device(const Tensor& x, const Tensor& w, const Tensor& b, const
     };
     return empty({x.size(0), w.size(0), out(0), out(1)}, TensorOptions().dtype(t).device(x.device()));
   }
-  TensorDesc xd(t, x.size(0), x.size(1), x.size(2), x.size(3));
-  FilterDesc wd(w);
-  ConvDesc cd(p, t);
-  int n = 0, c = 0, oh = 0, ow = 0;
-  QK_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(cd.d, xd.d, wd.d, &n, &c, &oh, &ow));
-  Tensor y = empty({n, c, oh, ow}, TensorOptions().dtype(t).device(x.device()));
+  const ConvPlan& plan = conv_plans(ConvDirection::forward).get(conv_key(device, x, w, p), [&] {
+    auto pl = std::make_unique<ConvPlan>(x, w, p);
+    int n = 0, c = 0, oh = 0, ow = 0;
+    QK_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(pl->cd.d, pl->xd.d, pl->wd.d, &n, &c, &oh, &ow));
+    pl->out[0] = n, pl->out[1] = c, pl->out[2] = oh, pl->out[3] = ow;
+    if (int64_t(n) * c * oh * ow == 0) return pl;
+    pl->yd.emplace(t, n, c, oh, ow);
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int found = 0;
+    QK_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, pl->xd.d, pl->wd.d, pl->cd.d, pl->yd->d,
+                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+    const auto algo = pick(perf, found, "forward");
+    pl->algo = algo.algo, pl->memory = algo.memory;
+    return pl;
+  });
+  const int64_t c = plan.out[1];
+  Tensor y = empty({plan.out[0], c, plan.out[2], plan.out[3]}, TensorOptions().dtype(t).device(x.device()));
   if (y.numel() == 0) return y;
-  TensorDesc yd(t, n, c, oh, ow);
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int found = 0;
-  QK_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                        &found, perf));
-  auto algo = pick(perf, found, "forward");
-  Tensor ws = workspace(x, algo.memory);
+  Tensor ws = workspace(x, plan.memory);
   Scale s(t);
-  QK_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(), xd.d, x.raw_data(), wd.d, w.raw_data(), cd.d, algo.algo,
-                                         ws.raw_data(), algo.memory, s.zero(), yd.d, y.raw_data()));
+  QK_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(), plan.xd.d, x.raw_data(), plan.wd.d, w.raw_data(), plan.cd.d,
+                                         static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), ws.raw_data(),
+                                         plan.memory, s.zero(), plan.yd->d, y.raw_data()));
   if (b.defined()) {
     TensorDesc bd(t, 1, c, 1, 1);
-    QK_CUDNN_CHECK(cudnnAddTensor(h, s.one(), bd.d, b.raw_data(), s.one(), yd.d, y.raw_data()));
+    QK_CUDNN_CHECK(cudnnAddTensor(h, s.one(), bd.d, b.raw_data(), s.one(), plan.yd->d, y.raw_data()));
   }
   return y;
 }
@@ -165,34 +207,52 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_on_device(const Tensor& gy, c
   Tensor dx, dw, db;
   if (need_db) db = ops::sum(gy, {0, 2, 3}, false);
   if (!need_dx && !need_dw) return {dx, dw, db};
-  if (need_dx) dx = zeros(x.shape(), opts);
-  if (need_dw) dw = zeros(w.shape(), opts);
-  if (gy.numel() == 0 || x.numel() == 0) return {dx, dw, db};
-  TensorDesc xd(t, x.size(0), x.size(1), x.size(2), x.size(3));
-  TensorDesc yd(t, gy.size(0), gy.size(1), gy.size(2), gy.size(3));
-  FilterDesc wd(w);
-  ConvDesc cd(p, t);
+  if (gy.numel() == 0 || x.numel() == 0) {
+    if (need_dx) dx = zeros(x.shape(), opts);
+    if (need_dw) dw = zeros(w.shape(), opts);
+    return {dx, dw, db};
+  }
+  // cuDNN writes every element (beta 0): no zero fill first.
+  auto plan_of = [&](ConvDirection d) -> const ConvPlan& {
+    return conv_plans(d).get(conv_key(device, x, w, p), [&] {
+      auto pl = std::make_unique<ConvPlan>(x, w, p);
+      pl->yd.emplace(t, gy.size(0), gy.size(1), gy.size(2), gy.size(3));
+      if (d == ConvDirection::backward_data) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        int found = 0;
+        QK_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, pl->wd.d, pl->yd->d, pl->cd.d, pl->xd.d,
+                                                                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found,
+                                                                   perf));
+        const auto algo = pick(perf, found, "backward-data");
+        pl->algo = algo.algo, pl->memory = algo.memory;
+      } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        int found = 0;
+        QK_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, pl->xd.d, pl->yd->d, pl->cd.d, pl->wd.d,
+                                                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found,
+                                                                     perf));
+        const auto algo = pick(perf, found, "backward-filter");
+        pl->algo = algo.algo, pl->memory = algo.memory;
+      }
+      return pl;
+    });
+  };
   Scale s(t);
   if (need_dx) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int found = 0;
-    QK_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, yd.d, cd.d, xd.d,
-                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf));
-    auto algo = pick(perf, found, "backward-data");
-    Tensor ws = workspace(x, algo.memory);
-    QK_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(), wd.d, w.raw_data(), yd.d, gy.raw_data(), cd.d, algo.algo,
-                                                ws.raw_data(), algo.memory, s.zero(), xd.d, dx.raw_data()));
+    const ConvPlan& plan = plan_of(ConvDirection::backward_data);
+    dx = empty(x.shape(), opts);
+    Tensor ws = workspace(x, plan.memory);
+    QK_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(), plan.wd.d, w.raw_data(), plan.yd->d, gy.raw_data(),
+                                                plan.cd.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo),
+                                                ws.raw_data(), plan.memory, s.zero(), plan.xd.d, dx.raw_data()));
   }
   if (need_dw) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int found = 0;
-    QK_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, yd.d, cd.d, wd.d,
-                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf));
-    auto algo = pick(perf, found, "backward-filter");
-    Tensor ws = workspace(x, algo.memory);
-    QK_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(), xd.d, x.raw_data(), yd.d, gy.raw_data(), cd.d,
-                                                  algo.algo, ws.raw_data(), algo.memory, s.zero(), wd.d,
-                                                  dw.raw_data()));
+    const ConvPlan& plan = plan_of(ConvDirection::backward_filter);
+    dw = empty(w.shape(), opts);
+    Tensor ws = workspace(x, plan.memory);
+    QK_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(), plan.xd.d, x.raw_data(), plan.yd->d, gy.raw_data(),
+                                                  plan.cd.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo),
+                                                  ws.raw_data(), plan.memory, s.zero(), plan.wd.d, dw.raw_data()));
   }
   return {dx, dw, db};
 }

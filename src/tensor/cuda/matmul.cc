@@ -10,12 +10,14 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "cuda_check.h"
 #include "gemm.h"
 #include "op_kernel_tables.h"
+#include "plan_cache.h"
 #include "stream_handle.h"
 #include "qk/base/error.h"
 #include "qk/tensor/cuda.h"
@@ -103,6 +105,20 @@ uint32_t alignment(const void* p) {
 
 constexpr size_t kWorkspaceBytes = 32 << 20;  // what PyTorch gives cuBLASLt on Hopper
 
+// A GEMM shape's descriptors and cuBLASLt's algorithm for it, built once
+// (plan_cache.h): the heuristic query and descriptor set-up cost more host
+// time than launching a small product.
+struct GemmPlan {
+  OpDesc op;
+  LayoutDesc first, second, result;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+PlanCache<GemmPlan>& gemm_plans() {
+  static PlanCache<GemmPlan> cache("cublaslt_matmul");
+  return cache;
+}
+
 }  // namespace
 
 void gemm(const Tensor& out, const Tensor& a, const Tensor& bm, int64_t batch, bool accumulate) {
@@ -125,58 +141,63 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& bm, int64_t batch, b
   if (dt == DType::f32 && matmul_allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   const cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F;
 
-  OpDesc op;
-  QK_LT_CHECK(cublasLtMatmulDescCreate(&op.d, compute, scale));
-  // cuBLASLt's first operand is B, its second A (see the top of the file).
-  cublasOperation_t op_first = B.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t op_second = A.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-  QK_LT_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
-  QK_LT_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
-
-  LayoutDesc first, second, result;
-  QK_LT_CHECK(cublasLtMatrixLayoutCreate(&first.d, type, B.rows, B.cols, B.ld));
-  QK_LT_CHECK(cublasLtMatrixLayoutCreate(&second.d, type, A.rows, A.cols, A.ld));
-  QK_LT_CHECK(cublasLtMatrixLayoutCreate(&result.d, out_type, N, M, N));
-  if (batch > 1) {
-    const int32_t count = static_cast<int32_t>(batch);
-    const int64_t out_stride = M * N;
-    for (auto [desc, stride] : {std::pair{first.d, B.batch_stride}, std::pair{second.d, A.batch_stride},
-                                std::pair{result.d, out_stride}}) {
-      QK_LT_CHECK(cublasLtMatrixLayoutSetAttribute(desc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-      QK_LT_CHECK(cublasLtMatrixLayoutSetAttribute(desc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                   sizeof stride));
-    }
-  }
-
-  Tensor workspace = empty({static_cast<int64_t>(kWorkspaceBytes)}, TensorOptions().dtype(DType::u8).device(out.device()));
-  PrefDesc pref;
-  QK_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
-  const uint64_t ws = kWorkspaceBytes;
-  QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   const uint32_t al_first = alignment(B.t.raw_data()), al_second = alignment(A.t.raw_data()),
                  al_out = alignment(out.raw_data());
-  QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first,
-                                                   sizeof al_first));
-  QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_second,
-                                                   sizeof al_second));
-  QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_out,
-                                                   sizeof al_out));
-  QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_out,
-                                                   sizeof al_out));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
+  // Everything the descriptors and cuBLASLt's choice of algorithm depend on.
+  const PlanKey key{device,         static_cast<int64_t>(dt), static_cast<int64_t>(out.dtype()), compute, M, N, K,
+                    batch,          B.transposed, A.transposed, B.rows, B.cols, B.ld, B.batch_stride,
+                    A.rows,         A.cols,       A.ld,         A.batch_stride, al_first, al_second, al_out};
   cublasLtHandle_t h = handle(device);
-  QK_LT_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op.d, first.d, second.d, result.d, result.d, pref.d, 1, &heuristic,
-                                             &found));
-  QK_CHECK_DEVICE(found > 0, "matmul on ", out.device().str(), ": cuBLASLt has no algorithm for ", dtype_name(dt),
-                  " [", M, ",", K, "] x [", K, ",", N, "]", batch > 1 ? " batched" : "");
+  const GemmPlan& plan = gemm_plans().get(key, [&] {
+    auto pl = std::make_unique<GemmPlan>();
+    QK_LT_CHECK(cublasLtMatmulDescCreate(&pl->op.d, compute, scale));
+    // cuBLASLt's first operand is B, its second A (see the top of the file).
+    cublasOperation_t op_first = B.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_second = A.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    QK_LT_CHECK(cublasLtMatmulDescSetAttribute(pl->op.d, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
+    QK_LT_CHECK(cublasLtMatmulDescSetAttribute(pl->op.d, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+    QK_LT_CHECK(cublasLtMatrixLayoutCreate(&pl->first.d, type, B.rows, B.cols, B.ld));
+    QK_LT_CHECK(cublasLtMatrixLayoutCreate(&pl->second.d, type, A.rows, A.cols, A.ld));
+    QK_LT_CHECK(cublasLtMatrixLayoutCreate(&pl->result.d, out_type, N, M, N));
+    if (batch > 1) {
+      const int32_t count = static_cast<int32_t>(batch);
+      const int64_t out_stride = M * N;
+      for (auto [desc, stride] : {std::pair{pl->first.d, B.batch_stride}, std::pair{pl->second.d, A.batch_stride},
+                                  std::pair{pl->result.d, out_stride}}) {
+        QK_LT_CHECK(cublasLtMatrixLayoutSetAttribute(desc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+        QK_LT_CHECK(cublasLtMatrixLayoutSetAttribute(desc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                     sizeof stride));
+      }
+    }
+    PrefDesc pref;
+    QK_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
+    const uint64_t ws = kWorkspaceBytes;
+    QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first,
+                                                     sizeof al_first));
+    QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_second,
+                                                     sizeof al_second));
+    QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_out,
+                                                     sizeof al_out));
+    QK_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_out,
+                                                     sizeof al_out));
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    QK_LT_CHECK(cublasLtMatmulAlgoGetHeuristic(h, pl->op.d, pl->first.d, pl->second.d, pl->result.d, pl->result.d,
+                                               pref.d, 1, &heuristic, &found));
+    QK_CHECK_DEVICE(found > 0, "matmul on ", out.device().str(), ": cuBLASLt has no algorithm for ", dtype_name(dt),
+                    " [", M, ",", K, "] x [", K, ",", N, "]", batch > 1 ? " batched" : "");
+    pl->algo = heuristic.algo;
+    return pl;
+  });
+  Tensor workspace = empty({static_cast<int64_t>(kWorkspaceBytes)}, TensorOptions().dtype(DType::u8).device(out.device()));
   const double one64 = 1, zero64 = 0;
   const float one32 = 1, zero32 = 0;
   const void* alpha = f64 ? static_cast<const void*>(&one64) : &one32;
   const void* beta = accumulate ? alpha : f64 ? static_cast<const void*>(&zero64) : &zero32;
-  QK_LT_CHECK(cublasLtMatmul(h, op.d, alpha, B.t.raw_data(), first.d, A.t.raw_data(), second.d, beta, out.raw_data(),
-                             result.d, out.raw_data(), result.d, &heuristic.algo, workspace.raw_data(), kWorkspaceBytes,
-                             ds.stream()));
+  QK_LT_CHECK(cublasLtMatmul(h, plan.op.d, alpha, B.t.raw_data(), plan.first.d, A.t.raw_data(), plan.second.d, beta,
+                             out.raw_data(), plan.result.d, out.raw_data(), plan.result.d, &plan.algo,
+                             workspace.raw_data(), kWorkspaceBytes, ds.stream()));
 }
 
 namespace {

@@ -3,11 +3,14 @@
 // fused launch per parameter on its device's current stream.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "qk/base/error.h"
 #include "qk/tensor/ops/optimizer.h"
 #include "qk/tensor/cuda/stream.h"
+#include "multi_tensor.h"
 #include "optimizer_steps.h"
 
 namespace qk::cuda {
@@ -58,9 +61,43 @@ void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& 
   check_launch("adam step");
 }
 
+// Launches over the tensors of one dtype at a time, kMultiTensorMax a launch.
+template <typename Launch>
+void for_each_group(const std::vector<Tensor>& tensors, Launch launch) {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    std::vector<void*> data;
+    std::vector<int64_t> n;
+    for (const Tensor& t : tensors)
+      if (t.dtype() == dt && t.numel() > 0) data.push_back(t.raw_data()), n.push_back(t.numel());
+    for (size_t i = 0; i < data.size(); i += kMultiTensorMax) {
+      const int count = static_cast<int>(std::min<size_t>(kMultiTensorMax, data.size() - i));
+      launch(static_cast<int>(dt), data.data() + i, n.data() + i, count);
+    }
+  }
+}
+
+void multi_tensor_unscale_norm(const std::vector<Tensor>& tensors, double scale, const Tensor& out) {
+  OnDevice on(out.device().index);
+  double* sums = static_cast<double*>(out.raw_data());
+  for_each_group(tensors, [&](int dt, void* const* data, const int64_t* n, int count) {
+    launch_multi_tensor_unscale_norm(dt, data, n, count, scale, sums, on.stream());
+  });
+  check_launch("multi_tensor_unscale_norm_");
+}
+
+void multi_tensor_scale(const std::vector<Tensor>& tensors, double scale) {
+  OnDevice on(tensors[0].device().index);
+  for_each_group(tensors, [&](int dt, void* const* data, const int64_t* n, int count) {
+    launch_multi_tensor_scale(dt, data, n, count, scale, on.stream());
+  });
+  check_launch("multi_tensor_scale_");
+}
+
 [[maybe_unused]] const bool registered = [] {
   ops::sgd_step_kernel.set(DeviceType::cuda, &sgd_step);
   ops::adam_step_kernel.set(DeviceType::cuda, &adam_step);
+  ops::multi_tensor_unscale_norm_kernel.set(DeviceType::cuda, &multi_tensor_unscale_norm);
+  ops::multi_tensor_scale_kernel.set(DeviceType::cuda, &multi_tensor_scale);
   return true;
 }();
 

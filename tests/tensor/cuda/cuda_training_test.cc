@@ -1,7 +1,8 @@
 // Training arithmetic on a GPU against the CPU: cross entropy (with ignored
 // targets and label smoothing), its bad-target error, and a whole forward
-// and backward pass of a two-layer MLP through autograd. Skipped without a
-// CUDA device (they run in scripts/device-check.sh on the GPU machine).
+// and backward pass of a two-layer MLP through autograd, and the cuBLASLt and
+// cuDNN plans built once per shape. Skipped without a CUDA device (they run
+// in scripts/device-check.sh on the GPU machine).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "qk/tensor/cuda.h"
 #include "qk/tensor/generator.h"
 #include "qk/tensor/ops/conv.h"
+#include "qk/tensor/ops/linalg.h"
 #include "qk/tensor/ops/nn.h"
 #include "qk/tensor/ops/norm.h"
 #include "qk/tensor/ops/view.h"
@@ -146,6 +148,46 @@ TEST_F(CudaTraining, BatchNormMatchesTheCpu) {
   auto e = ops::batch_norm(x, w, b, rmc, rvc, false, 0.1, 1e-5);
   auto eg = ops::batch_norm(dev(x), dev(w), dev(b), rmg, rvg, false, 0.1, 1e-5);
   EXPECT_LT(max_abs_diff(e.out, eg.out), 1e-4) << "evaluation: the running statistics";
+}
+
+}  // namespace
+}  // namespace qk
+
+namespace qk {
+namespace {
+
+int64_t builds_of(const std::string& name) {
+  for (const auto& s : cuda::plan_cache_stats())
+    if (s.name == name) return s.builds;
+  return 0;
+}
+
+// A steady-state step does no descriptor or heuristic work: the second
+// product or convolution of a shape builds no plan (cuBLASLt's algorithm,
+// cuDNN's per direction), a new shape builds one.
+TEST_F(CudaTraining, PlansAreBuiltOncePerShape) {
+  const Tensor a = ops::to_device(randn({33, 17}), kCuda0), b = ops::to_device(randn({17, 9}), kCuda0);
+  (void)ops::mm(a, b);
+  const int64_t mm_builds = builds_of("cublaslt_matmul");
+  for (int i = 0; i < 3; ++i) (void)ops::mm(a, b);
+  EXPECT_EQ(builds_of("cublaslt_matmul"), mm_builds);
+  (void)ops::mm(a, ops::to_device(randn({17, 10}), kCuda0));
+  EXPECT_EQ(builds_of("cublaslt_matmul"), mm_builds + 1);
+
+  Tensor x = ops::to_device(randn({2, 3, 8, 8}), kCuda0), w = ops::to_device(randn({4, 3, 3, 3}), kCuda0);
+  const ops::Conv2dParams p{{1, 1}, {1, 1}, {1, 1}, 1};
+  auto step = [&] {
+    Tensor y = ops::conv2d(x, w, Tensor(), p);
+    (void)ops::conv2d_backward(y, x, w, p, true, true, false);
+  };
+  step();
+  const int64_t f = builds_of("cudnn_conv2d_forward"), d = builds_of("cudnn_conv2d_backward_data"),
+                g = builds_of("cudnn_conv2d_backward_filter");
+  step();
+  step();
+  EXPECT_EQ(builds_of("cudnn_conv2d_forward"), f);
+  EXPECT_EQ(builds_of("cudnn_conv2d_backward_data"), d);
+  EXPECT_EQ(builds_of("cudnn_conv2d_backward_filter"), g);
 }
 
 }  // namespace

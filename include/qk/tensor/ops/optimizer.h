@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/tensor.h"
@@ -46,5 +47,30 @@ using AdamStepFn = void(const Tensor& param, const Tensor& grad, const Tensor& e
 
 QK_DECLARE_KERNEL(sgd_step_kernel, SgdStepFn);
 QK_DECLARE_KERNEL(adam_step_kernel, AdamStepFn);
+
+// ---- multi-tensor passes (apex's multi_tensor_applier, torch's _foreach_*)
+// One pass over many tensors of one device: on a GPU a launch per group of
+// tensors instead of one (or two, with a reduction) per tensor, and
+// nothing read back by the op itself. Tensors: contiguous, f32, f64, bf16
+// or f16 (mixed dtypes allowed), all on one device; an empty list is a
+// ValueError, as is a tensor that breaks these rules (naming its index).
+
+// The loss-scaling pass over gradients: each tensor is multiplied in place
+// by `scale` (left alone at 1; 16-bit values through f32, as the CPU's
+// conversions), and the result, on their device, is an f64 tensor [2]:
+// the sum of the squares of the scaled values, and how many values were
+// inf or NaN before scaling. Read it back once, for the whole step
+// (Megatron's found_inf and get_grad_norm_fp32 over every parameter).
+// Accumulates in f64 on the CPU; in f32 per block and f64 across blocks
+// on CUDA (PyTorch's norms accumulate in f32).
+Tensor multi_tensor_unscale_norm_(const std::vector<Tensor>& tensors, double scale);
+// Each tensor multiplied by `scale` in place (gradient clipping).
+void multi_tensor_scale_(const std::vector<Tensor>& tensors, double scale);
+
+// The kernels: `out` is the f64 [2] result, zeroed, on the tensors' device.
+using MultiTensorUnscaleNormFn = void(const std::vector<Tensor>& tensors, double scale, const Tensor& out);
+using MultiTensorScaleFn = void(const std::vector<Tensor>& tensors, double scale);
+QK_DECLARE_KERNEL(multi_tensor_unscale_norm_kernel, MultiTensorUnscaleNormFn);
+QK_DECLARE_KERNEL(multi_tensor_scale_kernel, MultiTensorScaleFn);
 
 }  // namespace qk::ops
