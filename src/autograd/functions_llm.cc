@@ -7,6 +7,7 @@
 #include "qk/autograd/llm_ops.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/llm.h"
+#include "qk/tensor/ops/view.h"
 
 namespace qk {
 
@@ -71,6 +72,16 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
                                              saved->token_weight, saved->o);
       dh = again.grad_hidden;
       dw = again.grad_weight;
+    }
+    if (!g[0].device().is_cpu()) {
+      // On a device the incoming scale stays there (reading it would stall
+      // the host): the same product, the scale rounded to each gradient's
+      // dtype as binary_scalar rounds it.
+      const Tensor s = ops::reshape(g[0], {});
+      auto scaled = [&s](const Tensor& t) {
+        return !t.defined() ? t : ops::binary(BinaryOp::mul, t, ops::cast(s, t.dtype()));
+      };
+      return {scaled(dh), scaled(dw)};
     }
     const double s = g[0].item<double>();
     auto scaled = [s](const Tensor& t) {

@@ -2,6 +2,8 @@
 
 #include "qk/autograd/functions.h"
 #include "qk/nn/init.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/view.h"
 
 namespace qk::nn {
 
@@ -38,11 +40,18 @@ Tensor BatchNorm2dImpl::forward(const Tensor& x) {
            options.num_features(), ", H, W], got shape ", shape_str(x.shape()));
   double momentum = options.momentum().value_or(0.0);
   if (is_training() && options.track_running_stats()) {
-    int64_t n = num_batches_tracked.item<int64_t>() + 1;
-    num_batches_tracked.fill_(static_cast<double>(n));
+    if (options.momentum()) {
+      // Counted where it lives: reading it back would stall a GPU once per
+      // layer and step.
+      ops::copy_(num_batches_tracked, ops::binary_scalar(BinaryOp::add, num_batches_tracked, 1.0));
+    } else {
+      // Without a momentum the running stats are the cumulative average,
+      // whose weight the host needs.
+      const int64_t n = num_batches_tracked.item<int64_t>() + 1;
+      num_batches_tracked.fill_(static_cast<double>(n));
+      momentum = 1.0 / static_cast<double>(n);
+    }
     num_batches_tracked.bump_version();
-    // Without a momentum the running stats are the cumulative average.
-    if (!options.momentum()) momentum = 1.0 / static_cast<double>(n);
   }
   if (is_training() && training_forward) return training_forward(*this, x, momentum);
   // Batch statistics in training, or when there are no running ones to use.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -31,6 +32,9 @@
 #include "qk/nn/safetensors.h"
 #include "qk/optim/optimizer.h"
 #include "qk/tensor/generator.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/reduce.h"
+#include "qk/tensor/ops/view.h"
 #include "qk/train/checkpoint.h"
 #include "qk/optim/mixed_precision_optimizer.h"
 #include "qk/plot/plot.h"
@@ -297,27 +301,25 @@ EpochSums train_epoch(const models::CifarModel& m, train::StepRunner& runner, da
   rt.comm_wait_ms = 0;
   rt.steps = 0;
   for (const data::Batch& b : loader) {
-    Tensor logits;
-    // Each batch to the model's device; its scores back for the accuracy.
+    // Each batch to the model's device. The loss and the count of right
+    // answers stay there: the step reads both back at once with the
+    // optimizer's one read (a copy of the logits would stall every step).
     const Tensor images = dev.is_cpu() ? b.images : b.images.to(dev);
     const Tensor labels = dev.is_cpu() ? b.labels : b.labels.to(dev);
+    const int64_t n = b.labels.numel();
     const train::StepStats st = runner.step([&](int64_t) {
-      logits = m.forward(images);
-      return train::MicroBatchOutput{cross_entropy(logits, labels), {}};
+      const Tensor logits = m.forward(images);
+      const Tensor loss = cross_entropy(logits, labels);
+      const Tensor right = ops::sum(ops::cast(ops::binary(BinaryOp::eq, ops::argmax(logits.detach(), 1), labels),
+                                              DType::f64));
+      return train::MicroBatchOutput{loss, {{"loss", {0.0, 1.0, loss}}, {"correct", {0.0, double(n), right}}}};
     });
     rt.comm_wait_ms += st.comm_wait_ms;
     rt.skipped += st.skipped;
     ++rt.steps;
     ++global_step;
-    const int64_t n = b.labels.numel();
     sums.loss_sum += st.loss * static_cast<double>(n);
-    const Tensor l = logits.detach().to(kCPU).to(DType::f32).contiguous();
-    const float* p = l.data_ptr<float>();
-    const int64_t* y = b.labels.data_ptr<int64_t>();
-    const int64_t k = l.size(1);
-    for (int64_t i = 0; i < n; ++i) {
-      sums.correct += std::max_element(p + i * k, p + (i + 1) * k) - (p + i * k) == y[i];
-    }
+    sums.correct += std::llround(st.metrics.at("correct") * static_cast<double>(n));
     sums.seen += n;
     seen_here += n;
     after_step(b.index + 1, sums);

@@ -24,6 +24,8 @@
 #include "qk/recipes/metrics_plot.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/generator.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/view.h"
 #include "qk/train/checkpoint.h"
 #include "qk/train/gemm_peak.h"
 #include "qk/transformer/hf_checkpoint.h"
@@ -432,11 +434,11 @@ void GptPretraining::build_data_iterators() {
 
 // ---- train (Megatron's train)
 
-void GptPretraining::check_loss(double value) const {
+void GptPretraining::check_loss(double value, int64_t iteration) const {
   // --check-for-nan-in-loss-and-grad (Megatron's default): a fatal error.
   QK_CHECK_AS(ValueError, !s_->a.check_for_nan_in_loss_and_grad || std::isfinite(value), "Rank ", s_->job.rank,
-              ": found ", std::isnan(value) ? "NaN" : "Inf", " in local forward loss calculation at iteration ",
-              s_->trainer->progress().iteration + 1, " (--no-check-for-nan-in-loss-and-grad skips such iterations)");
+              ": found ", std::isnan(value) ? "NaN" : "Inf", " in the forward loss calculation at iteration ",
+              iteration, " (--no-check-for-nan-in-loss-and-grad skips such iterations)");
 }
 
 train::MicroBatchOutput GptPretraining::forward(GptBatchIterator& it) {
@@ -445,10 +447,13 @@ train::MicroBatchOutput GptPretraining::forward(GptBatchIterator& it) {
   const double tokens = mask_sum(b.loss_mask);  // the host's copy, before the batch moves
   auto on = [&](const Tensor& t) { return t.defined() && !s.job.device.is_cpu() ? t.to(s.job.device) : t; };
   Tensor loss = s.gpt->forward(on(b.tokens), on(b.position_ids), on(b.labels), on(b.loss_mask));
-  const double value = loss.item<double>();
-  check_loss(value);
   if (s.gpt->is_training()) s.moe->record();
-  return train::MicroBatchOutput{loss, {{"lm loss", {value * tokens, tokens}}}};
+  // The loss stays on the device: the step reads every micro-batch's at
+  // once (StepRunner), and the NaN check looks at the step's (on_step).
+  train::Metric lm;
+  lm.count = tokens;
+  lm.device_sum = ops::binary_scalar(BinaryOp::mul, ops::cast(loss.detach(), DType::f64), tokens);
+  return train::MicroBatchOutput{loss, {{"lm loss", lm}}};
 }
 
 // The schedule replaces StepRunner's micro-batch loop (1F1B, or interleaved
@@ -466,7 +471,7 @@ void GptPretraining::set_up_pipeline_steps() {
   po.device = s.job.device;
   po.autocast = s.to.autocast;
   po.overlap_p2p_comm = s.a.overlap_p2p_comm && s.stage->split.interleaved();
-  po.check_loss = [this](double v) { check_loss(v); };
+  po.check_loss = [this](double v) { check_loss(v, s_->trainer->progress().iteration + 1); };
   if (!s.moe->empty()) po.after_training_forward = [&s] { s.moe->record(); };
   po.timeline = s.a.profile ? &*s.timeline : nullptr;
   s.pipeline = std::make_unique<GptPipelineSteps>(*s.stage, *s.opt, po);
@@ -504,7 +509,8 @@ train::TrainerCallbacks GptPretraining::callbacks() {
                               static_cast<double>(s.trainer->num_microbatches()));
   };
   set_aux_loss_scale();
-  cb.on_step = [&s, set_aux_loss_scale](int64_t iteration, const train::StepStats& st) {
+  cb.on_step = [this, &s, set_aux_loss_scale](int64_t iteration, const train::StepStats& st) {
+    if (const auto lm = st.metrics.find("lm loss"); lm != st.metrics.end()) check_loss(lm->second, iteration);
     // Aux-loss-free balancing after the step, on the tokens of every
     // data-parallel rank (the expert-parallel ones included).
     s.moe->update_expert_bias(s.job.dp.get());

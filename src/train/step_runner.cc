@@ -10,6 +10,9 @@
 #include "qk/autograd/functions.h"
 #include "qk/base/error.h"
 #include "qk/base/timer.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/index.h"
+#include "qk/tensor/ops/view.h"
 
 namespace qk::train {
 
@@ -44,23 +47,51 @@ void StepRunner::set_scheduler(optim::OptimizerParamScheduler* scheduler, int64_
 
 namespace {
 
+void add_device(Metric& m, const Tensor& v) {
+  const Tensor x = v.detach();
+  m.device_sum = m.device_sum.defined() ? ops::add(m.device_sum, ops::cast(x, DType::f64))
+                                        : ops::cast(x, DType::f64);
+}
+
 void add_output(std::map<std::string, Metric>& sums, const MicroBatchOutput& out) {
   QK_CHECK_AS(ValueError, out.loss.defined() && out.loss.numel() == 1,
               "forward_step must return a scalar loss tensor");
   if (out.metrics.empty()) {
     Metric& m = sums["loss"];
-    m.sum += out.loss.item_double();
+    add_device(m, ops::reshape(out.loss, {}));
     m.count += 1;
   }
   for (const auto& [k, v] : out.metrics) {
     sums[k].sum += v.sum;
     sums[k].count += v.count;
+    if (v.device_sum.defined()) {
+      QK_CHECK_AS(ValueError, v.device_sum.numel() == 1, "metric '", k, "': device_sum must be a scalar");
+      add_device(sums[k], ops::reshape(v.device_sum, {}));
+    }
+  }
+}
+
+// The device sums into the host sums: one read per device for all of them.
+void read_device_sums(std::map<std::string, Metric>& sums) {
+  std::map<std::string, std::vector<Metric*>> by_device;
+  for (auto& [k, m] : sums)
+    if (m.device_sum.defined()) by_device[m.device_sum.device().str()].push_back(&m);
+  for (auto& [device, ms] : by_device) {
+    std::vector<Tensor> parts;
+    for (Metric* m : ms) parts.push_back(ops::reshape(m->device_sum, {1}));
+    const Tensor host = ops::to_device(parts.size() == 1 ? parts[0] : ops::cat(parts, 0), kCPU);
+    const double* d = host.data_ptr<double>();
+    for (size_t i = 0; i < ms.size(); ++i) {
+      ms[i]->sum += d[i];
+      ms[i]->device_sum = Tensor();
+    }
   }
 }
 
 }  // namespace
 
-std::map<std::string, double> StepRunner::reduce(const std::map<std::string, Metric>& m) const {
+std::map<std::string, double> StepRunner::reduce(std::map<std::string, Metric>& m) const {
+  read_device_sums(m);
   std::vector<double> v{static_cast<double>(m.size())};
   for (const auto& [k, x] : m) v.push_back(x.sum), v.push_back(x.count);
   if (o_.reduce_metrics && dp_.size() > 1) {

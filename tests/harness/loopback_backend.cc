@@ -17,6 +17,7 @@
 #include "qk/tensor/ops/view.h"
 #include "op_kernel_tables.h"
 #include "qk/tensor/ops/optimizer.h"
+#include "qk/tensor/sync_debug.h"
 
 namespace qk::harness {
 
@@ -59,6 +60,8 @@ class LoopbackBackend final : public Backend {
     blocks_.erase(it);
   }
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n) override {
+    // As a GPU's: the host waits for the device before it reads what came back.
+    if (n && dst_dev.is_cpu() && !src_dev.is_cpu()) note_host_sync(src_dev, "a copy to the host");
     if (n) std::memcpy(host_view(dst, dst_dev), host_view(src, src_dev), n);
   }
   // The host address of device memory at p (itself where memory is not poisoned).

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -22,6 +23,15 @@
 #include "qk/tensor/generator.h"
 #include "qk/recipes/gpt_pretrain.h"
 #include "qk/recipes/megatron_args.h"
+#include "qk/autograd/functions.h"
+#include "qk/models/cifar10.h"
+#include "qk/optim/mixed_precision_optimizer.h"
+#include "qk/optim/sgd.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/reduce.h"
+#include "qk/tensor/ops/view.h"
+#include "qk/tensor/sync_debug.h"
+#include "qk/train/step_runner.h"
 #include "qk/transformer/gpt_model.h"
 
 namespace {
@@ -169,6 +179,73 @@ TEST(LoopbackDevice, PretrainGptOnTheDeviceEqualsTheCpuRunAndResumes) {
       EXPECT_EQ(rc.final_valid->metrics.at("lm loss"), rd.final_valid->metrics.at("lm loss"));
     }
   }
+}
+
+// Host syncs of a steady-state GPT training step on the device (every copy
+// to the host counts, as a GPU's would stall the host): with the loss kept
+// on the device, two per step whatever the number of micro-batches (the
+// step's metrics in one read, the optimizer's inf/NaN check and gradient
+// norm in one read), and none while a forward runs. QK_SYNC_DEBUG=error
+// shows where a new one comes from.
+TEST(LoopbackDevice, AGptTrainingStepWaitsForTheDeviceTwice) {
+  qk::harness::install_complete_loopback();
+  const qk::Device dev = qk::harness::kLoopback;
+  qk::manual_seed(5);
+  qk::transformer::GPTModel model(qk::test::tiny_llama());
+  model->to(dev);
+  qk::optim::MixedPrecisionOptimizer opt(qk::optim::megatron_param_groups(*model),
+                                         qk::optim::adamw(qk::optim::AdamWOptions(1e-3)), nullptr, {.clip_grad = 1.0});
+  for (int64_t micro : {int64_t{1}, int64_t{3}}) {
+    SCOPED_TRACE(micro);
+    qk::train::StepRunner runner(opt, {}, {.num_microbatches = micro});
+    const qk::Tensor tokens = qk::ops::to_device(qk::randint(0, 100, {2, 16}), dev);
+    const qk::Tensor labels = qk::ops::to_device(qk::randint(0, 100, {2, 16}), dev);
+    int64_t in_forward = 0;
+    auto forward = [&](int64_t) {
+      const int64_t before = qk::host_sync_count();
+      qk::Tensor loss = model->forward(tokens, qk::Tensor(), labels, qk::Tensor());
+      in_forward += qk::host_sync_count() - before;
+      qk::train::Metric lm;
+      lm.count = 32;
+      lm.device_sum = qk::ops::binary_scalar(qk::BinaryOp::mul, qk::ops::cast(loss.detach(), qk::DType::f64), 32.0);
+      return qk::train::MicroBatchOutput{loss, {{"lm loss", lm}}};
+    };
+    runner.step(forward);  // warm-up: the optimizer's state is made here
+    in_forward = 0;
+    const int64_t before = qk::host_sync_count();
+    const qk::train::StepStats st = runner.step(forward);
+    EXPECT_EQ(qk::host_sync_count() - before, 2);
+    EXPECT_EQ(in_forward, 0);
+    EXPECT_TRUE(std::isfinite(st.metrics.at("lm loss")));
+    EXPECT_FALSE(st.skipped);
+  }
+}
+
+// The same for a CNN with batch norm (the CIFAR-10 recipe's step: the loss
+// and the count of right answers read with the step's metrics): batch
+// norm's counter of batches stays on the device.
+TEST(LoopbackDevice, ACnnTrainingStepWithBatchNormWaitsForTheDeviceTwice) {
+  qk::harness::install_complete_loopback();
+  const qk::Device dev = qk::harness::kLoopback;
+  qk::manual_seed(6);
+  const qk::models::CifarModel m = qk::models::make_cifar_model("simple_resnet");
+  m.module->to(dev);
+  qk::optim::MixedPrecisionOptimizer opt(qk::optim::single_param_group(*m.module),
+                                         qk::optim::sgd(qk::optim::SGDOptions(0.01)), nullptr, {.clip_grad = 0});
+  qk::train::StepRunner runner(opt, {}, {.num_microbatches = 1});
+  const qk::Tensor images = qk::ops::to_device(qk::randn({4, 3, 32, 32}), dev);
+  const qk::Tensor labels = qk::ops::to_device(qk::randint(0, 10, {4}), dev);
+  auto forward = [&](int64_t) {
+    const qk::Tensor logits = m.forward(images);
+    const qk::Tensor loss = qk::cross_entropy(logits, labels);
+    const qk::Tensor right = qk::ops::sum(qk::ops::cast(
+        qk::ops::binary(qk::BinaryOp::eq, qk::ops::argmax(logits.detach(), 1), labels), qk::DType::f64));
+    return qk::train::MicroBatchOutput{loss, {{"loss", {0.0, 1.0, loss}}, {"correct", {0.0, 4.0, right}}}};
+  };
+  runner.step(forward);
+  const int64_t before = qk::host_sync_count();
+  runner.step(forward);
+  EXPECT_EQ(qk::host_sync_count() - before, 2);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <regex>
 #include <string>
 
+#include "common/free_port.h"
 #include "common/run_command.h"
 #include "qk/base/file_io.h"
 #include "qk/qccl/tune.h"
@@ -112,7 +113,7 @@ TEST_F(PerfCli, LauncherModeMeetsAtQcclCommId) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("QCCL_COMM_ID"), std::string::npos) << r.out;
   r = qk("perf all_reduce -b 8 -e 1K -f 4 -n 1 -w 0",
-         "QK_RANK=0 QK_WORLD_SIZE=1 QCCL_COMM_ID=127.0.0.1:" + std::to_string(20000 + ::getpid() % 20000));
+         "QK_RANK=0 QK_WORLD_SIZE=1 QCCL_COMM_ID=127.0.0.1:" + std::to_string(qk::test::free_port()));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("nranks 1"), std::string::npos) << r.out;
 }

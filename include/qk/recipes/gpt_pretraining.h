@@ -117,7 +117,7 @@ class GptPretraining {
   void build_model();
   void build_optimizer();
   void load_checkpoint();
-  void check_loss(double value) const;
+  void check_loss(double value, int64_t iteration) const;
   train::MicroBatchOutput forward(GptBatchIterator& it);
   void set_up_pipeline_steps();
   train::TrainerCallbacks callbacks();

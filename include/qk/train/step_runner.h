@@ -26,6 +26,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "qk/dist/ddp.h"
 #include "qk/dist/process_group.h"
@@ -38,14 +39,23 @@ namespace qk::train {
 // Megatron's error when it does not divide.
 int64_t num_microbatches(int64_t global_batch_size, int64_t micro_batch_size, int64_t data_parallel_size);
 
+// A metric's sum and count over a step's micro-batches. device_sum, a
+// scalar tensor on the model's device, is added to sum when the step reads
+// its metrics back: once per step for every metric and micro-batch, so a
+// forward step on a GPU need not wait for its loss (loss.item() would stall
+// the host once per micro-batch).
 struct Metric {
+  Metric() = default;
+  Metric(double sum_, double count_, Tensor device_sum_ = {})
+      : sum(sum_), count(count_), device_sum(std::move(device_sum_)) {}
   double sum = 0;
   double count = 0;
+  Tensor device_sum;  // undefined: none
 };
 
 struct MicroBatchOutput {
   Tensor loss;                            // scalar to differentiate (this micro-batch's mean)
-  std::map<std::string, Metric> metrics;  // none: {"loss": {loss, 1}} is recorded
+  std::map<std::string, Metric> metrics;  // none: {"loss": {loss, 1}} is recorded (on the loss's device)
 };
 
 // Called with the micro-batch's index in the step (0..num_microbatches-1).
@@ -95,7 +105,7 @@ class StepRunner {
   optim::MixedPrecisionOptimizer& optimizer() { return opt_; }
 
  private:
-  std::map<std::string, double> reduce(const std::map<std::string, Metric>& m) const;
+  std::map<std::string, double> reduce(std::map<std::string, Metric>& m) const;
   optim::MixedPrecisionOptimizer& opt_;
   DataParallel dp_;
   StepRunnerOptions o_;

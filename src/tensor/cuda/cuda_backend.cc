@@ -16,6 +16,7 @@
 #include "pinned_allocator.h"
 #include "stream_handle.h"
 #include "qk/base/error.h"
+#include "qk/tensor/sync_debug.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/tensor.h"
 
@@ -122,7 +123,10 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
     // from pinned memory at once, the DMA reading it later: wait then too.
     QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
     // The host reads what it copied out as soon as this returns.
-    if (dst_dev.is_cpu() || (src_dev.is_cpu() && is_pinned_host(src))) QK_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (dst_dev.is_cpu() || (src_dev.is_cpu() && is_pinned_host(src))) {
+      note_host_sync(Device(DeviceType::cuda, device), dst_dev.is_cpu() ? "a copy to the host" : "a blocking copy from pinned memory");
+      QK_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
   }
 
   void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {

@@ -15,6 +15,7 @@
 #include "index_kernels.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
+#include "qk/tensor/sync_debug.h"
 #include "qk/tensor/ops/view.h"
 #include "stream_handle.h"
 #include "outer_dim_inner.h"
@@ -44,6 +45,7 @@ unsigned long long* flag_ptr(const Tensor& bad) { return static_cast<unsigned lo
 // checked_index) for the first bad position of the contiguous index.
 void raise_if_bad(const Tensor& bad, const Tensor& index, int64_t size, const char* op, cudaStream_t stream) {
   uint64_t first = 0;
+  note_host_sync(bad.device(), op);  // the index check reads its flag
   QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, stream));
   QK_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (first == ~uint64_t(0)) return;

@@ -21,6 +21,7 @@
 #include "op_kernel_tables.h"
 #include "stream_handle.h"
 #include "qk/base/error.h"
+#include "qk/tensor/sync_debug.h"
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
 
@@ -38,6 +39,7 @@ void check_targets(const Tensor& target, int64_t V, int64_t ignore_index, cudaSt
   launch_lce_check_targets(target.raw_data(), static_cast<int>(target.dtype()), target.numel(), V, ignore_index,
                            static_cast<unsigned long long*>(bad.raw_data()), stream);
   uint64_t first = 0;
+  note_host_sync(target.device(), "linear_cross_entropy's target check");
   QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, stream));
   QK_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (first == ~uint64_t(0)) return;

@@ -22,6 +22,7 @@
 #include "llm_kernels.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
+#include "qk/tensor/sync_debug.h"
 #include "qk/tensor/ops/view.h"
 #include "stream_handle.h"
 
@@ -158,6 +159,7 @@ Tensor bad_flag(const Tensor& like, cudaStream_t s) {
 // The CPU's message (cpu/embedding.cc check_indices) for the first bad position.
 void raise_if_bad(const Tensor& bad, const Tensor& indices, int64_t V, const char* op, cudaStream_t s) {
   uint64_t first = 0;
+  note_host_sync(bad.device(), op);  // the index check reads its flag
   QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, s));
   QK_CUDA_CHECK(cudaStreamSynchronize(s));
   if (first == ~uint64_t(0)) return;

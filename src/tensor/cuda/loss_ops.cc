@@ -13,6 +13,7 @@
 #include "stream_handle.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
+#include "qk/tensor/sync_debug.h"
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
 #include "batch_channel_spatial.h"
@@ -34,6 +35,7 @@ Tensor bad_flag(const Tensor& like) {
 void raise_if_bad(const Tensor& bad, const Tensor& target, int64_t C, int64_t ignore_index) {
   DeviceStream ds(bad.device().index);
   uint64_t first = 0;
+  note_host_sync(bad.device(), "cross_entropy's target check");
   QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, ds.stream()));
   QK_CUDA_CHECK(cudaStreamSynchronize(ds.stream()));
   if (first == ~uint64_t(0)) return;
