@@ -24,6 +24,7 @@ const char* span_kind_name(SpanKind k) {
     case SpanKind::recv: return "recv";
     case SpanKind::optimizer: return "optimizer";
     case SpanKind::idle: return "idle";
+    case SpanKind::collective: return "collective";
   }
   return "?";
 }
@@ -43,6 +44,12 @@ void Timeline::begin_step() { steps_.push_back({now_us(), -1}); }
 void Timeline::end_step() {
   QK_CHECK(!steps_.empty() && steps_.back().end_us < 0, "Timeline::end_step without begin_step");
   steps_.back().end_us = now_us();
+}
+
+void Timeline::add_step(StepWindow w) {
+  QK_CHECK(w.end_us >= w.start_us, "Timeline::add_step: the window ends (", w.end_us, ") before it starts (",
+           w.start_us, ")");
+  steps_.push_back(w);
 }
 
 StepWindow Timeline::last_step() const {
@@ -172,7 +179,7 @@ Timeline Timeline::deserialize(const std::string& bytes) {
       Span s;
       int kind = 0;
       ls >> kind >> s.start_us >> s.end_us >> s.chunk >> s.microbatch;
-      QK_CHECK(ls && kind >= 0 && kind <= static_cast<int>(SpanKind::idle), "Timeline::deserialize: bad span '",
+      QK_CHECK(ls && kind >= 0 && kind <= static_cast<int>(SpanKind::collective), "Timeline::deserialize: bad span '",
                line, "'");
       s.kind = static_cast<SpanKind>(kind);
       std::getline(ls >> std::ws, s.name);

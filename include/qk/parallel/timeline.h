@@ -25,9 +25,12 @@
 
 namespace qk::parallel {
 
-enum class SpanKind { forward, backward, send, recv, optimizer, idle };
-inline constexpr SpanKind kAllSpanKinds[] = {SpanKind::forward, SpanKind::backward, SpanKind::send,
-                                             SpanKind::recv,    SpanKind::optimizer, SpanKind::idle};
+// collective: a data-parallel reduction or gather outside forward and
+// backward (what a simulated step shows exposed).
+enum class SpanKind { forward, backward, send, recv, optimizer, idle, collective };
+inline constexpr SpanKind kAllSpanKinds[] = {SpanKind::forward, SpanKind::backward,  SpanKind::send,
+                                             SpanKind::recv,    SpanKind::optimizer, SpanKind::idle,
+                                             SpanKind::collective};
 const char* span_kind_name(SpanKind k);  // "forward", ...
 
 struct Span {
@@ -55,6 +58,8 @@ class Timeline {
   // The step windows (begin_step .. end_step) the bubble is measured over.
   void begin_step();
   void end_step();
+  // A step window given in full (a simulated timeline's clock, not now_us()).
+  void add_step(StepWindow w);
   const std::vector<StepWindow>& steps() const { return steps_; }
   StepWindow last_step() const;
 
