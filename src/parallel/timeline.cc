@@ -139,7 +139,12 @@ StepWindow common_window(const Timeline& t, dist::ProcessGroup& group) {
 double theoretical_bubble_fraction(int p, int64_t m, int v) {
   QK_CHECK(p >= 1 && m >= 1 && v >= 1, "theoretical_bubble_fraction: sizes must be >= 1 (p ", p, ", m ", m, ", v ", v,
            ")");
-  return static_cast<double>(p - 1) / static_cast<double>(m + p - 1) / static_cast<double>(v);
+  // The fill and drain take (p-1)/v forward+backward times beside m of work
+  // (Narayanan et al. 2021, section 2.2: (1/v)(p-1)/m of the ideal time), so
+  // of the whole step (p-1)/(v m + p - 1); for v = 1 this is (p-1)/(m+p-1).
+  // The replay of this very schedule gives exactly that (tests/sim).
+  const double fill = static_cast<double>(p - 1);
+  return fill / (static_cast<double>(v) * static_cast<double>(m) + fill);
 }
 
 // ---- gathering ----

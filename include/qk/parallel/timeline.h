@@ -110,8 +110,9 @@ BubbleStats measure_bubble(const Timeline& t, StepWindow window);
 // rank's last step (one small all-reduce).
 StepWindow common_window(const Timeline& t, dist::ProcessGroup& group);
 
-// Theory (Megatron / Narayanan et al. 2021): 1F1B idles (p-1)/(m+p-1) of a
-// step; the interleaved schedule with v chunks per rank cuts that by v.
+// Theory (Narayanan et al. 2021): 1F1B idles (p-1)/(m+p-1) of a step; the
+// interleaved schedule with v chunks per rank shrinks the fill and drain v
+// times: (p-1)/(v m + p - 1).
 double theoretical_bubble_fraction(int pipeline_size, int64_t num_microbatches, int virtual_size = 1);
 
 // Collective over `group`: every rank's timeline; the full list (in group
