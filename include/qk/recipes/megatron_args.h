@@ -186,6 +186,8 @@ struct MegatronArgs {
   std::optional<int64_t> decoder_last_pipeline_num_layers;
   std::optional<int64_t> num_layers_per_virtual_pipeline_stage;
   std::optional<int64_t> num_virtual_stages_per_pipeline_rank;
+  bool account_for_embedding_in_pipeline_split = false;  // the embedding takes a layer's slot
+  bool account_for_loss_in_pipeline_split = false;       // the output layer and loss take a layer's slot
   bool overlap_p2p_comm = true;  // --no-overlap-p2p-communication
   std::string distributed_backend = "nccl";
   int64_t distributed_timeout_minutes = 10;
