@@ -13,7 +13,8 @@ recipes::MegatronArgsOptions megatron_options(int64_t world_size) {
   o.world_size = world_size;
   o.require_training = false;
   o.check_data_files = false;
-  o.modelled_flags = {"--context-parallel-size", "--tp-comm-overlap"};
+  o.modelled_flags = {"--context-parallel-size", "--tp-comm-overlap", "--account-for-embedding-in-pipeline-split",
+                      "--account-for-loss-in-pipeline-split"};
   return o;
 }
 

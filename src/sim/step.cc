@@ -24,9 +24,11 @@ using qccl::Collective;
 
 std::string training_dtype(const recipes::MegatronArgs& a) { return a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32"; }
 
-// Megatron's default bucket: max(40M, 1M x data-parallel size) elements.
+// Megatron's buckets: --ddp-bucket-size, else max(40M, 1M x data-parallel
+// size) elements with --overlap-grad-reduce and one bucket without.
 double bucket_elements(const recipes::MegatronArgs& a, int64_t dp) {
   if (a.ddp_bucket_size) return static_cast<double>(*a.ddp_bucket_size);
+  if (!a.overlap_grad_reduce) return 1e300;
   return std::max(40e6, 1e6 * static_cast<double>(dp));
 }
 
@@ -140,6 +142,8 @@ SimResult simulate(const recipes::MegatronArgs& a, const Cluster& c, const SimOp
   if (L.vp > 1) so.num_virtual_stages_per_pipeline_rank = L.vp;
   so.decoder_first_pipeline_num_layers = a.decoder_first_pipeline_num_layers;
   so.decoder_last_pipeline_num_layers = a.decoder_last_pipeline_num_layers;
+  so.account_for_embedding = a.account_for_embedding_in_pipeline_split;
+  so.account_for_loss = a.account_for_loss_in_pipeline_split;
   const parallel::PipelineLayerSplit split = parallel::PipelineLayerSplit::make(so);
 
   // ---- per-micro-batch costs of every (stage, chunk)

@@ -31,7 +31,8 @@ namespace qk::sim {
 // The options parse_megatron_args needs for a planned run of `world_size`
 // ranks: nothing that only a training run needs (data, --lr, --train-iters),
 // and the flags the simulator models although this build cannot run them
-// (--context-parallel-size, --tp-comm-overlap).
+// (--context-parallel-size, --tp-comm-overlap, --account-for-embedding-in-
+// pipeline-split, --account-for-loss-in-pipeline-split).
 recipes::MegatronArgsOptions megatron_options(int64_t world_size);
 
 struct SimOptions {
