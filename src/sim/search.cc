@@ -47,7 +47,11 @@ SearchResult search_layouts(const recipes::MegatronArgs& base, const Cluster& c,
   std::vector<int64_t> mbss = {base.micro_batch_size.value_or(1)};
   if (varies(o, "mbs")) mbss = o.micro_batch_sizes;
   std::vector<std::string> recomputes = {base.recompute_granularity.value_or("none")};
-  if (varies(o, "recompute")) recomputes = {"none", "selective", "full"};
+  // Selective recompute re-runs the unfused attention core only: with flash
+  // attention it is the same layout as none.
+  if (varies(o, "recompute"))
+    recomputes = cfg.use_flash_attn ? std::vector<std::string>{"none", "full"}
+                                    : std::vector<std::string>{"none", "selective", "full"};
   std::vector<bool> dos = {base.use_distributed_optimizer};
   if (varies(o, "dist-opt")) dos = {false, true};
 
