@@ -8,7 +8,7 @@
 //
 // Bubble: each stage's idle time (no forward, backward) inside the step's
 // schedule window common to all stages (first start to last end), over
-// that window, averaged over the measured steps; theory (p-1)/(m+p-1)/v.
+// that window, averaged over the measured steps; theory (p-1)/(v m+p-1).
 // Step time (for tokens/s) includes the embedding all-reduce and AdamW.
 #include <fmt/format.h>
 #include <sys/wait.h>

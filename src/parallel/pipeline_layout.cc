@@ -56,12 +56,24 @@ PipelineLayerSplit PipelineLayerSplit::make(const PipelineSplitOptions& o) {
            "needs --pipeline-model-parallel-size > 1");
 
   const bool uneven = o.decoder_first_pipeline_num_layers || o.decoder_last_pipeline_num_layers;
+  if (o.account_for_embedding || o.account_for_loss) {
+    QK_CHECK(!uneven, "--account-for-embedding/loss-in-pipeline-split do not go with "
+             "--decoder-first/last-pipeline-num-layers");
+    const int64_t slots = o.num_layers + (o.account_for_embedding ? 1 : 0) + (o.account_for_loss ? 1 : 0);
+    QK_CHECK(slots % p == 0, "--num-layers (", o.num_layers, ") plus the embedding and loss slots (",
+             slots - o.num_layers, ") must be divisible by --pipeline-model-parallel-size (", p, ")");
+    check_divides_chunks(slots / p, v, "slots per pipeline stage (layers, embedding, loss)");
+    QK_CHECK(slots / p / v >= 1, "no layer slot per model chunk");
+    s.set_chunks(std::vector<int64_t>(static_cast<size_t>(p), slots / p), o.account_for_embedding ? 1 : 0,
+                 o.account_for_loss ? 1 : 0);
+    return s;
+  }
   if (!uneven) {
     QK_CHECK(o.num_layers % p == 0, "--num-layers (", o.num_layers,
              ") must be divisible by --pipeline-model-parallel-size (", p,
              "); or set --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers for uneven stages");
-    s.rank_layers_.assign(static_cast<size_t>(p), o.num_layers / p);
     check_divides_chunks(o.num_layers / p, v, "layers per pipeline stage");
+    s.set_chunks(std::vector<int64_t>(static_cast<size_t>(p), o.num_layers / p), 0, 0);
     return s;
   }
 
@@ -90,24 +102,51 @@ PipelineLayerSplit PipelineLayerSplit::make(const PipelineSplitOptions& o) {
     per_middle = rest / middle;
     if (v > 1) check_divides_chunks(per_middle, v, "layers of each middle pipeline stage");
   }
-  s.rank_layers_.assign(static_cast<size_t>(p), per_middle);
-  if (o.decoder_first_pipeline_num_layers) s.rank_layers_.front() = *o.decoder_first_pipeline_num_layers;
-  if (o.decoder_last_pipeline_num_layers) s.rank_layers_.back() = *o.decoder_last_pipeline_num_layers;
+  std::vector<int64_t> rank_layers(static_cast<size_t>(p), per_middle);
+  if (o.decoder_first_pipeline_num_layers) rank_layers.front() = *o.decoder_first_pipeline_num_layers;
+  if (o.decoder_last_pipeline_num_layers) rank_layers.back() = *o.decoder_last_pipeline_num_layers;
+  s.set_chunks(rank_layers, 0, 0);
   return s;
+}
+
+// Rank r's n_r layers cut into v equal chunks; the first chunk of the first
+// rank and the last of the last give up less_first / less_last slots. A
+// chunk starts after every chunk before it in the model's order (vp-major),
+// Megatron's get_transformer_layer_offset.
+void PipelineLayerSplit::set_chunks(const std::vector<int64_t>& rank_layers, int64_t less_first, int64_t less_last) {
+  const int p = pipeline_size_, v = virtual_size_;
+  chunk_layers_.assign(static_cast<size_t>(p) * static_cast<size_t>(v), 0);
+  auto at = [&](int r, int vp) -> int64_t& { return chunk_layers_[static_cast<size_t>(vp * p + r)]; };
+  for (int r = 0; r < p; ++r)
+    for (int vp = 0; vp < v; ++vp) at(r, vp) = rank_layers[static_cast<size_t>(r)] / v;
+  at(0, 0) -= less_first;
+  at(p - 1, v - 1) -= less_last;
+  chunk_offset_.assign(chunk_layers_.size(), 0);
+  int64_t sum = 0;
+  for (size_t i = 0; i < chunk_layers_.size(); ++i) {
+    chunk_offset_[i] = sum;
+    sum += chunk_layers_[i];
+  }
+  QK_CHECK_AS(InternalError, sum == num_layers_, "PipelineLayerSplit: the chunks hold ", sum, " layers, not ",
+              num_layers_);
 }
 
 int64_t PipelineLayerSplit::num_layers(int pp_rank, int vp_stage) const {
   QK_CHECK_INDEX(pp_rank >= 0 && pp_rank < pipeline_size_ && vp_stage >= 0 && vp_stage < virtual_size_,
                  "PipelineLayerSplit: no stage (pp ", pp_rank, ", vp ", vp_stage, ") in ", pipeline_size_, " x ",
                  virtual_size_);
-  return rank_layers_[static_cast<size_t>(pp_rank)] / virtual_size_;
+  return chunk_layers_[static_cast<size_t>(vp_stage * pipeline_size_ + pp_rank)];
 }
 
 int64_t PipelineLayerSplit::layer_offset(int pp_rank, int vp_stage) const {
   num_layers(pp_rank, vp_stage);  // range check
-  int64_t before = 0;
-  for (int r = 0; r < pp_rank; ++r) before += rank_layers_[static_cast<size_t>(r)] / virtual_size_;
-  return vp_stage * (num_layers_ / virtual_size_) + before;
+  return chunk_offset_[static_cast<size_t>(vp_stage * pipeline_size_ + pp_rank)];
+}
+
+int64_t PipelineLayerSplit::num_layers_on_rank(int pp_rank) const {
+  int64_t n = 0;
+  for (int vp = 0; vp < virtual_size_; ++vp) n += num_layers(pp_rank, vp);
+  return n;
 }
 
 std::pair<int, int> PipelineLayerSplit::owner(int64_t layer) const {
@@ -128,6 +167,10 @@ std::string PipelineLayerSplit::format() const {
     os << (r ? "; " : "") << "pp " << r << ":";
     for (int vp = 0; vp < virtual_size_; ++vp) {
       const int64_t first = layer_offset(r, vp), n = num_layers(r, vp);
+      if (n == 0) {
+        os << " []";
+        continue;
+      }
       os << " [" << first;
       if (n > 1) os << "-" << first + n - 1;
       os << "]";

@@ -8,6 +8,14 @@ namespace qk::parallel {
 
 void Exchange::wait(Timeline* timeline) {
   if (!state_ || state_->waited) return;
+  if (state_->trace) {  // recording: the wait is the event
+    ScheduleOp op;
+    op.kind = ScheduleOpKind::wait;
+    op.exchange = state_->id;
+    state_->trace->ops.push_back(op);
+    state_->waited = true;
+    return;
+  }
   SpanScope span(timeline, receives() ? SpanKind::recv : SpanKind::send, state_->what);
   // The error says which stage and job rank this one was talking to; qccl's
   // message under it names the peer that failed and how.
@@ -28,7 +36,10 @@ Tensor Exchange::take(Timeline* timeline) {
   return state_->received;
 }
 
-bool Exchange::done() const { return !state_ || state_->waited || state_->work->is_completed(); }
+// A recorded exchange is done only once waited on, so kept sends are waited at finish().
+bool Exchange::done() const {
+  return !state_ || state_->waited || (!state_->trace && state_->work->is_completed());
+}
 
 StageP2P::StageP2P(dist::ProcessGroup* act, dist::ProcessGroup* grad, std::vector<int> global_ranks, Shape shape,
                    DType dtype, Timeline* timeline, Device device)
@@ -38,6 +49,15 @@ StageP2P::StageP2P(dist::ProcessGroup* act, dist::ProcessGroup* grad, std::vecto
   rank_ = act_ ? act_->rank() : 0;
   QK_CHECK_AS(InternalError, static_cast<int>(global_ranks_.size()) == size_, "StageP2P: ", global_ranks_.size(),
               " global ranks for ", size_, " stages");
+}
+
+StageP2P::StageP2P(int rank, int size, StageTrace* trace)
+    : act_(nullptr), grad_(nullptr), rank_(rank), size_(size), shape_({1}), dtype_(DType::f32), device_(kCPU),
+      timeline_(nullptr), trace_(trace) {
+  QK_CHECK_AS(InternalError, trace && size >= 1 && rank >= 0 && rank < size, "StageP2P: recording stage ", rank,
+              " of ", size);
+  global_ranks_.resize(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) global_ranks_[static_cast<size_t>(i)] = i;
 }
 
 std::string StageP2P::stage_name(int stage) const {
@@ -74,14 +94,35 @@ Exchange StageP2P::exchange(dist::ProcessGroup& pg, const Tensor& send, int send
   return e;
 }
 
+Exchange StageP2P::record(const Tensor& send, int send_to, bool recv, int recv_from, P2PChannel channel) {
+  if (!send.defined() && !recv) return {};
+  Exchange e;
+  e.state_ = std::make_shared<Exchange::State>();
+  e.state_->trace = trace_;
+  e.state_->id = trace_->num_exchanges++;
+  if (recv) e.state_->received = zeros(shape_);
+  ScheduleOp op;
+  op.kind = ScheduleOpKind::post;
+  op.exchange = e.state_->id;
+  op.channel = channel;
+  op.send_to = send.defined() ? send_to : -1;
+  op.recv_from = recv ? recv_from : -1;
+  trace_->ops.push_back(op);
+  return e;
+}
+
 Exchange StageP2P::forward(const Tensor& output, bool recv) {
   if (size_ == 1) return {};
-  return exchange(*act_, output, (rank_ + 1) % size_, recv, (rank_ + size_ - 1) % size_, "an activation");
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  if (trace_) return record(output, next, recv, prev, P2PChannel::activation);
+  return exchange(*act_, output, next, recv, prev, "an activation");
 }
 
 Exchange StageP2P::backward(const Tensor& input_grad, bool recv) {
   if (size_ == 1) return {};
-  return exchange(*grad_, input_grad, (rank_ + size_ - 1) % size_, recv, (rank_ + 1) % size_, "a gradient");
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  if (trace_) return record(input_grad, prev, recv, next, P2PChannel::gradient);
+  return exchange(*grad_, input_grad, prev, recv, next, "a gradient");
 }
 
 void StageP2P::keep(const Exchange& e) {

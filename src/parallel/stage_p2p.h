@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qk/dist/process_group.h"
+#include "qk/parallel/schedule_trace.h"
 #include "qk/parallel/timeline.h"
 
 namespace qk::parallel {
@@ -36,6 +37,8 @@ class Exchange {
     Tensor received;
     std::string what;  // "stage 1 (rank 3) sending an activation to stage 2 (rank 5)"
     bool waited = false;
+    StageTrace* trace = nullptr;  // a recording StageP2P's: waits are written there
+    int id = -1;                  // the exchange's number in the trace
   };
   std::shared_ptr<State> state_;
 };
@@ -47,6 +50,10 @@ class StageP2P {
   // Received tensors are allocated on `device` (where the stage's model lives).
   StageP2P(dist::ProcessGroup* act, dist::ProcessGroup* grad, std::vector<int> global_ranks, Shape shape, DType dtype,
            Timeline* timeline, Device device = kCPU);
+  // Recording: stage `rank` of `size` moves nothing; every exchange it posts
+  // and waits on is appended to `trace` (schedule_trace.h), and the tensors
+  // it hands out are [1] f32 placeholders.
+  StageP2P(int rank, int size, StageTrace* trace);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -68,6 +75,7 @@ class StageP2P {
  private:
   Exchange exchange(dist::ProcessGroup& pg, const Tensor& send, int send_to, bool recv, int recv_from,
                     const char* tensor_name);
+  Exchange record(const Tensor& send, int send_to, bool recv, int recv_from, P2PChannel channel);
   std::string stage_name(int stage) const;
   Tensor checked(const Tensor& t) const;
 
@@ -79,6 +87,7 @@ class StageP2P {
   DType dtype_;
   Device device_;
   Timeline* timeline_;
+  StageTrace* trace_ = nullptr;
   std::vector<Exchange> kept_;
 };
 

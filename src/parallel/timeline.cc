@@ -24,6 +24,7 @@ const char* span_kind_name(SpanKind k) {
     case SpanKind::recv: return "recv";
     case SpanKind::optimizer: return "optimizer";
     case SpanKind::idle: return "idle";
+    case SpanKind::collective: return "collective";
   }
   return "?";
 }
@@ -43,6 +44,12 @@ void Timeline::begin_step() { steps_.push_back({now_us(), -1}); }
 void Timeline::end_step() {
   QK_CHECK(!steps_.empty() && steps_.back().end_us < 0, "Timeline::end_step without begin_step");
   steps_.back().end_us = now_us();
+}
+
+void Timeline::add_step(StepWindow w) {
+  QK_CHECK(w.end_us >= w.start_us, "Timeline::add_step: the window ends (", w.end_us, ") before it starts (",
+           w.start_us, ")");
+  steps_.push_back(w);
 }
 
 StepWindow Timeline::last_step() const {
@@ -132,7 +139,12 @@ StepWindow common_window(const Timeline& t, dist::ProcessGroup& group) {
 double theoretical_bubble_fraction(int p, int64_t m, int v) {
   QK_CHECK(p >= 1 && m >= 1 && v >= 1, "theoretical_bubble_fraction: sizes must be >= 1 (p ", p, ", m ", m, ", v ", v,
            ")");
-  return static_cast<double>(p - 1) / static_cast<double>(m + p - 1) / static_cast<double>(v);
+  // The fill and drain take (p-1)/v forward+backward times beside m of work
+  // (Narayanan et al. 2021, section 2.2: (1/v)(p-1)/m of the ideal time), so
+  // of the whole step (p-1)/(v m + p - 1); for v = 1 this is (p-1)/(m+p-1).
+  // The replay of this very schedule gives exactly that (tests/sim).
+  const double fill = static_cast<double>(p - 1);
+  return fill / (static_cast<double>(v) * static_cast<double>(m) + fill);
 }
 
 // ---- gathering ----
@@ -172,7 +184,7 @@ Timeline Timeline::deserialize(const std::string& bytes) {
       Span s;
       int kind = 0;
       ls >> kind >> s.start_us >> s.end_us >> s.chunk >> s.microbatch;
-      QK_CHECK(ls && kind >= 0 && kind <= static_cast<int>(SpanKind::idle), "Timeline::deserialize: bad span '",
+      QK_CHECK(ls && kind >= 0 && kind <= static_cast<int>(SpanKind::collective), "Timeline::deserialize: bad span '",
                line, "'");
       s.kind = static_cast<SpanKind>(kind);
       std::getline(ls >> std::ws, s.name);

@@ -7,6 +7,7 @@
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
 #include "qk/optim/distributed_optimizer.h"
+#include "qk/recipes/gpt_memory.h"
 #include "qk/recipes/gpt_pretrain.h"
 
 namespace qk::recipes {
@@ -15,7 +16,8 @@ namespace {
 
 constexpr double kMegabyte = 1024.0 * 1024.0;  // Megatron's NUM_BYTES_IN_MEGABYTE
 
-// Adam's exp_avg and exp_avg_sq; SGD's momentum buffer when it has momentum.
+// Adam's exp_avg and exp_avg_sq; SGD's momentum buffer when it has momentum
+// (for the line's text; the bytes come from gpt_weight_and_optimizer_memory).
 int state_tensors_per_parameter(const MegatronArgs& a) {
   if (a.optimizer == "sgd") return a.sgd_momentum != 0 ? 1 : 0;
   return 2;
@@ -65,12 +67,11 @@ std::string gpt_theoretical_memory(const MegatronArgs& a, const optim::MixedPrec
   QK_CHECK(!opt.model_params().empty(), "gpt_theoretical_memory: the optimizer has no parameters");
   const DType params = opt.model_params().front().dtype();
   const DType grads = opt.options().accumulate_allreduce_grads_in_fp32 || params == DType::f32 ? DType::f32 : params;
+  const GptMemoryDtypes dtypes{params, grads};
   const int slots = state_tensors_per_parameter(a);
   const bool sharded = a.use_distributed_optimizer;
-  const optim::OptimizerMemory mine =
-      optim::theoretical_optimizer_memory(n, params, grads, slots, data_parallel_size, sharded);
-  const optim::OptimizerMemory other =
-      optim::theoretical_optimizer_memory(n, params, grads, slots, data_parallel_size, !sharded);
+  const optim::OptimizerMemory mine = gpt_weight_and_optimizer_memory(a, n, dtypes, data_parallel_size, sharded);
+  const optim::OptimizerMemory other = gpt_weight_and_optimizer_memory(a, n, dtypes, data_parallel_size, !sharded);
   std::string out = fmt::format("Theoretical memory footprints: weight and optimizer={:.2f} MB\n",
                                 static_cast<double>(mine.total()) / kMegabyte);
   out += fmt::format(

@@ -569,7 +569,7 @@ void GptPretraining::on_log(const train::LogStats& st) {
     const auto [sum, steps] = s.pipeline->take_bubble();
     if (steps > 0)
       s.print(fmt::format(" [qk] pipeline bubble: {:.1f}% measured over {} profiled step(s), {:.1f}% in theory "
-                          "((p-1)/(m+p-1)/v)",
+                          "((p-1)/(v m+p-1))",
                           100.0 * sum / static_cast<double>(steps), steps,
                           100.0 * parallel::theoretical_bubble_fraction(s.job.pp_size(), s.trainer->num_microbatches(),
                                                                         s.stage->split.virtual_pipeline_size())));

@@ -249,7 +249,7 @@ ParsedMegatronArgs parse_megatron_flags(const std::vector<std::string>& argv) {
   return p;
 }
 
-void check_megatron_flag_status(ParsedMegatronArgs& p) {
+void check_megatron_flag_status(ParsedMegatronArgs& p, const std::vector<std::string>& modelled) {
   std::vector<std::string> refused;
   for (const auto& g : p.given) {
     const detail::StatusRule* r = detail::find_status_rule(g.flag);
@@ -258,7 +258,10 @@ void check_megatron_flag_status(ParsedMegatronArgs& p) {
     if (r->status == FlagStatus::kNoop) {
       p.notes.push_back(as_given + ": no effect here; " + std::string(r->what));
     } else if (r->fine ? !r->fine(p.args) : r->status == FlagStatus::kNotYet) {
-      refused.push_back(as_given + ": " + detail::not_yet_text(*r));
+      if (std::find(modelled.begin(), modelled.end(), g.flag) != modelled.end())
+        p.notes.push_back(as_given + ": modelled, not run (" + std::string(r->what) + " is not built yet)");
+      else
+        refused.push_back(as_given + ": " + detail::not_yet_text(*r));
     } else if (!r->accepted_note.empty() && (!r->note_when || r->note_when(p.args))) {
       p.notes.push_back(as_given + ": " + std::string(r->accepted_note));
     }
@@ -274,7 +277,7 @@ void check_megatron_flag_status(ParsedMegatronArgs& p) {
 ParsedMegatronArgs parse_megatron_args(const std::vector<std::string>& argv, const MegatronArgsOptions& o) {
   ParsedMegatronArgs p = parse_megatron_flags(argv);
   if (p.help) return p;
-  check_megatron_flag_status(p);
+  check_megatron_flag_status(p, o.modelled_flags);
   validate_megatron_args(p.args, o);
   const auto blend = [&](const std::optional<std::vector<std::string>>& words, const char* flag,
                          std::optional<DataBlend>& out) {

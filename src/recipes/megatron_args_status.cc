@@ -41,6 +41,10 @@ std::vector<StatusRule> build_rules() {
       // --pipeline-model-parallel-size is supported (no row).
       // --decoder-first/last-pipeline-num-layers, --num-layers-per-virtual-pipeline-stage and
       // --num-virtual-stages-per-pipeline-rank are supported (no rows).
+      {"--account-for-embedding-in-pipeline-split", kNotYet,
+       "a pipeline split that counts the embedding as a layer (a first model chunk without layers)"},
+      {"--account-for-loss-in-pipeline-split", kNotYet,
+       "a pipeline split that counts the loss as a layer (a last model chunk without layers)"},
       // --expert-model-parallel-size is supported (no row).
       {"--expert-tensor-parallel-size", kNotYet, "an expert tensor-parallel size other than the tensor size",
        [](const A& a) {

@@ -66,6 +66,16 @@ void validate_pipeline(MegatronArgs& a) {
   QK_CHECK(!(a.num_layers_per_virtual_pipeline_stage && a.num_virtual_stages_per_pipeline_rank),
            "give only one of --num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank");
   const int64_t pp = a.pipeline_model_parallel_size;
+  // Megatron's standalone embedding / loss slots: the split counts them as layers.
+  const int64_t slots = *a.num_layers + (a.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                        (a.account_for_loss_in_pipeline_split ? 1 : 0);
+  const bool accounted = slots != *a.num_layers;
+  if (accounted) {
+    QK_CHECK(!a.decoder_first_pipeline_num_layers && !a.decoder_last_pipeline_num_layers,
+             "--account-for-embedding/loss-in-pipeline-split do not go with --decoder-first/last-pipeline-num-layers");
+    QK_CHECK(slots % pp == 0, "--num-layers (", *a.num_layers, ") plus the embedding and loss slots (",
+             slots - *a.num_layers, ") must be divisible by --pipeline-model-parallel-size (", pp, ")");
+  }
   a.virtual_pipeline_model_parallel_size.reset();
   if (a.num_layers_per_virtual_pipeline_stage || a.num_virtual_stages_per_pipeline_rank) {
     if (a.num_layers_per_virtual_pipeline_stage) {
@@ -73,9 +83,9 @@ void validate_pipeline(MegatronArgs& a) {
       QK_CHECK(!a.decoder_first_pipeline_num_layers && !a.decoder_last_pipeline_num_layers,
                "uneven pipeline stages (--decoder-first/last-pipeline-num-layers) need "
                "--num-virtual-stages-per-pipeline-rank, not --num-layers-per-virtual-pipeline-stage");
-      QK_CHECK(*a.num_layers % pp == 0, "--num-layers (", *a.num_layers,
+      QK_CHECK(slots % pp == 0, "--num-layers (", *a.num_layers,
                ") must be divisible by --pipeline-model-parallel-size (", pp, ")");
-      const int64_t per_stage = *a.num_layers / pp;
+      const int64_t per_stage = slots / pp;
       QK_CHECK(per_stage % *a.num_layers_per_virtual_pipeline_stage == 0, "layers per pipeline stage (",
                per_stage, " = --num-layers ", *a.num_layers, " / --pipeline-model-parallel-size ", pp,
                ") must be divisible by --num-layers-per-virtual-pipeline-stage (",
@@ -86,7 +96,7 @@ void validate_pipeline(MegatronArgs& a) {
       a.virtual_pipeline_model_parallel_size = a.num_virtual_stages_per_pipeline_rank;
     }
     if (a.virtual_pipeline_model_parallel_size == 1) a.virtual_pipeline_model_parallel_size.reset();
-  } else if (!a.decoder_first_pipeline_num_layers && !a.decoder_last_pipeline_num_layers) {
+  } else if (!a.decoder_first_pipeline_num_layers && !a.decoder_last_pipeline_num_layers && !accounted) {
     QK_CHECK(*a.num_layers % pp == 0, "--num-layers (", *a.num_layers,
              ") must be divisible by --pipeline-model-parallel-size (", pp, ")");
   }

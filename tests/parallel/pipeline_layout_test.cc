@@ -92,6 +92,40 @@ TEST(PipelineLayerSplit, UnevenStagesWithVirtualStages) {
   }
 }
 
+// Megatron's standalone embedding and loss (--account-for-embedding-in-
+// pipeline-split, --account-for-loss-in-pipeline-split): Llama 3 405B's 126
+// layers over 16 stages of 8 one-slot chunks, the first chunk holding only
+// the embedding and the last only the loss.
+TEST(PipelineLayerSplit, EmbeddingAndLossTakeALayersSlot) {
+  PipelineSplitOptions o = options(126, 16);
+  o.num_virtual_stages_per_pipeline_rank = 8;
+  o.account_for_embedding = true;
+  o.account_for_loss = true;
+  const PipelineLayerSplit s = PipelineLayerSplit::make(o);
+  EXPECT_EQ(s.num_layers(0, 0), 0);
+  EXPECT_EQ(s.num_layers(15, 7), 0);
+  EXPECT_EQ(s.num_layers(1, 0), 1);
+  EXPECT_EQ(s.layer_offset(1, 0), 0);    // the first layer is on stage 1
+  EXPECT_EQ(s.layer_offset(0, 1), 15);   // after chunk 0 of stages 1..15
+  EXPECT_EQ(s.layer_offset(14, 7), 125);  // the last layer
+  EXPECT_EQ(s.num_layers_on_rank(0), 7);
+  EXPECT_EQ(s.num_layers_on_rank(15), 7);
+  EXPECT_EQ(s.num_layers_on_rank(7), 8);
+  EXPECT_EQ(s.owner(0), std::make_pair(1, 0));
+  EXPECT_EQ(s.owner(125), std::make_pair(14, 7));
+  // Without interleaving: 6 layers and the two slots over 2 stages of 4.
+  PipelineSplitOptions plain = options(6, 2);
+  plain.account_for_embedding = true;
+  plain.account_for_loss = true;
+  const PipelineLayerSplit t = PipelineLayerSplit::make(plain);
+  EXPECT_EQ(t.num_layers(0, 0), 3);
+  EXPECT_EQ(t.num_layers(1, 0), 3);
+  EXPECT_EQ(t.format(), "pp 0: [0-2]; pp 1: [3-5]");
+  PipelineSplitOptions odd = options(126, 16);
+  odd.account_for_embedding = true;
+  expect_error(odd, {"--num-layers (126) plus the embedding and loss slots (1)"});
+}
+
 TEST(PipelineLayerSplit, SplitsThatDoNotFitNameTheFlags) {
   expect_error(options(7, 2), {"--num-layers (7)", "--pipeline-model-parallel-size (2)",
                                "--decoder-first-pipeline-num-layers"});

@@ -40,6 +40,12 @@ struct PipelineSplitOptions {
   // --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers.
   std::optional<int64_t> decoder_first_pipeline_num_layers;
   std::optional<int64_t> decoder_last_pipeline_num_layers;
+  // --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split
+  // (Megatron's standalone embedding and loss): the split is of num_layers + 1
+  // (+ 1) slots, and the first chunk of the first stage (the last chunk of
+  // the last stage) holds one layer fewer: the embedding (the loss) takes it.
+  bool account_for_embedding = false;
+  bool account_for_loss = false;
 };
 
 class PipelineLayerSplit {
@@ -60,7 +66,7 @@ class PipelineLayerSplit {
   int64_t num_layers(int pp_rank, int vp_stage) const;
   int64_t layer_offset(int pp_rank, int vp_stage) const;
   // Layers on a pipeline rank over all its chunks.
-  int64_t num_layers_on_rank(int pp_rank) const { return rank_layers_.at(static_cast<size_t>(pp_rank)); }
+  int64_t num_layers_on_rank(int pp_rank) const;
   // Megatron's pre_process (embedding) and post_process (final norm, output layer, loss).
   bool is_first_stage(int pp_rank, int vp_stage) const { return pp_rank == 0 && vp_stage == 0; }
   bool is_last_stage(int pp_rank, int vp_stage) const {
@@ -75,7 +81,10 @@ class PipelineLayerSplit {
  private:
   int64_t num_layers_ = 0;
   int pipeline_size_ = 1, virtual_size_ = 1;
-  std::vector<int64_t> rank_layers_;  // n_r
+  // Layers of each chunk, in the model's order: chunk vp of every rank, then vp + 1.
+  std::vector<int64_t> chunk_layers_;
+  std::vector<int64_t> chunk_offset_;
+  void set_chunks(const std::vector<int64_t>& rank_layers, int64_t less_first, int64_t less_last);
 };
 
 }  // namespace qk::parallel

@@ -25,9 +25,12 @@
 
 namespace qk::parallel {
 
-enum class SpanKind { forward, backward, send, recv, optimizer, idle };
-inline constexpr SpanKind kAllSpanKinds[] = {SpanKind::forward, SpanKind::backward, SpanKind::send,
-                                             SpanKind::recv,    SpanKind::optimizer, SpanKind::idle};
+// collective: a data-parallel reduction or gather outside forward and
+// backward (what a simulated step shows exposed).
+enum class SpanKind { forward, backward, send, recv, optimizer, idle, collective };
+inline constexpr SpanKind kAllSpanKinds[] = {SpanKind::forward, SpanKind::backward,  SpanKind::send,
+                                             SpanKind::recv,    SpanKind::optimizer, SpanKind::idle,
+                                             SpanKind::collective};
 const char* span_kind_name(SpanKind k);  // "forward", ...
 
 struct Span {
@@ -55,6 +58,8 @@ class Timeline {
   // The step windows (begin_step .. end_step) the bubble is measured over.
   void begin_step();
   void end_step();
+  // A step window given in full (a simulated timeline's clock, not now_us()).
+  void add_step(StepWindow w);
   const std::vector<StepWindow>& steps() const { return steps_; }
   StepWindow last_step() const;
 
@@ -105,8 +110,9 @@ BubbleStats measure_bubble(const Timeline& t, StepWindow window);
 // rank's last step (one small all-reduce).
 StepWindow common_window(const Timeline& t, dist::ProcessGroup& group);
 
-// Theory (Megatron / Narayanan et al. 2021): 1F1B idles (p-1)/(m+p-1) of a
-// step; the interleaved schedule with v chunks per rank cuts that by v.
+// Theory (Narayanan et al. 2021): 1F1B idles (p-1)/(m+p-1) of a step; the
+// interleaved schedule with v chunks per rank shrinks the fill and drain v
+// times: (p-1)/(v m + p - 1).
 double theoretical_bubble_fraction(int pipeline_size, int64_t num_microbatches, int virtual_size = 1);
 
 // Collective over `group`: every rank's timeline; the full list (in group

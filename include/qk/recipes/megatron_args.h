@@ -186,6 +186,8 @@ struct MegatronArgs {
   std::optional<int64_t> decoder_last_pipeline_num_layers;
   std::optional<int64_t> num_layers_per_virtual_pipeline_stage;
   std::optional<int64_t> num_virtual_stages_per_pipeline_rank;
+  bool account_for_embedding_in_pipeline_split = false;  // the embedding takes a layer's slot
+  bool account_for_loss_in_pipeline_split = false;       // the output layer and loss take a layer's slot
   bool overlap_p2p_comm = true;  // --no-overlap-p2p-communication
   std::string distributed_backend = "nccl";
   int64_t distributed_timeout_minutes = 10;
@@ -331,6 +333,10 @@ struct MegatronArgsOptions {
   bool require_training = true;
   // Open each blend's .bin/.idx (check_data_blend_files).
   bool check_data_files = true;
+  // Flags whose feature this build lacks but the caller models rather than
+  // runs (`qk sim` plans runs with --context-parallel-size and
+  // --tp-comm-overlap): accepted with a note instead of refused.
+  std::vector<std::string> modelled_flags;
 };
 
 // A flag as the user gave it: primary spelling and its values as typed (joined by
@@ -362,8 +368,9 @@ ParsedMegatronArgs parse_megatron_args(const std::vector<std::string>& argv,
 ParsedMegatronArgs parse_megatron_flags(const std::vector<std::string>& argv);
 
 // Refuses every given flag whose status is "not yet" (all of them in one error, one
-// line each) and fills p.notes with one line per given no-op flag.
-void check_megatron_flag_status(ParsedMegatronArgs& p);
+// line each) and fills p.notes with one line per given no-op flag. A flag in
+// `modelled` is accepted with a note (MegatronArgsOptions::modelled_flags).
+void check_megatron_flag_status(ParsedMegatronArgs& p, const std::vector<std::string>& modelled = {});
 
 // Megatron's validate_args: fills the defaults it derives (ffn_hidden_size,
 // kv_channels, global_batch_size, data_parallel_size, split, start/end weight decay,

@@ -1,0 +1,284 @@
+// `qk sim calibrate`: this machine's rates as a cluster file (calibrate.h).
+#include "qk/sim/calibrate.h"
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "qk/autograd/llm_ops.h"
+#include "qk/base/error.h"
+#include "qk/base/host_info.h"
+#include "qk/base/thread_pool.h"
+#include "qk/base/timer.h"
+#include "qk/qccl/perf.h"
+#include "qk/tensor/backend.h"
+#include "qk/tensor/generator.h"
+#include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/linalg.h"
+#include "qk/tensor/ops/norm.h"
+#include "qk/tensor/ops/optimizer.h"
+
+namespace qk::sim {
+
+namespace {
+
+// The fastest of a few calls after a warm-up (a machine's rate is what it
+// can do; neighbours and wake-ups only ever slow a call down).
+double best_seconds(const std::function<void()>& fn, qk::Device dev, int reps) {
+  auto call = [&] {
+    fn();
+    if (!dev.is_cpu()) synchronize(dev);
+  };
+  call();
+  double best = 1e30;
+  const Timer total;
+  for (int i = 0; i < reps || (total.seconds() < 0.05 && i < 50); ++i) {
+    const Timer t;
+    call();
+    best = std::min(best, t.seconds());
+  }
+  return best;
+}
+
+double host_memory_gb() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  while (f >> key) {
+    if (key == "MemTotal:") {
+      f >> kb;
+      break;
+    }
+    std::string rest;
+    std::getline(f, rest);
+  }
+  return kb * 1024.0 / 1e9;
+}
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+// qccl between two forked ranks of this host: an all-reduce of 8 bytes
+// (latency: a 2-rank ring is 2 steps) and of 4 MiB (bandwidth). The child
+// ranks report rank 0's times through a pipe.
+bool measure_link(Link& link, const std::function<void(const std::string&)>& say) {
+  int fds[2];
+  if (::pipe(fds) != 0) return false;
+  qcclUniqueId id;
+  if (qcclGetUniqueId(&id) != qcclSuccess) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return false;
+  }
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) break;
+    if (pid == 0) {
+      ::close(fds[0]);
+      int code = 1;
+      try {
+        qcclComm_t comm;
+        if (qcclCommInitRank(&comm, 2, id, r) == qcclSuccess) {
+          qccl::PerfOptions o;
+          o.iters = 20;
+          o.warmup = 5;
+          o.check = false;
+          qccl::PerfBenchmark bench(comm, o);
+          const qccl::PerfRow small = bench.run_size(8), big = bench.run_size(size_t(4) << 20);
+          if (r == 0) {
+            const double v[2] = {small.out_of_place.us, big.out_of_place.us};
+            if (::write(fds[1], v, sizeof v) != static_cast<ssize_t>(sizeof v)) code = 2;
+          }
+          qcclCommDestroy(comm);
+          code = 0;
+        }
+      } catch (...) {
+      }
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  ::close(fds[1]);
+  double v[2] = {0, 0};
+  const bool got = ::read(fds[0], v, sizeof v) == static_cast<ssize_t>(sizeof v);
+  ::close(fds[0]);
+  bool ok = got && pids.size() == 2;
+  for (pid_t p : pids) {
+    int st = 0;
+    while (::waitpid(p, &st, 0) < 0 && errno == EINTR) {
+    }
+    ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  if (!ok) return false;
+  const double bytes = 4.0 * 1024 * 1024;
+  link.latency_us = v[0] / 2;
+  link.bandwidth_gb_s = bytes / std::max(1e-3, (v[1] - v[0]) * 1e-6) / 1e9;
+  say(fmt::format("qccl between 2 ranks: all-reduce 8 B {:.1f} us, 4 MiB {:.1f} us -> {:.1f} us per message, "
+                  "{:.2f} GB/s", v[0], v[1], link.latency_us, link.bandwidth_gb_s));
+  return true;
+}
+
+}  // namespace
+
+Cluster calibrate(const CalibrateOptions& o, const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  QK_CHECK(o.device == "cpu" || o.device == "cuda", "qk sim calibrate --device: expected cpu or cuda, got '",
+           o.device, "'");
+  const qk::Device dev = o.device == "cpu" ? kCPU : qk::Device("cuda:0");
+  if (!dev.is_cpu()) check_device_usable(dev);  // DeviceError saying why not
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int before = num_threads();
+  const int threads = o.threads > 0 ? o.threads : (dev.is_cpu() ? 1 : before);
+  if (dev.is_cpu()) set_num_threads(threads);
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{before};
+  const int reps = o.quick ? 2 : 5;
+  Generator gen(4242);
+
+  Cluster c;
+  c.name = "local";
+  c.description = fmt::format("this machine ({}), measured by qk sim calibrate --device {} with {} thread{} per rank",
+                              dev.is_cpu() ? cpu_model_name() : std::string("cuda:0"), o.device, threads,
+                              threads == 1 ? "" : "s");
+  c.calibrated = fmt::format("qk sim calibrate --device {}, {}", o.device, now_utc());
+  Device& d = c.device;
+  d.model = dev.is_cpu() ? cpu_model_name() : "cuda:0";
+  d.gemm.efficiency = 1.0;  // the samples are what is reached
+  d.gemm.units = 1;
+
+  // ---- GEMMs over the shapes a small transformer's layers run
+  std::vector<std::array<int64_t, 3>> shapes = {{256, 256, 256},   {512, 512, 512},    {1024, 1024, 1024},
+                                                {1024, 1536, 512}, {1024, 512, 512},   {1024, 2048, 512},
+                                                {1024, 512, 2048}, {2048, 2048, 2048}, {4096, 512, 512},
+                                                {256, 1024, 4096}};
+  if (o.quick) shapes = {{128, 128, 128}, {256, 256, 256}, {512, 512, 512}};
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    const std::string name = dt == DType::f32 ? "fp32" : "bf16";
+    double peak = 0;
+    for (const auto& [m, n, k] : shapes) {
+      const Tensor a = randn({m, k}, {}, gen).to(dt).to(dev), w = randn({n, k}, {}, gen).to(dt).to(dev);
+      const double s = best_seconds([&] { ops::linear(a, w, Tensor()); }, dev, reps);
+      const double rate = 2.0 * static_cast<double>(m * n * k) / s;
+      d.gemm.samples.push_back({m, n, k, name, rate});
+      peak = std::max(peak, rate);
+      say(fmt::format("gemm {}x{}x{} {}: {:.2f} GFLOP/s", m, n, k, name, rate / 1e9));
+    }
+    d.gemm.peak_flops[name] = peak;
+  }
+
+  // ---- streaming kernels: bytes moved per second
+  const int64_t rows = o.quick ? 256 : 2048, width = 1024;
+  std::vector<double> bw;
+  {
+    const Tensor x = randn({rows, width}, {}, gen).to(dev), y = randn({rows, width}, {}, gen).to(dev);
+    const double s = best_seconds([&] { ops::add(x, y); }, dev, reps);
+    bw.push_back(3.0 * 4 * static_cast<double>(rows * width) / s);
+    say(fmt::format("elementwise add f32 {}x{}: {:.2f} GB/s", rows, width, bw.back() / 1e9));
+    const Tensor wt = randn({width}, {}, gen).to(dev), bs = randn({width}, {}, gen).to(dev);
+    const double n = best_seconds([&] { ops::layer_norm(x, {width}, wt, bs, 1e-5); }, dev, reps);
+    bw.push_back(2.0 * 4 * static_cast<double>(rows * width) / n);
+    say(fmt::format("layer norm f32 {}x{}: {:.2f} GB/s", rows, width, bw.back() / 1e9));
+  }
+  {
+    const int64_t n = o.quick ? (1 << 18) : (1 << 22);
+    const Tensor p = randn({n}, {}, gen).to(dev), g = randn({n}, {}, gen).to(dev);
+    const Tensor m = zeros({n}).to(dev), v = zeros({n}).to(dev);
+    ops::AdamStepArgs args;
+    args.lr = 1e-4;
+    args.beta1 = 0.9;
+    args.beta2 = 0.95;
+    args.eps = 1e-8;
+    args.decoupled = true;
+    const double s =
+        best_seconds([&] { ops::adam_step_kernel.get(p.device())(p, g, m, v, Tensor(), args); }, dev, reps);
+    bw.push_back(28.0 * static_cast<double>(n) / s);  // reads p, g, m, v; writes p, m, v
+    say(fmt::format("AdamW step f32 {} elements: {:.2f} GB/s", n, bw.back() / 1e9));
+  }
+  std::sort(bw.begin(), bw.end());
+  d.memory_bandwidth_gb_s = bw[bw.size() / 2] / 1e9;  // the median of the three
+  d.memory_efficiency = 1.0;
+
+  // ---- the shortest kernel
+  {
+    const Tensor x = randn({16}, {}, gen).to(dev), y = randn({16}, {}, gen).to(dev);
+    d.kernel_floor_us = best_seconds([&] { ops::add(x, y); }, dev, reps * 10) * 1e6;
+    say(fmt::format("shortest kernel (add of 16 elements): {:.2f} us", d.kernel_floor_us));
+  }
+
+  // ---- flash attention forward and backward, against the dtype's GEMM peak
+  {
+    const int64_t B = 1, T = o.quick ? 128 : 512, H = 8, D = 64;
+    for (const DType dt : {DType::f32}) {
+      Tensor q = randn({B, T, H, D}, {}, gen).to(dt).to(dev).requires_grad_(),
+             k = randn({B, T, H, D}, {}, gen).to(dt).to(dev).requires_grad_(),
+             v = randn({B, T, H, D}, {}, gen).to(dt).to(dev).requires_grad_();
+      const double flops = 4.0 * B * H * static_cast<double>(T) * static_cast<double>(T) * D * 0.5;
+      double fwd = 0;
+      {
+        NoGradGuard ng;
+        fwd = best_seconds([&] { flash_attention(q, k, v, {.causal = true}); }, dev, reps);
+      }
+      const double both = best_seconds(
+          [&] {
+            Tensor out = flash_attention(q, k, v, {.causal = true});
+            out.sum().backward();
+          },
+          dev, reps);
+      const double bwd = std::max(both - fwd, fwd);
+      const double peak = d.gemm.peak_flops.at("fp32");
+      d.flash_forward_efficiency = std::min(1.0, flops / fwd / peak);
+      d.flash_backward_efficiency = std::min(1.0, 2.5 * flops / bwd / peak);
+      say(fmt::format("flash attention f32 B{} T{} H{} D{}: forward {:.2f} GFLOP/s ({:.0f}% of the GEMM peak), "
+                      "backward {:.2f} GFLOP/s ({:.0f}%)",
+                      B, T, H, D, flops / fwd / 1e9, 100 * d.flash_forward_efficiency, 2.5 * flops / bwd / 1e9,
+                      100 * d.flash_backward_efficiency));
+    }
+  }
+
+  // ---- memory and the host
+  if (dev.is_cpu()) {
+    d.memory_gb = host_memory_gb();
+    d.cpu_cores = cores;
+    d.threads_per_rank = threads;
+  } else {
+    d.memory_gb = 80;
+    say("device memory: not measured (the backend does not report its size); set device.memory_gb in the file");
+  }
+  d.memory_reserved_gb = 0;
+  c.gpus_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : (dev.is_cpu() ? 64 : 8);
+
+  // ---- links: qccl between two ranks here; the network is qccl's static tcp figure
+  c.intra = {dev.is_cpu() ? "shm" : "pcie", 5.0, 5.0, 1.0};
+  if (!o.measure_links || !measure_link(c.intra, say))
+    say("qccl link: not measured; shared memory taken as 5 GB/s and 5 us");
+  c.network.nic = {"tcp", 2.0, 30.0, 1.0};
+  c.network.nics_per_node = 1;
+  c.sources["device"] = c.calibrated;
+  c.sources["intra"] = "qccl all-reduce between two forked ranks of this host (qk sim calibrate)";
+  c.sources["network"] = "not measured: qccl's static tcp figures (30 us, 2 GB/s)";
+  return c;
+}
+
+}  // namespace qk::sim
