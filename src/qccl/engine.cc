@@ -406,6 +406,7 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
         break;
       }
   IdleWait wait(comm);
+  bool gone_seen = false;  // a peer looked gone; one more pass before believing it
   while (pending > 0) {
     bool moved = false;
     for (size_t i = 0; i < xs.size(); ++i) {
@@ -433,6 +434,7 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
     }
     if (pending == 0) break;
     if (moved) {
+      gone_seen = false;
       wait.moved();
       continue;
     }
@@ -449,9 +451,20 @@ void run_transfers(Call& call, std::span<Xfer> xs) {
       comm.fr.dump_on_error(comm.name, comm.rank, msg);
       QK_THROW(qk::TimeoutError, msg);
     }
-    if (wait.peers_due(now))
-      for (size_t i = 0; i < xs.size(); ++i)
-        if (!complete[i]) comm.conns[xs[i].peer]->check_alive();
+    if (wait.peers_due(now)) {
+      try {
+        for (size_t i = 0; i < xs.size(); ++i)
+          if (!complete[i]) comm.conns[xs[i].peer]->check_alive();
+      } catch (const qk::Error&) {
+        // A peer that is done may exit right after its last write: drain
+        // what has arrived (one more pass) before taking it for gone.
+        if (!gone_seen) {
+          gone_seen = true;
+          continue;
+        }
+        throw;
+      }
+    }
     // Wait: poll() when every pending transfer is on a socket; otherwise
     // yield, then sleep.
     pfds.clear();
@@ -494,6 +507,7 @@ void wait_until(Call& call, const std::function<bool()>& ready, std::span<const 
       wait.yield_or_sleep(now);
     } catch (const qk::Error&) {
       if (comm.aborted.load()) throw_aborted(call);
+      if (ready()) return;  // what we waited for arrived before its sender left
       throw;
     }
   }
