@@ -57,6 +57,24 @@ function(qk_unbuilt_layers out)
   set(${out} ${unbuilt} PARENT_SCOPE)
 endfunction()
 
+# qk_unity_build(TARGET): TARGET's C++ sources compiled in batches when
+# QK_UNITY_BUILD is on (CUDA sources stay one per compile: nvcc's time is in
+# the kernels, not in shared headers).
+function(qk_unity_build target)
+  if(QK_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${QK_UNITY_BATCH_SIZE})
+    # Each .cc is an #include of its batch's file there, so GCC takes a class of
+    # a .cc whose members have anonymous-namespace types for one in a header.
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+    get_target_property(sources ${target} SOURCES)
+    foreach(source IN LISTS sources)
+      if(source MATCHES "\\.cu$")
+        set_source_files_properties(${source} TARGET_DIRECTORY ${target} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+      endif()
+    endforeach()
+  endif()
+endfunction()
+
 # qk_add_layer(NAME SOURCES ... DEPS ... PRIVATE_DEPS ...): the layer's
 # library. A macro, so that when a layer it links (qk_<layer> in DEPS or
 # PRIVATE_DEPS) is not built it can return from the layer's CMakeLists.txt:
@@ -76,6 +94,7 @@ function(_qk_define_layer name)
   add_library(qk_${name} STATIC ${ARG_SOURCES})
   add_library(qianka::${name} ALIAS qk_${name})
   set_target_properties(qk_${name} PROPERTIES EXPORT_NAME ${name} OUTPUT_NAME qk_${name})
+  qk_unity_build(qk_${name})
   target_include_directories(qk_${name}
     PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
            $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>

@@ -33,7 +33,7 @@ constexpr std::pair<const char*, double> kSizeUnits[] = {
     {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
 
 // "0", "500MB", "5GB", "2GiB", "123456" -> bytes (transformers' max_shard_size spelling).
-int64_t parse_size(const std::string& s) {
+int64_t parse_shard_size(const std::string& s) {
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
   QK_CHECK(i > 0 && std::isdigit(static_cast<unsigned char>(s[0])), "--max-shard-size '", s,
@@ -54,7 +54,7 @@ void run_export(const ExportCli& c) {
   const recipes::LoadedGpt m = recipes::load_gpt_for_inference(c.load);
   transformer::HfExportOptions o;
   if (c.dtype != "auto") o.dtype = parse_dtype(c.dtype);
-  o.max_shard_bytes = parse_size(c.max_shard_size);
+  o.max_shard_bytes = parse_shard_size(c.max_shard_size);
   o.eos_token_ids = m.eos_token_ids;
   o.bos_token_id = m.bos_token_id;
   if (o.eos_token_ids.empty() && m.tokenizer) {

@@ -59,7 +59,8 @@ struct PerfFlags {
   int tune_rounds = 7;
 };
 
-size_t parse_size(const std::string& s) {
+// nccl-tests' -b/-e spelling: 8, 64K, 256M, 1G (powers of 1024).
+size_t parse_message_size(const std::string& s) {
   QK_CHECK(!s.empty(), "Expected a size like 8, 64K, 256M or 1G, got an empty string");
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
@@ -111,8 +112,8 @@ int run_rank(const PerfFlags& f, const qccl::PerfCollectiveInfo& ci, const qcclU
   o.type_name = f.dtype_s;
   o.op_name = f.op_s;
   o.root = f.root;
-  o.min_bytes = parse_size(f.min_s);
-  o.max_bytes = parse_size(f.max_s);
+  o.min_bytes = parse_message_size(f.min_s);
+  o.max_bytes = parse_message_size(f.max_s);
   o.factor = f.factor;
   o.iters = f.iters;
   o.warmup = f.warmup;
@@ -210,7 +211,7 @@ int tune_rank(const PerfFlags& o, const qcclUniqueId& id, int rank, int n) {
 }
 
 void run_memcpy(const PerfFlags& f) {
-  const size_t lo = parse_size(f.min_s), hi = parse_size(f.max_s);
+  const size_t lo = parse_message_size(f.min_s), hi = parse_message_size(f.max_s);
   fmt::print("# qk perf memcpy: single thread, {} iterations\n{}", f.iters, qccl::perf_memcpy_table_header());
   qccl::perf_memcpy(lo, hi, f.factor, f.iters, f.warmup,
                     [](const qccl::MemcpyRow& row) { fmt::print("{}", qccl::perf_memcpy_table_row(row)); });

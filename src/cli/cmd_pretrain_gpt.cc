@@ -22,12 +22,13 @@
 namespace qk::cli {
 namespace {
 
-constexpr const char* kOwnFlags =
+constexpr const char* kPretrainOwnFlags =
     "qk's own flags (Megatron-LM has none by these names; it always runs on the GPU):\n"
     "  --device DEVICE       cpu (default), cuda (the local rank's GPU under qk run) or cuda:N: where the\n"
     "                        model, gradients, optimizer state and batches live; every parallel\n"
     "                        layout runs there (routing and permutation indices are computed on\n"
-    "                        the host). Not yet run on a GPU (docs/cuda.md)\n\n";
+    "                        the host). Trains on an H200, correct but slower than PyTorch there\n"
+    "                        for now (docs/cuda.md)\n\n";
 
 // Takes qk's own flags out of argv (the rest is Megatron's).
 std::string take_device_flag(std::vector<std::string>& argv) {
@@ -56,7 +57,7 @@ void run_pretrain_gpt(std::vector<std::string> argv) {
   o.rank = env.rank;
   const recipes::ParsedMegatronArgs p = recipes::parse_megatron_args(argv, o);
   if (p.help) {
-    std::fputs(kOwnFlags, stdout);
+    std::fputs(kPretrainOwnFlags, stdout);
     std::fputs(recipes::megatron_help("qk pretrain-gpt").c_str(), stdout);
     return;
   }

@@ -30,7 +30,7 @@
 namespace qk::cli {
 namespace {
 
-constexpr const char* kOwnFlags =
+constexpr const char* kSimOwnFlags =
     "qk sim: a training step of `qk pretrain-gpt`'s model and layout on a cluster, simulated.\n\n"
     "qk's own flags (the others are Megatron-LM's, as `qk pretrain-gpt` takes them):\n"
     "  --world-size N           GPUs (ranks) of the run; the data-parallel size is derived as Megatron derives it\n"
@@ -145,7 +145,7 @@ void run_sim(std::vector<std::string> argv) {
     return;
   }
   if (take_switch(argv, "--help") || take_switch(argv, "-h")) {
-    std::fputs(kOwnFlags, stdout);
+    std::fputs(kSimOwnFlags, stdout);
     std::fputs(recipes::megatron_help("qk sim").c_str(), stdout);
     return;
   }

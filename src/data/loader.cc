@@ -12,10 +12,10 @@ namespace qk::data {
 ImageDataset::ImageDataset(const Tensor& images, const Tensor& labels) {
   QK_CHECK(images.defined() && labels.defined(), "ImageDataset: images and labels must be defined tensors");
   QK_CHECK(images.dim() == 4, "ImageDataset: expected images of shape [N, C, H, W], got ", shape_str(images.shape()));
-  QK_CHECK_TYPE(images.dtype() == DType::u8, "ImageDataset: expected u8 images, got ", dtype_name(images.dtype()));
+  QK_CHECK_TYPE(images.dtype() == qk::DType::u8, "ImageDataset: expected u8 images, got ", dtype_name(images.dtype()));
   QK_CHECK(labels.dim() == 1 && labels.size(0) == images.size(0), "ImageDataset: expected labels of shape [",
            images.size(0), "], got ", shape_str(labels.shape()));
-  QK_CHECK_TYPE(labels.dtype() == DType::i64, "ImageDataset: expected i64 labels, got ", dtype_name(labels.dtype()));
+  QK_CHECK_TYPE(labels.dtype() == qk::DType::i64, "ImageDataset: expected i64 labels, got ", dtype_name(labels.dtype()));
   QK_CHECK_DEVICE(images.device() == kCPU && labels.device() == kCPU,
                   "ImageDataset: images and labels must be on the CPU");
   images_ = images.is_contiguous() ? images : ops::contiguous(images);
@@ -44,8 +44,8 @@ Batch make_batch(const ImageDataset& ds, const ImageTransform& tf, const std::ve
   QK_INTERNAL_ASSERT(lo < hi, "batch ", b, " is empty");
   Batch out;
   out.index = b;
-  out.images = empty({hi - lo, ds.channels(), ds.height(), ds.width()}, DType::f32);
-  out.labels = empty({hi - lo}, DType::i64);
+  out.images = empty({hi - lo, ds.channels(), ds.height(), ds.width()}, qk::DType::f32);
+  out.labels = empty({hi - lo}, qk::DType::i64);
   float* img = out.images.data_ptr<float>();
   int64_t* lab = out.labels.data_ptr<int64_t>();
   const int64_t per = ds.image_bytes();

@@ -9,15 +9,10 @@
 
 namespace qk::recipes {
 
-namespace {
-
-// Adam's exp_avg and exp_avg_sq; SGD's momentum buffer when it has momentum.
-int state_tensors_per_parameter(const MegatronArgs& a) {
+int optimizer_state_tensors_per_parameter(const MegatronArgs& a) {
   if (a.optimizer == "sgd") return a.sgd_momentum != 0 ? 1 : 0;
   return 2;
 }
-
-}  // namespace
 
 GptMemoryDtypes gpt_memory_dtypes(const MegatronArgs& a) {
   GptMemoryDtypes d;
@@ -30,7 +25,7 @@ optim::OptimizerMemory gpt_weight_and_optimizer_memory(const MegatronArgs& a, in
                                                        int64_t dp, bool distributed) {
   QK_CHECK(n >= 0 && dp >= 1, "gpt_weight_and_optimizer_memory: ", n, " parameters over ", dp,
            " data-parallel ranks");
-  return optim::theoretical_optimizer_memory(n, d.params, d.grads, state_tensors_per_parameter(a),
+  return optim::theoretical_optimizer_memory(n, d.params, d.grads, optimizer_state_tensors_per_parameter(a),
                                              static_cast<int>(dp), distributed);
 }
 

@@ -132,6 +132,13 @@ GptDatasets build_gpt_datasets(const MegatronArgs& a, const data::Tokenizer& tok
   return out;
 }
 
+double GptBatch::loss_tokens() const {
+  const float* m = loss_mask.data_ptr<float>();
+  double s = 0;
+  for (int64_t i = 0; i < loss_mask.numel(); ++i) s += m[i];
+  return s;
+}
+
 GptBatchIterator::GptBatchIterator(std::shared_ptr<const data::GptSamples> samples, int64_t consumed_samples,
                                    int64_t micro_batch_size, int dp_rank, int dp_size, GptBatchOptions o,
                                    std::string split)

@@ -16,13 +16,6 @@ namespace {
 
 constexpr double kMegabyte = 1024.0 * 1024.0;  // Megatron's NUM_BYTES_IN_MEGABYTE
 
-// Adam's exp_avg and exp_avg_sq; SGD's momentum buffer when it has momentum
-// (for the line's text; the bytes come from gpt_weight_and_optimizer_memory).
-int state_tensors_per_parameter(const MegatronArgs& a) {
-  if (a.optimizer == "sgd") return a.sgd_momentum != 0 ? 1 : 0;
-  return 2;
-}
-
 std::string mb(int64_t bytes) { return fmt::format("{:.2f} MB", static_cast<double>(bytes) / kMegabyte); }
 
 }  // namespace
@@ -68,7 +61,7 @@ std::string gpt_theoretical_memory(const MegatronArgs& a, const optim::MixedPrec
   const DType params = opt.model_params().front().dtype();
   const DType grads = opt.options().accumulate_allreduce_grads_in_fp32 || params == DType::f32 ? DType::f32 : params;
   const GptMemoryDtypes dtypes{params, grads};
-  const int slots = state_tensors_per_parameter(a);
+  const int slots = optimizer_state_tensors_per_parameter(a);  // for the line's text
   const bool sharded = a.use_distributed_optimizer;
   const optim::OptimizerMemory mine = gpt_weight_and_optimizer_memory(a, n, dtypes, data_parallel_size, sharded);
   const optim::OptimizerMemory other = gpt_weight_and_optimizer_memory(a, n, dtypes, data_parallel_size, !sharded);

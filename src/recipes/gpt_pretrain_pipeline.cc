@@ -51,13 +51,6 @@ class GptStageModule : public nn::Module {
   std::vector<transformer::GPTModelChunk> chunks_;
 };
 
-double mask_sum(const Tensor& mask) {
-  const float* m = mask.data_ptr<float>();
-  double s = 0;
-  for (int64_t i = 0; i < mask.numel(); ++i) s += m[i];
-  return s;
-}
-
 }  // namespace
 
 GptPipelineStage build_gpt_pipeline_stage(const MegatronArgs& a, const transformer::TransformerConfig& cfg,
@@ -164,7 +157,7 @@ parallel::ForwardStepResult GptPipelineSteps::forward(int chunk, int64_t microba
     if (out.dtype() != o_.dtype) out = out.to(o_.dtype);  // what the next stage expects
     return {out, {}};
   }
-  const double value = out.item<double>(), tokens = mask_sum(b->loss_mask);
+  const double value = out.item<double>(), tokens = b->loss_tokens();
   if (o_.check_loss) o_.check_loss(value);
   return {out, {{"lm loss", {value * tokens, tokens}}}};
 }

@@ -107,13 +107,6 @@ double params_norm(optim::MixedPrecisionOptimizer& opt) {
   return std::sqrt(total);
 }
 
-double mask_sum(const Tensor& mask) {
-  const float* m = mask.data_ptr<float>();
-  double s = 0;
-  for (int64_t i = 0; i < mask.numel(); ++i) s += m[i];
-  return s;
-}
-
 // The padded vocabulary of the checkpoint --load resumes from (0: none,
 // or not one of pretrain_gpt's). It is a multiple of
 // --make-vocab-size-divisible-by x the tensor-parallel size it was saved
@@ -444,7 +437,7 @@ void GptPretraining::check_loss(double value, int64_t iteration) const {
 train::MicroBatchOutput GptPretraining::forward(GptBatchIterator& it) {
   State& s = *s_;
   const GptBatch b = it.next();
-  const double tokens = mask_sum(b.loss_mask);  // the host's copy, before the batch moves
+  const double tokens = b.loss_tokens();  // the host's copy, before the batch moves
   auto on = [&](const Tensor& t) { return t.defined() && !s.job.device.is_cpu() ? t.to(s.job.device) : t; };
   Tensor loss = s.gpt->forward(on(b.tokens), on(b.position_ids), on(b.labels), on(b.loss_mask));
   if (s.gpt->is_training()) s.moe->record();

@@ -4,15 +4,7 @@
 // megatron/training/arguments.py (see megatron_args.h for the commit).
 #include "megatron_flag_table.h"
 
-// "name", &MegatronArgs::name: the dest string and the field can never disagree.
-#define QK_FIELD(name) #name, &::qk::recipes::MegatronArgs::name
-
 namespace qk::recipes::detail {
-
-namespace {
-constexpr Action kStore = Action::kStore, kTrue = Action::kStoreTrue, kFalse = Action::kStoreFalse,
-                 kPlus = Action::kListOneOrMore;
-}  // namespace
 
 void add_model_flags(std::vector<FlagSpec>& t) {
   const std::vector<FlagSpec> rows = {

@@ -4,14 +4,7 @@
 // follow Megatron-LM's megatron/training/arguments.py (see megatron_args.h).
 #include "megatron_flag_table.h"
 
-#define QK_FIELD(name) #name, &::qk::recipes::MegatronArgs::name
-
 namespace qk::recipes::detail {
-
-namespace {
-constexpr Action kStore = Action::kStore, kTrue = Action::kStoreTrue, kFalse = Action::kStoreFalse,
-                 kStar = Action::kListAny;
-}  // namespace
 
 void add_training_flags(std::vector<FlagSpec>& t) {
   const std::vector<FlagSpec> rows = {

@@ -22,6 +22,11 @@ using FieldRef =
 
 // argparse actions: one value, store_true, store_false, nargs='*', nargs='+'.
 enum class Action { kStore, kStoreTrue, kStoreFalse, kListAny, kListOneOrMore };
+// "name", &MegatronArgs::name in a row: the dest string and the field can never disagree.
+#define QK_FIELD(name) #name, &::qk::recipes::MegatronArgs::name
+// Short names for the rows of the flag table (megatron_args_flags_*.cc).
+inline constexpr Action kStore = Action::kStore, kTrue = Action::kStoreTrue, kFalse = Action::kStoreFalse,
+                        kStar = Action::kListAny, kPlus = Action::kListOneOrMore;
 
 struct FlagSpec {
   std::string_view group;  // Megatron's argument group title

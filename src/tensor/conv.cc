@@ -67,10 +67,6 @@ Shape check_conv(const char* op, const Tensor& x, const Tensor& w, const Tensor&
   return out;
 }
 
-Tensor contig(const Tensor& t) {
-  if (!t.defined() || t.is_contiguous()) return t;
-  return contiguous(t);
-}
 
 }  // namespace
 
@@ -79,7 +75,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dPar
   // Backends take f16/bf16 as they are: each decides whether it has native
   // kernels or computes in f32 (the CPU one does both, see cpu/conv.cc).
   auto& kernel = *conv2d_fwd_kernel.get(x.device());
-  return kernel(contig(x), contig(w), contig(b), p);
+  return kernel(contiguous(x), contiguous(w), contiguous(b), p);
 }
 
 Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
@@ -100,8 +96,8 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const Con
              " (the conv2d output), got ", shape_str(residual.shape()));
   }
   if (x.device().type == DeviceType::cpu)
-    return cpu::conv2d_fused(contig(x), contig(w), contig(b), p, contig(scale), contig(shift),
-                             contig(residual), relu);
+    return cpu::conv2d_fused(contiguous(x), contiguous(w), contiguous(b), p, contiguous(scale), contiguous(shift),
+                             contiguous(residual), relu);
   // Other devices: the same, op by op.
   Tensor y = conv2d(x, w, b, p);
   if (scale.defined()) {
@@ -121,7 +117,7 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const
            " (the conv2d output for x ", shape_str(x.shape()), ", weight ", shape_str(w.shape()),
            "), got ", shape_str(grad_out.shape()));
   auto& kernel = *conv2d_bwd_kernel.get(x.device());
-  return kernel(contig(grad_out), contig(x), contig(w), p, need_dx, need_dw, need_db);
+  return kernel(contiguous(grad_out), contiguous(x), contiguous(w), p, need_dx, need_dw, need_db);
 }
 
 }  // namespace qk::ops

@@ -46,7 +46,7 @@ void fill_(const Tensor& dst, double value) {
 }
 
 Tensor contiguous(const Tensor& a) {
-  if (a.is_contiguous()) return a;
+  if (!a.defined() || a.is_contiguous()) return a;
   Tensor out = empty(a.shape(), TensorOptions().dtype(a.dtype()).device(a.device()));
   copy_(out, a);
   return out;

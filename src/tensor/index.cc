@@ -28,7 +28,6 @@ QK_REGISTER_KERNEL(scatter_add_kernel, cpu, cpu::scatter_add);
 QK_REGISTER_KERNEL(topk_kernel, cpu, cpu::topk);
 QK_REGISTER_KERNEL(one_hot_kernel, cpu, cpu::one_hot);
 
-Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : contiguous(t); }
 Tensor as_1d(const Tensor& t) { return t.dim() == 0 ? unsqueeze(t, 0) : t; }
 
 // A 0-d tensor takes dim 0 or -1 as a 1-element dim (PyTorch's rule).
@@ -91,7 +90,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     QK_CHECK(ok, "cat: tensor ", i, " has shape ", shape_str(t.shape()), " but tensor 0 has ",
              shape_str(t0.shape()), "; all dims except dim ", d, " must match");
     shape[d] += t.size(d);
-    parts.push_back(contig(t));
+    parts.push_back(contiguous(t));
   }
   return cat_kernel.get(t0.device())(parts, d, shape);
 }
@@ -158,7 +157,7 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   const int64_t d = wrap(a, dim, "index_select");
   QK_CHECK(a.dim() > 0 || index.numel() == 1,
            "index_select: a 0-d input takes exactly one index, got ", index.numel());
-  return index_select_kernel.get(a.device())(contig(a), d, contig(as_1d(index)));
+  return index_select_kernel.get(a.device())(contiguous(a), d, contiguous(as_1d(index)));
 }
 
 Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -171,7 +170,7 @@ Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor
   QK_CHECK(src.shape() == want, "index_add: src ", shape_str(src.shape()), " must have shape ",
            shape_str(want), " (input ", shape_str(a.shape()), " with dim ", d, " of size ",
            index.numel(), ")");
-  return index_add_kernel.get(a.device())(contig(a), d, contig(as_1d(index)), contig(src));
+  return index_add_kernel.get(a.device())(contiguous(a), d, contiguous(as_1d(index)), contiguous(src));
 }
 
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
@@ -179,7 +178,7 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   const int64_t d = wrap(a, dim, "gather");
   check_gather_shape("gather", a, d, index, a, /*check_dim=*/false);
   if (index.numel() == 0) return empty(index.shape(), TensorOptions().dtype(a.dtype()).device(a.device()));
-  return gather_kernel.get(a.device())(contig(a), d, contig(index));
+  return gather_kernel.get(a.device())(contiguous(a), d, contiguous(index));
 }
 
 Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -189,7 +188,7 @@ Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tens
   check_gather_shape("scatter_add", a, d, index, a, /*check_dim=*/false);
   check_gather_shape("scatter_add", a, d, index, src, /*check_dim=*/true);
   if (index.numel() == 0) return clone(a);
-  return scatter_add_kernel.get(a.device())(contig(a), d, contig(index), contig(src));
+  return scatter_add_kernel.get(a.device())(contiguous(a), d, contiguous(index), contiguous(src));
 }
 
 std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool largest, bool sorted) {
@@ -203,7 +202,7 @@ std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool lar
     if (k == 1) r = {squeeze(r.first, 0), squeeze(r.second, 0)};
     return r;
   }
-  return topk_kernel.get(a.device())(contig(a), k, d, largest, sorted);
+  return topk_kernel.get(a.device())(contiguous(a), k, d, largest, sorted);
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes) {
@@ -215,7 +214,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
     QK_CHECK(index.numel() > 0, "one_hot: cannot infer num_classes from an empty index tensor");
     num_classes = static_cast<int64_t>(amax(cast(index, DType::i64)).item<int64_t>()) + 1;
   }
-  return one_hot_kernel.get(index.device())(contig(index), num_classes);
+  return one_hot_kernel.get(index.device())(contiguous(index), num_classes);
 }
 
 }  // namespace qk::ops

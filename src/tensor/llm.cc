@@ -23,7 +23,6 @@ QK_REGISTER_KERNEL(swiglu_kernel, cpu, cpu::swiglu);
 QK_REGISTER_KERNEL(swiglu_backward_kernel, cpu, cpu::swiglu_backward);
 QK_REGISTER_KERNEL(linear_cross_entropy_kernel, cpu, cpu::linear_cross_entropy);
 
-Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : contiguous(t); }
 
 void check_defined(const char* op, std::initializer_list<std::pair<const char*, Tensor>> ts) {
   for (const auto& [name, t] : ts) QK_CHECK(t.defined(), op, ": ", name, " is undefined");
@@ -72,17 +71,17 @@ void check_swiglu_input(const char* op, const Tensor& x) {
 
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   Tensor xs = check_rotary("rotary_embedding", x, cos, sin);
-  return rotary_embedding_kernel.get(x.device())(xs, contig(cos), contig(sin), false);
+  return rotary_embedding_kernel.get(x.device())(xs, contiguous(cos), contiguous(sin), false);
 }
 
 Tensor rotary_embedding_backward(const Tensor& grad, const Tensor& cos, const Tensor& sin) {
   Tensor g = check_rotary("rotary_embedding_backward", grad, cos, sin);
-  return rotary_embedding_kernel.get(grad.device())(g, contig(cos), contig(sin), true);
+  return rotary_embedding_kernel.get(grad.device())(g, contiguous(cos), contiguous(sin), true);
 }
 
 Tensor swiglu(const Tensor& x) {
   check_swiglu_input("swiglu", x);
-  return swiglu_kernel.get(x.device())(contig(x));
+  return swiglu_kernel.get(x.device())(contiguous(x));
 }
 
 Tensor swiglu_backward(const Tensor& grad, const Tensor& x) {
@@ -95,7 +94,7 @@ Tensor swiglu_backward(const Tensor& grad, const Tensor& x) {
   QK_CHECK_TYPE(grad.dtype() == x.dtype(), "swiglu_backward: grad is ", dtype_name(grad.dtype()),
                 " but x is ", dtype_name(x.dtype()));
   check_same_device("swiglu_backward", grad, "grad", x, "x");
-  return swiglu_backward_kernel.get(x.device())(contig(grad), contig(x));
+  return swiglu_backward_kernel.get(x.device())(contiguous(grad), contiguous(x));
 }
 
 LinearCrossEntropyResult linear_cross_entropy(const Tensor& hidden, const Tensor& weight,
@@ -136,8 +135,8 @@ LinearCrossEntropyResult linear_cross_entropy(const Tensor& hidden, const Tensor
   QK_CHECK(o.chunk_rows >= 0, op, ": chunk_rows must be >= 0 (0: automatic), got ",
            o.chunk_rows);
   return linear_cross_entropy_kernel.get(hidden.device())(
-      contig(hidden), contig(weight), contig(target),
-      token_weight.defined() ? contig(token_weight) : Tensor(), o);
+      contiguous(hidden), contiguous(weight), contiguous(target),
+      token_weight.defined() ? contiguous(token_weight) : Tensor(), o);
 }
 
 }  // namespace qk::ops

@@ -30,7 +30,6 @@ QK_REGISTER_KERNEL(dropout_kernel, cpu, cpu::dropout);
 QK_REGISTER_KERNEL(embedding_kernel, cpu, cpu::embedding);
 QK_REGISTER_KERNEL(embedding_backward_kernel, cpu, cpu::embedding_backward);
 
-Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : contiguous(t); }
 
 // A 0-d tensor is softmaxed as one element of a [1] row.
 Tensor as_rows(const Tensor& t) { return t.dim() == 0 ? unsqueeze(t, 0) : t; }
@@ -41,7 +40,7 @@ Tensor softmax_any(const Tensor& x, int64_t dim, bool log) {
                 dtype_name(x.dtype()), " of shape ", shape_str(x.shape()));
   Tensor xr = as_rows(x);
   const int64_t d = xr.wrap_dim(dim, op);
-  Tensor out = softmax_kernel.get(x.device())(contig(xr), d, log);
+  Tensor out = softmax_kernel.get(x.device())(contiguous(xr), d, log);
   return x.dim() == 0 ? squeeze(out, 0) : out;
 }
 
@@ -56,7 +55,7 @@ Tensor softmax_backward_any(const Tensor& grad, const Tensor& out, int64_t dim, 
                   " but the output is on ", out.device().str());
   Tensor g = as_rows(grad), y = as_rows(out);
   const int64_t d = y.wrap_dim(dim, op);
-  Tensor dx = softmax_backward_kernel.get(out.device())(contig(g), contig(y), d, log);
+  Tensor dx = softmax_backward_kernel.get(out.device())(contiguous(g), contiguous(y), d, log);
   return out.dim() == 0 ? squeeze(dx, 0) : dx;
 }
 
@@ -104,7 +103,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, int
     r.log_probs = reshape(r.log_probs, logits.shape());
     return r;
   }
-  return cross_entropy_kernel.get(logits.device())(contig(logits), contig(target), ignore_index,
+  return cross_entropy_kernel.get(logits.device())(contiguous(logits), contiguous(target), ignore_index,
                                                    label_smoothing, reduction);
 }
 
@@ -124,7 +123,7 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& log_probs,
   Tensor g =
       grad_loss.dtype() == log_probs.dtype() ? grad_loss : cast(grad_loss, log_probs.dtype());
   return cross_entropy_backward_kernel.get(log_probs.device())(
-      contig(g), contig(log_probs), contig(target), ignore_index, label_smoothing, reduction);
+      contiguous(g), contiguous(log_probs), contiguous(target), ignore_index, label_smoothing, reduction);
 }
 
 std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen) {
@@ -133,7 +132,7 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen) {
   QK_CHECK(p >= 0 && p <= 1, "dropout: probability p must be in [0, 1], got ", p);
   // Each Philox call yields 4 words: element i uses counter offset + i / 4.
   const uint64_t offset = gen.advance((static_cast<uint64_t>(x.numel()) + 3) / 4);
-  return dropout_kernel.get(x.device())(contig(x), p, gen.seed(), offset);
+  return dropout_kernel.get(x.device())(contiguous(x), p, gen.seed(), offset);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
@@ -144,7 +143,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
                 dtype_name(indices.dtype()));
   QK_CHECK_DEVICE(weight.device() == indices.device(), "embedding: weight is on ",
                   weight.device().str(), " but indices are on ", indices.device().str());
-  return embedding_kernel.get(weight.device())(contig(weight), contig(indices));
+  return embedding_kernel.get(weight.device())(contiguous(weight), contiguous(indices));
 }
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights,
@@ -163,7 +162,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
            " (expected indices.shape + [dim])");
   QK_CHECK(num_weights >= 0 && padding_idx < num_weights, "embedding_backward: padding_idx ",
            padding_idx, " out of range for ", num_weights, " embeddings");
-  return embedding_backward_kernel.get(grad.device())(contig(grad), contig(indices), num_weights,
+  return embedding_backward_kernel.get(grad.device())(contiguous(grad), contiguous(indices), num_weights,
                                                       padding_idx);
 }
 

@@ -26,7 +26,6 @@ QK_REGISTER_KERNEL(layer_norm_backward_kernel, cpu, cpu::layer_norm_backward);
 QK_REGISTER_KERNEL(rms_norm_kernel, cpu, cpu::rms_norm);
 QK_REGISTER_KERNEL(rms_norm_backward_kernel, cpu, cpu::rms_norm_backward);
 
-Tensor contig(const Tensor& t) { return !t.defined() || t.is_contiguous() ? t : contiguous(t); }
 
 // A per-channel (or per-feature) parameter: undefined, or floating of `shape`
 // on x's device.
@@ -88,7 +87,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
              "batch_norm: expected more than 1 value per channel when training, got input ",
              shape_str(x.shape()));
   }
-  auto r = batch_norm_kernel.get(x.device())(contig(x), weight, bias, running_mean, running_var,
+  auto r = batch_norm_kernel.get(x.device())(contiguous(x), weight, bias, running_mean, running_var,
                                              training, momentum, eps);
   if (training && running_mean.defined()) {
     running_mean.bump_version();
@@ -110,7 +109,7 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, c
   check_param("batch_norm_backward", "save_invstd", save_invstd, x, c_shape);
   QK_CHECK(save_mean.defined() && save_invstd.defined(),
            "batch_norm_backward: save_mean and save_invstd are required");
-  return batch_norm_backward_kernel.get(x.device())(contig(grad_out), contig(x), weight, save_mean,
+  return batch_norm_backward_kernel.get(x.device())(contiguous(grad_out), contiguous(x), weight, save_mean,
                                                     save_invstd, training);
 }
 
@@ -121,7 +120,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm(const Tensor& x, const Shape& norm
   check_param("layer_norm", "weight", weight, x, normalized_shape);
   check_param("layer_norm", "bias", bias, x, normalized_shape);
   QK_CHECK(eps > 0, "layer_norm: eps must be > 0, got ", eps);
-  return layer_norm_kernel.get(x.device())(contig(x), normalized_shape, weight, bias, eps);
+  return layer_norm_kernel.get(x.device())(contiguous(x), normalized_shape, weight, bias, eps);
 }
 
 std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& grad_out, const Tensor& x,
@@ -136,7 +135,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& grad_out, c
            "layer_norm_backward: expected mean and rstd with ", rows, " values for input ",
            shape_str(x.shape()));
   const DType sd = stat_dtype(x.dtype());
-  return layer_norm_backward_kernel.get(x.device())(contig(grad_out), contig(x), normalized_shape,
+  return layer_norm_backward_kernel.get(x.device())(contiguous(grad_out), contiguous(x), normalized_shape,
                                                     cast(mean, sd), cast(rstd, sd), weight);
 }
 
@@ -145,7 +144,7 @@ std::pair<Tensor, Tensor> rms_norm(const Tensor& x, const Shape& normalized_shap
   check_normalized("rms_norm", x, normalized_shape);
   check_param("rms_norm", "weight", weight, x, normalized_shape);
   QK_CHECK(eps > 0, "rms_norm: eps must be > 0, got ", eps);
-  return rms_norm_kernel.get(x.device())(contig(x), normalized_shape, weight, eps);
+  return rms_norm_kernel.get(x.device())(contiguous(x), normalized_shape, weight, eps);
 }
 
 std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& grad_out, const Tensor& x,
@@ -157,7 +156,7 @@ std::pair<Tensor, Tensor> rms_norm_backward(const Tensor& grad_out, const Tensor
   const int64_t rows = x.numel() / std::max<int64_t>(1, shape_numel(normalized_shape));
   QK_CHECK(rstd.defined() && rstd.numel() == rows, "rms_norm_backward: expected rstd with ", rows,
            " values for input ", shape_str(x.shape()));
-  return rms_norm_backward_kernel.get(x.device())(contig(grad_out), contig(x), normalized_shape,
+  return rms_norm_backward_kernel.get(x.device())(contiguous(grad_out), contiguous(x), normalized_shape,
                                                   cast(rstd, stat_dtype(x.dtype())), weight);
 }
 

@@ -22,7 +22,6 @@ QK_REGISTER_KERNEL(adaptive_avg_pool2d_backward_kernel, cpu, cpu::adaptive_avg_p
 
 namespace {
 
-Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : contiguous(t); }
 
 void check_input(const char* op, const Tensor& x) {
   QK_CHECK(x.defined(), op, ": x is an undefined tensor");
@@ -84,7 +83,7 @@ void check_grad(const char* op, const Tensor& grad_out, const Tensor& x, const S
 
 std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) {
   auto [ho, wo] = check_pool("max_pool2d", x, p, true);
-  return max_pool2d_kernel.get(x.device())(contig(x), p, ho, wo);
+  return max_pool2d_kernel.get(x.device())(contiguous(x), p, ho, wo);
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& indices) {
@@ -95,18 +94,18 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor
            shape_str(x.shape()), ", got ", indices.defined() ? dtype_name(indices.dtype()) : "none",
            " ", indices.defined() ? shape_str(indices.shape()) : "");
   check_grad("max_pool2d_backward", grad_out, x, indices.shape());
-  return max_pool2d_backward_kernel.get(x.device())(contig(grad_out), x, contig(indices));
+  return max_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x, contiguous(indices));
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   auto [ho, wo] = check_pool("avg_pool2d", x, p, false);
-  return avg_pool2d_kernel.get(x.device())(contig(x), p, ho, wo);
+  return avg_pool2d_kernel.get(x.device())(contiguous(x), p, ho, wo);
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Pool2dParams& p) {
   auto [ho, wo] = check_pool("avg_pool2d_backward", x, p, false);
   check_grad("avg_pool2d_backward", grad_out, x, {x.size(0), x.size(1), ho, wo});
-  return avg_pool2d_backward_kernel.get(x.device())(contig(grad_out), x, p);
+  return avg_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x, p);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> out_size) {
@@ -115,7 +114,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> out_size) {
            ">= 1, got [", out_size[0], ", ", out_size[1], "]");
   QK_CHECK(x.size(2) >= 1 && x.size(3) >= 1, "adaptive_avg_pool2d: input ", shape_str(x.shape()),
            " has an empty plane");
-  return adaptive_avg_pool2d_kernel.get(x.device())(contig(x), out_size);
+  return adaptive_avg_pool2d_kernel.get(x.device())(contiguous(x), out_size);
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& x) {
@@ -126,7 +125,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& x) {
              {x.size(0), x.size(1), grad_out.size(2), grad_out.size(3)});
   QK_CHECK(grad_out.size(2) >= 1 && grad_out.size(3) >= 1, "adaptive_avg_pool2d_backward: empty "
            "output plane ", shape_str(grad_out.shape()));
-  return adaptive_avg_pool2d_backward_kernel.get(x.device())(contig(grad_out), x);
+  return adaptive_avg_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x);
 }
 
 }  // namespace qk::ops

@@ -16,11 +16,6 @@ namespace qk::transformer {
 
 namespace {
 
-TransformerConfig validated(TransformerConfig c) {
-  c.validate();
-  return c;
-}
-
 // config.multi_latent_attention: every layer's self-attention is MLA (as
 // Megatron's layer specs pick MLASelfAttention), the spec's MLP kept.
 TransformerLayerSpec with_attention_of(const TransformerConfig& c, const TransformerLayerSpec& spec,
@@ -123,18 +118,18 @@ TransformerLayerSpec gpt_layer_spec(const TransformerConfig& c, const GPTModelPa
 }
 
 GPTModelImpl::GPTModelImpl(const TransformerConfig& config, const TransformerLayerSpec& spec)
-    : config_(validated(config)) {
+    : config_(config.validated()) {
   build_local(gpt_layer_spec(config_, {}, &spec));
 }
 
 GPTModelImpl::GPTModelImpl(const TransformerConfig& config, std::shared_ptr<dist::ProcessGroup> tp)
-    : config_(validated(config)), tp_(std::move(tp)) {
+    : config_(config.validated()), tp_(std::move(tp)) {
   QK_CHECK(tp_ != nullptr, "GPTModel: the tensor-parallel constructor needs a group (a group of one for none)");
   build_tensor_parallel(gpt_layer_spec(config_, {.tp = tp_}));
 }
 
 GPTModelImpl::GPTModelImpl(const TransformerConfig& config, GPTModelParallel groups)
-    : config_(validated(config)), tp_(std::move(groups.tp)), ep_(std::move(groups.ep)) {
+    : config_(config.validated()), tp_(std::move(groups.tp)), ep_(std::move(groups.ep)) {
   const int64_t ep = ep_ ? ep_->size() : 1;
   QK_CHECK(config_.expert_model_parallel_size == ep, "GPTModel: the config's expert_model_parallel_size (",
            config_.expert_model_parallel_size, ") differs from the expert-parallel group's size (", ep, ")");

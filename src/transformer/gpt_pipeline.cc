@@ -50,11 +50,6 @@ namespace {
 constexpr const char* kWordEmbedding = "embedding.word_embeddings.weight";
 constexpr const char* kOutputWeight = "output_layer.weight";
 
-TransformerConfig validated(TransformerConfig c) {
-  c.validate();
-  return c;
-}
-
 LanguageModelEmbedding make_embedding(const TransformerConfig& c, const std::shared_ptr<dist::ProcessGroup>& tp,
                                       Generator* sp_generator) {
   return tp ? LanguageModelEmbedding(c, tp, sp_generator) : LanguageModelEmbedding(c);
@@ -65,7 +60,7 @@ LanguageModelEmbedding make_embedding(const TransformerConfig& c, const std::sha
 GPTModelChunkImpl::GPTModelChunkImpl(const TransformerConfig& config, const parallel::PipelineLayerSplit& split,
                                      int pp_rank, int vp_stage, GPTModelParallel groups,
                                      std::shared_ptr<Generator> tp_rng, DrawSkipper& skipper)
-    : config_(validated(config)), tp_(std::move(groups.tp)), ep_(std::move(groups.ep)), tp_rng_(std::move(tp_rng)),
+    : config_(config.validated()), tp_(std::move(groups.tp)), ep_(std::move(groups.ep)), tp_rng_(std::move(tp_rng)),
       vp_stage_(vp_stage) {
   const TransformerConfig& c = config_;
   pre_process_ = split.is_first_stage(pp_rank, vp_stage);
@@ -247,7 +242,7 @@ std::vector<GPTModelChunk> build_gpt_model_chunks(const TransformerConfig& confi
 std::vector<GPTModelChunk> build_gpt_model_chunks(const TransformerConfig& config,
                                                   const parallel::PipelineLayerSplit& split, int pp_rank,
                                                   GPTModelParallel groups) {
-  const TransformerConfig c = validated(config);
+  const TransformerConfig c = config.validated();
   const std::shared_ptr<dist::ProcessGroup>& tp = groups.tp;
   const int64_t ep = groups.ep ? groups.ep->size() : 1;
   QK_CHECK(c.expert_model_parallel_size == ep, "build_gpt_model_chunks: --expert-model-parallel-size ",

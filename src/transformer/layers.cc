@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attention_core.h"
+#include "megatron_init.h"
 #include "qk/autograd/checkpoint.h"
 #include "qk/autograd/functions.h"
 #include "qk/nn/init.h"
@@ -39,6 +40,8 @@ Tensor dropout_add(const Tensor& x, const Tensor& residual, double p, bool train
   return residual + dropout(x.to(residual.dtype()), p, training, gen ? *gen : default_generator());
 }
 
+}  // namespace
+
 nn::Linear make_linear(int64_t in, int64_t out, bool bias, bool scaled, const TransformerConfig& c) {
   nn::Linear l(nn::LinearOptions(in, out).bias(bias));
   if (scaled)
@@ -48,8 +51,6 @@ nn::Linear make_linear(int64_t in, int64_t out, bool bias, bool scaled, const Tr
   if (bias) nn::init::zeros_(l->bias);
   return l;
 }
-
-}  // namespace
 
 void init_normal(const Tensor& weight, const TransformerConfig& c) {
   nn::init::normal_(weight, 0.0, c.init_method_std);

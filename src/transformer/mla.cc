@@ -2,6 +2,7 @@
 // attention between its projections, shared with the tensor-parallel module.
 #include "qk/transformer/mla.h"
 
+#include "megatron_init.h"
 #include "mla_core.h"
 #include "qk/autograd/checkpoint.h"
 #include "qk/autograd/functions.h"
@@ -10,16 +11,6 @@
 namespace qk::transformer {
 
 namespace {
-
-nn::Linear make_linear(int64_t in, int64_t out, bool bias, bool scaled, const TransformerConfig& c) {
-  nn::Linear l(nn::LinearOptions(in, out).bias(bias));
-  if (scaled)
-    init_scaled_normal(l->weight, c);
-  else
-    init_normal(l->weight, c);
-  if (bias) nn::init::zeros_(l->bias);
-  return l;
-}
 
 CoreAttentionOptions core_options(const TransformerConfig& c, const AttentionContext& ctx, bool training) {
   CoreAttentionOptions o;

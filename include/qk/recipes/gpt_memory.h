@@ -31,6 +31,10 @@ struct GptMemoryDtypes {
 };
 GptMemoryDtypes gpt_memory_dtypes(const MegatronArgs& a);
 
+// The optimizer's state tensors per parameter: Adam's exp_avg and exp_avg_sq;
+// SGD's momentum buffer when it has momentum.
+int optimizer_state_tensors_per_parameter(const MegatronArgs& a);
+
 // Weights and gradients whole, fp32 main weights and the optimizer's state
 // (Adam: 2 tensors; SGD: its momentum buffer when it has momentum) divided
 // over data_parallel_size ranks with the distributed optimizer.

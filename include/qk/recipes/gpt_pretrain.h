@@ -93,6 +93,8 @@ GptBatchOptions gpt_batch_options(const MegatronArgs& a, const data::Tokenizer& 
 // position_ids i64; loss_mask f32).
 struct GptBatch {
   Tensor tokens, labels, loss_mask, position_ids;
+  // The tokens the loss counts: the sum of loss_mask (a host tensor).
+  double loss_tokens() const;
 };
 
 // Megatron's MegatronPretrainingSampler and collation: global micro-batch k

@@ -244,6 +244,12 @@ struct TransformerConfig {
   // Megatron's rules; throws ValueError naming the offending field.
   // Idempotent. GPTModel validates its own copy.
   void validate();
+  // A validated copy (the models keep one).
+  TransformerConfig validated() const {
+    TransformerConfig c = *this;
+    c.validate();
+    return c;
+  }
   void validate_moe();  // part of validate(): the MoE fields
   // The MoE routing rules alone (top-k, groups, score function, load
   // balancing, capacity): validate_moe's, which TopKRouter applies to its

@@ -38,15 +38,15 @@ using Clock = std::chrono::steady_clock;
 enum class Op { kAllReduce, kAllGather, kBroadcast };
 
 // One timed call: a collective and its size (all_gather: the whole output).
-struct Case {
+struct TimedCase {
   Op op;
   size_t bytes;
 };
 
-struct Knob {
+struct TunedKnob {  // a tuned size and the collectives that time it
   const char* name;
   size_t internal::Tuning::*field;
-  std::vector<Case> cases;  // collectives whose time depends on the size
+  std::vector<TimedCase> cases;  // collectives whose time depends on the size
 };
 
 const char* op_name(Op op) {
@@ -80,7 +80,7 @@ class Tuner {
     // rings below the single-copy threshold (Tuning::cma_min_bytes is at
     // least 1 MiB + 1 with more ranks than cores, a few MiB otherwise), the
     // chain from 1 MiB, single copy for the 16-64 MiB gathers.
-    const Knob knobs[] = {
+    const TunedKnob knobs[] = {
         {"shm_slice", &internal::Tuning::shm_slice,
          {{Op::kAllGather, 1 << 20}, {Op::kAllGather, 4 << 20}, {Op::kAllReduce, 1 << 20}}},
         {"reduce_slice", &internal::Tuning::reduce_slice,
@@ -91,13 +91,13 @@ class Tuner {
          {{Op::kAllGather, 16 << 20}, {Op::kAllGather, 64 << 20}}},
     };
     size_t most = 0;
-    for (const Knob& k : knobs)
-      for (const Case& cs : k.cases) most = std::max(most, cs.bytes);
+    for (const TunedKnob& k : knobs)
+      for (const TimedCase& cs : k.cases) most = std::max(most, cs.bytes);
     send_ = buffer(most);
     recv_ = buffer(most);
     TuneEntry entry;
     entry.ranks_on_host = n;
-    for (const Knob& k : knobs) tune(k, entry);
+    for (const TunedKnob& k : knobs) tune(k, entry);
     entry.sizes = TunedSizes{c_.tuning.shm_slice, c_.tuning.reduce_slice, c_.tuning.chain_chunk,
                              c_.tuning.cma_copy_chunk};
     entry.seconds = timer.seconds();
@@ -118,7 +118,7 @@ class Tuner {
     ::qccl::use_tuned_sizes(c_);
   }
 
-  void call(const Case& cs) {
+  void call(const TimedCase& cs) {
     const int n = c_.nranks;
     switch (cs.op) {
       case Op::kAllReduce:
@@ -141,7 +141,7 @@ class Tuner {
   }
 
   // Microseconds per call of `calls` calls after one warm-up, the slowest rank's.
-  double time_us(const Case& cs, int calls) {
+  double time_us(const TimedCase& cs, int calls) {
     call(cs);
     slowest(0);  // a barrier: all start together
     auto t0 = Clock::now();
@@ -149,7 +149,7 @@ class Tuner {
     return slowest(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / calls);
   }
 
-  void tune(const Knob& k, TuneEntry& entry) {
+  void tune(const TunedKnob& k, TuneEntry& entry) {
     Timer timer;
     const size_t current = c_.tuning.*k.field;
     SizeBounds b = tune_bounds(k.name);
@@ -160,7 +160,7 @@ class Tuner {
     std::sort(cand.begin(), cand.end());
     // Calls per timing, from the current value's time (the same on every rank).
     std::vector<int> calls;
-    for (const Case& cs : k.cases) {
+    for (const TimedCase& cs : k.cases) {
       double us = time_us(cs, 1);
       calls.push_back(static_cast<int>(std::clamp(std::ceil(o_.min_ms * 1e3 / std::max(us, 1.0)), 1.0, 1000.0)));
     }
@@ -207,7 +207,7 @@ class Tuner {
       if (j != cur) line += fmt::format(" ({}/{})", wins(j), pairs);
     }
     std::string cases;
-    for (const Case& cs : k.cases) cases += fmt::format("{}{} {}", cases.empty() ? "" : ", ", op_name(cs.op), size_str(cs.bytes));
+    for (const TimedCase& cs : k.cases) cases += fmt::format("{}{} {}", cases.empty() ? "" : ", ", op_name(cs.op), size_str(cs.bytes));
     line += fmt::format(" (time relative to {}, and timings won against it; {}; {:.1f} s)", size_str(current), cases,
                         timer.seconds());
     if (o_.progress && c_.rank == 0) o_.progress(line);

@@ -19,6 +19,9 @@
 
 namespace qk::cpu {
 
+// Rows per parallel task for rows of `row_len` elements: about 16K elements a task.
+inline int64_t row_grain(int64_t row_len) { return row_len >= 16384 ? 1 : 16384 / (row_len > 0 ? row_len : 1); }
+
 // Strides of `t` broadcast to `shape` (0 on broadcast dims); t's dims align right.
 Shape broadcast_strides(const Tensor& t, const Shape& shape);
 

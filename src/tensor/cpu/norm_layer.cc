@@ -15,6 +15,7 @@
 
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/view.h"
+#include "cpu/loops.h"
 #include "cpu/norm.h"
 #include "cpu/norm_lanes.h"
 
@@ -29,9 +30,6 @@ Shape stat_shape(const Tensor& x, const Shape& normalized_shape) {
   s.resize(x.shape().size(), 1);
   return s;
 }
-
-// Rows per parallel task: about 16K elements each.
-int64_t row_grain(int64_t D) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)); }
 
 template <typename A>
 std::vector<A> param_or(const Tensor& t, int64_t D, A fill) {

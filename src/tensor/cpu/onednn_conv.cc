@@ -17,6 +17,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "cpu/onednn_dtype.h"
+
 #include "qk/base/env.h"
 #include "qk/base/signal_mask.h"
 #include "qk/base/thread_pool.h"
@@ -140,10 +142,6 @@ struct Problem {
   bool groups;
   memory::data_type dt;
 };
-
-memory::data_type dnnl_type(DType dt) {
-  return dt == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-}
 
 Problem problem(const ConvGeom& g, DType dt) {
   Problem p;

@@ -17,6 +17,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "cpu/onednn_dtype.h"
+
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/tensor.h"
 
@@ -50,11 +52,6 @@ dnnl::stream& stream() {
   return s;
 }
 
-memory::data_type dnnl_type(DType dt) {
-  QK_INTERNAL_ASSERT(dt == DType::bf16 || dt == DType::f32);
-  return dt == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-}
-
 // A [rows, cols] matrix stored row-major with leading dimension ld, or (when
 // trans) the transpose of a row-major [cols, rows]: oneDNN takes both as strides.
 memory::desc matrix_md(int64_t rows, int64_t cols, bool trans, int64_t ld, DType dt) {
@@ -62,15 +59,15 @@ memory::desc matrix_md(int64_t rows, int64_t cols, bool trans, int64_t ld, DType
   return memory::desc({rows, cols}, dnnl_type(dt), strides);
 }
 
-struct Entry {
+struct MatmulEntry {
   dnnl::matmul prim;
   memory::desc a, b, c, bias, addend, pad;
   std::string impl;
 };
 
-using Key = std::array<int64_t, 14>;
+using MatmulKey = std::array<int64_t, 14>;
 
-Key make_key(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t ldc) {
+MatmulKey make_key(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t ldc) {
   return {s.trans_a,  s.trans_b, s.m,
           s.n,        s.k,       lda,
           ldb,        ldc,       static_cast<int64_t>(s.ab),
@@ -78,8 +75,8 @@ Key make_key(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t ldc) {
           static_cast<int64_t>(s.bias), s.has_addend};
 }
 
-std::shared_ptr<Entry> build(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t ldc) {
-  auto e = std::make_shared<Entry>();
+std::shared_ptr<MatmulEntry> build(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t ldc) {
+  auto e = std::make_shared<MatmulEntry>();
   e->a = matrix_md(s.m, s.k, s.trans_a, lda, s.ab);
   e->b = matrix_md(s.k, s.n, s.trans_b, ldb, s.ab);
   e->c = matrix_md(s.m, s.n, false, ldc, s.c);
@@ -112,16 +109,16 @@ std::shared_ptr<Entry> build(const MatmulShape& s, int64_t lda, int64_t ldb, int
 // past it (shapes that keep changing) the cache starts again.
 constexpr size_t kMaxEntries = 1024;
 
-std::mutex cache_mu;
-std::map<Key, std::shared_ptr<Entry>>& cache() {
-  static auto* c = new std::map<Key, std::shared_ptr<Entry>>();
+std::mutex matmul_cache_mu;
+std::map<MatmulKey, std::shared_ptr<MatmulEntry>>& matmul_cache() {
+  static auto* c = new std::map<MatmulKey, std::shared_ptr<MatmulEntry>>();
   return *c;
 }
 
-std::shared_ptr<Entry> entry(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t ldc) {
-  const Key key = make_key(s, lda, ldb, ldc);
-  std::lock_guard<std::mutex> lk(cache_mu);
-  auto& c = cache();
+std::shared_ptr<MatmulEntry> entry(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t ldc) {
+  const MatmulKey key = make_key(s, lda, ldb, ldc);
+  std::lock_guard<std::mutex> lk(matmul_cache_mu);
+  auto& c = matmul_cache();
   if (auto it = c.find(key); it != c.end()) return it->second;
   if (c.size() >= kMaxEntries) c.clear();  // shared_ptrs keep running entries alive
   auto e = build(s, lda, ldb, ldc);
@@ -159,7 +156,7 @@ void matmul(const MatmulShape& s, const void* a, int64_t lda, const void* b, int
   QK_INTERNAL_ASSERT(engine() != nullptr && s.m > 0 && s.n > 0 && s.k > 0);
   QK_INTERNAL_ASSERT(s.has_bias == (bias != nullptr) && s.has_addend == (addend != nullptr));
   try {
-    std::shared_ptr<Entry> e = entry(s, lda, ldb, ldc);
+    std::shared_ptr<MatmulEntry> e = entry(s, lda, ldb, ldc);
     const dnnl::engine& eng = *engine();
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, memory(e->a, eng, const_cast<void*>(a))},
@@ -197,8 +194,8 @@ std::string matmul_impl(const MatmulShape& s, int64_t lda, int64_t ldb, int64_t 
 }
 
 void clear_matmul_cache() {
-  std::lock_guard<std::mutex> lk(cache_mu);
-  cache().clear();
+  std::lock_guard<std::mutex> lk(matmul_cache_mu);
+  matmul_cache().clear();
 }
 
 }  // namespace qk::cpu::onednn

@@ -8,12 +8,11 @@
 
 #include "qk/base/thread_pool.h"
 #include "cpu/norm_lanes.h"
+#include "cpu/loops.h"
 #include "cpu/softmax.h"
 
 namespace qk::cpu {
 namespace {
-
-int64_t row_grain(int64_t F) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)); }
 
 template <typename A>
 inline A sigmoid(A a) {

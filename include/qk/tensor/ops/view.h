@@ -21,7 +21,8 @@ Tensor unsqueeze(const Tensor& a, int64_t dim);
 Tensor squeeze(const Tensor& a, int64_t dim);
 Tensor flatten(const Tensor& a, int64_t start_dim, int64_t end_dim);
 
-// Copies (strided -> contiguous, casting).
+// Copies (strided -> contiguous, casting). contiguous() returns a itself when
+// it is contiguous already (or undefined), as PyTorch's Tensor.contiguous().
 Tensor contiguous(const Tensor& a);
 Tensor clone(const Tensor& a);
 Tensor cast(const Tensor& a, DType t);
