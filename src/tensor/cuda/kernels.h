@@ -1,7 +1,9 @@
 // The CUDA backend's kernels (*.cu), launched on the given stream. Plain data
 // only: the .cu files are compiled by nvcc as C++17 and include no qianka
-// header; the C++20 glue (elementwise_ops.cc) turns tensors into these.
+// header but reduce_plan.h (plain C++17); the C++20 glue (elementwise_ops.cc) turns tensors into these.
 #pragma once
+
+#include "reduce_plan.h"
 
 #include <cuda_runtime_api.h>
 
@@ -47,7 +49,12 @@ void launch_add_inplace(void* self, const void* other, int dtype, double alpha, 
 // Row reductions of a contiguous [rows, n] matrix (n >= 1) into out[rows]:
 // op 0 sum, 1 mean, 2 amax, 3 amin (qk::cpu::ReduceOp). Floats accumulate in
 // f64, integers in i64; amax and amin propagate NaN.
-void launch_reduce_rows(int op, void* out, const void* a, int dtype, int64_t rows, int64_t n, cudaStream_t stream);
+// out [outer, inner] = op over the middle of a contiguous [outer, n, inner]
+// `a` (op: cpu::ReduceOp's value), in plan.splits parts; `partial` holds
+// outer * inner * plan.splits accumulators (i64 for integer dtypes, else
+// f64) when plan.splits > 1 (reduce_plan.h; reduce_ops.h does all of it).
+void launch_reduce(int op, void* out, const void* a, int dtype, const ReduceShape& shape, const ReducePlan& plan,
+                   void* partial, cudaStream_t stream);
 // (log_)softmax of each row of a contiguous [rows, n] matrix, of floating dtype.
 void launch_softmax_rows(void* y, const void* x, int dtype, int64_t rows, int64_t n, bool log, cudaStream_t stream);
 // Its backward from grad and the forward output y.

@@ -18,6 +18,7 @@
 #include "gemm.h"
 #include "lce_kernels.h"
 #include "kernels.h"
+#include "reduce_ops.h"
 #include "op_kernel_tables.h"
 #include "stream_handle.h"
 #include "qk/base/error.h"
@@ -98,8 +99,7 @@ ops::LinearCrossEntropyResult lce_on_device(const Tensor& hidden, const Tensor& 
     res.grad_weight = dt == acc ? dw_acc : ops::cast(dw_acc, dt);
   }
   Tensor total = empty({1}, on(hidden, DType::f64));
-  if (N > 0) launch_reduce_rows(0, total.raw_data(), loss_rows.raw_data(), static_cast<int>(DType::f64), 1, N,
-                                ds.stream());
+  if (N > 0) reduce_rows_on_device(0, total, loss_rows, 1, N);
   else ops::fill_kernel.get(total.device())(total, 0.0);
   res.loss = ops::cast(ops::reshape(total, {}), acc);
   return res;

@@ -10,6 +10,7 @@
 
 #include "cuda_check.h"
 #include "kernels.h"
+#include "reduce_ops.h"
 #include "stream_handle.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
@@ -50,9 +51,8 @@ void raise_if_bad(const Tensor& bad, const Tensor& target, int64_t C, int64_t ig
 std::pair<Tensor, Tensor> totals(const Tensor& per, const Tensor& counted) {
   DeviceStream ds(per.device().index);
   Tensor total = empty({1}, on(per, DType::f64)), count = empty({1}, on(per, DType::i64));
-  launch_reduce_rows(0, total.raw_data(), per.raw_data(), static_cast<int>(DType::f64), 1, per.numel(), ds.stream());
-  launch_reduce_rows(0, count.raw_data(), counted.raw_data(), static_cast<int>(DType::i64), 1, counted.numel(),
-                     ds.stream());
+  reduce_rows_on_device(0, total, per, 1, per.numel());
+  reduce_rows_on_device(0, count, counted, 1, counted.numel());
   return {total, count};
 }
 
@@ -101,8 +101,7 @@ Tensor cross_entropy_backward_on_device(const Tensor& grad_loss, const Tensor& l
                                    static_cast<int>(target.dtype()), d.N, d.C, d.S, ignore_index, 0.0,
                                    static_cast<unsigned long long*>(bad.raw_data()), ds.stream());
     if (counted.numel() > 0)
-      launch_reduce_rows(0, count.raw_data(), counted.raw_data(), static_cast<int>(DType::i64), 1, counted.numel(),
-                         ds.stream());
+      reduce_rows_on_device(0, count, counted, 1, counted.numel());
   }
   launch_cross_entropy_backward(dx.raw_data(), log_probs.raw_data(), static_cast<int>(log_probs.dtype()),
                                 target.raw_data(), static_cast<int>(target.dtype()), grad_loss.raw_data(),

@@ -1,8 +1,10 @@
-// Row reductions (sum, mean, amax, amin) and (log_)softmax forward and
-// backward, one thread block per row of a contiguous [rows, n] matrix; the
-// glue (reduce_ops.cc) moves the reduced dimensions last. Accumulation as
-// the CPU's: f64 for floating sums, i64 for integers; softmax in float (f64
-// for f64). The order of additions is fixed by the launch, so results repeat.
+// Reductions (sum, mean, amax, amin) over the middle of a contiguous [outer,
+// n, inner] array, split as reduce_plan.h plans (a second pass combines the
+// parts), and (log_)softmax forward and backward, one thread block per row.
+// Accumulation as the CPU's: f64 for floating sums, i64 for integers (on
+// Hopper the f64 adds cost nothing next to the memory traffic; results stay
+// within the CPU's tolerances); softmax in float (f64 for f64). The order of
+// additions is fixed by the plan, so results repeat.
 #include <cfloat>
 #include <cstdint>
 #include <limits>
@@ -10,12 +12,17 @@
 #include "cuda_check.h"
 #include "dtypes.cuh"
 #include "kernels.h"
+#include "reduce_plan.h"
 
 namespace qk::cuda {
 
 namespace {
 
 enum : int { kSum, kMean, kAmax, kAmin };  // qk::cpu::ReduceOp
+
+// The accumulator, and the dtype of the parts (reduce_ops.cc allocates them).
+template <typename T>
+using ReduceAcc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
 
 template <int Op, typename Acc>
 struct Combine {
@@ -34,25 +41,91 @@ __device__ Acc init_value() {
 }
 
 template <int Op, typename T, typename Acc>
-__global__ void reduce_rows(T* out, const T* a, int64_t n) {
-  __shared__ Acc scratch[kBlock];
-  const T* row = a + blockIdx.x * n;
+__device__ T finish(Acc acc, int64_t n) {
+  if constexpr (Op == kMean) acc = static_cast<Acc>(static_cast<double>(acc) / static_cast<double>(n));
+  return convert<T>(acc);
+}
+
+// Rows (inner == 1): block b reduces part b % splits of row b / splits.
+template <int Op, typename T, typename Acc>
+__global__ void reduce_rows(T* out, Acc* partial, const T* a, int64_t n, int64_t span, int64_t splits) {
+  __shared__ Acc scratch[kReduceBlockThreads];
+  const int64_t b = blockIdx.x, row = b / splits, part = b % splits;
+  const T* p = a + row * n;
+  const int64_t lo = part * span, hi = min(n, lo + span);
   Combine<Op, Acc> comb;
   Acc acc = init_value<Op, Acc>();
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc = comb(acc, convert<Acc>(row[j]));
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) acc = comb(acc, convert<Acc>(p[j]));
   acc = block_reduce(acc, comb, scratch);
   if (threadIdx.x == 0) {
-    if constexpr (Op == kMean) acc = static_cast<Acc>(static_cast<double>(acc) / static_cast<double>(n));
-    out[blockIdx.x] = convert<T>(acc);
+    if (splits == 1)
+      out[row] = finish<Op, T>(acc, n);
+    else
+      partial[b] = acc;
+  }
+}
+
+// Columns (inner > 1): block b reduces part b % splits of kReduceTileCols
+// adjacent columns; thread (x, y) takes column x and every kReduceTileRows-th
+// row from y, so a warp reads consecutive addresses.
+template <int Op, typename T, typename Acc>
+__global__ void reduce_cols(T* out, Acc* partial, const T* a, int64_t n, int64_t inner, int64_t tiles,
+                            int64_t span, int64_t splits) {
+  __shared__ Acc scratch[kReduceTileRows][kReduceTileCols + 1];
+  const int64_t b = blockIdx.x, part = b % splits, tile = (b / splits) % tiles, o = b / (splits * tiles);
+  const int64_t c = tile * kReduceTileCols + threadIdx.x;
+  Combine<Op, Acc> comb;
+  Acc acc = init_value<Op, Acc>();
+  if (c < inner) {
+    const T* p = a + o * n * inner + c;
+    const int64_t lo = part * span, hi = min(n, lo + span);
+    for (int64_t r = lo + threadIdx.y; r < hi; r += kReduceTileRows) acc = comb(acc, convert<Acc>(p[r * inner]));
+  }
+  scratch[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < inner) {
+    for (int y = 1; y < kReduceTileRows; ++y) acc = comb(acc, scratch[y][threadIdx.x]);
+    const int64_t k = o * inner + c;
+    if (splits == 1)
+      out[k] = finish<Op, T>(acc, n);
+    else
+      partial[k * splits + part] = acc;
+  }
+}
+
+// The second pass: output k combines its parts in order.
+template <int Op, typename T, typename Acc>
+__global__ void reduce_parts(T* out, const Acc* partial, int64_t outputs, int64_t splits, int64_t n) {
+  Combine<Op, Acc> comb;
+  QK_GRID_STRIDE(k, outputs) {
+    Acc acc = partial[k * splits];
+    for (int64_t part = 1; part < splits; ++part) acc = comb(acc, partial[k * splits + part]);
+    out[k] = finish<Op, T>(acc, n);
   }
 }
 
 template <int Op, typename T>
-void reduce_as(void* out, const void* a, int64_t rows, int64_t n, cudaStream_t s) {
-  using Acc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
-  reduce_rows<Op, T, Acc><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(static_cast<T*>(out),
-                                                                         static_cast<const T*>(a), n);
+void reduce_as(void* out_v, const void* a_v, const ReduceShape& s, const ReducePlan& plan, void* partial_v,
+               cudaStream_t stream) {
+  using Acc = ReduceAcc<T>;
+  T* out = static_cast<T*>(out_v);
+  const T* a = static_cast<const T*>(a_v);
+  Acc* partial = static_cast<Acc*>(partial_v);
+  const auto blocks = static_cast<unsigned>(plan.blocks);
+  if (s.inner == 1) {
+    reduce_rows<Op, T, Acc><<<blocks, kReduceBlockThreads, 0, stream>>>(out, partial, a, s.n, plan.span, plan.splits);
+  } else {
+    const int64_t tiles = (s.inner + kReduceTileCols - 1) / kReduceTileCols;
+    const dim3 threads(kReduceTileCols, kReduceTileRows);
+    reduce_cols<Op, T, Acc><<<blocks, threads, 0, stream>>>(out, partial, a, s.n, s.inner, tiles, plan.span,
+                                                            plan.splits);
+  }
   QK_CUDA_CHECK(cudaGetLastError());
+  if (plan.splits > 1) {
+    const int64_t outputs = s.outer * s.inner;
+    reduce_parts<Op, T, Acc><<<grid_for(outputs), kBlock, 0, stream>>>(out, partial, outputs, plan.splits, s.n);
+    QK_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 struct Max {
@@ -108,16 +181,17 @@ __global__ void softmax_backward_rows(T* dx, const T* g, const T* y, int64_t n, 
 
 }  // namespace
 
-void launch_reduce_rows(int op, void* out, const void* a, int dtype, int64_t rows, int64_t n, cudaStream_t stream) {
-  if (rows <= 0) return;
+void launch_reduce(int op, void* out, const void* a, int dtype, const ReduceShape& shape, const ReducePlan& plan,
+                   void* partial, cudaStream_t stream) {
+  if (plan.blocks <= 0) return;
   dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, bool>) {
       switch (op) {
-        case kSum: return reduce_as<kSum, T>(out, a, rows, n, stream);
-        case kMean: return reduce_as<kMean, T>(out, a, rows, n, stream);
-        case kAmax: return reduce_as<kAmax, T>(out, a, rows, n, stream);
-        case kAmin: return reduce_as<kAmin, T>(out, a, rows, n, stream);
+        case kSum: return reduce_as<kSum, T>(out, a, shape, plan, partial, stream);
+        case kMean: return reduce_as<kMean, T>(out, a, shape, plan, partial, stream);
+        case kAmax: return reduce_as<kAmax, T>(out, a, shape, plan, partial, stream);
+        case kAmin: return reduce_as<kAmin, T>(out, a, shape, plan, partial, stream);
       }
     }
   });

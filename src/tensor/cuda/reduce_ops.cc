@@ -1,11 +1,15 @@
-// The CUDA backend's reduction and softmax kernel-table entries: the reduced
-// dimension(s) are moved last and made contiguous (one copy), then one block
-// per row reduces (reduce.cu).
+// The CUDA backend's reduction and softmax kernel-table entries: reductions
+// read the reduced dimensions where they are when they are adjacent in a
+// contiguous tensor (else move them last in one copy) and reduce them in as
+// many parts as fill the device (reduce_plan.h, reduce.cu).
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <limits>
 
 #include "cuda_check.h"
 #include "kernels.h"
+#include "reduce_ops.h"
 #include "stream_handle.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
@@ -15,14 +19,46 @@ namespace qk::cuda {
 
 namespace {
 
-void check_rows(int64_t rows, const char* op) {
-  QK_CHECK_DEVICE(rows <= std::numeric_limits<int32_t>::max(), op, " on CUDA: ", rows,
-                  " rows, more than one launch takes (2^31 - 1)");
+// One thread block per row (softmax) or per part (reductions): one launch
+// takes at most 2^31 - 1.
+void check_blocks(int64_t blocks, const char* op) {
+  QK_CHECK_DEVICE(blocks <= std::numeric_limits<int32_t>::max(), op, " on CUDA: ", blocks,
+                  " thread blocks, more than one launch takes (2^31 - 1)");
+}
+
+// Multiprocessors of each device, read once (the plan's size).
+int64_t multiprocessors(int device) {
+  static std::array<std::atomic<int>, 64> known{};
+  if (device < 0 || device >= static_cast<int>(known.size())) return 1;
+  int n = known[device].load(std::memory_order_relaxed);
+  if (n == 0) {
+    QK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    known[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// out = op over the middle of contiguous `a` seen as [outer, n, inner].
+void reduce_middle(int op, const Tensor& out, const Tensor& a, const ReduceShape& shape) {
+  DeviceStream ds(a.device().index);
+  const ReducePlan plan = plan_reduce(shape, multiprocessors(a.device().index));
+  check_blocks(plan.blocks, "reduce");
+  Tensor partial;  // from the caching allocator: no cudaMalloc once warm
+  if (plan.splits > 1)
+    partial = empty({shape.outer * shape.inner * plan.splits},
+                    TensorOptions().dtype(is_floating(a.dtype()) ? DType::f64 : DType::i64).device(a.device()));
+  launch_reduce(op, out.raw_data(), a.raw_data(), static_cast<int>(a.dtype()), shape, plan,
+                partial.defined() ? partial.raw_data() : nullptr, ds.stream());
 }
 
 void reduce_on_device(cpu::ReduceOp op, const Tensor& out, const Tensor& a, const Shape& dims) {
-  DeviceStream ds(a.device().index);
-  // Kept dimensions first, in order, then the reduced ones: out's order.
+  // Reduced dims next to each other in a contiguous tensor are read where
+  // they are (a bias gradient's sum over the tokens, a whole-tensor norm);
+  // otherwise the kept dimensions go first, in order, then the reduced ones
+  // (out's order), in one copy.
+  if (a.is_contiguous()) {
+    if (auto shape = reduce_as_middle(a.shape(), dims)) return reduce_middle(static_cast<int>(op), out, a, *shape);
+  }
   Shape perm;
   int64_t n = 1;
   for (int64_t d = 0; d < a.dim(); ++d)
@@ -32,10 +68,7 @@ void reduce_on_device(cpu::ReduceOp op, const Tensor& out, const Tensor& a, cons
     n *= a.size(d);
   }
   Tensor rows_major = ops::contiguous(ops::permute(a, perm));
-  const int64_t rows = out.numel();
-  check_rows(rows, "reduce");
-  launch_reduce_rows(static_cast<int>(op), out.raw_data(), rows_major.raw_data(), static_cast<int>(a.dtype()), rows,
-                     n, ds.stream());
+  reduce_middle(static_cast<int>(op), out, rows_major, ReduceShape{out.numel(), n, 1});
 }
 
 // x with `dim` last, contiguous (a copy unless it already is last).
@@ -51,7 +84,7 @@ Tensor softmax_on_device(const Tensor& x, int64_t dim, bool log) {
   Tensor xl = dim_last(x, dim);
   Tensor y = empty(xl.shape(), TensorOptions().dtype(x.dtype()).device(x.device()));
   const int64_t n = x.size(dim), rows = n == 0 ? 0 : x.numel() / n;
-  check_rows(rows, "softmax");
+  check_blocks(rows, "softmax");
   launch_softmax_rows(y.raw_data(), xl.raw_data(), static_cast<int>(x.dtype()), rows, n, log, ds.stream());
   return dim_back(y, dim);
 }
@@ -61,7 +94,7 @@ Tensor softmax_backward_on_device(const Tensor& grad, const Tensor& out, int64_t
   Tensor gl = dim_last(grad, dim), yl = dim_last(out, dim);
   Tensor dx = empty(yl.shape(), TensorOptions().dtype(out.dtype()).device(out.device()));
   const int64_t n = out.size(dim), rows = n == 0 ? 0 : out.numel() / n;
-  check_rows(rows, "softmax_backward");
+  check_blocks(rows, "softmax_backward");
   launch_softmax_backward_rows(dx.raw_data(), gl.raw_data(), yl.raw_data(), static_cast<int>(out.dtype()), rows, n,
                                log, ds.stream());
   return dim_back(dx, dim);
@@ -75,5 +108,9 @@ Tensor softmax_backward_on_device(const Tensor& grad, const Tensor& out, int64_t
 }();
 
 }  // namespace
+
+void reduce_rows_on_device(int op, const Tensor& out, const Tensor& a, int64_t rows, int64_t n) {
+  reduce_middle(op, out, a, ReduceShape{rows, n, 1});
+}
 
 }  // namespace qk::cuda
