@@ -219,6 +219,7 @@ train::TrainerOptions gpt_trainer_options(const MegatronArgs& a, const std::stri
   o.save_interval = a.save_interval.value_or(0);
   o.no_save_optim = a.no_save_optim;
   o.no_save_rng = a.no_save_rng;
+  o.async_save = a.async_save;
   o.load = a.load.value_or("");
   o.no_load_optim = a.no_load_optim;
   o.no_load_rng = a.no_load_rng;

@@ -119,6 +119,9 @@ void add_training_flags(std::vector<FlagSpec>& t) {
        "Iterations between checkpoint saves.", "--persistent-save-interval"},
       {kCheckpointing, "--no-save-optim", QK_FIELD(no_save_optim), kTrue, {}, "Do not save the optimizer state."},
       {kCheckpointing, "--no-save-rng", QK_FIELD(no_save_rng), kTrue, {}, "Do not save the RNG state."},
+      {kCheckpointing, "--async-save", QK_FIELD(async_save), kTrue, {},
+       "Write checkpoints in the background: a save costs the iteration a host copy of the state; one save at "
+       "a time."},
       {kCheckpointing, "--load", QK_FIELD(load), kStore, {}, "Directory to load a checkpoint from."},
       {kCheckpointing, "--no-load-optim", QK_FIELD(no_load_optim), kTrue, {},
        "Do not load the optimizer state."},

@@ -13,6 +13,7 @@
 #include "qk/base/log.h"
 #include "qk/nn/serialize.h"
 #include "qk/tensor/generator.h"
+#include "qk/tensor/ops/view.h"
 
 namespace qk::train {
 
@@ -137,11 +138,43 @@ TrainTensors train_tensors(const TrainState& s, const parallel::TensorParallel& 
   return t;
 }
 
-std::string write_train_state(const std::string& dir, const TrainState& s, const CheckpointMeta& m,
-                              const TrainTensors* tensors) {
+namespace {
+
+// A tensor of the snapshot: a host copy that later steps cannot change.
+Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? ops::clone(t) : ops::to_device(t, kCPU); }
+
+nn::TensorMap host_copies(const nn::TensorMap& m) {
+  nn::TensorMap out;
+  for (const auto& [name, t] : m) out.emplace(name, host_copy(t));
+  return out;
+}
+
+CheckpointSnapshot describe(const TrainState& s, const CheckpointMeta& m, const TrainTensors* tensors, bool copy) {
   QK_CHECK_AS(ValueError, s.model != nullptr, "write_train_state: no model");
-  std::optional<TrainTensors> own;
-  if (!tensors) tensors = &own.emplace(train_tensors(s));
+  CheckpointSnapshot snap;
+  snap.meta = m;
+  snap.tensors = tensors ? *tensors : train_tensors(s);
+  snap.with_optimizer = s.optimizer && !m.optimizer_file.empty();
+  if (snap.with_optimizer) {
+    QK_CHECK_AS(ValueError, snap.tensors.optimizer.has_value(), "write_train_state: the tensors hold no optimizer state");
+    if (const optim::LossScaler* scaler = s.optimizer->scaler()) snap.grad_scaler_json = json(scaler->state_dict()).dump();
+  }
+  if (s.scheduler) snap.scheduler_json = scheduler_json(s.scheduler->state_dict()).dump();
+  if (copy) {
+    snap.tensors.weights = host_copies(snap.tensors.weights);
+    if (snap.tensors.optimizer) snap.tensors.optimizer->tensors = host_copies(snap.tensors.optimizer->tensors);
+  }
+  return snap;
+}
+
+}  // namespace
+
+CheckpointSnapshot snapshot_train_state(const TrainState& s, const CheckpointMeta& m, const TrainTensors* tensors) {
+  return describe(s, m, tensors, /*copy=*/true);
+}
+
+std::string write_snapshot(const std::string& dir, const CheckpointSnapshot& snap) {
+  const CheckpointMeta& m = snap.meta;
   json j;
   j["format"] = m.format;
   j["iteration"] = m.progress.iteration;
@@ -149,42 +182,45 @@ std::string write_train_state(const std::string& dir, const TrainState& s, const
   j["consumed_valid_samples"] = m.progress.consumed_valid_samples;
   j["weights"] = m.weights_file;
   const std::string weights = dir + m.weights_file;
-  nn::save_safetensors(weights + ".tmp", tensors->weights, m.weights_metadata);
+  nn::save_safetensors(weights + ".tmp", snap.tensors.weights, m.weights_metadata);
   rename_or_throw(weights + ".tmp", weights);
-  if (s.optimizer && !m.optimizer_file.empty()) {
-    QK_CHECK_AS(ValueError, tensors->optimizer.has_value(), "write_train_state: the tensors hold no optimizer state");
+  if (snap.with_optimizer) {
     const std::string optim_path = dir + m.optimizer_file;
-    nn::save_safetensors(optim_path + ".tmp", tensors->optimizer->tensors, tensors->optimizer->metadata);
+    nn::save_safetensors(optim_path + ".tmp", snap.tensors.optimizer->tensors, snap.tensors.optimizer->metadata);
     rename_or_throw(optim_path + ".tmp", optim_path);
     j["optimizer_state"] = m.optimizer_file;
-    if (const optim::LossScaler* scaler = s.optimizer->scaler()) j["grad_scaler"] = scaler->state_dict();
+    if (!snap.grad_scaler_json.empty()) j["grad_scaler"] = json::parse(snap.grad_scaler_json);
   }
-  if (s.scheduler) j["scheduler"] = scheduler_json(s.scheduler->state_dict());
-  json rng = json::array();
-  for (const RngState& r : m.rng) rng.push_back({{"seed", r.seed}, {"offset", r.offset}});
-  j["rng"] = rng;
-  if (!m.tp_rng.empty()) {
-    json tp_rng = json::array();
-    for (const RngState& r : m.tp_rng) tp_rng.push_back({{"seed", r.seed}, {"offset", r.offset}});
-    j["tp_rng"] = tp_rng;
-  }
-  if (!m.pp_rng.empty()) {
-    json pp_rng = json::array();
-    for (const RngState& r : m.pp_rng) pp_rng.push_back({{"seed", r.seed}, {"offset", r.offset}});
-    j["pp_rng"] = pp_rng;
-  }
+  if (!snap.scheduler_json.empty()) j["scheduler"] = json::parse(snap.scheduler_json);
+  auto rng_json = [](const std::vector<RngState>& states) {
+    json a = json::array();
+    for (const RngState& r : states) a.push_back({{"seed", r.seed}, {"offset", r.offset}});
+    return a;
+  };
+  j["rng"] = rng_json(m.rng);
+  if (!m.tp_rng.empty()) j["tp_rng"] = rng_json(m.tp_rng);
+  if (!m.pp_rng.empty()) j["pp_rng"] = rng_json(m.pp_rng);
   j["args"] = parse_json(m.args_json, "The checkpoint's arguments");
   j["user"] = parse_json(m.user_json, "The checkpoint's user state");
   return j.dump(1);
 }
 
+std::string write_train_state(const std::string& dir, const TrainState& s, const CheckpointMeta& m,
+                              const TrainTensors* tensors) {
+  return write_snapshot(dir, describe(s, m, tensors, /*copy=*/false));
+}
+
+CheckpointInfo save_snapshot(const CheckpointDir& ckpts, const std::string& name, const CheckpointSnapshot& snap) {
+  CheckpointWriter w = ckpts.begin(name);
+  const std::string weights_path = w.file(snap.meta.weights_file);
+  // The writer's private folder, with its trailing '/'.
+  const std::string folder = weights_path.substr(0, weights_path.size() - snap.meta.weights_file.size());
+  return w.commit(write_snapshot(folder, snap));
+}
+
 CheckpointInfo save_checkpoint(const CheckpointDir& ckpts, const std::string& name, const TrainState& s,
                                const CheckpointMeta& m, const TrainTensors* tensors) {
-  CheckpointWriter w = ckpts.begin(name);
-  const std::string weights_path = w.file(m.weights_file);
-  // The writer's private folder, with its trailing '/'.
-  const std::string folder = weights_path.substr(0, weights_path.size() - m.weights_file.size());
-  return w.commit(write_train_state(folder, s, m, tensors));
+  return save_snapshot(ckpts, name, describe(s, m, tensors, /*copy=*/false));
 }
 
 LoadedCheckpoint load_train_state(const std::string& dir, const std::string& json_text, const std::string& where,

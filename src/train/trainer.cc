@@ -218,16 +218,35 @@ std::optional<CheckpointInfo> Trainer::save(const TrainerCallbacks& cb) {
   }
   std::optional<CheckpointInfo> info;
   if (job().rank() == 0) {
-    info = save_checkpoint(CheckpointDir(o_.save, o_.keep_checkpoints), iteration_folder(progress_.iteration), st, m,
-                           whole ? &*whole : nullptr);
-    // Megatron's tracker file, for people and scripts that look for it.
-    atomic_write_file(o_.save + "/latest_checkpointed_iteration.txt", std::to_string(progress_.iteration) + "\n");
-    QK_DEBUG("saved checkpoint {} at iteration {}", info->path, progress_.iteration);
-    if (cb.on_save) cb.on_save(*info);
-    if (cb.on_metrics && metrics_) cb.on_metrics(*metrics_);
+    const CheckpointDir ckpts(o_.save, o_.keep_checkpoints);
+    const std::string name = iteration_folder(progress_.iteration);
+    if (o_.async_save) {
+      if (!saver_) saver_ = std::make_unique<AsyncCheckpointSaver>(ckpts);
+      info = finish_async_save(/*wait=*/true, cb);  // at most one in flight
+      saver_->save(name, snapshot_train_state(st, m, whole ? &*whole : nullptr));
+      saving_iteration_ = progress_.iteration;
+    } else {
+      info = save_checkpoint(ckpts, name, st, m, whole ? &*whole : nullptr);
+      after_save(*info, progress_.iteration, cb);
+    }
   }
   if (const DataParallel all = job(); all.size() > 1) all.group->barrier();
   return info;
+}
+
+std::optional<CheckpointInfo> Trainer::finish_async_save(bool wait, const TrainerCallbacks& cb) {
+  if (!saver_) return std::nullopt;
+  std::optional<CheckpointInfo> done = wait ? saver_->wait() : saver_->poll();
+  if (done) after_save(*done, saving_iteration_, cb);
+  return done;
+}
+
+void Trainer::after_save(const CheckpointInfo& info, int64_t iteration, const TrainerCallbacks& cb) {
+  // Megatron's tracker file, for people and scripts that look for it.
+  atomic_write_file(o_.save + "/latest_checkpointed_iteration.txt", std::to_string(iteration) + "\n");
+  QK_DEBUG("saved checkpoint {} at iteration {}", info.path, iteration);
+  if (cb.on_save) cb.on_save(info);
+  if (cb.on_metrics && metrics_) cb.on_metrics(*metrics_);
 }
 
 TrainResult Trainer::train(const TrainerCallbacks& cb) {
@@ -269,6 +288,7 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
       for (const auto& [k, v] : st.metrics) loss_sums[k] += v;
     }
     if (cb.on_step) cb.on_step(progress_.iteration, st);
+    if (auto done = finish_async_save(/*wait=*/false, cb)) result.last_checkpoint = done;
 
     if (progress_.iteration % o_.log_interval == 0) {
       LogStats s;
@@ -341,6 +361,8 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
     }
   }
   if (result.exit_reason == ExitReason::finished && ran && !saved) do_save();
+  // The last asynchronous save is on disk before train() returns.
+  if (auto done = finish_async_save(/*wait=*/true, cb)) result.last_checkpoint = done;
   if (lead && cb.on_metrics && metrics_) cb.on_metrics(*metrics_);
   opt_.finish_param_sync();  // the caller reads the final weights
   result.progress = progress_;

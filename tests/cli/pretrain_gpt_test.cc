@@ -164,7 +164,8 @@ TEST(PretrainGptCli, TwoRanksEqualOneRank) {
 // --use-distributed-optimizer with both overlaps on 2 ranks (several
 // buckets, shards cut across parameters) takes the same steps as one rank
 // without it; its checkpoint, sharded state gathered by name, resumes on
-// one rank without it and continues the same curve.
+// one rank without it and continues the same curve. The 2-rank run saves
+// with --async-save (written in the background, on disk before it exits).
 TEST(PretrainGptCli, DistributedOptimizerOnTwoRanksEqualsOneRankAndResumesWithoutIt) {
   const Argv args = tiny_model(32) + mock_data() +
                     Argv{"--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "12", "--lr", "3e-3",
@@ -176,7 +177,7 @@ TEST(PretrainGptCli, DistributedOptimizerOnTwoRanksEqualsOneRankAndResumesWithou
   auto r1 = run_qk("pretrain-gpt" + qk::test::shell_words(args + Argv{"--save", one}), kOneThread);
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
   auto r2 = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + " pretrain-gpt" +
-                   qk::test::shell_words(args + distributed + Argv{"--save", two, "--exit-interval", "6"}));
+                   qk::test::shell_words(args + distributed + Argv{"--save", two, "--exit-interval", "6", "--async-save"}));
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   EXPECT_NE(r2.output.find("Theoretical memory footprints: weight and optimizer="), std::string::npos) << r2.output;
   EXPECT_NE(r2.output.find("the last two sharded over 2 data-parallel ranks"), std::string::npos) << r2.output;

@@ -64,7 +64,8 @@ struct ToyRun {
     return trainer->train(cb);
   }
 
-  std::string weights() const {
+  std::string weights() const { return bytes_of(net); }
+  static std::string bytes_of(const nn::Sequential& net) {
     std::string bytes;
     for (const Tensor& p : net->parameters()) {
       const auto v = p.to(DType::f32).contiguous().to_vector<float>();
@@ -261,3 +262,84 @@ TEST(Trainer, BadOptionsAreClearErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string file_bytes(const std::string& path) { return read_file(path); }
+
+}  // namespace
+
+// --async-save: the same checkpoints as synchronous saves, byte for byte,
+// though training went on while they were written; each is reported once
+// it is on disk, the last before train() returns.
+TEST(Trainer, AsyncSavesWriteWhatSynchronousSavesWrite) {
+  const std::string sync_dir = fresh_dir("sync_saves"), async_dir = fresh_dir("async_saves");
+  train::TrainerOptions o = options(9);
+  o.save_interval = 3;
+  o.save = sync_dir;
+  ToyRun sync_run(o);
+  const auto r_sync = sync_run.train();
+  o.save = async_dir;
+  o.async_save = true;
+  ToyRun async_run(o);
+  std::vector<std::string> reported;
+  train::TrainerCallbacks cb;
+  cb.train_step = [&](int64_t micro) {
+    const int64_t mbs = async_run.trainer->options().micro_batch_size;
+    return qk_train_test::mse_step(async_run.net, async_run.trainer->progress().consumed_train_samples + micro * mbs,
+                                   mbs);
+  };
+  cb.on_save = [&](const CheckpointInfo& info) { reported.push_back(info.name); };
+  const auto r_async = async_run.trainer->train(cb);
+  EXPECT_TRUE(async_run.weights() == sync_run.weights());
+  ASSERT_TRUE(r_async.last_checkpoint.has_value());
+  EXPECT_EQ(r_async.last_checkpoint->name, r_sync.last_checkpoint->name);
+  EXPECT_EQ(reported, (std::vector<std::string>{"iter_0000000003", "iter_0000000006", "iter_0000000009"}));
+  for (const char* step : {"iter_0000000003", "iter_0000000006", "iter_0000000009"})
+    for (const char* file : {"model.safetensors", "optim.safetensors"}) {
+      const std::string a = file_bytes(async_dir + "/" + step + "/" + file);
+      EXPECT_FALSE(a.empty()) << step << "/" << file;
+      EXPECT_TRUE(a == file_bytes(sync_dir + "/" + step + "/" + file)) << step << "/" << file << " differs";
+    }
+  EXPECT_EQ(file_bytes(async_dir + "/latest_checkpointed_iteration.txt"), "9\n");
+  // It resumes like any checkpoint.
+  o.load = async_dir;
+  ToyRun resumed(o, /*seed=*/99);
+  ASSERT_TRUE(resumed.trainer->load().has_value());
+  EXPECT_EQ(resumed.trainer->progress().iteration, 9);
+  EXPECT_TRUE(resumed.weights() == sync_run.weights());
+}
+
+// The snapshot is taken when save() is called: a step right after it cannot
+// change what is written; a failed write is an error of the next call.
+TEST(AsyncCheckpointSaver, WritesTheSnapshotNotTheLaterStateAndReportsFailures) {
+  const std::string dir = fresh_dir("async_saver");
+  nn::Sequential net = qk_train_test::make_mlp(5);
+  const train::TrainState st{net.get(), nullptr, nullptr};
+  train::CheckpointMeta m;
+  m.progress.iteration = 1;
+  const std::string before = ToyRun::bytes_of(net);
+  {
+    train::AsyncCheckpointSaver saver(CheckpointDir(dir, 2));
+    EXPECT_FALSE(saver.save("step-1", train::snapshot_train_state(st, m)).has_value());
+    for (Tensor p : net->parameters()) p.fill_(3.0);  // "the next step", while it writes
+      const auto done = saver.wait();
+    ASSERT_TRUE(done.has_value());
+    EXPECT_EQ(done->name, "step-1");
+    EXPECT_FALSE(saver.in_flight());
+    EXPECT_FALSE(saver.wait().has_value());  // nothing in flight
+  }
+  nn::Sequential loaded = qk_train_test::make_mlp(6);
+  const auto found = train::find_checkpoint(dir);
+  ASSERT_TRUE(found.has_value());
+  train::load_train_state(found->path + "/", found->meta, found->path, {loaded.get(), nullptr, nullptr}, {});
+  EXPECT_TRUE(ToyRun::bytes_of(loaded) == before);
+
+  // A folder that cannot be written: the next wait() says so.
+  const std::string blocked = dir + "/a_file";
+  atomic_write_file(blocked, "not a folder\n");
+  train::AsyncCheckpointSaver failing(CheckpointDir(blocked + "/ckpt", 1));
+  failing.save("step-1", train::snapshot_train_state(st, m));
+  EXPECT_THROW(failing.wait(), Error);
+  EXPECT_FALSE(failing.in_flight());
+}

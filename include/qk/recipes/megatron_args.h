@@ -157,6 +157,7 @@ struct MegatronArgs {
   std::optional<int64_t> save_interval;
   bool no_save_optim = false;  // Megatron: store_true with default None (falsy)
   bool no_save_rng = false;
+  bool async_save = false;
   std::optional<std::string> load;
   bool no_load_optim = false;
   bool no_load_rng = false;

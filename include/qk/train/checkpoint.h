@@ -128,6 +128,24 @@ std::string write_train_state(const std::string& dir, const TrainState& s, const
 CheckpointInfo save_checkpoint(const CheckpointDir& ckpts, const std::string& name, const TrainState& s,
                                const CheckpointMeta& m, const TrainTensors* tensors = nullptr);
 
+// What save_checkpoint writes, apart from the training state: host copies of
+// the tensors and the scheduler's and loss scaler's state as they were when
+// it was taken, so training may go on while it is written (AsyncCheckpointSaver).
+struct CheckpointSnapshot {
+  TrainTensors tensors;
+  CheckpointMeta meta;
+  bool with_optimizer = false;   // the optimizer file is written
+  std::string scheduler_json;    // "": no scheduler
+  std::string grad_scaler_json;  // "": no loss scaler
+};
+// Takes the snapshot (copies every tensor to the host; `tensors` as for
+// save_checkpoint). Run by the rank that writes.
+CheckpointSnapshot snapshot_train_state(const TrainState& s, const CheckpointMeta& m,
+                                        const TrainTensors* tensors = nullptr);
+// write_train_state and save_checkpoint of a snapshot: the same files, byte for byte.
+std::string write_snapshot(const std::string& dir, const CheckpointSnapshot& snap);
+CheckpointInfo save_snapshot(const CheckpointDir& ckpts, const std::string& name, const CheckpointSnapshot& snap);
+
 struct LoadOptions {
   bool load_model = true;
   bool no_load_optim = false;  // fresh optimizer, scheduler and loss scaler

@@ -2,6 +2,7 @@
 // The optimizers it drives are qk/optim/optim.h's; what it trains, recipes'.
 #pragma once
 
+#include "qk/train/async_checkpoint.h"
 #include "qk/train/checkpoint.h"
 #include "qk/train/exit_signal.h"
 #include "qk/train/gemm_peak.h"

@@ -47,6 +47,7 @@
 
 #include "qk/base/checkpoint_dir.h"
 #include "qk/nn/module.h"
+#include "qk/train/async_checkpoint.h"
 #include "qk/train/checkpoint.h"
 #include "qk/optim/optimizer_param_scheduler.h"
 #include "qk/train/metrics_log.h"
@@ -71,6 +72,9 @@ struct TrainerOptions {
   std::string save;               // checkpoint folder ("": no checkpoints)
   int64_t save_interval = 0;      // 0: only at the end and on exit
   bool no_save_optim = false, no_save_rng = false;
+  // Megatron's --async-save: a save costs the step a host copy of the state;
+  // a background thread writes it (AsyncCheckpointSaver), at most one at a time.
+  bool async_save = false;
   int keep_checkpoints = 1 << 30;  // step folders kept (Megatron keeps all)
   std::string load;               // checkpoint folder to resume from ("": none)
   bool no_load_optim = false, no_load_rng = false, finetune = false;
@@ -173,7 +177,10 @@ class Trainer {
   TrainResult train(const TrainerCallbacks& cb);
   // eval_iters iterations of valid_step in eval mode without gradients.
   EvalStats evaluate(const ForwardStep& valid_step);
-  // A checkpoint of the current state (collective; rank 0 writes).
+  // A checkpoint of the current state (collective; rank 0 writes). With
+  // async_save rank 0 takes a snapshot, starts writing it and returns the
+  // earlier save it waited for, if any; train() reports each one (on_save)
+  // when it is on disk and waits for the last before it returns.
   std::optional<CheckpointInfo> save(const TrainerCallbacks& cb = {});
 
   const TrainProgress& progress() const { return progress_; }
@@ -187,6 +194,10 @@ class Trainer {
  private:
   // Every rank of the job (the data-parallel group without model parallelism).
   DataParallel job() const { return {parallel::job_group(mp_, dp_.group), nullptr}; }
+  // Rank 0, once a checkpoint is committed: Megatron's tracker file, the callbacks.
+  void after_save(const CheckpointInfo& info, int64_t iteration, const TrainerCallbacks& cb);
+  // An asynchronous save that finished (poll) or, with wait, the one in flight: after_save for it.
+  std::optional<CheckpointInfo> finish_async_save(bool wait, const TrainerCallbacks& cb);
   nn::Module& model_;
   optim::MixedPrecisionOptimizer& opt_;
   optim::OptimizerParamScheduler& sched_;
@@ -197,6 +208,8 @@ class Trainer {
   std::unique_ptr<StepRunner> runner_;
   CustomSteps custom_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<AsyncCheckpointSaver> saver_;  // rank 0 with async_save
+  int64_t saving_iteration_ = 0;                 // the iteration of the save in flight
   TrainProgress progress_;
   int64_t train_iters_ = 0;
   double start_s_ = 0;
