@@ -62,6 +62,8 @@ void setup_train(CLI::App& app) {
   c->add_option("--keep-checkpoints", o->keep_checkpoints, "Resumable checkpoint folders to keep (newest)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  c->add_flag("--async-save", o->async_save,
+              "Write the resumable checkpoints in the background (a step pays for a host copy; one save at a time)");
   c->add_option("--synth-train", o->synth_train, "Training images of the synthetic set written when needed")
       ->check(CLI::Range(int64_t{5}, int64_t{50000}))
       ->capture_default_str();

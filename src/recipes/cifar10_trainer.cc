@@ -35,6 +35,7 @@
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
+#include "qk/train/async_checkpoint.h"
 #include "qk/train/checkpoint.h"
 #include "qk/optim/mixed_precision_optimizer.h"
 #include "qk/plot/plot.h"
@@ -148,12 +149,16 @@ void save_tagged(const std::string& dir, const std::string& tag, const models::C
 
 // The resumable checkpoint: CKPT/step-NNNNNNNNNN/ with a checksummed manifest,
 // written atomically; the newest keep_last stay.
+// With `saver` (--async-save) a host snapshot is written in the background
+// and the path is that of the earlier save it waited for ("" when none).
 std::string save_step_checkpoint(const CheckpointDir& ckpts, const models::CifarModel& m,
                                  optim::MixedPrecisionOptimizer& opt, const TrainCifarOptions& o, uint64_t data_seed,
-                                 const History& h, const Progress& p) {
-  return train::save_checkpoint(ckpts, fmt::format("step-{:010d}", p.global_step), {m.module.get(), &opt, nullptr},
-                                checkpoint_meta(m, o, data_seed, h, p))
-      .path;
+                                 const History& h, const Progress& p, train::AsyncCheckpointSaver* saver) {
+  const std::string name = fmt::format("step-{:010d}", p.global_step);
+  const train::TrainState st{m.module.get(), &opt, nullptr};
+  if (!saver) return train::save_checkpoint(ckpts, name, st, checkpoint_meta(m, o, data_seed, h, p)).path;
+  const auto earlier = saver->save(name, train::snapshot_train_state(st, checkpoint_meta(m, o, data_seed, h, p)));
+  return earlier ? earlier->path : "";
 }
 
 // Restores model, optimizer, RNG, loss scaler and history from a
@@ -388,6 +393,7 @@ struct Cifar10Training::State {
   Progress start;
   std::string ckpt_dir;
   std::optional<CheckpointDir> ckpts;
+  std::unique_ptr<train::AsyncCheckpointSaver> saver;  // --async-save, rank 0
   int sync_bn_layers = 0;
   std::unique_ptr<train::StepRunner> runner;
   std::unique_ptr<data::DataLoader> loader;
@@ -468,6 +474,7 @@ void Cifar10Training::setup_model_and_optimizer() {
   s.data_seed = o.seed;
   s.ckpt_dir = o.out + "/checkpoints";
   s.ckpts.emplace(s.ckpt_dir, o.keep_checkpoints);
+  if (o.async_save) s.saver = std::make_unique<train::AsyncCheckpointSaver>(*s.ckpts);
   if (!o.resume.empty()) {
     // Every rank reads the same checkpoint: nobody writes before the DDP
     // broadcast below, which needs every rank.
@@ -593,8 +600,8 @@ void Cifar10Training::run_epoch(int e) {
     const EpochSums all = all_ranks(sums, s.rt);
     if (!s.rt.lead()) return;
     Progress p{e, batches_done, s.global_step, all.loss_sum, all.correct, all.seen, earlier_s + et.seconds()};
-    const std::string path = save_step_checkpoint(*s.ckpts, s.m, *s.opt, o, s.data_seed, s.h, p);
-    QK_DEBUG("checkpoint {} (epoch {}, batch {})", path, e + 1, batches_done);
+    const std::string path = save_step_checkpoint(*s.ckpts, s.m, *s.opt, o, s.data_seed, s.h, p, s.saver.get());
+    QK_DEBUG("checkpoint {} (epoch {}, batch {}{})", path, e + 1, batches_done, s.saver ? ", the one before" : "");
   };
   const EpochSums all =
       train_epoch(s.m, *s.runner, *s.loader, s.rt, initial, s.global_step, e, o.epochs, s.bar, after_step);
@@ -630,7 +637,7 @@ void Cifar10Training::run_epoch(int e) {
   const bool best = v.accuracy > h.best_val_acc;
   if (best) h.best_val_acc = v.accuracy, h.best_epoch = e + 1;
   const Progress done{e + 1, 0, s.global_step, 0, 0, 0, 0};
-  save_step_checkpoint(*s.ckpts, s.m, *s.opt, o, s.data_seed, h, done);
+  save_step_checkpoint(*s.ckpts, s.m, *s.opt, o, s.data_seed, h, done, s.saver.get());
   save_tagged(s.ckpt_dir, "latest", s.m, *s.opt, o, s.data_seed, h, done);
   if (best) save_tagged(s.ckpt_dir, "best", s.m, *s.opt, o, s.data_seed, h, done);
 }
@@ -640,6 +647,7 @@ void Cifar10Training::finish() {
   State& s = *s_;
   s.done = 5;
   if (!s.rt.lead()) return;
+  if (s.saver) s.saver->wait();  // the last step checkpoint is on disk
   const History& h = s.h;
   double sum = 0;
   for (double t : h.epoch_seconds) sum += t;

@@ -133,6 +133,24 @@ TEST(TrainResume, KillDuringCheckpointWriteKeepsThePreviousOne) {
   expect_reference_weights(out, resumed.output);
 }
 
+// The same with --async-save: rank 0 dies while its background writer
+// commits the second checkpoint; the first stays the newest valid one and the
+// resumed job (saving asynchronously too) ends bit-identical.
+TEST(TrainResume, KillDuringAsyncCheckpointWriteKeepsThePreviousOne) {
+  const std::string out = fresh_dir("async_ckpt_write");
+  const auto killed = run_qk(ddp_job(out, 0, "--async-save"), "QK_FAULT_KILL=checkpoint:0:2");
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  EXPECT_NE(killed.output.find("killing this process"), std::string::npos) << killed.output;
+  const qk::CheckpointDir ckpts(out + "/checkpoints");
+  EXPECT_EQ(ckpts.list(), std::vector<std::string>{"step-0000000003"}) << killed.output;
+  const auto resumed = run_qk(ddp_job(out, 0, "--async-save"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + out + "/checkpoints/step-0000000003"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(ckpts.list().back(), "step-0000000032") << resumed.output;  // the last one, on disk before exit
+  expect_reference_weights(out, resumed.output);
+}
+
 // A flipped byte in the newest checkpoint: --resume warns, names the file and
 // resumes from the one before; the result is still the reference.
 TEST(TrainResume, CorruptNewestCheckpointIsSkipped) {

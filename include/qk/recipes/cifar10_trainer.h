@@ -78,6 +78,7 @@ struct TrainCifarOptions {
   std::string resume;              // "", "auto", or a checkpoint folder / sidecar path
   int64_t checkpoint_every = 0;    // also checkpoint every N optimizer steps (0: epoch ends only)
   int keep_checkpoints = 3;        // resumable checkpoint folders kept
+  bool async_save = false;         // write the step checkpoints in the background (train::AsyncCheckpointSaver)
   int64_t synth_train = 10000;     // size of the synthetic set written when data_dir is empty
   int64_t synth_test = 2000;
   bool progress = true;            // live bar (only when stdout is a terminal)
