@@ -18,22 +18,41 @@
 #include "op_kernel_tables.h"
 #include "qk/tensor/ops/optimizer.h"
 #include "qk/tensor/sync_debug.h"
+#include "device_allocator.h"
 
 namespace qk::harness {
 
 namespace {
 
-class LoopbackBackend final : public Backend {
+// Its memory comes through the caching allocator the GPU backends use
+// (device_allocator.h), so the counts of raw allocations per step are a
+// GPU's cudaMalloc calls.
+class LoopbackBackend final : public Backend, public RawDeviceMemory {
  public:
   DeviceType type() const override { return DeviceType::privateuse1; }
   int device_count() const override { return 1; }
   std::string device_name(int) const override { return "loopback (host memory, CPU kernels)"; }
   uint64_t total_memory(int) const override { return uint64_t(1) << 32; }
   void* allocate(size_t n, int) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stats_.allocated += n;
+      stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+      ++stats_.num_allocs;
+    }
+    return alloc_.allocate(n, 0, /*stream=*/0);
+  }
+  void deallocate(void* p, size_t n, int) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stats_.allocated -= n;
+    }
+    alloc_.free(p);
+  }
+  // RawDeviceMemory: a GPU runtime's malloc and free.
+  void* raw_alloc(size_t n, int) override {
     std::lock_guard<std::mutex> lk(mu_);
-    stats_.allocated += n;
-    stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
-    ++stats_.num_allocs;
+    ++counts_.raw_allocs;
     if (!poisoned_) return std::malloc(n ? n : 1);
     // Two mappings of one memfd: the device address, which no host code may
     // touch (PROT_NONE: a read faults), and the host view the kernels and
@@ -49,16 +68,20 @@ class LoopbackBackend final : public Backend {
     blocks_[reinterpret_cast<uintptr_t>(dev)] = {static_cast<char*>(host), bytes};
     return dev;
   }
-  void deallocate(void* p, size_t n, int) override {
+  void raw_free(void* p, int) override {
     std::lock_guard<std::mutex> lk(mu_);
-    stats_.allocated -= n;
-    if (!poisoned_) return std::free(p);
     auto it = blocks_.find(reinterpret_cast<uintptr_t>(p));
-    if (it == blocks_.end()) std::abort();
+    if (it == blocks_.end()) return std::free(p);  // from before poison()
     ::munmap(it->second.host, it->second.bytes);
     ::munmap(p, it->second.bytes);
     blocks_.erase(it);
   }
+  uint64_t total_bytes(int device) override { return total_memory(device); }
+  std::string label(int) override { return "loopback:0"; }
+  // One stream, whose work is done when it is queued.
+  void* record_event(void*) override { return nullptr; }
+  bool event_done(void*) override { return true; }
+  void destroy_event(void*) override {}
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n) override {
     // As a GPU's: the host waits for the device before it reads what came back.
     if (n && dst_dev.is_cpu() && !src_dev.is_cpu()) note_host_sync(src_dev, "a copy to the host");
@@ -97,7 +120,7 @@ class LoopbackBackend final : public Backend {
     std::lock_guard<std::mutex> lk(mu_);
     return counts_;
   }
-  void synchronize(int) override {}
+  void synchronize(int) override {}  // the Backend's and the allocator's
   MemoryStats memory_stats(int) const override {
     std::lock_guard<std::mutex> lk(mu_);
     return stats_;
@@ -117,6 +140,7 @@ class LoopbackBackend final : public Backend {
   LoopbackCounts counts_;
   bool poisoned_ = false;
   std::map<uintptr_t, Block> blocks_;  // device address -> its host view
+  CachingDeviceAllocator alloc_{*this};  // last: destroyed first, while blocks_ lives
 };
 
 LoopbackBackend& instance() {

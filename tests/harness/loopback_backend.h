@@ -22,11 +22,13 @@ namespace qk::harness {
 
 inline const Device kLoopback{DeviceType::privateuse1, 0};
 
-// Copies that took the backend's asynchronous path, and pinned host blocks
-// alive (its pinned memory is plain host memory).
+// Copies that took the backend's asynchronous path, pinned host blocks
+// alive (its pinned memory is plain host memory), and the raw device
+// allocations its caching allocator made (a GPU's cudaMalloc calls).
 struct LoopbackCounts {
   int64_t async_copies = 0;
   int64_t pinned_blocks = 0;
+  int64_t raw_allocs = 0;
 };
 LoopbackCounts loopback_counts();
 

@@ -181,8 +181,10 @@ TEST(LoopbackDevice, PretrainGptOnTheDeviceEqualsTheCpuRunAndResumes) {
   }
 }
 
-// Host syncs of a steady-state GPT training step on the device (every copy
-// to the host counts, as a GPU's would stall the host): with the loss kept
+// Host syncs and device allocations of a steady-state GPT training step on
+// the device (every copy to the host counts, as a GPU's would stall the
+// host; every raw allocation, as a GPU's cudaMalloc): none of the latter,
+// the pools serve it; with the loss kept
 // on the device, two per step whatever the number of micro-batches (the
 // step's metrics in one read, the optimizer's inf/NaN check and gradient
 // norm in one read), and none while a forward runs. QK_SYNC_DEBUG=error
@@ -210,11 +212,17 @@ TEST(LoopbackDevice, AGptTrainingStepWaitsForTheDeviceTwice) {
       lm.device_sum = qk::ops::binary_scalar(qk::BinaryOp::mul, qk::ops::cast(loss.detach(), qk::DType::f64), 32.0);
       return qk::train::MicroBatchOutput{loss, {{"lm loss", lm}}};
     };
-    runner.step(forward);  // warm-up: the optimizer's state is made here
+    // Warm-up: the optimizer's state is made in the first step, from blocks
+    // the pools held, so the second still takes new ones (as torch's
+    // caching allocator does); from the third on the pools serve every block.
+    runner.step(forward);
+    runner.step(forward);
     in_forward = 0;
-    const int64_t before = qk::host_sync_count();
+    const int64_t before = qk::host_sync_count(), raw_before = qk::harness::loopback_counts().raw_allocs;
     const qk::train::StepStats st = runner.step(forward);
     EXPECT_EQ(qk::host_sync_count() - before, 2);
+    // Every block the step asks for comes from the caching allocator's pools.
+    EXPECT_EQ(qk::harness::loopback_counts().raw_allocs - raw_before, 0) << "device allocations in a steady step";
     EXPECT_EQ(in_forward, 0);
     EXPECT_TRUE(std::isfinite(st.metrics.at("lm loss")));
     EXPECT_FALSE(st.skipped);
@@ -243,9 +251,11 @@ TEST(LoopbackDevice, ACnnTrainingStepWithBatchNormWaitsForTheDeviceTwice) {
     return qk::train::MicroBatchOutput{loss, {{"loss", {0.0, 1.0, loss}}, {"correct", {0.0, 4.0, right}}}};
   };
   runner.step(forward);
-  const int64_t before = qk::host_sync_count();
+  runner.step(forward);  // warm-up, as above
+  const int64_t before = qk::host_sync_count(), raw_before = qk::harness::loopback_counts().raw_allocs;
   runner.step(forward);
   EXPECT_EQ(qk::host_sync_count() - before, 2);
+  EXPECT_EQ(qk::harness::loopback_counts().raw_allocs - raw_before, 0) << "device allocations in a steady step";
 }
 
 }  // namespace
