@@ -3,9 +3,9 @@
 
 #include <chrono>
 #include <exception>
+#include <utility>
 
 #include "qk/base/log.h"
-#include "qk/base/timer.h"
 
 namespace qk::train {
 
@@ -36,10 +36,7 @@ std::optional<CheckpointInfo> AsyncCheckpointSaver::poll() {
 
 std::optional<CheckpointInfo> AsyncCheckpointSaver::wait() {
   if (!pending_.valid()) return std::nullopt;
-  const Timer t;
-  pending_.wait();
-  waited_s_ += t.seconds();
-  return pending_.get();
+  return pending_.get();  // waits; rethrows the writer's error
 }
 
 }  // namespace qk::train

@@ -321,8 +321,10 @@ TEST(AsyncCheckpointSaver, WritesTheSnapshotNotTheLaterStateAndReportsFailures) 
   const std::string before = ToyRun::bytes_of(net);
   {
     train::AsyncCheckpointSaver saver(CheckpointDir(dir, 2));
-    EXPECT_FALSE(saver.save("step-1", train::snapshot_train_state(st, m)).has_value());
-    for (Tensor p : net->parameters()) p.fill_(3.0);  // "the next step", while it writes
+    train::CheckpointSnapshot snap = train::snapshot_train_state(st, m);
+    for (Tensor p : net->parameters()) p.fill_(3.0);  // "the next step", before the write even starts
+    EXPECT_FALSE(saver.save("step-1", std::move(snap)).has_value());
+    for (Tensor p : net->parameters()) p.fill_(4.0);  // and while it writes
       const auto done = saver.wait();
     ASSERT_TRUE(done.has_value());
     EXPECT_EQ(done->name, "step-1");

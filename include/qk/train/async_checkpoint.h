@@ -40,13 +40,10 @@ class AsyncCheckpointSaver {
   // Waits for the save in flight; its result (nullopt when none was in flight).
   std::optional<CheckpointInfo> wait();
   bool in_flight() const { return pending_.valid(); }
-  // Seconds save() and wait() spent waiting for an earlier save, in all.
-  double seconds_waited() const { return waited_s_; }
 
  private:
   CheckpointDir ckpts_;
   std::future<CheckpointInfo> pending_;
-  double waited_s_ = 0;
 };
 
 }  // namespace qk::train
