@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "command.h"
 #include "qk/base/error.h"
@@ -72,29 +73,25 @@ bool take_switch(std::vector<std::string>& argv, const std::string& name) {
   return n > 0;
 }
 
-int64_t to_int(const std::string& flag, const std::string& v) {
+// A flag's value as T (int64_t or double), the whole string or an error naming the flag.
+template <typename T>
+T to_number(const std::string& flag, const std::string& v) {
   size_t used = 0;
-  int64_t x = 0;
+  T x = 0;
   try {
-    x = std::stoll(v, &used);
+    if constexpr (std::is_integral_v<T>)
+      x = std::stoll(v, &used);
+    else
+      x = std::stod(v, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  QK_CHECK(used == v.size() && !v.empty(), flag, ": expected an integer, got '", v, "'");
+  QK_CHECK(used == v.size() && !v.empty(), flag, ": expected ", std::is_integral_v<T> ? "an integer" : "a number",
+           ", got '", v, "'");
   return x;
 }
-
-double to_double(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  QK_CHECK(used == v.size() && !v.empty(), flag, ": expected a number, got '", v, "'");
-  return x;
-}
+int64_t to_int(const std::string& flag, const std::string& v) { return to_number<int64_t>(flag, v); }
+double to_double(const std::string& flag, const std::string& v) { return to_number<double>(flag, v); }
 
 void run_calibrate(std::vector<std::string> argv) {
   sim::CalibrateOptions o;
