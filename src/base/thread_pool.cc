@@ -29,7 +29,10 @@ int default_threads() {
 }
 
 // One job at a time: chunks are claimed from an atomic counter by the caller
-// and the workers; `remaining` counts chunks not yet finished.
+// and the workers; `remaining` counts chunks not yet finished. `busy` counts
+// workers inside work(): a new job is set up only when it is zero, so a worker
+// still leaving the last job cannot read the new job's chunk count against the
+// old job's claim counter (a chunk run twice, `remaining` below zero, a hang).
 class ForkJoinPool {
  public:
   explicit ForkJoinPool(int n) { resize(n); }
@@ -51,7 +54,8 @@ class ForkJoinPool {
     int64_t max_chunks = std::max<int64_t>(1, n / grain);
     int64_t chunks = std::min<int64_t>(max_chunks, size_);
     {
-      std::lock_guard<std::mutex> lk(mu_);
+      std::unique_lock<std::mutex> lk(mu_);
+      idle_cv_.wait(lk, [this] { return busy_ == 0; });
       fn_ = fn;
       ctx_ = ctx;
       begin_ = begin;
@@ -100,8 +104,11 @@ class ForkJoinPool {
         cv_.wait(lk, [&] { return stopping_ || generation_ != seen; });
         if (stopping_) return;
         seen = generation_;
+        ++busy_;
       }
       work();
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--busy_ == 0) idle_cv_.notify_all();
     }
   }
 
@@ -117,10 +124,11 @@ class ForkJoinPool {
 
   std::mutex job_mutex_;
   std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
+  std::condition_variable cv_, done_cv_, idle_cv_;
   std::vector<std::thread> workers_;
   int size_ = 1;
   bool stopping_ = false;
+  int busy_ = 0;
   uint64_t generation_ = 0;
   detail::RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <numeric>
 #include <stdexcept>
@@ -16,6 +17,23 @@ TEST(ParallelFor, CoversEveryIndexOnce) {
     for (int64_t i = lo; i < hi; ++i) hits[i]++;
   });
   for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  qk::set_num_threads(2);
+}
+
+// Back-to-back small jobs whose chunk counts differ: a worker still leaving
+// one job must never take a chunk of the next (a chunk run twice, or the
+// caller waiting forever on a count that went below zero).
+TEST(ParallelFor, BackToBackJobsRunEachChunkOnce) {
+  qk::set_num_threads(8);
+  std::vector<int> hits(64);
+  for (int job = 0; job < 20000; ++job) {
+    const int64_t n = 2 + job % 7 * 9;  // 2 .. 56 indices, 2 .. 8 chunks
+    std::fill(hits.begin(), hits.end(), 0);
+    qk::parallel_for(0, n, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) hits[i]++;  // disjoint chunks: no atomics needed
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "job " << job << " index " << i;
+  }
   qk::set_num_threads(2);
 }
 
