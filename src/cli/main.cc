@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
     std::string cmd = app.get_subcommands().empty() ? "" : " " + app.get_subcommands()[0]->get_name();
     std::fprintf(stderr, "qk%s: error: %s\n", cmd.c_str(), e.message().c_str());
     QK_DEBUG("error raised at {}:{}", e.file(), e.line());
-    return 1;
+    // Its own exit code: `qk run` ends the job rather than restart it into the same refusal.
+    return dynamic_cast<const qk::WorldSizeError*>(&e) ? qk::kExitWorldSizeRefused : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qk: error: %s\n", e.what());
     return 1;

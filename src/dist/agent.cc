@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include "qk/base/launch_vars.h"
 #include "qk/base/log.h"
 #include "qk/qccl/store.h"
+#include "rendezvous.h"
 #include "worker_group.h"
 
 namespace qk::dist {
@@ -40,13 +42,7 @@ void install_signals() {
   ::signal(SIGPIPE, SIG_IGN);
 }
 
-std::string hostname() {
-  char h[256] = {0};
-  ::gethostname(h, sizeof h - 1);
-  return h;
-}
-
-std::string key(int attempt, const std::string& rest) { return fmt::format("run/{}/{}", attempt, rest); }
+bool interrupted() { return g_signal != 0; }
 
 void say(const std::string& msg) {
   std::string line = "qk run: " + msg + "\n";
@@ -54,56 +50,28 @@ void say(const std::string& msg) {
   (void)r;
 }
 
-// Waits for every node of an attempt, in short slices so a signal interrupts it.
-void rendezvous(qk::qccl::Store& store, const AgentOptions& o, int attempt) {
-  store.set(key(attempt, fmt::format("node/{}", o.node_rank)),
-            fmt::format("{} nproc {}", hostname(), o.nproc_per_node));
-  std::vector<std::string> keys;
-  for (int i = 0; i < o.nnodes; ++i) keys.push_back(key(attempt, fmt::format("node/{}", i)));
-  auto end = Clock::now() + std::chrono::duration<double>(o.rdzv_timeout_s);
-  while (true) {
-    double left = std::chrono::duration<double>(end - Clock::now()).count();
-    try {
-      store.wait(keys, std::max(0.0, std::min(0.5, left)));
-      break;
-    } catch (const TimeoutError& e) {
-      if (g_signal) return;
-      if (left > 0.5) continue;
-      std::string nodes;
-      for (const auto& k : qk::qccl::missing_keys_of(e.message()))
-        nodes += (nodes.empty() ? "" : ", ") + k.substr(k.rfind('/') + 1);
-      QK_THROW(TimeoutError, "rendezvous (attempt ", attempt, ") at ", store.address(), " timed out after ",
-               o.rdzv_timeout_s, " s: node(s) ", nodes, " of ", o.nnodes, " never joined (start `qk run "
-               "--nnodes ", o.nnodes, " --node-rank I ...` on each, with the same --master-addr/--master-port "
-               "and QK_STORE_TOKEN; --rdzv-timeout sets the deadline)");
-    }
-  }
-  for (const auto& k : keys) {
-    std::string v = store.get(k);
-    QK_CHECK(v.size() >= 8 && v.substr(v.rfind(' ') + 1) == std::to_string(o.nproc_per_node),
-             "rendezvous: ", k, " is '", v, "', but this node runs --nproc-per-node ", o.nproc_per_node,
-             "; every node must use the same value");
-  }
-}
+std::string node_list(const std::vector<int>& nodes) { return fmt::format("{}", fmt::join(nodes, ", ")); }
 
-std::vector<WorkerSpec> make_specs(const AgentOptions& o, int port, const std::string& token, int attempt) {
+std::vector<WorkerSpec> make_specs(const AgentOptions& o, const Membership& m, int port, const std::string& token) {
   std::vector<WorkerSpec> specs;
-  int world = o.nnodes * o.nproc_per_node;
+  const int nodes = static_cast<int>(m.nodes.size());
+  const int world = nodes * o.nproc_per_node;
   for (int l = 0; l < o.nproc_per_node; ++l) {
     WorkerSpec s;
     s.local_rank = l;
-    s.rank = o.node_rank * o.nproc_per_node + l;
+    s.rank = m.position * o.nproc_per_node + l;
     s.argv = o.command;
     s.env = {{"RANK", std::to_string(s.rank)},
              {"LOCAL_RANK", std::to_string(l)},
              {"WORLD_SIZE", std::to_string(world)},
              {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-             {"GROUP_RANK", std::to_string(o.node_rank)},
+             {"GROUP_RANK", std::to_string(m.position)},
+             {"GROUP_WORLD_SIZE", std::to_string(nodes)},
              {"MASTER_ADDR", o.master_addr},
              {"MASTER_PORT", std::to_string(port)},
              {"QK_STORE_TOKEN", token},
              {"QK_RUN", "1"},
-             {"QK_RESTART_COUNT", std::to_string(attempt)},
+             {"QK_RESTART_COUNT", std::to_string(m.attempt)},
              {"QK_MAX_RESTARTS", std::to_string(o.max_restarts)}};
     specs.push_back(std::move(s));
   }
@@ -127,6 +95,12 @@ int run_agent(const AgentOptions& in) {
   QK_CHECK(o.nproc_per_node >= 1 && o.nproc_per_node <= 1024, "--nproc-per-node: expected 1..1024, got ",
            o.nproc_per_node);
   QK_CHECK(o.nnodes >= 1, "--nnodes: expected >= 1, got ", o.nnodes);
+  if (o.min_nodes == 0) o.min_nodes = o.nnodes;
+  QK_CHECK(o.min_nodes >= 1 && o.min_nodes <= o.nnodes, "--nnodes ", o.min_nodes, ":", o.nnodes,
+           ": expected 1 <= MIN <= MAX");
+  QK_CHECK(o.rdzv_last_call_s >= 0, "--rdzv-last-call: expected >= 0 seconds, got ", o.rdzv_last_call_s);
+  QK_CHECK(o.heartbeat_timeout_s >= 2, "--heartbeat-timeout: expected >= 2 seconds (agents beat twice a second), got ",
+           o.heartbeat_timeout_s);
   QK_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank: expected 0..", o.nnodes - 1, ", got ",
            o.node_rank);
   QK_CHECK(o.max_restarts >= 0, "--max-restarts: expected >= 0, got ", o.max_restarts);
@@ -155,17 +129,38 @@ int run_agent(const AgentOptions& in) {
   }
   qk::qccl::Store store(o.master_addr, static_cast<uint16_t>(port), o.token, o.rdzv_timeout_s);
 
-  for (int attempt = 0;; ++attempt) {
-    rendezvous(store, o, attempt);
-    if (g_signal) return 128 + g_signal;
+  RendezvousOptions ro;
+  ro.node_id = o.node_rank;
+  ro.min_nodes = o.min_nodes;
+  ro.max_nodes = o.nnodes;
+  ro.nproc_per_node = o.nproc_per_node;
+  ro.timeout_s = o.rdzv_timeout_s;
+  ro.last_call_s = o.rdzv_last_call_s;
+  ro.heartbeat_timeout_s = o.heartbeat_timeout_s;
+  Rendezvous rdzv(store, ro, interrupted);
+
+  int restarts = 0;                // failures restarted so far
+  std::vector<int> last_nodes;     // the previous attempt's nodes
+  for (int next = 0;; ) {
+    const std::optional<Membership> joined = rdzv.join(next);
+    if (!joined) return 128 + g_signal;
+    const Membership& m = *joined;
+    next = m.attempt + 1;
+    if (o.min_nodes < o.nnodes && m.nodes != last_nodes) {
+      const int world = static_cast<int>(m.nodes.size()) * o.nproc_per_node;
+      say(last_nodes.empty()
+              ? fmt::format("attempt {}: {} of {}..{} nodes ({}), world size {}", m.attempt, m.nodes.size(),
+                            o.min_nodes, o.nnodes, node_list(m.nodes), world)
+              : fmt::format("attempt {}: the nodes changed from {} to {} ({}): world size {} -> {}", m.attempt,
+                            last_nodes.size(), m.nodes.size(), node_list(m.nodes),
+                            static_cast<int>(last_nodes.size()) * o.nproc_per_node, world));
+    }
+    last_nodes = m.nodes;
     WorkerGroup group(o.tee_dir);
-    group.start(make_specs(o, port, o.token, attempt), attempt);
-    std::string failure;      // this attempt's first failure, anywhere
+    group.start(make_specs(o, m, port, o.token), m.attempt);
+    std::optional<Rendezvous::End> end;
     bool local_done = false;
-    auto next_check = Clock::now();
-    std::vector<std::string> done_keys;
-    for (int i = 0; i < o.nnodes; ++i) done_keys.push_back(key(attempt, fmt::format("done/{}", i)));
-    while (true) {
+    while (!end) {
       group.pump(100, g_sig_pipe[0]);
       if (g_signal) {
         int sig = g_signal;
@@ -175,8 +170,13 @@ int run_agent(const AgentOptions& in) {
         return 128 + sig;
       }
       if (const WorkerExit* f = group.first_failure()) {
-        failure = failure_text(*f, o, group.last_lines(f->local_rank));
-        if (!store.check({key(attempt, "failed")})) store.set(key(attempt, "failed"), failure);
+        const bool fatal = f->signal == 0 && f->code == kExitWorldSizeRefused;
+        std::string why = failure_text(*f, o, group.last_lines(f->local_rank));
+        if (fatal)
+          why += fmt::format("\nqk run: exit code {} means the job's layout does not fit {} ranks; not restarting",
+                             kExitWorldSizeRefused, m.nodes.size() * o.nproc_per_node);
+        rdzv.fail(m, why, fatal);
+        end = Rendezvous::End{why, true, fatal};
         break;
       }
       if (!local_done && group.all_succeeded()) {
@@ -186,12 +186,12 @@ int run_agent(const AgentOptions& in) {
           // node's last store operation must be setting its own: look for a
           // failure first, then set it and leave. (Checking after setting
           // raced node 0's exit: "connection reset by peer" under load.)
-          if (auto f = store.try_get(key(attempt, "failed"))) {
-            failure = *f;
+          if (auto f = rdzv.failure(m)) {
+            end = Rendezvous::End{*f, true, false};
             break;
           }
           try {
-            store.set(key(attempt, fmt::format("done/{}", o.node_rank)), "ok");
+            rdzv.set_done(m);
           } catch (const Error& e) {
             // Node 0 leaves only after seeing this key (the store kept it and
             // closed before its reply reached us), or it died, which its own
@@ -201,30 +201,35 @@ int run_agent(const AgentOptions& in) {
           group.stop(0);
           return 0;
         }
-        store.set(key(attempt, fmt::format("done/{}", o.node_rank)), "ok");
+        rdzv.set_done(m);
       }
-      if (Clock::now() >= next_check || local_done) {
-        next_check = Clock::now() + std::chrono::milliseconds(250);
-        if (auto f = store.try_get(key(attempt, "failed"))) {
-          failure = *f;
-          break;
-        }
-        // Node 0 keeps the store up until every node is done.
-        if (local_done && (o.node_rank != 0 || store.check(done_keys))) {
-          group.stop(0);
-          return 0;
-        }
+      // Node 0 keeps the store up until every node is done.
+      if (local_done && rdzv.all_done(m)) {
+        group.stop(0);
+        return 0;
       }
+      end = rdzv.watch(m);
     }
     group.stop(o.grace_s);
-    if (attempt < o.max_restarts) {
-      auto first_line = failure.substr(0, failure.find('\n'));
-      say(fmt::format("{}; restarting all workers (restart {} of {})", first_line, attempt + 1, o.max_restarts));
+    const std::string first_line = end->why.substr(0, end->why.find('\n'));
+    if (!end->failure) {
+      say(fmt::format("{}; restarting all workers (not counted against --max-restarts)", first_line));
       continue;
     }
-    say(fmt::format("error: {}", failure));
-    say(o.max_restarts ? fmt::format("gave up after {} restarts", o.max_restarts)
-                       : std::string("no restarts allowed (--max-restarts 0)"));
+    if (!end->fatal && restarts < o.max_restarts) {
+      ++restarts;
+      say(fmt::format("{}; restarting all workers (restart {} of {})", first_line, restarts, o.max_restarts));
+      continue;
+    }
+    try {
+      rdzv.leave(m);
+    } catch (const Error& e) {
+      QK_DEBUG("node {}: could not say it leaves: {}", o.node_rank, e.what());
+    }
+    say(fmt::format("error: {}", end->why));
+    if (!end->fatal)
+      say(o.max_restarts ? fmt::format("gave up after {} restarts", o.max_restarts)
+                         : std::string("no restarts allowed (--max-restarts 0)"));
     return 1;
   }
 }

@@ -155,7 +155,7 @@ RankLayout RankLayout::make(int world_size, const ParallelSizes& s) {
   QK_CHECK(cp == 1, "--context-parallel-size ", cp,
            ": context parallelism is not implemented here; run with --context-parallel-size 1");
   const int64_t model = static_cast<int64_t>(tp) * pp * cp;
-  QK_CHECK(world_size % model == 0, "the world size (", world_size,
+  QK_CHECK_AS(WorldSizeError, world_size % model == 0, "the world size (", world_size,
            ") is not divisible by --tensor-model-parallel-size (", tp, ") x --pipeline-model-parallel-size (", pp,
            ") x --context-parallel-size (", cp, ") = ", model, "; change the sizes or the number of ranks");
   RankLayout l;
@@ -165,7 +165,7 @@ RankLayout RankLayout::make(int world_size, const ParallelSizes& s) {
   l.sizes_.expert_tensor_parallel_size = etp;
   l.data_parallel_size_ = static_cast<int>(world_size / model);
   const int64_t expert_model = static_cast<int64_t>(etp) * ep * pp;
-  QK_CHECK(world_size % expert_model == 0, "the world size (", world_size,
+  QK_CHECK_AS(WorldSizeError, world_size % expert_model == 0, "the world size (", world_size,
            ") is not divisible by --expert-tensor-parallel-size (", etp, ") x --expert-model-parallel-size (", ep,
            ") x --pipeline-model-parallel-size (", pp, ") = ", expert_model,
            "; change the sizes or the number of ranks");

@@ -444,7 +444,7 @@ void Cifar10Training::initialize() {
   }
   s.batch_size = o.batch_size;
   if (o.global_batch_size > 0) {
-    QK_CHECK_AS(ValueError, o.global_batch_size % s.rt.world == 0, "--global-batch-size ", o.global_batch_size,
+    QK_CHECK_AS(WorldSizeError, o.global_batch_size % s.rt.world == 0, "--global-batch-size ", o.global_batch_size,
                 " is not divisible by the ", s.rt.world, " ranks of this job: use a multiple of ", s.rt.world,
                 " (each rank takes global / ranks images per step)");
     s.batch_size = o.global_batch_size / s.rt.world;

@@ -35,7 +35,7 @@ void validate_parallel_layout(MegatronArgs& a, const MegatronArgsOptions& o) {
   positive(a.context_parallel_size, "--context-parallel-size");
   positive(a.expert_model_parallel_size, "--expert-model-parallel-size");
   const int64_t model = a.tensor_model_parallel_size * a.pipeline_model_parallel_size * a.context_parallel_size;
-  QK_CHECK(a.world_size % model == 0, "world size (", a.world_size,
+  QK_CHECK_AS(WorldSizeError, a.world_size % model == 0, "world size (", a.world_size,
            ") is not divisible by --tensor-model-parallel-size (", a.tensor_model_parallel_size,
            ") x --pipeline-model-parallel-size (", a.pipeline_model_parallel_size, ") x --context-parallel-size (",
            a.context_parallel_size, ") = ", model);
@@ -49,7 +49,7 @@ void validate_batch(MegatronArgs& a) {
   if (!a.global_batch_size) a.global_batch_size = *a.micro_batch_size * a.data_parallel_size;
   positive(*a.global_batch_size, "--global-batch-size");
   const int64_t per_step = *a.micro_batch_size * a.data_parallel_size;
-  QK_CHECK(*a.global_batch_size % per_step == 0, "--global-batch-size (", *a.global_batch_size,
+  QK_CHECK_AS(WorldSizeError, *a.global_batch_size % per_step == 0, "--global-batch-size (", *a.global_batch_size,
            ") must be divisible by --micro-batch-size (", *a.micro_batch_size, ") x data-parallel size (",
            a.data_parallel_size, ") = ", per_step, "; the data-parallel size is the world size (", a.world_size,
            ") / (tensor x pipeline x context parallel sizes)");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -107,6 +108,14 @@ TEST(Run, BadUsageIsAClearError) {
   r = run_qk("run --nnodes 2 --node-rank 1 -- true", "QK_STORE_TOKEN=");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("QK_STORE_TOKEN"), std::string::npos) << r.output;
+  for (const char* bad : {"3:2", "0:2", "a:2", "2:"}) {
+    r = run_qk(std::string("run --nnodes ") + bad + " -- true");
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_NE(r.output.find("--nnodes"), std::string::npos) << bad << "\n" << r.output;
+  }
+  r = run_qk("run --heartbeat-timeout 1 -- true");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--heartbeat-timeout: expected >= 2 seconds"), std::string::npos) << r.output;
   r = run_qk("run --nproc-per-node 1 -- /nonexistent/program");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("cannot execute '/nonexistent/program'"), std::string::npos) << r.output;
@@ -212,6 +221,98 @@ TEST(Run, AFailureOnOneNodeRestartsBoth) {
   EXPECT_NE(node0.output.find("rank 1 (local rank 0 on node 1"), std::string::npos) << node0.output;
   EXPECT_NE(node0.output.find("[rank0]: ok restart=1"), std::string::npos) << node0.output;
   EXPECT_NE(node1.output.find("[rank1]: ok restart=1"), std::string::npos) << node1.output;
+}
+
+// Elastic jobs (--nnodes 1:2), two agents of one worker each.
+// Node 1's worker fails and its agent gives up (--max-restarts 0): node 0
+// goes on alone at once (node 1 said it left), WORLD_SIZE 1.
+TEST(Run, AnElasticJobGoesOnWithoutANodeThatGaveUp) {
+  std::string port = std::to_string(free_port());
+  std::string common = "run --nnodes 1:2 --master-port " + port + " --rdzv-timeout 20 --grace 1 ";
+  std::string cmd = " -- sh -c 'echo rank=$RANK world=$WORLD_SIZE attempt=$QK_RESTART_COUNT; "
+                    "if [ $RANK = 1 ]; then exit 4; fi; if [ $WORLD_SIZE = 2 ]; then sleep 30; fi'";
+  qk::test::RunResult node1;
+  std::thread t([&] { node1 = run_qk(common + "--node-rank 1 --max-restarts 0" + cmd, "QK_STORE_TOKEN=e1"); });
+  const auto start = std::chrono::steady_clock::now();
+  auto node0 = run_qk(common + "--node-rank 0 --max-restarts 1" + cmd, "QK_STORE_TOKEN=e1");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  t.join();
+  EXPECT_EQ(node0.exit_code, 0) << node0.output;
+  EXPECT_EQ(node1.exit_code, 1) << node1.output;
+  EXPECT_NE(node0.output.find("[rank0]: rank=0 world=2 attempt=0"), std::string::npos) << node0.output;
+  EXPECT_NE(node0.output.find("exited with code 4; restarting all workers (restart 1 of 1)"), std::string::npos)
+      << node0.output;
+  EXPECT_NE(node0.output.find("attempt 1: the nodes changed from 2 to 1 (0): world size 2 -> 1"), std::string::npos)
+      << node0.output;
+  EXPECT_NE(node0.output.find("[rank0]: rank=0 world=1 attempt=1"), std::string::npos) << node0.output;
+  EXPECT_NE(node1.output.find("no restarts allowed"), std::string::npos) << node1.output;
+  // Not the 20 s rendezvous deadline, nor the 15 s heartbeat timeout: node 1 said it left.
+  EXPECT_LT(seconds, 12) << node0.output;
+}
+
+// Node 1's agent is SIGKILLed (a node that vanishes): node 0 takes it as
+// lost after --heartbeat-timeout and goes on alone.
+TEST(Run, AnElasticJobGoesOnWhenANodesHeartbeatsStop) {
+  std::string port = std::to_string(free_port());
+  auto dir = temp_dir("heartbeat");
+  std::string common = "run --nnodes 1:2 --master-port " + port + " --rdzv-timeout 20 --grace 1 ";
+  pid_t node1 = ::fork();
+  ASSERT_GE(node1, 0);
+  if (node1 == 0) {
+    std::string log = (dir / "node1.txt").string();
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    (void)f;
+    ::dup2(1, 2);
+    ::setenv("QK_STORE_TOKEN", "e2", 1);
+    ::execl(QK_BIN, QK_BIN, "run", "--nnodes", "1:2", "--node-rank", "1", "--master-port", port.c_str(), "--",
+            "sh", "-c", ("echo started > " + (dir / "w1").string() + "; exec sleep 60").c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  std::thread killer([&] {
+    for (int tries = 0; tries < 1000 && read_file(dir / "w1").empty(); ++tries)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ::kill(node1, SIGKILL);  // its worker dies with it (PR_SET_PDEATHSIG)
+  });
+  auto node0 = run_qk(common + "--node-rank 0 --max-restarts 1 --heartbeat-timeout 3 -- sh -c "
+                      "'echo world=$WORLD_SIZE; if [ $WORLD_SIZE = 2 ]; then sleep 60; fi'",
+                      "QK_STORE_TOKEN=e2");
+  killer.join();
+  int st = 0;
+  ::waitpid(node1, &st, 0);
+  EXPECT_EQ(node0.exit_code, 0) << node0.output;
+  EXPECT_NE(node0.output.find("node 1 sent no heartbeat for 3 s (--heartbeat-timeout): taking it as lost"),
+            std::string::npos)
+      << node0.output;
+  EXPECT_NE(node0.output.find("[rank0]: world=1"), std::string::npos) << node0.output;
+  fs::remove_all(dir);
+}
+
+// Node 0 starts alone (1 of 1..2 after the 1 s last call); node 1 arrives
+// later and the job regroups on both, which is no restart.
+TEST(Run, AnElasticJobTakesInANodeThatJoinsLater) {
+  std::string port = std::to_string(free_port());
+  auto dir = temp_dir("grow");
+  std::string common = "run --nnodes 1:2 --master-port " + port + " --rdzv-timeout 20 --grace 1 --max-restarts 0 ";
+  std::string cmd = " -- sh -c 'echo world=$WORLD_SIZE attempt=$QK_RESTART_COUNT; touch " + (dir / "w").string() +
+                    "$RANK$WORLD_SIZE; if [ $WORLD_SIZE = 1 ]; then sleep 60; fi'";
+  auto node0_future = std::async(std::launch::async, [&] {
+    return run_qk(common + "--node-rank 0 --rdzv-last-call 1" + cmd, "QK_STORE_TOKEN=e3");
+  });
+  for (int tries = 0; tries < 1000 && !fs::exists(dir / "w01"); ++tries)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(fs::exists(dir / "w01"));
+  auto node1 = run_qk(common + "--node-rank 1" + cmd, "QK_STORE_TOKEN=e3");
+  auto node0 = node0_future.get();
+  EXPECT_EQ(node0.exit_code, 0) << node0.output;
+  EXPECT_EQ(node1.exit_code, 0) << node1.output;
+  EXPECT_NE(node0.output.find("attempt 0: 1 of 1..2 nodes (0), world size 1"), std::string::npos) << node0.output;
+  EXPECT_NE(node0.output.find("a node is waiting to join; regrouping (1 of at most 2 nodes now); restarting all "
+                              "workers (not counted against --max-restarts)"),
+            std::string::npos)
+      << node0.output;
+  EXPECT_NE(node0.output.find("[rank0]: world=2 attempt=1"), std::string::npos) << node0.output;
+  EXPECT_NE(node1.output.find("[rank1]: world=2 attempt=1"), std::string::npos) << node1.output;
+  fs::remove_all(dir);
 }
 
 }  // namespace

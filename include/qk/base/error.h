@@ -32,6 +32,12 @@ class Error : public std::runtime_error {
 
 // Wrong values: shapes, ranges, flags.
 class ValueError : public Error { using Error::Error; };
+// A job's layout (parallel or batch sizes) does not fit its number of ranks,
+// e.g. after an elastic restart on fewer nodes. qk exits with
+// kExitWorldSizeRefused for it, and `qk run` ends the job instead of
+// restarting it into the same refusal.
+class WorldSizeError : public ValueError { using ValueError::ValueError; };
+inline constexpr int kExitWorldSizeRefused = 78;  // sysexits.h's EX_CONFIG
 // Wrong dtype for an operation.
 class TypeError : public Error { using Error::Error; };
 // Tensors on different devices, or an unavailable device.
