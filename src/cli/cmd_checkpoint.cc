@@ -1,4 +1,9 @@
 // `qk checkpoint export`: write a model in another checkpoint format.
+// `qk checkpoint verify`: check every checkpoint of a folder against its
+// manifest (sizes, XXH3 checksums), as a resume would.
+//
+//   qk checkpoint verify runs/gpt/               # a --save folder (iter_*)
+//   qk checkpoint verify runs/cifar10/checkpoints   # qk train's (step-*)
 //
 //   qk checkpoint export --format hf --load ckpt --out hf/          # a qk pretrain-gpt --save folder
 //   qk checkpoint export --format hf --load gpt2/ --out gpt2-bf16/ --dtype bf16
@@ -16,6 +21,7 @@
 #include <memory>
 
 #include "command.h"
+#include "qk/base/checkpoint_dir.h"
 #include "qk/base/error.h"
 #include "qk/base/timer.h"
 #include "qk/transformer/hf_checkpoint.h"
@@ -77,6 +83,39 @@ void run_export(const ExportCli& c) {
                  : fmt::format("; tokenizer: {}", fmt::join(tokenizer_files, ", ")));
 }
 
+// One line per checkpoint, oldest first, and leftovers of writes that died;
+// exits 1 when one is corrupt or there is none.
+void run_verify(const std::vector<std::string>& roots) {
+  namespace fs = std::filesystem;
+  int bad = 0;
+  for (const std::string& root : roots) {
+    QK_CHECK_AS(IoError, fs::is_directory(root), "qk checkpoint verify: '", root, "' is not a folder");
+    const CheckpointDir dir(root);
+    const std::vector<std::string> names = dir.list();
+    if (names.empty()) {
+      fmt::print("{}: no checkpoints (folders with a manifest.json)\n", root);
+      ++bad;
+    }
+    for (const std::string& name : names) {
+      try {
+        const CheckpointInfo c = dir.verify(name);
+        int64_t bytes = 0, files = 0;
+        for (const auto& f : fs::directory_iterator(c.path))
+          if (f.is_regular_file()) bytes += static_cast<int64_t>(f.file_size()), ++files;
+        fmt::print("{}/{}: ok ({} files, {:.1f} MB)\n", root, name, files, bytes / 1e6);
+      } catch (const IoError& e) {
+        fmt::print("{}/{}: CORRUPT: {}\n", root, name, e.message());
+        ++bad;
+      }
+    }
+    for (const auto& f : fs::directory_iterator(root))
+      if (f.is_directory() && f.path().filename().string().rfind(".tmp-", 0) == 0)
+        fmt::print("{}: an unfinished write (a writer died; never read, removed by the next save)\n",
+                   f.path().string());
+  }
+  if (bad) exit_with(1);
+}
+
 void setup_checkpoint(CLI::App& app) {
   app.require_subcommand(1);
   CLI::App* e = app.add_subcommand("export", "Write a model as a Hugging Face folder (config.json + safetensors)");
@@ -95,10 +134,16 @@ void setup_checkpoint(CLI::App& app) {
                 "Split the weights into shards of at most this size (e.g. 5GB; 0: one model.safetensors)")
       ->capture_default_str();
   e->callback([c] { run_export(*c); });
+
+  CLI::App* v = app.add_subcommand("verify", "Check every checkpoint in folders against their manifests");
+  auto roots = std::make_shared<std::vector<std::string>>();
+  v->add_option("folders", *roots, "Checkpoint folders: a qk pretrain-gpt --save folder, qk train's checkpoints/")
+      ->required();
+  v->callback([roots] { run_verify(*roots); });
 }
 
 }  // namespace
 
-QK_REGISTER_COMMAND(checkpoint, "Convert model checkpoints (export --format hf)", setup_checkpoint);
+QK_REGISTER_COMMAND(checkpoint, "Convert model checkpoints (export --format hf) or verify them", setup_checkpoint);
 
 }  // namespace qk::cli

@@ -163,6 +163,13 @@ TEST(TrainResume, CorruptNewestCheckpointIsSkipped) {
   std::string bytes = qk::read_file(model);
   bytes[bytes.size() / 2] ^= 0x10;
   std::ofstream(model, std::ios::binary | std::ios::trunc) << bytes;
+  // qk checkpoint verify finds it (and only it), and says so in its exit status.
+  const auto verify = run_qk("checkpoint verify " + out + "/checkpoints");
+  EXPECT_EQ(verify.exit_code, 1) << verify.output;
+  EXPECT_NE(verify.output.find("/step-0000000018: CORRUPT: "), std::string::npos) << verify.output;
+  EXPECT_NE(verify.output.find("model.safetensors fails its checksum"), std::string::npos) << verify.output;
+  EXPECT_NE(verify.output.find("/step-0000000016: ok ("), std::string::npos) << verify.output;
+  EXPECT_EQ(count(verify.output, ": ok ("), 2) << verify.output;
   const auto resumed = run_qk(ddp_job(out, 0));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("skipping checkpoint step-0000000018"), std::string::npos) << resumed.output;
@@ -172,6 +179,10 @@ TEST(TrainResume, CorruptNewestCheckpointIsSkipped) {
             std::string::npos)
       << resumed.output;
   expect_reference_weights(out, resumed.output);
+  const auto clean = run_qk("checkpoint verify " + out + "/checkpoints");
+  EXPECT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_EQ(clean.output.find("CORRUPT"), std::string::npos) << clean.output;
+  EXPECT_EQ(run_qk("checkpoint verify " + out).exit_code, 1);  // the run's folder holds no checkpoints itself
 }
 
 // The pids of this job's `qk train` workers (found by their unique --out).
