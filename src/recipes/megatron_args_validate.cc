@@ -49,10 +49,17 @@ void validate_batch(MegatronArgs& a) {
   if (!a.global_batch_size) a.global_batch_size = *a.micro_batch_size * a.data_parallel_size;
   positive(*a.global_batch_size, "--global-batch-size");
   const int64_t per_step = *a.micro_batch_size * a.data_parallel_size;
-  QK_CHECK_AS(WorldSizeError, *a.global_batch_size % per_step == 0, "--global-batch-size (", *a.global_batch_size,
-           ") must be divisible by --micro-batch-size (", *a.micro_batch_size, ") x data-parallel size (",
-           a.data_parallel_size, ") = ", per_step, "; the data-parallel size is the world size (", a.world_size,
-           ") / (tensor x pipeline x context parallel sizes)");
+  if (*a.global_batch_size % per_step != 0) {
+    const std::string why = ::qk::detail::str_cat(
+        "--global-batch-size (", *a.global_batch_size, ") must be divisible by --micro-batch-size (",
+        *a.micro_batch_size, ") x data-parallel size (", a.data_parallel_size, ") = ", per_step,
+        "; the data-parallel size is the world size (", a.world_size,
+        ") / (tensor x pipeline x context parallel sizes)");
+    // Divisible by the micro-batch but not by the data-parallel ranks: this
+    // world size is what does not fit (qk run then ends the job).
+    if (*a.global_batch_size % *a.micro_batch_size == 0) QK_THROW(WorldSizeError, why);
+    QK_THROW(ValueError, why);
+  }
   if (a.rampup_batch_size) {
     QK_CHECK(a.rampup_batch_size->size() == 3,
              "--rampup-batch-size expects 3 values: <start batch size> <increment> <ramp-up samples>, got ",

@@ -185,6 +185,22 @@ TEST(TrainResume, CorruptNewestCheckpointIsSkipped) {
   EXPECT_EQ(run_qk("checkpoint verify " + out).exit_code, 1);  // the run's folder holds no checkpoints itself
 }
 
+// Elastic shrink: a 2-rank job stops at step 20 (its newest checkpoint is
+// step 18); one rank takes it over with the same --global-batch-size (32 per
+// rank now) and finishes the remaining 14 steps from epoch 2's 3rd batch.
+TEST(TrainResume, ATwoRankCheckpointContinuesOnOneRankWithTheGlobalBatch) {
+  const std::string out = fresh_dir("shrink");
+  const auto first = run_qk(ddp_job(out, 0), "QK_FAULT_KILL=step:1:20");
+  EXPECT_NE(first.exit_code, 0) << first.output;
+  ASSERT_EQ(qk::CheckpointDir(out + "/checkpoints").list().back(), "step-0000000018") << first.output;
+  const auto one = run_qk(train_args(out));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("step-0000000018: 1 epochs done and 2 batches of epoch 2"), std::string::npos)
+      << one.output;
+  EXPECT_NE(one.output.find("batch 32,"), std::string::npos) << one.output;
+  EXPECT_EQ(qk::CheckpointDir(out + "/checkpoints").list().back(), "step-0000000032") << one.output;
+}
+
 // The pids of this job's `qk train` workers (found by their unique --out).
 std::vector<pid_t> workers_of(const std::string& out) {
   std::vector<pid_t> pids;

@@ -67,6 +67,21 @@ TEST(MegatronArgsValidate, GlobalBatchAgainstMicroBatchAndDataParallelSize) {
   QK_EXPECT_PARSE_ERROR(practice() + Argv{"--micro-batch-size", "0"}, "--micro-batch-size must be positive, got 0");
 }
 
+// What the world size breaks is a WorldSizeError (qk exits 78 and qk run
+// ends the job rather than restart into it); what it cannot fix is not.
+TEST(MegatronArgsValidate, SizesTheWorldSizeBreaksAreWorldSizeErrors) {
+  EXPECT_THROW(recipes::parse_megatron_args(practice() + Argv{"--global-batch-size", "12"}, options(2)),
+               WorldSizeError);  // 12 = 3 micro-batches of 4: 2 ranks cannot share them
+  EXPECT_THROW(validated(practice() + Argv{"--tensor-model-parallel-size", "2"}, 3), WorldSizeError);
+  try {
+    recipes::parse_megatron_args(practice() + Argv{"--global-batch-size", "6"}, options(1));
+    ADD_FAILURE() << "6 is not a multiple of the micro-batch 4";
+  } catch (const WorldSizeError&) {
+    ADD_FAILURE() << "no world size fixes a global batch that is not a multiple of the micro-batch";
+  } catch (const ValueError&) {
+  }
+}
+
 // Tensor-parallel sizes that do not split the model: errors naming both flags.
 TEST(MegatronArgsValidate, TensorParallelSizesThatDoNotSplitNameTheFlags) {
   EXPECT_EQ(validate_error(practice() + Argv{"--tensor-model-parallel-size", "3"}, 3),
