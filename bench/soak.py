@@ -174,7 +174,9 @@ def main():
         c = subprocess.run(run + ["--"] + [qk] + gpt_args(cal, 40, 10 ** 9), capture_output=True, text=True, env=env)
         if c.returncode:
             sys.exit("calibration failed:\n" + c.stdout[-3000:] + c.stderr[-3000:])
-        per_step = (time.monotonic() - t0) / 40
+        # The steps' own times (the wall would count start-up as training).
+        times = [float(x) for x in re.findall(r"elapsed time per iteration \(ms\): ([0-9.]+)", c.stdout)][10:]
+        per_step = sum(times) / len(times) / 1000 if times else (time.monotonic() - t0) / 40
         iters = max(100, int(a.minutes * 60 / per_step))
         interval = max(20, iters // 60)
         make = lambda d: gpt_args(d, iters, interval)
@@ -186,7 +188,8 @@ def main():
         c = subprocess.run(run + ["--", qk] + cifar_args(cal, data, 1, 0), capture_output=True, text=True, env=env)
         if c.returncode:
             sys.exit("calibration failed:\n" + c.stdout[-3000:] + c.stderr[-3000:])
-        per_epoch = time.monotonic() - t0
+        m = re.search(r"Epoch 1/1 .* time ([0-9.]+)(ms|s) ", c.stdout)
+        per_epoch = (float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)) if m else time.monotonic() - t0
         epochs = max(2, int(a.minutes * 60 / per_epoch))
         make = lambda d: cifar_args(d, data, epochs, 100)
         step_re, unit = STEP_CIFAR, epochs
@@ -248,7 +251,7 @@ def main():
         bad_samples = []
 
     rec = [e["recovery_s"] for e in events if e.get("recovery_s") is not None and not e["kind"].startswith("SIGSTOP")]
-    report = [f"# soak: {a.workload}, {a.minutes:g} min of faults (mean gap {a.mean_gap:g} s, seed {a.seed})", "",
+    report = [f"# soak: {a.workload}, faults for up to {a.minutes:g} min (mean gap {a.mean_gap:g} s, seed {a.seed})", "",
               f"- job exit code {code}; {len(events)} faults; {unit} {'iterations' if a.workload == 'gpt' else 'epochs'}",
               f"- final state equals the uninterrupted run's bit for bit: {'yes' if identical else 'NO'}",
               f"- corrupt checkpoints seen: {len(problems)}" + ("" if not problems else ": " + "; ".join(problems[:5])),
