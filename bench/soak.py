@@ -222,12 +222,10 @@ def main():
     if a.workload == "gpt":
         last = f"iter_{unit:010d}"
         files = [f"{last}/model.safetensors", f"{last}/optim.safetensors"]
-        got_root, want_root = soak_dir, ref_dir
     else:
         files = ["checkpoints/latest.safetensors"]
-        got_root, want_root = soak_dir, ref_dir
-    identical = all(os.path.exists(os.path.join(got_root, f)) and
-                    open(os.path.join(got_root, f), "rb").read() == open(os.path.join(want_root, f), "rb").read()
+    identical = all(os.path.exists(os.path.join(soak_dir, f)) and
+                    open(os.path.join(soak_dir, f), "rb").read() == open(os.path.join(ref_dir, f), "rb").read()
                     for f in files)
 
     # Every iteration / epoch logged, in order, none missing.

@@ -125,13 +125,7 @@ std::vector<int> Rendezvous::decide(int attempt) {
         for (int id : last_->nodes) {
           if (std::find(present.begin(), present.end(), id) != present.end()) continue;
           if (store_.check({key(last_->attempt, fmt::format("left/{}", id))})) continue;
-          auto it = beats_seen_.find(id);
-          if (auto v = store_.try_get(key(last_->attempt, fmt::format("beat/{}", id)))) {
-            if (it == beats_seen_.end() || it->second.value != *v) beats_seen_[id] = {*v, Clock::now()};
-          }
-          it = beats_seen_.find(id);
-          const Clock::time_point since = it == beats_seen_.end() ? attempt_started_ : it->second.at;
-          if (seconds_since(since) < o_.heartbeat_timeout_s) waiting = true;
+          if (silent_for(last_->attempt, id) < o_.heartbeat_timeout_s) waiting = true;
         }
         if (!waiting) return present;
       } else if (seconds_since(*min_reached) >= o_.last_call_s) {
@@ -143,6 +137,10 @@ std::vector<int> Rendezvous::decide(int attempt) {
       for (int id = 0; id < o_.max_nodes; ++id)
         if (std::find(present.begin(), present.end(), id) == present.end()) absent.push_back(id);
       const std::string missing = fmt::format("{}", fmt::join(absent, ", "));
+      if (n >= o_.min_nodes)  // enough nodes, but one of the last attempt's still beats and never came back
+        QK_THROW(TimeoutError, "rendezvous (attempt ", attempt, ") at ", store_.address(), " timed out after ",
+                 o_.timeout_s, " s waiting for node(s) of the attempt before that still send heartbeats but did "
+                 "not rejoin (of ", missing, "); their agents are alive but stuck: stop them, or let them rejoin");
       const std::string need =
           o_.min_nodes == o_.max_nodes ? std::to_string(o_.max_nodes)
                                        : fmt::format("at least {} (--nnodes {}:{})", o_.min_nodes, o_.min_nodes,
@@ -155,6 +153,14 @@ std::vector<int> Rendezvous::decide(int attempt) {
     }
     std::this_thread::sleep_for(kPoll);
   }
+}
+
+double Rendezvous::silent_for(int attempt, int id) {
+  auto v = store_.try_get(key(attempt, fmt::format("beat/{}", id)));
+  auto it = beats_seen_.find(id);
+  if (v && (it == beats_seen_.end() || it->second.value != *v))
+    it = beats_seen_.insert_or_assign(id, Seen{*v, Clock::now()}).first;
+  return seconds_since(it == beats_seen_.end() ? attempt_started_ : it->second.at);
 }
 
 Membership Rendezvous::read_members(int attempt) {
@@ -235,18 +241,11 @@ std::optional<Rendezvous::End> Rendezvous::watch(const Membership& m) {
   }
   for (int id : m.nodes) {
     if (id == 0) continue;
-    auto it = beats_seen_.find(id);
-    if (auto v = store_.try_get(key(m.attempt, fmt::format("beat/{}", id)))) {
-      if (it == beats_seen_.end() || it->second.value != *v) {
-        beats_seen_[id] = {*v, Clock::now()};
-        continue;
-      }
-    }
-    const Clock::time_point since = it == beats_seen_.end() ? attempt_started_ : it->second.at;
-    if (seconds_since(since) > o_.heartbeat_timeout_s) {
+    const double silent = silent_for(m.attempt, id);
+    if (silent > o_.heartbeat_timeout_s) {
       const std::string why = fmt::format("node {} sent no heartbeat for {:.0f} s (--heartbeat-timeout): taking it "
                                           "as lost",
-                                          id, seconds_since(since));
+                                          id, silent);
       fail(m, why, false);
       return End{why, true, false};
     }

@@ -80,6 +80,9 @@ class Rendezvous {
   void announce(int attempt);
   std::vector<int> decide(int attempt);  // node 0
   Membership read_members(int attempt);
+  // Node 0: seconds since node `id`'s heartbeat counter of `attempt` last
+  // changed (since this attempt began when none was seen).
+  double silent_for(int attempt, int id);
   // False when interrupted; TimeoutError saying `what` at the deadline.
   bool wait_for(const std::string& key, Clock::time_point deadline, const std::string& what);
 
