@@ -7,7 +7,14 @@
 //
 // TFLOP/s counts the causal half: forward 4*B*H*T*T*D/2, forward+backward
 // 3.5x that (PyTorch's convention in the peer). Run by scripts/device-check.sh.
+// First it checks the GPU's out, dq, dk and dv at the trainer's sequence
+// length (T 1024, head dims 64 and 128, grouped-query heads) against the
+// CPU's kernel on the same bf16 inputs, and fails if they differ by more
+// than bf16 rounding explains (the op harness checks short sequences).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "qk/base/error.h"
 #include "qk/tensor/cuda.h"
@@ -33,6 +40,33 @@ double mean_ms(F f, int iters) {
   return start.elapsed_ms(stop) / iters;
 }
 
+// max |gpu - cpu| / max |cpu| over the four results of one shape.
+double relative_error(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t D) {
+  const qk::Device gpu("cuda:0");
+  qk::Generator g(7);
+  auto rand = [&](int64_t H) { return qk::ops::cast(qk::randn({B, T, H, D}, {}, g), qk::DType::bf16); };
+  const qk::Tensor q = rand(Hq), k = rand(Hkv), v = rand(Hkv), dout = rand(Hq);
+  const qk::ops::FlashAttentionParams p;  // causal
+  auto run = [&](const qk::Device& d) {
+    const qk::Tensor qd = qk::ops::to_device(q, d), kd = qk::ops::to_device(k, d), vd = qk::ops::to_device(v, d);
+    const qk::ops::FlashAttentionResult r = qk::ops::flash_attention(qd, kd, vd, p);
+    auto [dq, dk, dv] = qk::ops::flash_attention_backward(qk::ops::to_device(dout, d), qd, kd, vd, r.out, r.lse, p);
+    return std::vector<qk::Tensor>{r.out, dq, dk, dv};
+  };
+  const std::vector<qk::Tensor> want = run(qk::Device("cpu")), got = run(gpu);
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::vector<float> w = want[i].to_vector<float>(), h = got[i].to_vector<float>();
+    double diff = 0, scale = 0;
+    for (size_t j = 0; j < w.size(); ++j) {
+      diff = std::max(diff, static_cast<double>(std::fabs(w[j] - h[j])));
+      scale = std::max(scale, static_cast<double>(std::fabs(w[j])));
+    }
+    worst = std::max(worst, scale > 0 ? diff / scale : diff);
+  }
+  return worst;
+}
+
 }  // namespace
 
 int main() {
@@ -41,6 +75,18 @@ int main() {
     return 1;
   }
   try {
+    bool wrong = false;
+    for (const int64_t D : {int64_t{64}, int64_t{128}}) {
+      const double e = relative_error(1, 4, 2, 1024, D);
+      std::printf("{\"check\": \"out, dq, dk, dv against the CPU\", \"B\": 1, \"Hq\": 4, \"Hkv\": 2, \"T\": 1024, "
+                  "\"D\": %lld, \"max_relative_error\": %.2e}\n",
+                  static_cast<long long>(D), e);
+      wrong = wrong || !(e < 2e-2);
+    }
+    if (wrong) {
+      std::fprintf(stderr, "cuda_attention: the GPU's attention differs from the CPU's by more than bf16 rounding\n");
+      return 1;
+    }
     const qk::Device gpu("cuda:0");
     for (const Shape s : {Shape{4, 8, 1024, 64}, Shape{16, 12, 1024, 64}, Shape{16, 8, 1024, 64},
                           Shape{4, 16, 4096, 128}}) {

@@ -119,6 +119,12 @@ void attentions(std::vector<Case>& out, Values& v) {
       // More than one 64-row block of queries and keys, ragged at the end.
       {1, 130, 130, 2, 1, 64, 64, true},
       {1, 130, 70, 2, 2, 32, 32, false, 0.1},
+      // The CUDA tensor-core kernels' heads (16-bit, D = Dv of 32, 64, 128):
+      // grouped, fused, transposed, ragged tiles, queries that see no key.
+      {1, 100, 150, 4, 2, 128, 128, true},
+      {2, 70, 70, 4, 2, 64, 64, true, 0, true},
+      {1, 150, 90, 2, 1, 64, 64, true, 0.1},
+      {1, 65, 65, 2, 2, 32, 32, false, 0, false, Layout::transposed},
   };
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
     Gen g = [&v, t](const Shape& s) { return v.uniform(s, t, -1, 1); };

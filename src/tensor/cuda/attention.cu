@@ -11,8 +11,9 @@
 // recomputes the probabilities from lse, as FlashAttention does, in two
 // passes with no atomics (repeatable sums): dq per query row, then dk and dv
 // per key row summing over the query heads of its group and the queries
-// that see it. Correct first: no tensor cores, K and V re-read per query row
-// (cached in L2); a tiled tensor-core kernel is the next step (docs/cuda.md).
+// that see it. No tensor cores, K and V re-read per query row (cached in
+// L2): the kernel for f32 and for the heads and layouts the tensor-core
+// kernel (attention_tiled.cu) does not take.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -21,7 +22,7 @@
 #include "attention_kernels.h"
 #include "cuda_check.h"
 #include "dtypes.cuh"
-#include "philox.cuh"
+#include "attention_common.cuh"
 
 namespace qk::cuda {
 
@@ -36,32 +37,6 @@ __device__ __forceinline__ float warp_max(float v) {
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
-}
-
-__device__ __forceinline__ int64_t q_offset(const AttentionShape& a, int64_t b, int64_t t, int64_t h) {
-  return b * a.q_sb + t * a.q_st + h / a.q_group * a.q_sh + h % a.q_group * a.q_sg;
-}
-// Row starts of the contiguous outputs: dq in q's shape (the grouped form's
-// head hk * G + g is head h of [B, T, Hq, D] too), dk and dv [B, S, Hkv, *].
-__device__ __forceinline__ int64_t row_major_q(const AttentionShape& a, int64_t b, int64_t t, int64_t h) {
-  return ((b * a.T + t) * a.Hq + h) * a.D;
-}
-__device__ __forceinline__ int64_t row_kv(const AttentionShape& a, int64_t b, int64_t s, int64_t hk) {
-  return (b * a.S + s) * a.Hkv + hk;
-}
-__device__ __forceinline__ int64_t kv_head(const AttentionShape& a, int64_t h) { return h / (a.Hq / a.Hkv); }
-// Keys [0, kv_end) are visible to query t.
-__device__ __forceinline__ int64_t kv_end(const AttentionShape& a, int64_t t) {
-  if (!a.causal) return a.S;
-  const int64_t e = t + (a.S - a.T) + 1;
-  return e < 0 ? 0 : (e > a.S ? a.S : e);
-}
-// The dropout factor of probability (b, h, t, s): 0 or keep_scale.
-__device__ __forceinline__ float dropout_factor(const AttentionShape& a, int64_t b, int64_t h, int64_t t, int64_t s) {
-  if (!a.dropout_on) return 1.0f;
-  const uint64_t row = static_cast<uint64_t>((b * a.Hq + h) * a.T + t);
-  const uint64_t counter = a.offset + row * static_cast<uint64_t>((a.S + 3) / 4) + static_cast<uint64_t>(s / 4);
-  return philox_keep(a.seed, counter, static_cast<int>(s % 4), a.keep_below) ? a.keep_scale : 0.0f;
 }
 
 template <typename T>
@@ -284,6 +259,20 @@ void launch_attention_forward(const AttentionShape& a, int dtype, const void* q,
   });
 }
 
+void launch_attention_delta(const AttentionShape& a, int dtype, const void* dout, const void* out, float* delta,
+                            cudaStream_t stream) {
+  const int64_t rows = a.B * a.Hq * a.T;
+  if (rows == 0) return;
+  dispatch_floating(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      attention_delta<T><<<blocks_for(rows), kWarpsPerBlock * kWarp, 0, stream>>>(
+          a, static_cast<const T*>(dout), static_cast<const T*>(out), delta);
+      QK_CUDA_CHECK(cudaGetLastError());
+    }
+  });
+}
+
 void launch_attention_backward(const AttentionShape& a, int dtype, const void* dout, const void* q, const void* k,
                                const void* v, const void* out, const float* lse, float* delta, void* dq, void* dk,
                                void* dv, cudaStream_t stream) {
@@ -296,9 +285,7 @@ void launch_attention_backward(const AttentionShape& a, int dtype, const void* d
       const T* kp = static_cast<const T*>(k);
       const T* vp = static_cast<const T*>(v);
       if (qrows > 0) {
-        attention_delta<T><<<blocks_for(qrows), kWarpsPerBlock * kWarp, 0, stream>>>(
-            a, g, static_cast<const T*>(out), delta);
-        QK_CUDA_CHECK(cudaGetLastError());
+        launch_attention_delta(a, dtype, dout, out, delta, stream);
         const size_t smem = kWarpsPerBlock * dq_floats(a) * sizeof(float);
         attention_dq<T><<<blocks_for(qrows), kWarpsPerBlock * kWarp, smem, stream>>>(a, g, qp, kp, vp, lse, delta,
                                                                                   static_cast<T*>(dq));

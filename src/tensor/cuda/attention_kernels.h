@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace qk::cuda {
 
@@ -42,5 +43,19 @@ void launch_attention_forward(const AttentionShape& a, int dtype, const void* q,
 void launch_attention_backward(const AttentionShape& a, int dtype, const void* dout, const void* q, const void* k,
                                const void* v, const void* out, const float* lse, float* delta, void* dq, void* dk,
                                void* dv, cudaStream_t stream);
+
+// delta[(b, h, t)] = sum over dims of dout * out, in f32 (the backward's first pass).
+void launch_attention_delta(const AttentionShape& a, int dtype, const void* dout, const void* out, float* delta,
+                            cudaStream_t stream);
+
+// The tensor-core kernels (attention_tiled.cu): f16/bf16, D == Dv of 32, 64
+// or 128, every row start 16-byte aligned (`ptrs`: the tensors' data).
+// false sends the call to the kernels above.
+bool tiled_attention_fits(const AttentionShape& a, int dtype, std::initializer_list<const void*> ptrs);
+void launch_tiled_attention_forward(const AttentionShape& a, int dtype, const void* q, const void* k, const void* v,
+                                    void* out, float* lse, cudaStream_t stream);
+void launch_tiled_attention_backward(const AttentionShape& a, int dtype, const void* dout, const void* q,
+                                     const void* k, const void* v, const void* out, const float* lse, float* delta,
+                                     void* dq, void* dk, void* dv, cudaStream_t stream);
 
 }  // namespace qk::cuda

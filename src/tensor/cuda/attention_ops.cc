@@ -6,12 +6,28 @@
 
 #include "attention_kernels.h"
 #include "stream_handle.h"
+#include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/tensor/ops/attention.h"
 
 namespace qk::cuda {
 
 namespace {
+
+QK_ENV_STRING(env_attention, "QK_CUDA_ATTENTION", "auto",
+              "Which CUDA flash-attention kernels run: auto (the tensor-core ones where they fit: f16/bf16, one "
+              "head dim of 32, 64 or 128, rows 16-byte aligned; the simple ones elsewhere), simple (the simple "
+              "ones everywhere, for comparison).");
+
+// Whether the tensor-core kernels take this call (attention_tiled.cu).
+bool use_tiled(const AttentionShape& a, DType t, std::initializer_list<const void*> ptrs) {
+  static const bool simple = [] {
+    const std::string s = env_attention.get();
+    QK_CHECK(s == "auto" || s == "simple", "QK_CUDA_ATTENTION=", s, ": expected auto or simple");
+    return s == "simple";
+  }();
+  return !simple && tiled_attention_fits(a, static_cast<int>(t), ptrs);
+}
 
 TensorOptions on(const Tensor& like, DType t) { return TensorOptions().dtype(t).device(like.device()); }
 
@@ -56,8 +72,11 @@ ops::FlashAttentionResult attention_forward(const Tensor& q, const Tensor& k, co
   Tensor out = empty({a.B, a.T, a.Hq, a.Dv}, on(q, q.dtype()));
   Tensor lse = empty({a.B, a.Hq, a.T}, on(q, DType::f32));
   DeviceStream ds(q.device().index);
-  launch_attention_forward(a, static_cast<int>(q.dtype()), q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
-                           lse.data_ptr<float>(), ds.stream());
+  const auto launch = use_tiled(a, q.dtype(), {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data()})
+                          ? &launch_tiled_attention_forward
+                          : &launch_attention_forward;
+  launch(a, static_cast<int>(q.dtype()), q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
+         lse.data_ptr<float>(), ds.stream());
   return {out, lse};
 }
 
@@ -73,9 +92,13 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& dout, const 
   Tensor dv = empty(v.shape(), on(v, v.dtype()));
   Tensor delta = empty({a.B * a.Hq * a.T}, on(q, DType::f32));
   DeviceStream ds(q.device().index);
-  launch_attention_backward(a, static_cast<int>(q.dtype()), dout.raw_data(), q.raw_data(), k.raw_data(),
-                            v.raw_data(), out.raw_data(), lse.data_ptr<float>(), delta.data_ptr<float>(),
-                            dq.raw_data(), dk.raw_data(), dv.raw_data(), ds.stream());
+  // (out is read only by the delta pass, element by element.)
+  const auto launch = use_tiled(a, q.dtype(), {dout.raw_data(), q.raw_data(), k.raw_data(), v.raw_data(),
+                                              dq.raw_data(), dk.raw_data(), dv.raw_data()})
+                          ? &launch_tiled_attention_backward
+                          : &launch_attention_backward;
+  launch(a, static_cast<int>(q.dtype()), dout.raw_data(), q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
+         lse.data_ptr<float>(), delta.data_ptr<float>(), dq.raw_data(), dk.raw_data(), dv.raw_data(), ds.stream());
   return {dq, dk, dv};
 }
 

@@ -1,10 +1,10 @@
 // Reductions (sum, mean, amax, amin) over the middle of a contiguous [outer,
 // n, inner] array, split as reduce_plan.h plans (a second pass combines the
 // parts), and (log_)softmax forward and backward, one thread block per row.
-// Accumulation as the CPU's: f64 for floating sums, i64 for integers (on
-// Hopper the f64 adds cost nothing next to the memory traffic; results stay
-// within the CPU's tolerances); softmax in float (f64 for f64). The order of
-// additions is fixed by the plan, so results repeat.
+// Accumulation as PyTorch's on a GPU: f32 for f32/f16/bf16 (f64 only for
+// f64: many GPUs add f64 at a small fraction of the f32 rate), i64 for
+// integers; softmax in float (f64 for f64). The order of additions is fixed
+// by the plan, so results repeat.
 #include <cfloat>
 #include <cstdint>
 #include <limits>
@@ -22,7 +22,8 @@ enum : int { kSum, kMean, kAmax, kAmin };  // qk::cpu::ReduceOp
 
 // The accumulator, and the dtype of the parts (reduce_ops.cc allocates them).
 template <typename T>
-using ReduceAcc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+using ReduceAcc = std::conditional_t<std::is_integral_v<T>, int64_t,
+                                     std::conditional_t<std::is_same_v<T, double>, double, float>>;
 
 template <int Op, typename Acc>
 struct Combine {

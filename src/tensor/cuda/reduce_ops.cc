@@ -38,6 +38,12 @@ int64_t multiprocessors(int device) {
   return n;
 }
 
+// The dtype the kernels accumulate `t` in, and so of the parts (reduce.cu's ReduceAcc).
+DType partial_dtype(DType t) {
+  if (!is_floating(t)) return DType::i64;
+  return t == DType::f64 ? DType::f64 : DType::f32;
+}
+
 // out = op over the middle of contiguous `a` seen as [outer, n, inner].
 void reduce_middle(int op, const Tensor& out, const Tensor& a, const ReduceShape& shape) {
   DeviceStream ds(a.device().index);
@@ -46,7 +52,7 @@ void reduce_middle(int op, const Tensor& out, const Tensor& a, const ReduceShape
   Tensor partial;  // from the caching allocator: no cudaMalloc once warm
   if (plan.splits > 1)
     partial = empty({shape.outer * shape.inner * plan.splits},
-                    TensorOptions().dtype(is_floating(a.dtype()) ? DType::f64 : DType::i64).device(a.device()));
+                    TensorOptions().dtype(partial_dtype(a.dtype())).device(a.device()));
   launch_reduce(op, out.raw_data(), a.raw_data(), static_cast<int>(a.dtype()), shape, plan,
                 partial.defined() ? partial.raw_data() : nullptr, ds.stream());
 }
