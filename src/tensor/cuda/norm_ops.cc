@@ -5,9 +5,12 @@
 //             (the variance unbiased); eval: the running statistics;
 //   dx = w invstd (dy - sum(dy)/M - (x - mean) invstd^2 sum(dy (x - mean))/M)
 // (eval: w invstd dy), dw = invstd sum(dy (x - mean)), db = sum(dy).
-// Several launches per call where a fused kernel would take one or two: a
-// first version to be checked against the CPU on a GPU, not a tuned one.
+// The common case, contiguous f32/f16/bf16 input with f32 per-channel
+// tensors, runs the fused kernels of batch_norm.cu (one or two launches a
+// call); the composed form below, about twenty small launches, takes the rest.
+#include "batch_norm_kernels.h"
 #include "op_kernel_tables.h"
+#include "stream_handle.h"
 #include "qk/base/error.h"
 #include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
@@ -37,9 +40,58 @@ Tensor per_channel(const Tensor& v, const Tensor& x) {
 
 Tensor as(const Tensor& t, DType d) { return ops::cast(t, d); }
 
+// Whether the fused kernels take x (and dy): contiguous f32/f16/bf16, with
+// every per-channel tensor f32 and contiguous (or absent where `optional`).
+bool fused_input(const Tensor& x) {
+  return x.dim() >= 2 && x.is_contiguous() &&
+         (x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::bf16);
+}
+bool fused_channel(const Tensor& t, bool optional) {
+  return t.defined() ? t.dtype() == DType::f32 && t.is_contiguous() : optional;
+}
+
+BatchNormShape shape_of(const Tensor& x, double momentum, double eps) {
+  BatchNormShape s;
+  s.N = x.size(0);
+  s.C = x.size(1);
+  for (int64_t i = 2; i < x.dim(); ++i) s.S *= x.size(i);
+  const double M = static_cast<double>(s.N * s.S);
+  s.eps_f32 = static_cast<float>(eps);
+  s.momentum = static_cast<float>(momentum);
+  s.one_minus_momentum = static_cast<float>(1 - momentum);
+  s.unbias = static_cast<float>(M / (M - 1));
+  s.minus_inv_m = static_cast<float>(-1.0 / M);
+  return s;
+}
+
+const float* f32_or_null(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+float* f32_or_null_mut(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
 ops::BatchNormResult batch_norm_on_device(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                      const Tensor& running_mean, const Tensor& running_var, bool training,
                                      double momentum, double eps) {
+  if (fused_input(x) && fused_channel(weight, true) && fused_channel(bias, true) &&
+      fused_channel(running_mean, !training) && fused_channel(running_var, !training)) {
+    const BatchNormShape s = shape_of(x, momentum, eps);
+    const TensorOptions f32 = TensorOptions().dtype(DType::f32).device(x.device());
+    Tensor out = empty(x.shape(), TensorOptions().dtype(x.dtype()).device(x.device()));
+    Tensor mean = empty({s.C}, f32), invstd = empty({s.C}, f32);
+    DeviceStream ds(x.device().index);
+    if (training) {
+      launch_batch_norm_train(s, static_cast<int>(x.dtype()), x.raw_data(), out.raw_data(), mean.data_ptr<float>(),
+                              invstd.data_ptr<float>(), f32_or_null_mut(running_mean),
+                              f32_or_null_mut(running_var), f32_or_null(weight), f32_or_null(bias), ds.stream());
+      if (running_mean.defined()) running_mean.bump_version();
+      if (running_var.defined()) running_var.bump_version();
+    } else {
+      Tensor scale = empty({s.C}, f32), shift = empty({s.C}, f32);
+      launch_batch_norm_eval(s, static_cast<int>(x.dtype()), x.raw_data(), out.raw_data(),
+                             running_mean.data_ptr<float>(), running_var.data_ptr<float>(), f32_or_null(weight),
+                             f32_or_null(bias), mean.data_ptr<float>(), invstd.data_ptr<float>(),
+                             scale.data_ptr<float>(), shift.data_ptr<float>(), ds.stream());
+    }
+    return {out, mean, invstd};
+  }
   const DType a = acc_dtype(x);
   const Shape dims = stat_dims(x);
   Tensor xa = as(x, a);
@@ -81,6 +133,18 @@ ops::BatchNormResult batch_norm_on_device(const Tensor& x, const Tensor& weight,
 std::tuple<Tensor, Tensor, Tensor> batch_norm_backward_on_device(const Tensor& gy, const Tensor& x,
                                                                  const Tensor& weight, const Tensor& save_mean,
                                                                  const Tensor& save_invstd, bool training) {
+  if (fused_input(x) && fused_input(gy) && gy.dtype() == x.dtype() && gy.shape() == x.shape() &&
+      fused_channel(weight, false) && fused_channel(save_mean, false) && fused_channel(save_invstd, false)) {
+    const BatchNormShape s = shape_of(x, 0.0, 0.0);
+    const TensorOptions f32 = TensorOptions().dtype(DType::f32).device(x.device());
+    Tensor dx = empty(x.shape(), TensorOptions().dtype(x.dtype()).device(x.device()));
+    Tensor dweight = empty({s.C}, f32), dbias = empty({s.C}, f32);
+    DeviceStream ds(x.device().index);
+    launch_batch_norm_backward(s, static_cast<int>(x.dtype()), training, gy.raw_data(), x.raw_data(),
+                               save_mean.data_ptr<float>(), save_invstd.data_ptr<float>(), weight.data_ptr<float>(),
+                               dx.raw_data(), dweight.data_ptr<float>(), dbias.data_ptr<float>(), ds.stream());
+    return {dx, dweight, dbias};
+  }
   const DType a = acc_dtype(x);
   const Shape dims = stat_dims(x);
   const double M = static_cast<double>(x.numel() / x.size(1));

@@ -1,0 +1,668 @@
+// The counting fake of the CUDA runtime, cuBLASLt and cuDNN
+// (fake_cuda_runtime.h): the entry points the CUDA backend calls (`nm -u` of
+// libqk_tensor_cuda.a lists them), each counted. Device memory is host
+// memory (zeroed when allocated); kernels, GEMMs and convolutions write
+// nothing, so the host reads back only what it put there itself (copies,
+// memsets: a kernel's error flag reads "none"). One device, shaped like an H100.
+#include "harness/fake_cuda/fake_cuda_runtime.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+// The libraries' opaque handles, defined here (their headers only declare them).
+struct CUstream_st {
+  int unused = 0;
+};
+struct CUevent_st {
+  int unused = 0;
+};
+struct cublasLtContext {
+  int unused = 0;
+};
+struct cudnnContext {
+  int unused = 0;
+};
+struct cudnnTensorStruct {
+  int n = 0, c = 0, h = 0, w = 0;
+};
+struct cudnnFilterStruct {
+  int k = 0, c = 0, h = 0, w = 0;
+};
+struct cudnnConvolutionStruct {
+  int pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1;
+};
+
+namespace qk::fake_cuda {
+
+namespace {
+
+constexpr size_t kDeviceBytes = size_t(80) << 30;
+constexpr int kMultiprocessors = 132;
+constexpr int kSharedOptin = 227 << 10;
+
+struct State {
+  std::mutex mu;
+  Counts c;
+  std::map<uintptr_t, size_t> device, pinned;  // base -> bytes
+  std::map<const void*, std::string> names;   // host stub -> device function name
+};
+
+State& state() {
+  static State* s = new State;  // never destroyed: kernels are registered at start-up, freed at exit
+  return *s;
+}
+
+thread_local int current_device = 0;
+thread_local struct {
+  dim3 grid, block;
+  size_t smem = 0;
+  cudaStream_t stream = nullptr;
+} pending_launch;
+
+// Counts one call; `field` the counter it adds to besides runtime_calls.
+void count(int64_t Counts::*field = nullptr) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.c.runtime_calls;
+  if (field) ++(s.c.*field);
+}
+
+bool in(const std::map<uintptr_t, size_t>& blocks, const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = blocks.upper_bound(a);
+  if (it == blocks.begin()) return false;
+  --it;
+  return a < it->first + std::max<size_t>(it->second, 1);
+}
+
+bool is_device(const void* p) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return in(s.device, p);
+}
+
+std::string demangle(const std::string& name) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status), std::free);
+  return status == 0 && d ? std::string(d.get()) : name;
+}
+
+}  // namespace
+
+Counts Counts::operator-(const Counts& b) const {
+  Counts d;
+  d.runtime_calls = runtime_calls - b.runtime_calls;
+  d.launches = launches - b.launches;
+  d.device_allocs = device_allocs - b.device_allocs;
+  d.device_frees = device_frees - b.device_frees;
+  d.pinned_allocs = pinned_allocs - b.pinned_allocs;
+  d.copies_to_host = copies_to_host - b.copies_to_host;
+  d.copies_to_device = copies_to_device - b.copies_to_device;
+  d.copies_on_device = copies_on_device - b.copies_on_device;
+  d.memsets = memsets - b.memsets;
+  d.syncs = syncs - b.syncs;
+  d.events_created = events_created - b.events_created;
+  d.streams_created = streams_created - b.streams_created;
+  d.blaslt_setup = blaslt_setup - b.blaslt_setup;
+  d.blaslt_heuristics = blaslt_heuristics - b.blaslt_heuristics;
+  d.blaslt_matmuls = blaslt_matmuls - b.blaslt_matmuls;
+  d.cudnn_setup = cudnn_setup - b.cudnn_setup;
+  d.cudnn_algorithm_queries = cudnn_algorithm_queries - b.cudnn_algorithm_queries;
+  d.cudnn_calls = cudnn_calls - b.cudnn_calls;
+  d.attribute_calls = attribute_calls - b.attribute_calls;
+  for (const auto& [k, n] : kernels) {
+    auto it = b.kernels.find(k);
+    const int64_t m = n - (it == b.kernels.end() ? 0 : it->second);
+    if (m != 0) d.kernels[k] = m;
+  }
+  return d;
+}
+
+Counts counts() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.c;
+}
+
+std::string kernel_table(const Counts& c, int top) {
+  std::vector<std::pair<int64_t, std::string>> rows;
+  for (const auto& [name, n] : c.kernels) rows.emplace_back(n, name);
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::ostringstream out;
+  for (int i = 0; i < static_cast<int>(rows.size()) && i < top; ++i) {
+    std::string name = rows[i].second;
+    if (name.size() > 110) name = name.substr(0, 107) + "...";
+    out << "  " << rows[i].first << "  " << name << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace qk::fake_cuda
+
+using qk::fake_cuda::Counts;
+using qk::fake_cuda::count;
+using qk::fake_cuda::state;
+
+// ---- the runtime: kernel registration and launch -----------------------------
+
+extern "C" {
+
+void** __cudaRegisterFatBinary(void*) {
+  static void* handle = nullptr;
+  return &handle;
+}
+void __cudaRegisterFatBinaryEnd(void**) {}
+void __cudaUnregisterFatBinary(void**) {}
+void __cudaRegisterVar(void**, char*, char*, const char*, int, size_t, int, int) {}
+void __cudaRegisterFunction(void**, const char* host_fun, char*, const char* device_name, int, uint3*, uint3*, dim3*,
+                            dim3*, int*) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.names[host_fun] = qk::fake_cuda::demangle(device_name);
+}
+
+unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t smem, struct CUstream_st* stream) {
+  qk::fake_cuda::pending_launch = {grid, block, smem, stream};
+  return 0;
+}
+cudaError_t __cudaPopCallConfiguration(dim3* grid, dim3* block, size_t* smem, void* stream) {
+  *grid = qk::fake_cuda::pending_launch.grid;
+  *block = qk::fake_cuda::pending_launch.block;
+  *smem = qk::fake_cuda::pending_launch.smem;
+  *static_cast<cudaStream_t*>(stream) = qk::fake_cuda::pending_launch.stream;
+  return cudaSuccess;
+}
+cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* fun) {
+  *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(fun));
+  return cudaSuccess;
+}
+
+}  // extern "C"
+
+namespace {
+cudaError_t launch(const void* fun) {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.c.runtime_calls;
+  ++s.c.launches;
+  auto it = s.names.find(fun);
+  ++s.c.kernels[it == s.names.end() ? std::string("(unregistered kernel)") : it->second];
+  return cudaSuccess;
+}
+}  // namespace
+
+extern "C" {
+
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t) {
+  return launch(reinterpret_cast<const void*>(kernel));
+}
+cudaError_t cudaLaunchKernel(const void* func, dim3, dim3, void**, size_t, cudaStream_t) { return launch(func); }
+
+// ---- devices --------------------------------------------------------------------
+
+cudaError_t cudaGetDeviceCount(int* n) {
+  count();
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+  count();
+  *d = qk::fake_cuda::current_device;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+  count();
+  if (d != 0) return cudaErrorInvalidDevice;
+  qk::fake_cuda::current_device = d;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int d) {
+  count(&Counts::attribute_calls);
+  if (d != 0) return cudaErrorInvalidDevice;
+  *p = cudaDeviceProp{};
+  std::strcpy(p->name, "qk fake GPU (computes nothing)");
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = qk::fake_cuda::kMultiprocessors;
+  p->totalGlobalMem = qk::fake_cuda::kDeviceBytes;
+  p->l2CacheSize = 50 << 20;
+  p->sharedMemPerBlock = 48 << 10;
+  p->sharedMemPerBlockOptin = qk::fake_cuda::kSharedOptin;
+  p->sharedMemPerMultiprocessor = 228 << 10;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsPerMultiProcessor = 2048;
+  p->warpSize = 32;
+  p->regsPerBlock = 65536;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* v, enum cudaDeviceAttr attr, int d) {
+  count(&Counts::attribute_calls);
+  if (d != 0) return cudaErrorInvalidDevice;
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *v = qk::fake_cuda::kMultiprocessors; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = qk::fake_cuda::kSharedOptin; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 << 10; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = 228 << 10; break;
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = 2048; break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+    case cudaDevAttrMaxRegistersPerBlock: *v = 65536; break;
+    case cudaDevAttrMaxGridDimX: *v = 0x7fffffff; break;
+    case cudaDevAttrMaxGridDimY: case cudaDevAttrMaxGridDimZ: *v = 65535; break;
+    case cudaDevAttrL2CacheSize: *v = 50 << 20; break;
+    default: *v = 0; break;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* a, const void*) {
+  count(&Counts::attribute_calls);
+  *a = cudaFuncAttributes{};
+  a->maxThreadsPerBlock = 1024;
+  a->ptxVersion = 90;
+  a->binaryVersion = 90;
+  a->numRegs = 32;
+  return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void*, enum cudaFuncAttribute, int) {
+  count(&Counts::attribute_calls);
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void*, int, size_t, unsigned) {
+  count(&Counts::attribute_calls);
+  *blocks = 4;
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  count();
+  *free_bytes = *total = qk::fake_cuda::kDeviceBytes;
+  return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int* v) {
+  count();
+  *v = 13000;
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* v) {
+  count();
+  *v = 13000;
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError() {
+  count();
+  return cudaSuccess;
+}
+cudaError_t cudaPeekAtLastError() {
+  count();
+  return cudaSuccess;
+}
+const char* cudaGetErrorName(cudaError_t) { return "cudaErrorFake"; }
+const char* cudaGetErrorString(cudaError_t) { return "an error of the fake CUDA runtime"; }
+cudaError_t cudaDeviceSynchronize() {
+  count(&Counts::syncs);
+  return cudaSuccess;
+}
+
+// ---- memory ---------------------------------------------------------------------
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  count(&Counts::device_allocs);
+  const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  *p = std::aligned_alloc(256, n);
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::memset(*p, 0, n);
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.device[reinterpret_cast<uintptr_t>(*p)] = n;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  count(&Counts::device_frees);
+  if (!p) return cudaSuccess;
+  {
+    auto& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.device.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  count(&Counts::pinned_allocs);
+  *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  if (!*p) return cudaErrorMemoryAllocation;
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.pinned[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  count();
+  {
+    auto& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.pinned.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* a, const void* p) {
+  count();
+  *a = cudaPointerAttributes{};
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (qk::fake_cuda::in(s.device, p)) {
+    a->type = cudaMemoryTypeDevice;
+    a->devicePointer = const_cast<void*>(p);
+  } else if (qk::fake_cuda::in(s.pinned, p)) {
+    a->type = cudaMemoryTypeHost;
+    a->hostPointer = const_cast<void*>(p);
+  } else {
+    a->type = cudaMemoryTypeUnregistered;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind, cudaStream_t) {
+  const bool from_device = qk::fake_cuda::is_device(src), to_device = qk::fake_cuda::is_device(dst);
+  if (from_device && to_device) {
+    count(&Counts::copies_on_device);
+    std::memmove(dst, src, bytes);
+  } else if (to_device) {
+    count(&Counts::copies_to_device);
+    std::memcpy(dst, src, bytes);
+  } else if (from_device) {
+    count(&Counts::copies_to_host);
+    std::memcpy(dst, src, bytes);  // what the host put there (copies, memsets): kernels write nothing
+  } else {
+    count();
+    std::memmove(dst, src, bytes);
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  count(&Counts::memsets);
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+// ---- streams and events -----------------------------------------------------------
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  count(&Counts::streams_created);
+  *s = new CUstream_st;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  count();
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t) {
+  count();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  count(&Counts::syncs);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) {
+  count();
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  count(&Counts::events_created);
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  count();
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) {
+  count();
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t) {
+  count();
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  count(&Counts::syncs);
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+  count();
+  *ms = 0;
+  return cudaSuccess;
+}
+
+// ---- cuBLASLt ---------------------------------------------------------------------
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  count(&Counts::blaslt_setup);
+  *h = new cublasLtContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+const char* cublasLtGetStatusName(cublasStatus_t) { return "CUBLAS_STATUS_FAKE"; }
+const char* cublasLtGetStatusString(cublasStatus_t) { return "an error of the fake cuBLASLt"; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t, cudaDataType_t) {
+  count(&Counts::blaslt_setup);
+  *d = new cublasLtMatmulDescOpaque_t{};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  count();
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void*,
+                                              size_t) {
+  count(&Counts::blaslt_setup);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType, uint64_t, uint64_t, int64_t) {
+  count(&Counts::blaslt_setup);
+  *l = new cublasLtMatrixLayoutOpaque_t{};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  count();
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t, const void*,
+                                                size_t) {
+  count(&Counts::blaslt_setup);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  count(&Counts::blaslt_setup);
+  *p = new cublasLtMatmulPreferenceOpaque_t{};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  count();
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                                                    const void*, size_t) {
+  count(&Counts::blaslt_setup);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned) {
+  count(&Counts::blaslt_heuristics);
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  results[0] = cublasLtMatmulHeuristicResult_t{};
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.0f;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void*, const void*,
+                              cublasLtMatrixLayout_t, const void*, cublasLtMatrixLayout_t, const void*, const void*,
+                              cublasLtMatrixLayout_t, void*, cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t*,
+                              void*, size_t, cudaStream_t) {
+  count(&Counts::blaslt_matmuls);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- cuDNN --------------------------------------------------------------------------
+
+cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
+  count(&Counts::cudnn_setup);
+  *h = new cudnnContext;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetStream(cudnnHandle_t, cudaStream_t) {
+  count();
+  return CUDNN_STATUS_SUCCESS;
+}
+const char* cudnnGetErrorString(cudnnStatus_t) { return "an error of the fake cuDNN"; }
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d) {
+  count(&Counts::cudnn_setup);
+  *d = new cudnnTensorStruct;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
+  count();
+  delete d;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t, cudnnDataType_t, int n, int c,
+                                         int h, int w) {
+  count(&Counts::cudnn_setup);
+  *d = {n, c, h, w};
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* d) {
+  count(&Counts::cudnn_setup);
+  *d = new cudnnFilterStruct;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
+  count();
+  delete d;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t, cudnnTensorFormat_t, int k, int c,
+                                         int h, int w) {
+  count(&Counts::cudnn_setup);
+  *d = {k, c, h, w};
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* d) {
+  count(&Counts::cudnn_setup);
+  *d = new cudnnConvolutionStruct;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d) {
+  count();
+  delete d;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w, int u, int v,
+                                              int dil_h, int dil_w, cudnnConvolutionMode_t, cudnnDataType_t) {
+  count(&Counts::cudnn_setup);
+  *d = {pad_h, pad_w, u, v, dil_h, dil_w};
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t, int) {
+  count(&Counts::cudnn_setup);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t, cudnnMathType_t) {
+  count(&Counts::cudnn_setup);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t cd,
+                                                    const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+                                                    int* n, int* c, int* h, int* wo) {
+  count(&Counts::cudnn_setup);
+  *n = x->n;
+  *c = w->k;
+  *h = (x->h + 2 * cd->pad_h - cd->dil_h * (w->h - 1) - 1) / cd->stride_h + 1;
+  *wo = (x->w + 2 * cd->pad_w - cd->dil_w * (w->w - 1) - 1) / cd->stride_w + 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t, const cudnnTensorDescriptor_t,
+                                                     const cudnnFilterDescriptor_t, const cudnnConvolutionDescriptor_t,
+                                                     const cudnnTensorDescriptor_t, const int requested, int* returned,
+                                                     cudnnConvolutionFwdAlgoPerf_t* perf) {
+  count(&Counts::cudnn_algorithm_queries);
+  if (requested < 1) return CUDNN_STATUS_BAD_PARAM;
+  perf[0] = cudnnConvolutionFwdAlgoPerf_t{};
+  perf[0].algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  perf[0].status = CUDNN_STATUS_SUCCESS;
+  *returned = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t, const cudnnFilterDescriptor_t,
+                                                          const cudnnTensorDescriptor_t,
+                                                          const cudnnConvolutionDescriptor_t,
+                                                          const cudnnTensorDescriptor_t, const int requested,
+                                                          int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+  count(&Counts::cudnn_algorithm_queries);
+  if (requested < 1) return CUDNN_STATUS_BAD_PARAM;
+  perf[0] = cudnnConvolutionBwdDataAlgoPerf_t{};
+  perf[0].algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  perf[0].status = CUDNN_STATUS_SUCCESS;
+  *returned = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t, const cudnnTensorDescriptor_t,
+                                                            const cudnnTensorDescriptor_t,
+                                                            const cudnnConvolutionDescriptor_t,
+                                                            const cudnnFilterDescriptor_t, const int requested,
+                                                            int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+  count(&Counts::cudnn_algorithm_queries);
+  if (requested < 1) return CUDNN_STATUS_BAD_PARAM;
+  perf[0] = cudnnConvolutionBwdFilterAlgoPerf_t{};
+  perf[0].algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  perf[0].status = CUDNN_STATUS_SUCCESS;
+  *returned = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t, const void*,
+                                      const cudnnFilterDescriptor_t, const void*, const cudnnConvolutionDescriptor_t,
+                                      cudnnConvolutionFwdAlgo_t, void*, size_t, const void*,
+                                      const cudnnTensorDescriptor_t, void*) {
+  count(&Counts::cudnn_calls);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void*, const cudnnFilterDescriptor_t, const void*,
+                                           const cudnnTensorDescriptor_t, const void*,
+                                           const cudnnConvolutionDescriptor_t, cudnnConvolutionBwdDataAlgo_t, void*,
+                                           size_t, const void*, const cudnnTensorDescriptor_t, void*) {
+  count(&Counts::cudnn_calls);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t, const void*,
+                                             const cudnnTensorDescriptor_t, const void*,
+                                             const cudnnConvolutionDescriptor_t, cudnnConvolutionBwdFilterAlgo_t,
+                                             void*, size_t, const void*, const cudnnFilterDescriptor_t, void*) {
+  count(&Counts::cudnn_calls);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t, const void*, const void*,
+                             const cudnnTensorDescriptor_t, void*) {
+  count(&Counts::cudnn_calls);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // extern "C"
