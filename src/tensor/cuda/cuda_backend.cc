@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cuda_check.h"
+#include "deferred_checks.h"
 #include "device_allocator.h"
 #include "pinned_allocator.h"
 #include "stream_handle.h"
@@ -119,6 +120,9 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
     const int device = dst_dev.is_cpu() ? src_dev.index : dst_dev.index;
     DeviceGuard g(device);
     cudaStream_t s = current_stream_handle(device);
+    // A copy to the host waits for the device: the input checks queued
+    // since the last wait are read with it (deferred_checks.h).
+    PendingChecks checks = dst_dev.is_cpu() ? PendingChecks(device, s) : PendingChecks(-1, s);
     // From pageable host memory the call returns once the source is staged;
     // from pinned memory at once, the DMA reading it later: wait then too.
     QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
@@ -127,6 +131,7 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
       note_host_sync(Device(DeviceType::cuda, device), dst_dev.is_cpu() ? "a copy to the host" : "a blocking copy from pinned memory");
       QK_CUDA_CHECK(cudaStreamSynchronize(s));
     }
+    checks.raise();
   }
 
   void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
@@ -184,7 +189,9 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
   void synchronize(int index) override {
     check_index(index);
     DeviceGuard g(index);
+    PendingChecks checks(index, current_stream_handle(index));
     QK_CUDA_CHECK(cudaDeviceSynchronize());
+    checks.raise();
   }
 
   void set_current_device(int index) override {

@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "cuda_check.h"
+#include "deferred_checks.h"
 #include "gemm.h"
 #include "lce_kernels.h"
 #include "kernels.h"
@@ -22,7 +23,6 @@
 #include "op_kernel_tables.h"
 #include "stream_handle.h"
 #include "qk/base/error.h"
-#include "qk/tensor/sync_debug.h"
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
 
@@ -34,20 +34,17 @@ constexpr int64_t kLogitsChunkBytes = int64_t{64} << 20;  // as the CPU's Note [
 
 TensorOptions on(const Tensor& like, DType t) { return TensorOptions().dtype(t).device(like.device()); }
 
+// Targets out of range (and not ignore_index) raise the CPU's IndexError
+// when the host next waits for the device (deferred_checks.h).
 void check_targets(const Tensor& target, int64_t V, int64_t ignore_index, cudaStream_t stream) {
-  Tensor bad = empty({1}, on(target, DType::i64));
-  QK_CUDA_CHECK(cudaMemsetAsync(bad.raw_data(), 0xff, sizeof(int64_t), stream));
+  Tensor bad = new_error_flag(target, stream);
   launch_lce_check_targets(target.raw_data(), static_cast<int>(target.dtype()), target.numel(), V, ignore_index,
-                           static_cast<unsigned long long*>(bad.raw_data()), stream);
-  uint64_t first = 0;
-  note_host_sync(target.device(), "linear_cross_entropy's target check");
-  QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, stream));
-  QK_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (first == ~uint64_t(0)) return;
-  const int64_t row = static_cast<int64_t>(first) - 1;
-  const int64_t t = ops::to_device(ops::slice(target, 0, row, row + 1), kCPU).item_double();
-  QK_THROW(IndexError, "linear_cross_entropy: target ", t, " at row ", row, " is out of range for a vocabulary of ",
-           V, " (and is not ignore_index ", ignore_index, ")");
+                           error_flag_ptr(bad), stream);
+  defer_check(bad, stream, [target, V, ignore_index](int64_t row) {
+    const int64_t t = ops::to_device(ops::slice(target, 0, row, row + 1), kCPU).item_double();
+    return detail::str_cat("linear_cross_entropy: target ", t, " at row ", row,
+                           " is out of range for a vocabulary of ", V, " (and is not ignore_index ", ignore_index, ")");
+  });
 }
 
 ops::LinearCrossEntropyResult lce_on_device(const Tensor& hidden, const Tensor& weight, const Tensor& target,

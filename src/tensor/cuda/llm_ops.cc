@@ -19,10 +19,10 @@
 #include <cstdint>
 
 #include "cuda_check.h"
+#include "deferred_checks.h"
 #include "llm_kernels.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
-#include "qk/tensor/sync_debug.h"
 #include "qk/tensor/ops/view.h"
 #include "stream_handle.h"
 
@@ -149,24 +149,15 @@ std::pair<Tensor, Tensor> rms_norm_backward_on_device(const Tensor& grad_out, co
 
 // ---- embedding ----
 
-// A device counter for the first bad index, set to "none" (all ones: atomicMin).
-Tensor bad_flag(const Tensor& like, cudaStream_t s) {
-  Tensor bad = empty({1}, on(like, DType::i64));
-  QK_CUDA_CHECK(cudaMemsetAsync(bad.raw_data(), 0xff, sizeof(int64_t), s));
-  return bad;
-}
-
-// The CPU's message (cpu/embedding.cc check_indices) for the first bad position.
-void raise_if_bad(const Tensor& bad, const Tensor& indices, int64_t V, const char* op, cudaStream_t s) {
-  uint64_t first = 0;
-  note_host_sync(bad.device(), op);  // the index check reads its flag
-  QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, s));
-  QK_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (first == ~uint64_t(0)) return;
-  const int64_t pos = static_cast<int64_t>(first) - 1;
-  Tensor flat = ops::reshape(indices, {indices.numel()});
-  const int64_t v = ops::cast(ops::to_device(ops::slice(flat, 0, pos, pos + 1), kCPU), DType::i64).item<int64_t>();
-  QK_THROW(IndexError, op, ": index ", v, " at position ", pos, " is out of range for ", V, " embeddings");
+// The CPU's message (cpu/embedding.cc check_indices) for the first bad
+// position, made when the host next waits for the device (deferred_checks.h).
+void check_later(const Tensor& bad, const Tensor& indices, int64_t V, const char* op, cudaStream_t s) {
+  defer_check(bad, s, [indices, V, op](int64_t pos) {
+    Tensor flat = ops::reshape(indices, {indices.numel()});
+    const int64_t v =
+        ops::cast(ops::to_device(ops::slice(flat, 0, pos, pos + 1), kCPU), DType::i64).item<int64_t>();
+    return detail::str_cat(op, ": index ", v, " at position ", pos, " is out of range for ", V, " embeddings");
+  });
 }
 
 Tensor embedding_on_device(const Tensor& weight, const Tensor& indices) {
@@ -176,11 +167,10 @@ Tensor embedding_on_device(const Tensor& weight, const Tensor& indices) {
   shape.push_back(D);
   Tensor out = empty(shape, on(weight, weight.dtype()));
   if (M == 0) return out;
-  Tensor bad = bad_flag(weight, ds.stream());
+  Tensor bad = new_error_flag(weight, ds.stream());
   launch_embedding(out.raw_data(), weight.raw_data(), static_cast<size_t>(D) * weight.itemsize(),
-                   indices.raw_data(), code(indices), M, V, static_cast<unsigned long long*>(bad.raw_data()),
-                   ds.stream());
-  raise_if_bad(bad, indices, V, "embedding", ds.stream());
+                   indices.raw_data(), code(indices), M, V, error_flag_ptr(bad), ds.stream());
+  check_later(bad, indices, V, "embedding", ds.stream());
   return out;
 }
 

@@ -1,20 +1,19 @@
 // The CUDA backend's cross-entropy (and dropout) kernel-table entries: log_softmax along
 // the class dimension (softmax_kernel), then the per-position losses and
 // their f64 sum and count (loss.cu, reduce.cu). A target out of range
-// raises IndexError naming its position in the forward, as on the CPU;
-// finding it costs one 8-byte read back per forward call (the loss's own
-// .item() waits for the device anyway).
+// raises the CPU's IndexError naming its position, when the host next
+// waits for the device (deferred_checks.h): no wait of its own.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 
 #include "cuda_check.h"
+#include "deferred_checks.h"
 #include "kernels.h"
 #include "reduce_ops.h"
 #include "stream_handle.h"
 #include "op_kernel_tables.h"
 #include "qk/base/error.h"
-#include "qk/tensor/sync_debug.h"
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/view.h"
 #include "batch_channel_spatial.h"
@@ -25,26 +24,15 @@ namespace {
 
 TensorOptions on(const Tensor& like, DType t) { return TensorOptions().dtype(t).device(like.device()); }
 
-// A device counter for the first bad target, set to "none" (all ones: atomicMin).
-Tensor bad_flag(const Tensor& like) {
-  DeviceStream ds(like.device().index);
-  Tensor bad = empty({1}, on(like, DType::i64));
-  QK_CUDA_CHECK(cudaMemsetAsync(bad.raw_data(), 0xff, sizeof(int64_t), ds.stream()));
-  return bad;
-}
-
-void raise_if_bad(const Tensor& bad, const Tensor& target, int64_t C, int64_t ignore_index) {
-  DeviceStream ds(bad.device().index);
-  uint64_t first = 0;
-  note_host_sync(bad.device(), "cross_entropy's target check");
-  QK_CUDA_CHECK(cudaMemcpyAsync(&first, bad.raw_data(), sizeof first, cudaMemcpyDeviceToHost, ds.stream()));
-  QK_CUDA_CHECK(cudaStreamSynchronize(ds.stream()));
-  if (first == ~uint64_t(0)) return;
-  const int64_t pos = static_cast<int64_t>(first) - 1;
-  Tensor flat = ops::reshape(target, {target.numel()});
-  const int64_t t = ops::to_device(ops::slice(flat, 0, pos, pos + 1), kCPU).item_double();
-  QK_THROW(IndexError, "cross_entropy: target ", t, " at position ", pos, " is out of range for ", C,
-           " classes (and is not ignore_index ", ignore_index, ")");
+// The CPU's IndexError for the first bad target, raised when the host next
+// waits for the device (deferred_checks.h).
+void check_later(const Tensor& bad, const Tensor& target, int64_t C, int64_t ignore_index, cudaStream_t stream) {
+  defer_check(bad, stream, [target, C, ignore_index](int64_t pos) {
+    Tensor flat = ops::reshape(target, {target.numel()});
+    const int64_t t = ops::to_device(ops::slice(flat, 0, pos, pos + 1), kCPU).item_double();
+    return detail::str_cat("cross_entropy: target ", t, " at position ", pos, " is out of range for ", C,
+                           " classes (and is not ignore_index ", ignore_index, ")");
+  });
 }
 
 // The f64 sum of the per-position losses and the i64 count of counted positions, on the device.
@@ -63,12 +51,11 @@ ops::CrossEntropyResult cross_entropy_on_device(const Tensor& logits, const Tens
   const NCS d = ncs_of(logits);
   Tensor per = empty(target.shape(), on(logits, DType::f64));
   Tensor counted = empty(target.shape(), on(logits, DType::i64));
-  Tensor bad = bad_flag(logits);
+  Tensor bad = new_error_flag(logits, ds.stream());
   launch_cross_entropy_positions(per.data_ptr<double>(), counted.data_ptr<int64_t>(), lp.raw_data(),
                                  static_cast<int>(lp.dtype()), target.raw_data(), static_cast<int>(target.dtype()),
-                                 d.N, d.C, d.S, ignore_index, label_smoothing,
-                                 static_cast<unsigned long long*>(bad.raw_data()), ds.stream());
-  raise_if_bad(bad, target, d.C, ignore_index);
+                                 d.N, d.C, d.S, ignore_index, label_smoothing, error_flag_ptr(bad), ds.stream());
+  check_later(bad, target, d.C, ignore_index, ds.stream());
   if (reduction == Reduction::none) {
     Tensor loss = empty(target.shape(), on(logits, logits.dtype()));
     launch_f64_to(loss.raw_data(), static_cast<int>(loss.dtype()), per.data_ptr<double>(), per.numel(), ds.stream());
@@ -90,7 +77,7 @@ Tensor cross_entropy_backward_on_device(const Tensor& grad_loss, const Tensor& l
   DeviceStream ds(log_probs.device().index);
   const NCS d = ncs_of(log_probs);
   Tensor dx = empty(log_probs.shape(), on(log_probs, log_probs.dtype()));
-  Tensor bad = bad_flag(log_probs);
+  Tensor bad = new_error_flag(log_probs, ds.stream());
   Tensor count = empty({1}, on(log_probs, DType::i64));
   if (reduction == Reduction::mean) {
     // The counted positions: the forward's rule again (target != ignore_index).

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "deferred_checks.h"
 #include "stream_handle.h"
 
 namespace qk::cuda {
@@ -49,7 +50,9 @@ uint64_t Stream::id() const { return owned_ ? owned_->id : 0; }
 
 void Stream::synchronize() const {
   DeviceGuard d(device_);
+  PendingChecks checks(device_, stream_handle(*this));
   QK_CUDA_CHECK(cudaStreamSynchronize(stream_handle(*this)));
+  checks.raise();
 }
 
 bool Stream::query() const {

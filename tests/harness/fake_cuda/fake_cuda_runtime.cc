@@ -55,6 +55,7 @@ struct State {
   Counts c;
   std::map<uintptr_t, size_t> device, pinned;  // base -> bytes
   std::map<const void*, std::string> names;   // host stub -> device function name
+  std::function<void(const std::string&, void**)> hook;
 };
 
 State& state() {
@@ -134,6 +135,12 @@ Counts counts() {
   return s.c;
 }
 
+void set_launch_hook(std::function<void(const std::string& name, void** args)> hook) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.hook = std::move(hook);
+}
+
 std::string kernel_table(const Counts& c, int top) {
   std::vector<std::pair<int64_t, std::string>> rows;
   for (const auto& [name, n] : c.kernels) rows.emplace_back(n, name);
@@ -190,23 +197,32 @@ cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* fun) {
 }  // extern "C"
 
 namespace {
-cudaError_t launch(const void* fun) {
+cudaError_t launch(const void* fun, void** args) {
   auto& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  ++s.c.runtime_calls;
-  ++s.c.launches;
-  auto it = s.names.find(fun);
-  ++s.c.kernels[it == s.names.end() ? std::string("(unregistered kernel)") : it->second];
+  std::function<void(const std::string&, void**)> hook;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.c.runtime_calls;
+    ++s.c.launches;
+    auto it = s.names.find(fun);
+    name = it == s.names.end() ? std::string("(unregistered kernel)") : it->second;
+    ++s.c.kernels[name];
+    hook = s.hook;
+  }
+  if (hook) hook(name, args);
   return cudaSuccess;
 }
 }  // namespace
 
 extern "C" {
 
-cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3, void**, size_t, cudaStream_t) {
-  return launch(reinterpret_cast<const void*>(kernel));
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3, void** args, size_t, cudaStream_t) {
+  return launch(reinterpret_cast<const void*>(kernel), args);
 }
-cudaError_t cudaLaunchKernel(const void* func, dim3, dim3, void**, size_t, cudaStream_t) { return launch(func); }
+cudaError_t cudaLaunchKernel(const void* func, dim3, dim3, void** args, size_t, cudaStream_t) {
+  return launch(func, args);
+}
 
 // ---- devices --------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -47,6 +48,11 @@ struct Counts {
 
 // Since the program started; thread-safe.
 Counts counts();
+
+// Called at each kernel launch with the kernel's name and arguments
+// (args[i] points to parameter i), so a test can play a kernel's part, e.g.
+// set the error flag an index check would set. Empty: none.
+void set_launch_hook(std::function<void(const std::string& name, void** args)> hook);
 
 // The kernels of `c` as lines "count  name", most launched first (at most `top`).
 std::string kernel_table(const Counts& c, int top = 20);
