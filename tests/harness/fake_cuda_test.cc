@@ -121,10 +121,9 @@ TEST(FakeCuda, AWarmGptTrainingStepMakesNoAllocationsPlansOrHeuristics) {
   EXPECT_GT(third.blaslt_matmuls, 0);
 }
 
-// The CIFAR-10 ResNet's step: convolutions through cuDNN with their plans
-// cached, batch norm's counter on the device; the same two host waits
-// (cross entropy's target check is read with the metrics).
-TEST(FakeCuda, AWarmCnnTrainingStepMakesNoAllocationsPlansOrAlgorithmChoices) {
+// What the third step of the CIFAR-10 ResNet (batch 4, SGD) asks of the
+// runtime, under bf16 autocast or not.
+Counts warm_resnet_step(bool bf16_autocast) {
   qk::manual_seed(6);
   const qk::models::CifarModel m = qk::models::make_cifar_model("simple_resnet");
   m.module->to(kGpu);
@@ -135,6 +134,7 @@ TEST(FakeCuda, AWarmCnnTrainingStepMakesNoAllocationsPlansOrAlgorithmChoices) {
   const qk::Tensor images = qk::ops::to_device(qk::randn({4, 3, 32, 32}), kGpu);
   const qk::Tensor labels = qk::ops::to_device(qk::randint(0, 10, {4}), kGpu);
   auto forward = [&](int64_t) {
+    qk::autocast::Guard low(qk::DType::bf16, bf16_autocast);
     const qk::Tensor logits = m.forward(images);
     const qk::Tensor loss = qk::cross_entropy(logits, labels);
     return qk::train::MicroBatchOutput{loss, {{"loss", {0.0, 1.0, loss}}}};
@@ -143,7 +143,14 @@ TEST(FakeCuda, AWarmCnnTrainingStepMakesNoAllocationsPlansOrAlgorithmChoices) {
   runner.step(forward);
   const Counts s0 = qk::fake_cuda::counts();
   runner.step(forward);
-  const Counts step = qk::fake_cuda::counts() - s0;
+  return qk::fake_cuda::counts() - s0;
+}
+
+// The ResNet's step: convolutions through cuDNN with their plans cached,
+// batch norm's counter on the device; the same two host waits (cross
+// entropy's target check is read with the metrics).
+TEST(FakeCuda, AWarmCnnTrainingStepMakesNoAllocationsPlansOrAlgorithmChoices) {
+  const Counts step = warm_resnet_step(false);
   print("ResNet step (batch 4)", step);
   expect_steady(step, 2);
   EXPECT_GT(step.cudnn_calls, 0);
@@ -153,26 +160,7 @@ TEST(FakeCuda, AWarmCnnTrainingStepMakesNoAllocationsPlansOrAlgorithmChoices) {
 // against 2,050 in f32 on the first GPU run): no more waits, allocations
 // or plans than in f32.
 TEST(FakeCuda, AWarmCnnStepUnderBf16AutocastMakesNoAllocationsPlansOrExtraWaits) {
-  qk::manual_seed(7);
-  const qk::models::CifarModel m = qk::models::make_cifar_model("simple_resnet");
-  m.module->to(kGpu);
-  qk::optim::MixedPrecisionOptimizer opt(qk::optim::single_param_group(*m.module),
-                                         qk::optim::sgd(qk::optim::SGDOptions(0.01)), nullptr,
-                                         {.clip_grad = 0, .skip_nonfinite = false});
-  qk::train::StepRunner runner(opt, {}, {.num_microbatches = 1});
-  const qk::Tensor images = qk::ops::to_device(qk::randn({4, 3, 32, 32}), kGpu);
-  const qk::Tensor labels = qk::ops::to_device(qk::randint(0, 10, {4}), kGpu);
-  auto forward = [&](int64_t) {
-    qk::autocast::Guard bf16(qk::DType::bf16);
-    const qk::Tensor logits = m.forward(images);
-    const qk::Tensor loss = qk::cross_entropy(logits, labels);
-    return qk::train::MicroBatchOutput{loss, {{"loss", {0.0, 1.0, loss}}}};
-  };
-  runner.step(forward);
-  runner.step(forward);
-  const Counts s0 = qk::fake_cuda::counts();
-  runner.step(forward);
-  const Counts step = qk::fake_cuda::counts() - s0;
+  const Counts step = warm_resnet_step(true);
   print("ResNet step under bf16 autocast (batch 4)", step);
   expect_steady(step, 2);
 }

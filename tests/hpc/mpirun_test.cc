@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace {
@@ -27,18 +28,27 @@ std::string clean_env() {
   return s;
 }
 
+// Each run keeps its session directory in a folder of its own: Open MPI 4
+// creates /tmp/ompi.HOST.UID for every job, and two jobs starting at once
+// (ctest -j2) can both try to make it and one fails ("mkdir ... File exists",
+// orte_init failed).
 MpiRun mpirun_once(int np, const std::string& args, int timeout_s) {
-  std::string cmd = clean_env() + " timeout -k 5 " + std::to_string(timeout_s) + " " QK_MPIRUN
-                    " --allow-run-as-root --oversubscribe -np " +
-                    std::to_string(np) + " '" QK_HPC_HELPER "' " + args + " 2>&1";
+  char session[] = "/tmp/qk_mpirun_XXXXXX";
   MpiRun r;
+  if (!::mkdtemp(session)) return r;
+  std::string cmd = clean_env() + " OMPI_MCA_orte_tmpdir_base=" + session + " timeout -k 5 " +
+                    std::to_string(timeout_s) + " " QK_MPIRUN " --allow-run-as-root --oversubscribe -np " +
+                    std::to_string(np) + " '" QK_HPC_HELPER "' " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  if (p) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    int st = ::pclose(p);
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(session, ec);
   return r;
 }
 
