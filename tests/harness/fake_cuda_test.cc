@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <tuple>
 
 #include "common/tiny_gpt.h"
 #include "harness/fake_cuda/fake_cuda_runtime.h"
@@ -23,6 +25,7 @@
 #include "qk/tensor/backend.h"
 #include "qk/tensor/cuda.h"
 #include "qk/tensor/generator.h"
+#include "qk/tensor/ops/attention.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/linalg.h"
 #include "qk/tensor/ops/nn.h"
@@ -190,6 +193,43 @@ TEST(FakeCuda, AnEmbeddingIndexOutOfRangeRaisesAtTheNextReadBack) {
   }
   // Raised once: the next read-back is clean.
   EXPECT_NO_THROW((void)qk::ops::to_device(out, qk::Device("cpu")));
+}
+
+// Which attention kernels a call takes: the tensor-core ones for 16-bit
+// heads of 32, 64 or 128 with 16-byte aligned rows (forward, the delta
+// pass, dq and dk/dv), the simple ones for f32, other head dims and
+// misaligned rows. (The fake runs their host side: grid, shared-memory
+// opt-in, dispatch; the op harness checks the values on a GPU.)
+TEST(FakeCuda, FlashAttentionTakesTheTensorCoreKernelsWhereTheyFit) {
+  auto kernels_of = [](qk::DType t, int64_t D, int64_t offset) {
+    auto dev = [&](const qk::Shape& s) {
+      // `offset` elements into a larger buffer: misaligned rows when it is not a multiple of 8.
+      qk::Tensor whole = qk::ops::to_device(qk::ops::cast(qk::randn({s[0] * s[1] * s[2] * s[3] + offset}), t), kGpu);
+      return qk::ops::reshape(qk::ops::slice(whole, 0, offset, offset + s[0] * s[1] * s[2] * s[3]), s);
+    };
+    const qk::Tensor q = dev({1, 130, 4, D}), k = dev({1, 130, 2, D}), v = dev({1, 130, 2, D}), g = dev({1, 130, 4, D});
+    const Counts before = qk::fake_cuda::counts();
+    const qk::ops::FlashAttentionParams p;
+    const qk::ops::FlashAttentionResult r = qk::ops::flash_attention(q, k, v, p);
+    (void)qk::ops::flash_attention_backward(g, q, k, v, r.out, r.lse, p);
+    std::string names;
+    for (const auto& [name, n] : (qk::fake_cuda::counts() - before).kernels) names += name + "\n";
+    return names;
+  };
+  const std::string bf16 = kernels_of(qk::DType::bf16, 64, 0);
+  EXPECT_NE(bf16.find("tiled_fwd<__nv_bfloat16, 64>"), std::string::npos) << bf16;
+  EXPECT_NE(bf16.find("tiled_dq<__nv_bfloat16, 64>"), std::string::npos) << bf16;
+  EXPECT_NE(bf16.find("tiled_dkv<__nv_bfloat16, 64>"), std::string::npos) << bf16;
+  EXPECT_EQ(bf16.find("attention_fwd<"), std::string::npos) << bf16;
+  const std::string f16 = kernels_of(qk::DType::f16, 128, 0);
+  EXPECT_NE(f16.find("tiled_fwd<__half, 128>"), std::string::npos) << f16;
+  for (const auto& [t, D, offset] : {std::tuple{qk::DType::f32, 64, 0}, std::tuple{qk::DType::bf16, 48, 0},
+                                     std::tuple{qk::DType::bf16, 64, 4}}) {
+    const std::string simple = kernels_of(t, D, offset);
+    EXPECT_EQ(simple.find("tiled_"), std::string::npos) << simple;
+    EXPECT_NE(simple.find("attention_fwd<"), std::string::npos) << simple;
+    EXPECT_NE(simple.find("attention_dkv<"), std::string::npos) << simple;
+  }
 }
 
 // Host time per kernel of ResNet inference at batch 1 (the first GPU run:
