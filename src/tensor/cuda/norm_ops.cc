@@ -64,8 +64,7 @@ BatchNormShape shape_of(const Tensor& x, double momentum, double eps) {
   return s;
 }
 
-const float* f32_or_null(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
-float* f32_or_null_mut(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+float* f32_or_null(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 ops::BatchNormResult batch_norm_on_device(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                      const Tensor& running_mean, const Tensor& running_var, bool training,
@@ -79,8 +78,8 @@ ops::BatchNormResult batch_norm_on_device(const Tensor& x, const Tensor& weight,
     DeviceStream ds(x.device().index);
     if (training) {
       launch_batch_norm_train(s, static_cast<int>(x.dtype()), x.raw_data(), out.raw_data(), mean.data_ptr<float>(),
-                              invstd.data_ptr<float>(), f32_or_null_mut(running_mean),
-                              f32_or_null_mut(running_var), f32_or_null(weight), f32_or_null(bias), ds.stream());
+                              invstd.data_ptr<float>(), f32_or_null(running_mean),
+                              f32_or_null(running_var), f32_or_null(weight), f32_or_null(bias), ds.stream());
       if (running_mean.defined()) running_mean.bump_version();
       if (running_var.defined()) running_var.bump_version();
     } else {
