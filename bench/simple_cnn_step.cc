@@ -30,10 +30,12 @@
 #include "qk/optim/adam.h"
 #include "qk/optim/sgd.h"
 #include "qk/tensor/backend.h"
+#include "qk/tensor/cuda.h"
 
 int main(int argc, char** argv) {
   int threads = 1, batch = 64, steps = 30, warmup = 5;
   std::string model = "simple_cnn", mode = "train", optimizer = "sgd", amp = "off", device = "cpu";
+  bool cudnn_benchmark = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--threads") threads = std::atoi(argv[i + 1]);
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
     else if (k == "--optimizer") optimizer = argv[i + 1];
     else if (k == "--amp") amp = argv[i + 1];
     else if (k == "--device") device = argv[i + 1];
+    else if (k == "--cudnn-benchmark") cudnn_benchmark = std::string(argv[i + 1]) == "1";
     else {
       fmt::print(stderr, "unknown flag {}\n", k);
       return 2;
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   qk::set_num_threads(threads);
+  qk::cuda::set_cudnn_benchmark(cudnn_benchmark);  // convolution algorithms timed once per shape
   qk::manual_seed(0);
   std::shared_ptr<qk::nn::Module> net;
   std::function<qk::Tensor(const qk::Tensor&)> fwd;

@@ -77,7 +77,9 @@ def main():
     p.add_argument("--bf16", action="store_true", help="autocast to bfloat16 (PyTorch's fastest CPU mode)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (the GPU peer of simple_cnn_step --device cuda)")
     p.add_argument("--mode", default="train", choices=["train", "infer"])
+    p.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     a = p.parse_args()
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     net = (SimpleCNN() if a.model == "simple_cnn" else SimpleResNet()).to(a.device)

@@ -6,10 +6,10 @@
 #   scripts/device-check.sh --pack   # here: build, then pack build/device-pack/qianka.tar.xz
 #   scripts/device-check.sh OUTDIR   # there: unpack, run every check, write OUTDIR/*
 #
-# With the device tool: run(command="scripts/device-check.sh $OUT",
+# With the device tool: run(command="scripts/device-check.sh $OUT [speed|checks]",
 # carry=["build/device-pack"], timeout_s=540). OUTDIR gets summary.txt (each
 # step, its exit status and seconds), gpu.txt and one log per kind of step
-# (8 files, as many as the tool brings back: check, cuda_tests, op_harness,
+# (8 files, as many as the tool brings back: check (with the CUDA-graph runs), cuda_tests, op_harness,
 # nccl_tests, speed, cnn). Each step is bounded and none starts
 # after 450 s, so the run stays under 8 minutes; a step that fails does not
 # stop the others. Without a GPU (or here) it runs too, and the logs say
@@ -40,7 +40,14 @@ if [ "${1:-}" = "--pack" ]; then
   exit 0
 fi
 
-OUT=${1:?usage: scripts/device-check.sh --pack | OUTDIR}
+OUT=${1:?usage: scripts/device-check.sh --pack | OUTDIR [all|speed|checks]}
+# Which steps: all (the default), speed (the benchmarks against PyTorch,
+# speed.log and cnn.log) or checks (correctness: the CUDA-graph runs against
+# eager, the test programs, the op harness, NCCL). Each part fits the budget
+# on its own; two device calls can run one each.
+PART=${2:-all}
+case "$PART" in all | speed | checks) ;; *) echo "device-check: part must be all, speed or checks, got '$PART'" >&2; exit 2 ;; esac
+want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
@@ -89,6 +96,7 @@ missing=$(for p in "$BIN"/*; do ldd "$p" | grep "not found"; done | sort -u)
 
 { nvidia-smi || echo "nvidia-smi: not available"; } > "$OUT/gpu.txt" 2>&1
 step "qk check" check.log 60 "$BIN/qk" check
+if want checks; then
 # The seed's practice model (6 layers, hidden 512, Llama layout) on the GPU:
 # 20 bf16 iterations of Megatron's mock data; its log joins check.log.
 GPT_ARGS=(--num-layers 6 --hidden-size 512 --num-attention-heads 8 --seq-length 1024
@@ -100,11 +108,32 @@ step "pretrain-gpt cuda" check.log 90 "$BIN/qk" pretrain-gpt --device cuda "${GP
 # The seed's CIFAR-10 trainer end to end on the GPU (synthetic data, bf16 autocast).
 step "train cifar10 cuda" check.log 60 "$BIN/qk" train cifar10 --device cuda --amp bf16 --epochs 1 \
   --data-dir "$ROOT/cifar" --out "$ROOT/cifar-run" --synth-train 4096 --synth-test 1024 --no-progress
+# CUDA graphs: a small GPT (Megatron's default dropout, flash attention's
+# included) and the ResNet trained eagerly and with the step recorded as a
+# graph end with the same weights, byte for byte.
+SAME='import filecmp, sys; sys.exit(0 if filecmp.cmp(sys.argv[1], sys.argv[2], shallow=False) else 1)'
+GRAPH_GPT=(--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 256 --max-position-embeddings 256
+           --position-embedding-type rope --normalization RMSNorm --swiglu --micro-batch-size 4
+           --global-batch-size 8 --train-iters 8 --lr 3e-4 --mock-data --tokenizer-type NullTokenizer
+           --vocab-size 4096 --bf16 --use-flash-attn --eval-iters 0 --save-interval 8 --log-interval 4)
+step "gpt eager (for graphs)" check.log 60 "$BIN/qk" pretrain-gpt --device cuda "${GRAPH_GPT[@]}" --save "$ROOT/g-eager"
+step "gpt --enable-cuda-graph" check.log 60 "$BIN/qk" pretrain-gpt --device cuda "${GRAPH_GPT[@]}" \
+  --save "$ROOT/g-graph" --enable-cuda-graph
+step "gpt graph equals eager" check.log 10 python3 -c "$SAME" "$ROOT/g-eager/iter_0000000008/model.safetensors" \
+  "$ROOT/g-graph/iter_0000000008/model.safetensors"
+for g in "" --cuda-graph; do
+  step "resnet cifar10 $g" check.log 60 "$BIN/qk" train cifar10 --device cuda --model simple_resnet --amp bf16 \
+    --epochs 1 --data-dir "$ROOT/cifar-r" --out "$ROOT/resnet$g" --synth-train 1024 --synth-test 256 --no-progress $g
+done
+step "resnet graph equals eager" check.log 10 python3 -c "$SAME" "$ROOT/resnet/checkpoints/latest.safetensors" \
+  "$ROOT/resnet--cuda-graph/checkpoints/latest.safetensors"
 step "cuda backend tests" cuda_tests.log 120 "$BIN/qk_tensor_cuda_tests"
 step "cuda optimizer tests" cuda_tests.log 60 "$BIN/qk_optim_cuda_tests"
 step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck
 step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
 step "dist on cuda (nccl)" nccl_tests.log 60 "$BIN/qk_dist_cuda_tests"
+fi
+if want speed; then
 # Speed against PyTorch in the same run (docs/benchmarks.md), all in speed.log:
 # GEMM, flash attention against SDPA, and GPT-2 124M and the practice model
 # (B16 T1024 bf16, flash attention) against PyTorch eager
@@ -137,16 +166,20 @@ step "torch gpt2-124m" speed.log 90 python3 bench/gpt_cuda_peer.py --vocab 50304
 step "practice cuda" speed.log 90 "$BIN/qk" pretrain-gpt --device cuda "${PRACTICE[@]}" "${LLM_COMMON[@]}"
 step "torch practice" speed.log 90 python3 bench/gpt_cuda_peer.py --llama --layers 6 --d 512 --heads 8 \
   --vocab 32000 --batch 16
+step "practice cuda graph" speed.log 90 "$BIN/qk" pretrain-gpt --device cuda "${PRACTICE[@]}" "${LLM_COMMON[@]}" \
+  --enable-cuda-graph
 # SimpleCNN and ResNet steps (SGD, f32) and inference against PyTorch's
-# eager mode on the same GPU: images/s, ms per step, peak memory (JSON lines).
+# eager mode on the same GPU, both with cuDNN's benchmark mode (algorithms
+# timed once per shape): images/s, ms per step, peak memory (JSON lines).
 for model in simple_cnn simple_resnet; do
   for b in 64 256; do
-    step "$model train b$b" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --batch "$b" --steps 30 --warmup 5 --device cuda
-    step "torch $model train b$b" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --batch "$b" --steps 30 --warmup 5 --device cuda
+    step "$model train b$b" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --batch "$b" --steps 30 --warmup 5 --device cuda --cudnn-benchmark 1
+    step "torch $model train b$b" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --batch "$b" --steps 30 --warmup 5 --device cuda --cudnn-benchmark
   done
   for b in 1 256; do
-    step "$model infer b$b" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --mode infer --batch "$b" --steps 50 --warmup 5 --device cuda
-    step "torch $model infer b$b" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --mode infer --batch "$b" --steps 50 --warmup 5 --device cuda
+    step "$model infer b$b" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --mode infer --batch "$b" --steps 50 --warmup 5 --device cuda --cudnn-benchmark 1
+    step "torch $model infer b$b" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --mode infer --batch "$b" --steps 50 --warmup 5 --device cuda --cudnn-benchmark
   done
 done
+fi
 note "total $(($(date +%s) - START)) s"

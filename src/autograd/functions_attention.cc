@@ -4,6 +4,8 @@
 // forward and the backward replays the same (seed, offset).
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/llm_ops.h"
+#include "qk/tensor/backend.h"
+#include "qk/tensor/generator.h"
 #include "qk/tensor/ops/attention.h"
 
 namespace qk {
@@ -26,8 +28,15 @@ Tensor flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
     Generator& gen = o.generator ? *o.generator : default_generator(q.device());
     p.dropout_p = o.dropout_p;
     p.seed = gen.seed();
-    p.offset = gen.advance(ops::flash_attention_counters(q.size(0), ops::attention_query_heads(q),
-                                                         q.size(1), k.size(1)));
+    const uint64_t n = ops::flash_attention_counters(q.size(0), ops::attention_query_heads(q), q.size(1), k.size(1));
+    if (capturing(q.device())) {
+      // Recorded in a graph: counters relative to a base each replay moves on.
+      const GraphCounter c = graph_rng_counter(gen, n, q.device());
+      p.offset = c.relative;
+      p.offset_base = c.base;
+    } else {
+      p.offset = gen.advance(n);
+    }
   }
   auto [out, lse] = ops::flash_attention(q, k, v, p);
   if (autograd::needs_grad({q, k, v})) {

@@ -6,11 +6,13 @@
 //   qk train cifar10 --epochs 10 --resume              # continue runs/cifar10 where it stopped
 //   qk run --max-restarts 10 -- qk train cifar10 --resume --checkpoint-every 100   # survives killed ranks
 //   qk train cifar10 --amp bf16                        # autocast
+//   qk train cifar10 --device cuda --cuda-graph
 //   qk run --nproc-per-node 2 -- qk train cifar10      # data-parallel (DDP)
 #include <memory>
 
 #include "command.h"
 #include "qk/recipes/cifar10_trainer.h"
+#include "qk/tensor/cuda.h"
 
 namespace qk::cli {
 namespace {
@@ -82,10 +84,19 @@ void setup_train(CLI::App& app) {
   c->add_option("--grad-compress", o->grad_compress, "DDP gradients on the wire: none, bf16 or fp16 (half the bytes)")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))
       ->capture_default_str();
+  c->add_flag("--cuda-graph", o->cuda_graph,
+              "Record each step's forward and backward as a CUDA graph and replay it (one GPU)");
+  auto benchmark = std::make_shared<bool>(false);
+  c->add_flag("--cudnn-benchmark", *benchmark,
+              "Time cuDNN's convolution algorithms once per shape and keep the fastest "
+              "(torch.backends.cudnn.benchmark; also QK_CUDNN_BENCHMARK=1)");
   c->add_flag("--sync-bn", o->sync_bn,
               "Under qk run: BatchNorm statistics over every rank's batch (SyncBatchNorm), not each rank's own");
   c->add_flag("!--no-progress", o->progress, "No live progress bar (it is shown only on a terminal anyway)");
-  c->callback([o] { recipes::train_cifar10(*o); });
+  c->callback([o, benchmark] {
+    if (*benchmark) cuda::set_cudnn_benchmark(true);
+    recipes::train_cifar10(*o);
+  });
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ Tensor BatchNorm2dImpl::forward(const Tensor& x) {
     if (options.momentum()) {
       // Counted where it lives: reading it back would stall a GPU once per
       // layer and step.
-      ops::copy_(num_batches_tracked, ops::binary_scalar(BinaryOp::add, num_batches_tracked, 1.0));
+      ops::binary_scalar_(BinaryOp::add, num_batches_tracked, 1.0);
     } else {
       // Without a momentum the running stats are the cumulative average,
       // whose weight the host needs.

@@ -1,5 +1,6 @@
 #include "qk/optim/adam.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "qk/autograd/autograd.h"
@@ -36,13 +37,22 @@ void check_options(const O& o) {
 }
 
 // The shared step of Adam and AdamW: state lives in "exp_avg", "exp_avg_sq"
-// and (AMSGrad) "max_exp_avg_sq", all zero-initialised on first use.
+// and (AMSGrad) "max_exp_avg_sq", all zero-initialised on first use. The
+// parameters of a group that share device, dtype and step count are updated
+// by one list kernel (one launch per many parameters on a GPU).
 template <typename O>
 void adam_step(std::vector<std::vector<Tensor>>& groups, const std::vector<O>& options,
                const std::function<Optimizer::ParamState*(size_t, size_t)>& state, bool decoupled) {
   NoGradGuard ng;
+  struct Bucket {
+    Device device;
+    DType dtype;
+    int64_t step;
+    ops::AdamStepLists lists;
+  };
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const O& o = options[gi];
+    std::vector<Bucket> buckets;
     for (size_t i = 0; i < groups[gi].size(); ++i) {
       const Tensor& p = groups[gi][i];
       Tensor g = Optimizer::kernel_grad_for(p, O::kName);
@@ -55,18 +65,28 @@ void adam_step(std::vector<std::vector<Tensor>>& groups, const std::vector<O>& o
       if (o.amsgrad() && !st.tensors.count("max_exp_avg_sq"))
         st.tensors["max_exp_avg_sq"] = zeros_like(p);
       ++st.step;
+      auto b = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& b) {
+        return b.device == p.device() && b.dtype == p.dtype() && b.step == st.step;
+      });
+      if (b == buckets.end()) b = buckets.insert(buckets.end(), Bucket{p.device(), p.dtype(), st.step, {}});
+      b->lists.params.push_back(p);
+      b->lists.grads.push_back(std::move(g));
+      b->lists.exp_avgs.push_back(st.tensors["exp_avg"]);
+      b->lists.exp_avg_sqs.push_back(st.tensors["exp_avg_sq"]);
+      if (o.amsgrad()) b->lists.max_exp_avg_sqs.push_back(st.tensors["max_exp_avg_sq"]);
+    }
+    for (const Bucket& b : buckets) {
       ops::AdamStepArgs a;
       a.lr = o.lr();
       a.beta1 = std::get<0>(o.betas());
       a.beta2 = std::get<1>(o.betas());
       a.eps = o.eps();
       a.weight_decay = o.weight_decay();
-      a.step = st.step;
+      a.step = b.step;
       a.decoupled = decoupled;
       a.amsgrad = o.amsgrad();
-      ops::adam_step_kernel.get(p.device())(p, g, st.tensors["exp_avg"], st.tensors["exp_avg_sq"],
-                                       o.amsgrad() ? st.tensors["max_exp_avg_sq"] : Tensor(), a);
-      p.bump_version();
+      ops::multi_tensor_adam_step_(b.lists, a);
+      for (const Tensor& p : b.lists.params) p.bump_version();
     }
   }
 }

@@ -1,5 +1,7 @@
 #include "qk/optim/sgd.h"
 
+#include <algorithm>
+
 #include "qk/autograd/autograd.h"
 #include "qk/tensor/ops/optimizer.h"
 #include "options_map.h"
@@ -40,25 +42,44 @@ SGD::SGD(std::vector<ParamGroup> groups) {
   init_groups(std::move(groups));
 }
 
+// The parameters of a group that share device, dtype and whether their
+// momentum buffer is new are updated by one list kernel.
 void SGD::step() {
   NoGradGuard ng;
+  struct Bucket {
+    Device device;
+    DType dtype;
+    bool first_step;
+    ops::SgdStepLists lists;
+  };
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const SGDOptions& o = options_[gi];
+    std::vector<Bucket> buckets;
     for (size_t i = 0; i < groups_[gi].size(); ++i) {
       const Tensor& p = groups_[gi][i];
       Tensor g = kernel_grad_for(p, "SGD");
       if (!g.defined()) continue;
       ParamState& st = state(gi, i);
-      ops::SgdStepArgs a{o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), false};
       Tensor buf;
+      bool first = false;
       if (o.momentum() != 0) {
         auto it = st.tensors.find("momentum_buffer");
-        a.first_step = it == st.tensors.end();
-        buf = a.first_step ? (st.tensors["momentum_buffer"] = empty_like(p)) : it->second;
+        first = it == st.tensors.end();
+        buf = first ? (st.tensors["momentum_buffer"] = empty_like(p)) : it->second;
       }
-      ops::sgd_step_kernel.get(p.device())(p, g, buf, a);
       ++st.step;
-      p.bump_version();
+      auto b = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& b) {
+        return b.device == p.device() && b.dtype == p.dtype() && b.first_step == first;
+      });
+      if (b == buckets.end()) b = buckets.insert(buckets.end(), Bucket{p.device(), p.dtype(), first, {}});
+      b->lists.params.push_back(p);
+      b->lists.grads.push_back(std::move(g));
+      if (buf.defined()) b->lists.momentum_bufs.push_back(std::move(buf));
+    }
+    for (const Bucket& b : buckets) {
+      ops::multi_tensor_sgd_step_(
+          b.lists, {o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), b.first_step});
+      for (const Tensor& p : b.lists.params) p.bump_version();
     }
   }
 }

@@ -57,6 +57,10 @@ struct Runtime {
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   double comm_wait_ms = 0;  // this epoch: waiting for gradients after backward
   int64_t steps = 0, skipped = 0;
+  // --cuda-graph: the step's inputs on the device, the same tensors every
+  // step (what the recorded forward reads); made at the first full batch.
+  bool cuda_graph = false;
+  Tensor graph_images, graph_labels;
   bool lead() const { return rank == 0; }
 };
 
@@ -309,16 +313,38 @@ EpochSums train_epoch(const models::CifarModel& m, train::StepRunner& runner, da
     // Each batch to the model's device. The loss and the count of right
     // answers stay there: the step reads both back at once with the
     // optimizer's one read (a copy of the logits would stall every step).
-    const Tensor images = dev.is_cpu() ? b.images : b.images.to(dev);
-    const Tensor labels = dev.is_cpu() ? b.labels : b.labels.to(dev);
     const int64_t n = b.labels.numel();
-    const train::StepStats st = runner.step([&](int64_t) {
+    auto output = [&m, n](const Tensor& images, const Tensor& labels) {
       const Tensor logits = m.forward(images);
       const Tensor loss = cross_entropy(logits, labels);
       const Tensor right = ops::sum(ops::cast(ops::binary(BinaryOp::eq, ops::argmax(logits.detach(), 1), labels),
                                               DType::f64));
       return train::MicroBatchOutput{loss, {{"loss", {0.0, 1.0, loss}}, {"correct", {0.0, double(n), right}}}};
-    });
+    };
+    // The recorded step's inputs are made from a full batch (a run resumed at
+    // an epoch's short last batch must not fix the graph's shape to it).
+    if (rt.cuda_graph && !rt.graph_images.defined() && n == loader.options().batch_size) {
+      rt.graph_images = empty(b.images.shape(), TensorOptions().dtype(b.images.dtype()).device(dev));
+      rt.graph_labels = empty(b.labels.shape(), TensorOptions().dtype(b.labels.dtype()).device(dev));
+    }
+    train::StepStats st;
+    if (rt.cuda_graph && rt.graph_images.defined() && b.images.shape() == rt.graph_images.shape()) {
+      // The recorded step reads the same tensors every time: the batch goes into them.
+      train::GraphedForwardStep g;
+      g.device = dev;
+      g.load = [&](int64_t) {
+        ops::copy_(rt.graph_images, b.images);
+        ops::copy_(rt.graph_labels, b.labels);
+        return std::map<std::string, train::Metric>{};
+      };
+      g.forward = [&](int64_t) { return output(rt.graph_images, rt.graph_labels); };
+      st = runner.step(g);
+    } else {
+      // Without graphs, or a last batch of another size: an eager step.
+      const Tensor images = dev.is_cpu() ? b.images : b.images.to(dev);
+      const Tensor labels = dev.is_cpu() ? b.labels : b.labels.to(dev);
+      st = runner.step([&](int64_t) { return output(images, labels); });
+    }
     rt.comm_wait_ms += st.comm_wait_ms;
     rt.skipped += st.skipped;
     ++rt.steps;
@@ -451,6 +477,13 @@ void Cifar10Training::initialize() {
   }
   s.rt.amp = o.amp != "off";
   s.rt.amp_dtype = o.amp == "fp16" ? DType::f16 : DType::bf16;
+  if (o.cuda_graph) {
+    QK_CHECK_AS(ValueError, s.rt.world == 1, "--cuda-graph runs one rank: DDP's all-reduce between the ",
+                s.rt.world, " ranks is host-driven and cannot be recorded in a graph; run without it under qk run");
+    QK_CHECK_DEVICE(!training_device(o).is_cpu(), "--cuda-graph records each step as a CUDA graph: it needs a GPU "
+                    "(--device cuda), not ", o.device);
+    s.rt.cuda_graph = true;
+  }
   // Rank 0 writes the synthetic set when there is none; the others read it after.
   if (s.rt.lead()) s.data.emplace(models::open_cifar10(o.data_dir, true, o.synth_train, o.synth_test, 0));
   if (s.rt.world > 1) dist::group().barrier();

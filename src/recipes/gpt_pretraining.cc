@@ -176,6 +176,9 @@ struct GptPretraining::State {
   std::vector<MoeLayerLog> moe_log;
   bool memory_reported = false;
   train::ForwardStep valid_step;
+  // --enable-cuda-graph: each micro-batch's inputs on the device, the same
+  // tensors every step (what the recorded forward reads).
+  std::vector<GptBatch> graph_inputs;
 
   bool pipelined() const { return a.pipeline_model_parallel_size > 1; }
 };
@@ -372,6 +375,12 @@ void GptPretraining::build_optimizer() {
   s.to.flops_per_sample = transformer::num_floating_point_operations(s.cfg, 1);
   if (s.load_hf) s.to.load.clear();
   s.to.args_json = megatron_args_to_json(a);
+  if (a.enable_cuda_graph) {
+    QK_CHECK_DEVICE(!s.job.device.is_cpu(), "--enable-cuda-graph records the step as a CUDA graph: it needs a GPU "
+                    "(--device cuda), not ", s.job.device.str());
+    s.to.graph_device = s.job.device;
+    s.to.graph_warmup_steps = a.cuda_graph_warmup_steps;
+  }
   s.trainer = std::make_unique<train::Trainer>(*s.model, *s.opt, *s.sched, s.to, s.job.data_parallel(), s.mp);
 }
 
@@ -449,6 +458,35 @@ train::MicroBatchOutput GptPretraining::forward(GptBatchIterator& it) {
   return train::MicroBatchOutput{loss, {{"lm loss", lm}}};
 }
 
+// --enable-cuda-graph: micro-batch i into its input tensors (made at the
+// first load, then copied into), its token count for the loss's metric.
+std::map<std::string, train::Metric> GptPretraining::load_graph_inputs(int64_t i) {
+  State& s = *s_;
+  const GptBatch b = s.train_it->next();
+  if (s.graph_inputs.size() <= static_cast<size_t>(i)) s.graph_inputs.resize(static_cast<size_t>(i) + 1);
+  GptBatch& in = s.graph_inputs[static_cast<size_t>(i)];
+  auto into = [&](Tensor& dst, const Tensor& src) {
+    if (!dst.defined()) dst = ops::to_device(src, s.job.device);
+    else ops::copy_(dst, src);
+  };
+  into(in.tokens, b.tokens);
+  into(in.labels, b.labels);
+  into(in.loss_mask, b.loss_mask);
+  into(in.position_ids, b.position_ids);
+  return {{"lm loss", train::Metric(0.0, b.loss_tokens())}};
+}
+
+// The recorded forward: from the input tensors only; the loss's sum weighs
+// it by the mask's sum on the device (the host's count varies by batch).
+train::MicroBatchOutput GptPretraining::graphed_forward(int64_t i) {
+  State& s = *s_;
+  const GptBatch& in = s.graph_inputs.at(static_cast<size_t>(i));
+  Tensor loss = s.gpt->forward(in.tokens, in.position_ids, in.labels, in.loss_mask);
+  train::Metric lm;
+  lm.device_sum = ops::mul(ops::cast(loss.detach(), DType::f64), ops::cast(ops::sum(in.loss_mask), DType::f64));
+  return train::MicroBatchOutput{loss, {{"lm loss", lm}}};
+}
+
 // The schedule replaces StepRunner's micro-batch loop (1F1B, or interleaved
 // over virtual stages); evaluation runs it forward only.
 void GptPretraining::set_up_pipeline_steps() {
@@ -492,7 +530,12 @@ train::TrainerCallbacks GptPretraining::callbacks() {
   if (s.pipelined()) {
     set_up_pipeline_steps();
   } else {
-    cb.train_step = [this](int64_t) { return forward(*s_->train_it); };
+    if (s.a.enable_cuda_graph) {
+      cb.train_load = [this](int64_t i) { return load_graph_inputs(i); };
+      cb.train_step = [this](int64_t i) { return graphed_forward(i); };
+    } else {
+      cb.train_step = [this](int64_t) { return forward(*s_->train_it); };
+    }
     if (s.do_valid) cb.valid_step = [this](int64_t) { return forward(*s_->valid_it); };
   }
   // Megatron's MoEAuxLossAutoScaler.set_loss_scale(loss_scale / num_microbatches):

@@ -60,6 +60,12 @@ void add_training_flags(std::vector<FlagSpec>& t) {
        "Fused cross-entropy kernel."},
       {kTraining, "--use-flash-attn", QK_FIELD(use_flash_attn), kTrue, {},
        "Memory-efficient (flash) attention: tiled, online softmax."},
+      {kTraining, "--enable-cuda-graph", QK_FIELD(enable_cuda_graph), kTrue, {},
+       "Record each step's forward and backward passes as a CUDA graph after the warm-up steps and replay it "
+       "(one GPU; the optimizer step stays eager).",
+       "--cuda-graph"},
+      {kTraining, "--cuda-graph-warmup-steps", QK_FIELD(cuda_graph_warmup_steps), kStore, {},
+       "Eager steps before the CUDA graph is captured."},
       {kTraining, "--disable-bias-linear", QK_FIELD(add_bias_linear), kFalse, {},
        "No bias in the linear layers."},
       {kTraining, "--add-qkv-bias", QK_FIELD(add_qkv_bias), kTrue, {},

@@ -397,6 +397,17 @@ void validate_data(MegatronArgs& a, const MegatronArgsOptions& o) {
   }
 }
 
+// --enable-cuda-graph (--cuda-graph): what a recorded step cannot hold.
+void validate_cuda_graph(const MegatronArgs& a) {
+  if (!a.enable_cuda_graph) return;
+  QK_CHECK(a.world_size == 1, "--enable-cuda-graph runs on one GPU: the collectives of ", a.world_size,
+           " ranks are host-driven and cannot be recorded in a graph; run it with one rank");
+  QK_CHECK(!a.num_experts, "--enable-cuda-graph does not run MoE layers (--num-experts): their routing sizes "
+           "tokens per expert on the host each step");
+  QK_CHECK(a.cuda_graph_warmup_steps >= 1, "--cuda-graph-warmup-steps must be >= 1, got ",
+           a.cuda_graph_warmup_steps);
+}
+
 }  // namespace
 
 int64_t query_groups(const MegatronArgs& a) {
@@ -434,6 +445,7 @@ void validate_megatron_args(MegatronArgs& a, const MegatronArgsOptions& o) {
   validate_schedule(a, o);
   validate_model(a);
   validate_recompute(a);
+  validate_cuda_graph(a);
   validate_moe(a);
   validate_data(a, o);
 }

@@ -6,6 +6,7 @@
 #include "qk/base/error.h"
 #include "qk/tensor/storage.h"
 #include "cpu/cpu_backend.h"
+#include "graph_rng.h"
 
 namespace qk {
 
@@ -58,6 +59,50 @@ std::function<void()> record_fence(Device d) {
 void synchronize(Device d) {
   if (!d.is_cpu()) backend(d.type).synchronize(d.index);
 }
+
+std::unique_ptr<DeviceGraph> Backend::capture_graph(int index, const std::function<void()>&) {
+  QK_THROW(DeviceError, Device(type(), index).str(),
+           " cannot record its work into a graph (its backend has no graphs); run without graph capture");
+}
+
+namespace {
+
+// A backend's graph with its random counters moved on before each replay.
+class GraphWithRng final : public DeviceGraph {
+ public:
+  GraphWithRng(std::unique_ptr<DeviceGraph> g, std::unique_ptr<GraphRng> rng)
+      : g_(std::move(g)), rng_(std::move(rng)) {}
+  void replay() override {
+    rng_->before_replay();
+    g_->replay();
+  }
+  int64_t num_nodes() const override { return g_->num_nodes(); }
+
+ private:
+  std::unique_ptr<DeviceGraph> g_;
+  std::unique_ptr<GraphRng> rng_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceGraph> capture_graph(Device d, const std::function<void()>& fn) {
+  QK_CHECK_DEVICE(!d.is_cpu(), "the CPU has no device graphs to capture into (they are a GPU's); run without "
+                  "graph capture on the CPU");
+  auto rng = std::make_unique<GraphRng>(d);
+  std::unique_ptr<DeviceGraph> g;
+  try {
+    GraphRngScope scope(rng.get());
+    g = backend(d.type).capture_graph(d.index, fn);
+  } catch (...) {
+    rng->end();  // the generators as the capture found them
+    throw;
+  }
+  rng->end();
+  if (rng->empty()) return g;
+  return std::make_unique<GraphWithRng>(std::move(g), std::move(rng));
+}
+
+bool capturing(Device d) { return !d.is_cpu() && has_backend(d.type) && backend(d.type).capturing(d.index); }
 
 Device resolve_device(const std::string& spec, int local_rank) {
   Device dev(spec);  // ValueError naming the spec

@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/tensor/backend.h"
 
@@ -41,5 +42,16 @@ std::atomic<bool> allow_tf32{false};
 }  // namespace
 void set_matmul_allow_tf32(bool allow) { allow_tf32.store(allow); }
 bool matmul_allow_tf32() { return allow_tf32.load(); }
+
+QK_ENV_BOOL(env_cudnn_benchmark, "QK_CUDNN_BENCHMARK", false,
+            "Choose cuDNN convolution algorithms by timing them once per shape (torch.backends.cudnn.benchmark)");
+namespace {
+std::atomic<int> benchmark_override{-1};  // -1: the environment's
+}  // namespace
+void set_cudnn_benchmark(bool on) { benchmark_override.store(on ? 1 : 0); }
+bool cudnn_benchmark() {
+  const int o = benchmark_override.load();
+  return o >= 0 ? o == 1 : env_cudnn_benchmark.get();
+}
 
 }  // namespace qk::cuda

@@ -48,7 +48,8 @@ void* CachingDeviceAllocator::allocate(size_t bytes, int device, Stream stream) 
   DeviceMemoryStats& st = stats_of(device);
   ++st.num_allocs;
   void* p = nullptr;
-  if (!pending_.empty()) settle_pending_locked();
+  // Not during a capture: querying events is not allowed then (PyTorch defers it too).
+  if (!pending_.empty() && capturing_.empty()) settle_pending_locked();
   auto pool = pools_.find(PoolKey{device, stream, block});
   if (pool != pools_.end() && !pool->second.empty()) {
     p = pool->second.back();
@@ -95,6 +96,15 @@ void CachingDeviceAllocator::free(void* p) {
   DeviceMemoryStats& st = stats_of(l.device);
   st.allocated -= l.asked;
   st.cached += l.block;
+  if (!capturing_.empty()) {
+    auto cap = capturing_.find(l.device);
+    if (cap != capturing_.end() && l.stream != cap->second) {
+      // Made before the capture: the recorded work may use it at every replay.
+      kept_now_[l.device].push_back(p);
+      kept_.emplace(p, std::move(l));
+      return;
+    }
+  }
   if (l.used_on.empty()) return pool_locked(p, l.device, l.stream, l.block);
   // Other streams used it: wait for what they queued so far (torch's record_stream).
   Pending w{p, l.device, l.stream, l.block, {}};
@@ -158,6 +168,40 @@ void CachingDeviceAllocator::retire_stream(Stream s) {
   }
 }
 
+void CachingDeviceAllocator::begin_capture(int device, Stream g) {
+  std::lock_guard<std::mutex> lock(mu_);
+  QK_CHECK_AS(InternalError, !capturing_.count(device), "device ", device, " is already capturing a graph");
+  capturing_[device] = g;
+  private_.insert(g);
+}
+
+std::vector<void*> CachingDeviceAllocator::end_capture(int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  capturing_.erase(device);
+  std::vector<void*> kept;
+  kept.swap(kept_now_[device]);
+  return kept;
+}
+
+void CachingDeviceAllocator::release_graph(Stream g, const std::vector<void*>& kept) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (void* p : kept) {
+    auto it = kept_.find(p);
+    if (it == kept_.end()) continue;
+    const Live l = std::move(it->second);
+    kept_.erase(it);
+    if (l.used_on.empty()) {
+      pool_locked(p, l.device, l.stream, l.block);
+      continue;
+    }
+    Pending w{p, l.device, l.stream, l.block, {}};
+    for (const auto& [id, handle] : l.used_on)
+      if (!retired_.count(id)) w.events.push_back(raw_.record_event(handle));
+    pending_.push_back(std::move(w));
+  }
+  private_.erase(g);
+}
+
 void CachingDeviceAllocator::empty_cache(int device) {
   std::lock_guard<std::mutex> lock(mu_);
   release_cached_locked(device);
@@ -171,7 +215,7 @@ void CachingDeviceAllocator::release_cached_locked(int device) {
   raw_.synchronize(device);
   settle_pending_locked();
   for (auto it = pools_.begin(); it != pools_.end();) {
-    if (it->first.device != device) {
+    if (it->first.device != device || private_.count(it->first.stream)) {  // a live graph's pool stays
       ++it;
       continue;
     }

@@ -16,6 +16,12 @@
 //     are never reused (a runtime may reuse a destroyed stream's handle);
 //     retire_stream(S), once S's work is done, moves its cached blocks and
 //     any later frees to the default stream.
+//   * Graph capture (CUDA graphs): the recorded work reads and writes the
+//     same addresses at every replay, so while a capture on stream G is
+//     open, blocks made before it and freed during it are kept for the
+//     graph instead of pooled, and G's pool (blocks made and freed within
+//     the capture, reused in its order) is not given back to the device
+//     while the graph lives (PyTorch's private graph pool).
 //   * Out of memory: the device's cached blocks are released (after a
 //     device synchronisation) and the allocation retried once; if it still
 //     fails, OutOfMemoryError says what was asked, what tensors hold, what
@@ -86,6 +92,14 @@ class CachingDeviceAllocator {
   // allocate: when p is freed, it is reused only after that work is done.
   void record_stream(void* p, Stream s, void* handle);
 
+  // Graph capture on stream `g` of `device` (one at a time per device).
+  void begin_capture(int device, Stream g);
+  // Ends it: the blocks kept for the graph (made before, freed during).
+  std::vector<void*> end_capture(int device);
+  // The graph is gone and its work done: its kept blocks go back to their
+  // pools and g's pool may be given back again (retire g afterwards).
+  void release_graph(Stream g, const std::vector<void*>& kept);
+
   DeviceMemoryStats stats(int device) const;
   void reset_peak(int device);
 
@@ -127,6 +141,10 @@ class CachingDeviceAllocator {
   std::unordered_map<void*, Live> live_;
   std::unordered_map<PoolKey, std::vector<void*>, PoolKeyHash> pools_;
   std::unordered_set<Stream> retired_;
+  std::unordered_map<int, Stream> capturing_;       // device -> its open capture's stream
+  std::unordered_map<void*, Live> kept_;            // blocks kept for graphs
+  std::unordered_map<int, std::vector<void*>> kept_now_;  // device -> kept by its open capture
+  std::unordered_set<Stream> private_;              // graph streams: pools never released
   std::vector<Pending> pending_;
   std::vector<DeviceMemoryStats> stats_;  // by device index
 };

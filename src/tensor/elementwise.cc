@@ -24,6 +24,7 @@ const char* unary_op_name(UnaryOp op) {
 namespace ops {
 
 QK_DEFINE_KERNEL(binary_kernel, BinaryFn);
+QK_DEFINE_KERNEL(binary_scalar_kernel, BinaryScalarFn);
 QK_DEFINE_KERNEL(unary_kernel, UnaryFn);
 QK_DEFINE_KERNEL(unary_backward_kernel, UnaryBwdFn);
 QK_DEFINE_KERNEL(clamp_kernel, ClampFn);
@@ -49,24 +50,46 @@ void check_same(const char* op, const Tensor& a, const Tensor& b) {
 TensorOptions like(const Tensor& t, DType dt) { return TensorOptions().dtype(dt).device(t.device()); }
 }  // namespace
 
+namespace {
+// What `op` refuses of a's dtype.
+void check_binary_dtype(BinaryOp op, DType t) {
+  const char* name = binary_op_name(op);
+  if (op >= BinaryOp::eq) return;
+  QK_CHECK_TYPE(t != DType::boolean, name, ": not defined for bool tensors");
+  QK_CHECK_TYPE(op != BinaryOp::div || is_floating(t), name,
+                ": integer division is not supported; convert to a floating dtype first (got ", dtype_name(t), ")");
+}
+}  // namespace
+
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_op_name(op);
   check_same(name, a, b);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  bool cmp = op >= BinaryOp::eq;
-  if (!cmp) {
-    QK_CHECK_TYPE(a.dtype() != DType::boolean, name, ": not defined for bool tensors");
-    QK_CHECK_TYPE(op != BinaryOp::div || is_floating(a.dtype()), name,
-                  ": integer division is not supported; convert to a floating dtype first (got ",
-                  dtype_name(a.dtype()), ")");
-  }
-  Tensor out = empty(shape, like(a, cmp ? DType::boolean : a.dtype()));
+  check_binary_dtype(op, a.dtype());
+  Tensor out = empty(shape, like(a, op >= BinaryOp::eq ? DType::boolean : a.dtype()));
   if (out.numel() > 0) binary_kernel.get(a.device())(op, out, a, b);
   return out;
 }
 
+// With a device's scalar kernel, one launch; else the binary kernel with a
+// 0-d tensor of a's dtype (the same values: b is converted to a's dtype first).
 Tensor binary_scalar(BinaryOp op, const Tensor& a, double b) {
-  return binary(op, a, scalar_tensor(b, like(a, a.dtype())));
+  if (!binary_scalar_kernel.supports(a.device().type)) return binary(op, a, scalar_tensor(b, like(a, a.dtype())));
+  check_binary_dtype(op, a.dtype());
+  Tensor out = empty(a.shape(), like(a, op >= BinaryOp::eq ? DType::boolean : a.dtype()));
+  if (out.numel() > 0) binary_scalar_kernel.get(a.device())(op, out, a, b);
+  return out;
+}
+
+void binary_scalar_(BinaryOp op, const Tensor& self, double b) {
+  QK_CHECK(op < BinaryOp::eq, "binary_scalar_: ", binary_op_name(op),
+           " gives bool values, which cannot be stored in place; use binary_scalar");
+  check_binary_dtype(op, self.dtype());
+  if (self.numel() == 0) return;
+  self.bump_version();
+  // In place: out and a alias element for element.
+  if (binary_scalar_kernel.supports(self.device().type)) return binary_scalar_kernel.get(self.device())(op, self, self, b);
+  binary_kernel.get(self.device())(op, self, self, scalar_tensor(b, like(self, self.dtype())));
 }
 
 Tensor unary(UnaryOp op, const Tensor& a) {
@@ -128,12 +151,7 @@ void add_(const Tensor& self, const Tensor& other, double alpha) {
   add_inplace_kernel.get(self.device())(self, other, alpha);
 }
 
-void mul_(const Tensor& self, double s) {
-  // In place through the binary kernel: out and a alias element for element.
-  if (self.numel() == 0) return;
-  self.bump_version();
-  binary_kernel.get(self.device())(BinaryOp::mul, self, self, scalar_tensor(s, like(self, self.dtype())));
-}
+void mul_(const Tensor& self, double s) { binary_scalar_(BinaryOp::mul, self, s); }
 
 void mul_(const Tensor& self, const Tensor& other) {
   check_same("mul_", self, other);

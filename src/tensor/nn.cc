@@ -1,7 +1,9 @@
 // Raw softmax, loss, dropout and embedding ops: validation, then the kernel.
 #include "qk/tensor/ops/nn.h"
 
+#include "qk/tensor/backend.h"
 #include "qk/tensor/dispatch.h"
+#include "graph_rng.h"
 #include "qk/tensor/ops/view.h"
 #include "op_kernel_tables.h"
 #include "cpu/dropout.h"
@@ -131,8 +133,14 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen) {
                 dtype_name(x.dtype()));
   QK_CHECK(p >= 0 && p <= 1, "dropout: probability p must be in [0, 1], got ", p);
   // Each Philox call yields 4 words: element i uses counter offset + i / 4.
-  const uint64_t offset = gen.advance((static_cast<uint64_t>(x.numel()) + 3) / 4);
-  return dropout_kernel.get(x.device())(contiguous(x), p, gen.seed(), offset);
+  const uint64_t counters = (static_cast<uint64_t>(x.numel()) + 3) / 4;
+  if (capturing(x.device())) {
+    // Recorded in a graph: counters relative to a base each replay moves on (graph_rng.h).
+    const GraphCounter c = graph_rng_counter(gen, counters, x.device());
+    return dropout_kernel.get(x.device())(contiguous(x), p, gen.seed(), c.relative, c.base);
+  }
+  const uint64_t offset = gen.advance(counters);
+  return dropout_kernel.get(x.device())(contiguous(x), p, gen.seed(), offset, Tensor());
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {

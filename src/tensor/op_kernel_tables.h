@@ -67,8 +67,11 @@ QK_DECLARE_KERNEL(batch_norm_kernel, BatchNormFn);
 QK_DECLARE_KERNEL(batch_norm_backward_kernel, BatchNormBwdFn);
 
 // Inverted dropout of contiguous x with Philox(seed, offset + i / 4):
-// (out, mask), the mask 0 or 1/(1-p) in x's dtype.
-using DropoutFn = std::pair<Tensor, Tensor>(const Tensor& x, double p, uint64_t seed, uint64_t offset);
+// (out, mask), the mask 0 or 1/(1-p) in x's dtype. offset_base, when
+// defined (an i64 [1] on x's device, read when the kernel runs), is added to
+// offset: a recorded graph's counters move on at each replay (graph_rng.h).
+using DropoutFn = std::pair<Tensor, Tensor>(const Tensor& x, double p, uint64_t seed, uint64_t offset,
+                                            const Tensor& offset_base);
 QK_DECLARE_KERNEL(dropout_kernel, DropoutFn);
 
 // dx <- grad * op'(x) (y = op(x); either may be undefined when the

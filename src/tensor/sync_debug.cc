@@ -7,6 +7,7 @@
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/base/log.h"
+#include "qk/tensor/backend.h"
 
 namespace qk {
 
@@ -38,6 +39,10 @@ SyncDebugMode sync_debug_mode() {
 }
 
 void note_host_sync(Device device, const char* what) {
+  // A capture records device work without running it: nothing to wait for.
+  QK_CHECK_DEVICE(!capturing(device), "host sync on ", device.str(), ": ", what,
+                  " cannot be recorded in a graph (the recorded work has not run when the host would read it); "
+                  "keep it out of the captured part, or run without graph capture");
   syncs.fetch_add(1, std::memory_order_relaxed);
   switch (sync_debug_mode()) {
     case SyncDebugMode::off: return;

@@ -111,8 +111,7 @@ std::map<std::string, double> StepRunner::reduce(std::map<std::string, Metric>& 
   return out;
 }
 
-StepStats StepRunner::step(const ForwardStep& forward_step) {
-  const Timer timer;
+std::map<std::string, Metric> StepRunner::run_microbatches(const ForwardStep& forward_step) {
   const int64_t k = o_.num_microbatches;
   opt_.zero_grad();
   std::map<std::string, Metric> sums;
@@ -135,6 +134,10 @@ StepStats StepRunner::step(const ForwardStep& forward_step) {
     loss.backward();
     opt_.accumulate_grads();
   }
+  return sums;
+}
+
+StepStats StepRunner::finish_step(std::map<std::string, Metric>& sums, const Timer& timer) {
   StepStats s;
   if (dp_.ddp) {
     s.comm_wait_ms = dp_.ddp->last_step().wait_ms;
@@ -154,6 +157,67 @@ StepStats StepRunner::step(const ForwardStep& forward_step) {
   s.seconds = timer.seconds();
   return s;
 }
+
+StepStats StepRunner::step(const ForwardStep& forward_step) {
+  // The eager step gives the parameters gradients of its own: a graph
+  // recorded before would write where they no longer look. Recorded anew.
+  graph_.reset();
+  graph_sums_.clear();
+  const Timer timer;
+  std::map<std::string, Metric> sums = run_microbatches(forward_step);
+  return finish_step(sums, timer);
+}
+
+namespace {
+
+// The step's metrics from the graph's device sums and the loaded
+// micro-batches' host parts (names `load` did not give keep the capture's).
+std::map<std::string, Metric> graphed_sums(const std::map<std::string, Metric>& captured,
+                                           const std::vector<std::map<std::string, Metric>>& loaded) {
+  std::map<std::string, Metric> sums = captured;
+  std::map<std::string, Metric> host;
+  for (const auto& m : loaded)
+    for (const auto& [k, v] : m) {
+      host[k].sum += v.sum;
+      host[k].count += v.count;
+    }
+  for (const auto& [k, v] : host) {
+    QK_CHECK_AS(ValueError, sums.count(k), "graphed step: load() gave metric '", k,
+                "', which the forward step does not return");
+    sums[k].sum = v.sum;
+    sums[k].count = v.count;
+  }
+  return sums;
+}
+
+}  // namespace
+
+StepStats StepRunner::step(const GraphedForwardStep& g) {
+  QK_CHECK_AS(ValueError, g.load && g.forward, "graphed step: give both load and forward");
+  QK_CHECK_AS(ValueError, dp_.size() == 1 && !dp_.ddp,
+              "graphed steps (--cuda-graph) run one data-parallel rank: the gradients' all-reduce between ",
+              dp_.size(), " ranks is host-driven and cannot be recorded in a device graph; run without graph capture");
+  const Timer timer;
+  const int64_t k = o_.num_microbatches;
+  std::vector<std::map<std::string, Metric>> loaded;
+  for (int64_t i = 0; i < k; ++i) loaded.push_back(g.load(i));
+  if (graphed_calls_++ < o_.graph_warmup_steps) {
+    std::map<std::string, Metric> sums = graphed_sums(run_microbatches(g.forward), loaded);
+    return finish_step(sums, timer);
+  }
+  // Recorded with the loss scale as a constant: a new scale, a new graph.
+  if (!graph_ || graph_scale_ != opt_.loss_scale()) {
+    graph_.reset();  // its memory back first
+    graph_sums_.clear();
+    graph_ = capture_graph(g.device, [&] { graph_sums_ = run_microbatches(g.forward); });
+    graph_scale_ = opt_.loss_scale();
+  }
+  graph_->replay();
+  std::map<std::string, Metric> sums = graphed_sums(graph_sums_, loaded);
+  return finish_step(sums, timer);
+}
+
+int64_t StepRunner::graph_nodes() const { return graph_ ? graph_->num_nodes() : 0; }
 
 std::map<std::string, double> StepRunner::forward_only(const ForwardStep& forward_step, int64_t microbatches) {
   opt_.finish_param_sync();

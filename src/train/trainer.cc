@@ -125,7 +125,10 @@ Trainer::Trainer(nn::Module& model, optim::MixedPrecisionOptimizer& optimizer,
   QK_CHECK_AS(ValueError, o_.keep_checkpoints >= 1, "keep_checkpoints must be >= 1, got ", o_.keep_checkpoints);
   runner_ = std::make_unique<StepRunner>(
       opt_, dp_,
-      StepRunnerOptions{.num_microbatches = k, .autocast = o_.autocast, .reduce_metrics = o_.reduce_metrics});
+      StepRunnerOptions{.num_microbatches = k,
+                        .autocast = o_.autocast,
+                        .reduce_metrics = o_.reduce_metrics,
+                        .graph_warmup_steps = o_.graph_warmup_steps});
   runner_->set_scheduler(&sched_, o_.global_batch_size);
   traffic_.add("tp", mp_.tp.group);
   traffic_.add("dp", dp_.group);
@@ -251,6 +254,10 @@ void Trainer::after_save(const CheckpointInfo& info, int64_t iteration, const Tr
 
 TrainResult Trainer::train(const TrainerCallbacks& cb) {
   QK_CHECK_AS(ValueError, cb.train_step || custom_.train, "Trainer::train: no train_step callback");
+  const bool graphed = o_.graph_device.has_value();
+  QK_CHECK_AS(ValueError, !graphed || (cb.train_load && !custom_.train),
+              "Trainer::train: graphed steps (graph_device) need a train_load callback and StepRunner's steps (not "
+              "custom ones, e.g. a pipeline schedule)");
   const DataParallel all = job();
   const bool lead = all.rank() == 0;
   if (lead && !o_.metrics_file.empty())
@@ -273,7 +280,10 @@ TrainResult Trainer::train(const TrainerCallbacks& cb) {
   while (progress_.iteration < train_iters_ &&
          (o_.train_samples == 0 || progress_.consumed_train_samples < o_.train_samples)) {
     traffic_.begin_step();
-    const StepStats st = custom_.train ? custom_.train() : runner_->step(cb.train_step);
+    const StepStats st = custom_.train   ? custom_.train()
+                         : graphed       ? runner_->step(GraphedForwardStep{*o_.graph_device, cb.train_load,
+                                                                            cb.train_step})
+                                         : runner_->step(cb.train_step);
     traffic_.end_step();
     ran = true;
     saved = false;

@@ -13,6 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
 
 #include "qk/autograd/functions.h"
 #include "qk/autograd/llm_ops.h"
@@ -32,6 +36,21 @@ Tensor causal_mask(int64_t heads_per_group, int64_t t_len, int64_t s_len) {
     for (int64_t j = 0; j < s_len; ++j) m[r * s_len + j] = j > last_visible;
   }
   return mask;
+}
+
+// The mask on `device`, made once per shape and device (a few recent
+// shapes kept): no host work and no copy from the host per call, so a step
+// can be recorded in a graph.
+Tensor causal_mask_on(Device device, int64_t heads_per_group, int64_t t_len, int64_t s_len) {
+  if (device.is_cpu()) return causal_mask(heads_per_group, t_len, s_len);
+  static std::mutex mu;
+  static std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, Tensor> cache;
+  const auto key = std::make_tuple(device.str(), heads_per_group, t_len, s_len);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= 16) cache.clear();  // e.g. generation's growing key lengths
+  return cache.emplace(key, causal_mask(heads_per_group, t_len, s_len).to(device)).first->second;
 }
 
 void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
@@ -80,7 +99,7 @@ Tensor unfused_attention(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (o.softmax_in_fp32) scores = scores.to(DType::f32);
   scores = scores * scale;
   if (o.causal && t > 1)  // a single query sees every key
-    scores = masked_fill(scores, causal_mask(hpg, t, s).to(scores.device()), -std::numeric_limits<double>::infinity());
+    scores = masked_fill(scores, causal_mask_on(scores.device(), hpg, t, s), -std::numeric_limits<double>::infinity());
   Tensor probs = softmax(scores, -1).to(v.dtype());
   if (o.training && o.dropout_p > 0)
     probs = dropout(probs, o.dropout_p, true, o.generator ? *o.generator : default_generator());

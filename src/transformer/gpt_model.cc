@@ -232,12 +232,18 @@ Tensor GPTModelImpl::run(const Tensor& tokens, const Tensor& position_ids, KVCac
   check_tokens(tokens, offset);
   if (forward_pre_hook_) forward_pre_hook_(*embedding);
   const Tensor h = embedding(tokens, position_ids, offset);
-  RotaryTables rotary;  // MLA rotates its own qk_pos_emb_head_dims with YaRN (Megatron: whatever the type)
-  if (config_.multi_latent_attention)
-    rotary = mla_rotary_tables(config_, offset, tokens.size(1));
-  else if (config_.position_embedding_type == PositionEmbeddingType::rope)
-    rotary = rotary_tables(config_, offset, tokens.size(1));
-  return decoder(h, rotary.to(h.device()), cache);
+  // MLA rotates its own qk_pos_emb_head_dims with YaRN (Megatron: whatever the type).
+  auto tables = [&] {
+    if (config_.multi_latent_attention) return mla_rotary_tables(config_, offset, tokens.size(1)).to(h.device());
+    if (config_.position_embedding_type == PositionEmbeddingType::rope)
+      return rotary_tables(config_, offset, tokens.size(1)).to(h.device());
+    return RotaryTables{};
+  };
+  if (offset != 0) return decoder(h, tables(), cache);  // a KV cache's later positions: made each time
+  const auto key = std::make_pair(h.device().str(), tokens.size(1));
+  auto it = rotary_cache_.find(key);
+  if (it == rotary_cache_.end()) it = rotary_cache_.emplace(key, tables()).first;
+  return decoder(h, it->second, cache);
 }
 
 Tensor GPTModelImpl::hidden_states(const Tensor& tokens, const Tensor& position_ids) {

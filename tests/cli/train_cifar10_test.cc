@@ -173,6 +173,13 @@ TEST(TrainCifar10, BadInputsGiveClearErrors) {
   const auto bad_resume = run_qk(train_args(dir, 1, "--resume=" + dir + "/garbage.json"));
   EXPECT_EQ(bad_resume.exit_code, 1) << bad_resume.output;
   EXPECT_NE(bad_resume.output.find("garbage.json"), std::string::npos) << bad_resume.output;
+  // CUDA graphs need a GPU; --help says what the flag does.
+  const auto graph_cpu = run_qk("train cifar10 --cuda-graph --data-dir " + dir);
+  EXPECT_EQ(graph_cpu.exit_code, 1);
+  EXPECT_NE(graph_cpu.output.find("--cuda-graph records each step as a CUDA graph: it needs a GPU"),
+            std::string::npos) << graph_cpu.output;
+  const auto help = run_qk("train cifar10 --help");
+  EXPECT_NE(help.output.find("--cuda-graph"), std::string::npos) << help.output;
 }
 
 }  // namespace

@@ -234,6 +234,15 @@ void inplace_cases(std::vector<Case>& out, Values& v) {
                  ops::add_(a[0], a[1], alpha);
                  return V{a[0]};
                }));
+      for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::maximum}) {
+        Case c = make("ops::binary_scalar_", label({s, binary_op_name(op), "=scalar"}), t,
+                      {laid_out({7, 13}, layout, g, false)}, [op, alpha](const V& a) {
+                        ops::binary_scalar_(op, a[0], alpha);
+                        return V{a[0]};
+                      });
+        c.f64_reference = !(t == DType::u8 && op == BinaryOp::sub);
+        out.push_back(std::move(c));
+      }
       out.push_back(make("ops::mul_", label({s, "*=scalar"}), t,
                          {laid_out({7, 13}, layout, g, false)}, [alpha](const V& a) {
                            ops::mul_(a[0], alpha);

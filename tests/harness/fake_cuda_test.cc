@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <tuple>
 
@@ -18,6 +19,7 @@
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/autograd.h"
 #include "qk/autograd/functions.h"
+#include "qk/autograd/llm_ops.h"
 #include "qk/models/cifar10.h"
 #include "qk/optim/adam.h"
 #include "qk/optim/mixed_precision_optimizer.h"
@@ -50,6 +52,14 @@ void print(const char* what, const Counts& c) {
       static_cast<long long>(c.copies_to_host), static_cast<long long>(c.copies_to_device),
       static_cast<long long>(c.events_created), static_cast<long long>(c.device_allocs),
       qk::fake_cuda::kernel_table(c, 12).c_str());
+}
+
+// Launches of the kernels whose (demangled) name holds `part`.
+int64_t launches_of(const Counts& c, const std::string& part) {
+  int64_t n = 0;
+  for (const auto& [name, count] : c.kernels)
+    if (name.find(part) != std::string::npos) n += count;
+  return n;
 }
 
 // What a warm step must not ask of the runtime, and what it may once.
@@ -90,25 +100,39 @@ TEST(FakeCuda, TheBackendRunsOnTheFakeDevice) {
 // host waits whatever the number of micro-batches (the step's metrics; the
 // optimizer's inf/NaN check and norm): the embedding's and the fused loss's
 // input checks are read with them (deferred_checks.h), not each on its own.
-TEST(FakeCuda, AWarmGptTrainingStepMakesNoAllocationsPlansOrHeuristics) {
-  qk::manual_seed(5);
-  qk::transformer::GPTModel model(qk::test::tiny_llama());
-  model->to(kGpu);
-  // The fake computes nothing, so the norm and inf check it reads back are
-  // whatever bytes the pool's block held: the step must not be skipped for them.
-  qk::optim::MixedPrecisionOptimizer opt(qk::optim::megatron_param_groups(*model),
-                                         qk::optim::adamw(qk::optim::AdamWOptions(1e-3)), nullptr,
-                                         {.clip_grad = 1.0, .skip_nonfinite = false});
-  qk::train::StepRunner runner(opt, {}, {.num_microbatches = 2});
-  const qk::Tensor tokens = qk::ops::to_device(qk::randint(0, 100, {2, 16}), kGpu);
-  const qk::Tensor labels = qk::ops::to_device(qk::randint(0, 100, {2, 16}), kGpu);
-  auto forward = [&](int64_t) {
+// The tiny Llama on the fake device with AdamW and clipping, two
+// micro-batches a step, and its forward on given tokens.
+struct TinyGptOnTheFake {
+  qk::transformer::GPTModel model{nullptr};
+  std::unique_ptr<qk::optim::MixedPrecisionOptimizer> opt;
+  std::unique_ptr<qk::train::StepRunner> runner;
+  TinyGptOnTheFake() {
+    qk::manual_seed(5);
+    model = qk::transformer::GPTModel(qk::test::tiny_llama());
+    model->to(kGpu);
+    // The fake computes nothing, so the norm and inf check it reads back are
+    // whatever bytes the pool's block held: the step must not be skipped for them.
+    opt = std::make_unique<qk::optim::MixedPrecisionOptimizer>(
+        qk::optim::megatron_param_groups(*model), qk::optim::adamw(qk::optim::AdamWOptions(1e-3)), nullptr,
+        qk::optim::MixedPrecisionOptions{.clip_grad = 1.0, .skip_nonfinite = false});
+    runner = std::make_unique<qk::train::StepRunner>(*opt, qk::train::DataParallel{},
+                                                     qk::train::StepRunnerOptions{.num_microbatches = 2});
+  }
+  qk::train::MicroBatchOutput forward(const qk::Tensor& tokens, const qk::Tensor& labels) {
     qk::Tensor loss = model->forward(tokens, qk::Tensor(), labels, qk::Tensor());
     qk::train::Metric lm;
     lm.count = 32;
     lm.device_sum = qk::ops::binary_scalar(qk::BinaryOp::mul, qk::ops::cast(loss.detach(), qk::DType::f64), 32.0);
     return qk::train::MicroBatchOutput{loss, {{"lm loss", lm}}};
-  };
+  }
+};
+
+TEST(FakeCuda, AWarmGptTrainingStepMakesNoAllocationsPlansOrHeuristics) {
+  TinyGptOnTheFake gpt;
+  qk::train::StepRunner& runner = *gpt.runner;
+  const qk::Tensor tokens = qk::ops::to_device(qk::randint(0, 100, {2, 16}), kGpu);
+  const qk::Tensor labels = qk::ops::to_device(qk::randint(0, 100, {2, 16}), kGpu);
+  auto forward = [&](int64_t) { return gpt.forward(tokens, labels); };
   runner.step(forward);
   runner.step(forward);  // the optimizer's state is made in the first step (as on the loopback device)
   const Counts s0 = qk::fake_cuda::counts();
@@ -122,6 +146,109 @@ TEST(FakeCuda, AWarmGptTrainingStepMakesNoAllocationsPlansOrHeuristics) {
       << "a warm step's kernels differ from the next one's:\n"
       << qk::fake_cuda::kernel_table(third - fourth, 10) << "(third minus fourth)";
   EXPECT_GT(third.blaslt_matmuls, 0);
+  // AdamW over 19 parameters in two groups (with and without weight decay):
+  // one list launch per group, none per parameter.
+  EXPECT_EQ(launches_of(third, ")::adam_kernel<"), 0);
+  EXPECT_EQ(launches_of(third, ")::multi_adam_kernel<"), 2);
+}
+
+// The same GPT step graphed (StepRunner::step(GraphedForwardStep)): the
+// CUDA backend's own capture path (its stream, the allocator's graph pool,
+// the input checks re-armed at replay) records the micro-batches' work
+// without a host wait, and a replayed step is one graph launch: the host
+// launches only the optimizer's kernels and the loads' copies, with the same
+// two waits and no allocation.
+TEST(FakeCuda, AGraphedGptStepIsOneGraphLaunchPlusTheOptimizer) {
+  TinyGptOnTheFake gpt;
+  qk::train::StepRunner& runner = *gpt.runner;
+  const qk::Tensor batch = qk::ops::to_device(qk::randint(0, 100, {2, 16}), kGpu);
+  const qk::Tensor tokens = qk::ops::to_device(qk::zeros({2, 16}, qk::DType::i64), kGpu);
+  const qk::Tensor labels = qk::ops::to_device(qk::zeros({2, 16}, qk::DType::i64), kGpu);
+  qk::train::GraphedForwardStep g;
+  g.device = kGpu;
+  g.load = [&](int64_t) {
+    qk::ops::copy_(tokens, batch);
+    qk::ops::copy_(labels, batch);
+    return std::map<std::string, qk::train::Metric>{};
+  };
+  g.forward = [&](int64_t) { return gpt.forward(tokens, labels); };
+  runner.step(g);
+  runner.step(g);  // the two eager warm-up steps
+  const Counts c0 = qk::fake_cuda::counts();
+  runner.step(g);  // the capture, then its first replay
+  const Counts capture = qk::fake_cuda::counts() - c0;
+  EXPECT_EQ(capture.graph_launches, 1);
+  EXPECT_GT(runner.graph_nodes(), 100);
+  const Counts s0 = qk::fake_cuda::counts();
+  runner.step(g);
+  const Counts replay = qk::fake_cuda::counts() - s0;
+  print("graphed GPT step (tiny Llama, 2 micro-batches)", replay);
+  expect_steady(replay, 2);
+  EXPECT_EQ(replay.graph_launches, 1);
+  // What the host still launches: the loads' copies and the optimizer (list
+  // kernels, unscale/norm, the metric sums), not the forward and backward.
+  EXPECT_LT(replay.runtime_calls, 60) << "runtime calls of a replayed step (1,336 eager)";
+  EXPECT_EQ(launches_of(replay, ")::multi_adam_kernel<"), 2);
+  EXPECT_GT(replay.blaslt_matmuls, 0) << "the graph's GEMMs run at its launch";
+}
+
+// The CUDA backend's capture: kernels queued in it run at each replay, not
+// at the capture; a read-back inside it is refused (naming it) and ends the
+// capture cleanly, so the device works as before afterwards.
+TEST(FakeCuda, ACaptureRecordsKernelsAndRefusesAReadBack) {
+  const qk::Tensor x = qk::ops::to_device(qk::ones({8}), kGpu);
+  const qk::Tensor y = qk::ops::to_device(qk::zeros({8}), kGpu);
+  const Counts c0 = qk::fake_cuda::counts();
+  auto g = qk::capture_graph(kGpu, [&] { qk::ops::add_(y, x); });
+  const Counts captured = qk::fake_cuda::counts() - c0;
+  EXPECT_EQ(captured.launches, 0) << "a captured kernel ran at the capture";
+  EXPECT_EQ(g->num_nodes(), 1);
+  const Counts r0 = qk::fake_cuda::counts();
+  g->replay();
+  g->replay();
+  const Counts replays = qk::fake_cuda::counts() - r0;
+  EXPECT_EQ(replays.graph_launches, 2);
+  EXPECT_EQ(replays.launches, 2);
+  try {
+    qk::capture_graph(kGpu, [&] { (void)qk::ops::sum(x).item<float>(); });
+    ADD_FAILURE() << "a read-back inside a capture did not raise";
+  } catch (const qk::DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("a copy to the host cannot be recorded in a graph"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(qk::capturing(kGpu));
+  const Counts e0 = qk::fake_cuda::counts();
+  qk::ops::add_(y, x);
+  EXPECT_EQ((qk::fake_cuda::counts() - e0).launches, 1) << "the device no longer runs eager work";
+  // Dropout records against a counter base: each replay sets it first (one
+  // fill launched by the host), then the graph's dropout kernel reads it.
+  auto dg = qk::capture_graph(kGpu, [&] { (void)qk::ops::dropout(x, 0.5, qk::default_generator(kGpu)); });
+  const Counts d0 = qk::fake_cuda::counts();
+  dg->replay();
+  const Counts d = qk::fake_cuda::counts() - d0;
+  EXPECT_EQ(d.graph_launches, 1);
+  EXPECT_EQ(launches_of(d, "fill_kernel<unsigned long>"), 1);
+  EXPECT_EQ(launches_of(d, "dropout_kernel"), 1);
+}
+
+// Flash attention's dropout, forward and backward, recorded on the CUDA
+// backend: the tensor-core kernels take the counter base (a capture does not
+// refuse them), and a replay is the base's fill plus the graph's kernels.
+TEST(FakeCuda, FlashAttentionDropoutIsRecordedWithACounterBase) {
+  const qk::Tensor q = qk::ops::to_device(qk::ops::cast(qk::randn({1, 128, 4, 64}), qk::DType::bf16), kGpu)
+                           .requires_grad_();
+  auto g = qk::capture_graph(kGpu, [&] {
+    const qk::Tensor out = qk::flash_attention(q, q, q, {.causal = true, .dropout_p = 0.1, .training = true});
+    qk::sum(out).backward();
+  });
+  const Counts r0 = qk::fake_cuda::counts();
+  g->replay();
+  const Counts r = qk::fake_cuda::counts() - r0;
+  EXPECT_EQ(r.graph_launches, 1);
+  EXPECT_EQ(launches_of(r, "fill_kernel<unsigned long>"), 1) << "the counter base is set before the replay";
+  EXPECT_EQ(launches_of(r, "tiled_fwd<__nv_bfloat16, 64>"), 1);
+  EXPECT_EQ(launches_of(r, "tiled_dq<__nv_bfloat16, 64>"), 1);
+  EXPECT_EQ(launches_of(r, "tiled_dkv<__nv_bfloat16, 64>"), 1);
 }
 
 // What the third step of the CIFAR-10 ResNet (batch 4, SGD) asks of the
@@ -157,6 +284,14 @@ TEST(FakeCuda, AWarmCnnTrainingStepMakesNoAllocationsPlansOrAlgorithmChoices) {
   print("ResNet step (batch 4)", step);
   expect_steady(step, 2);
   EXPECT_GT(step.cudnn_calls, 0);
+  // SGD over 62 parameters: two list launches (48 tensors a launch).
+  EXPECT_EQ(launches_of(step, ")::sgd_kernel<"), 0);
+  EXPECT_EQ(launches_of(step, ")::multi_sgd_kernel<"), 2);
+  // Batch norm's counter (an i64 scalar per layer) is bumped by one scalar
+  // kernel, not a fill of a 0-d operand and an add (21 i64 fills before;
+  // one, not batch norm's, is left).
+  EXPECT_LE(launches_of(step, "fill_kernel<unsigned long>"), 1);
+  EXPECT_EQ(launches_of(step, "ArithScalarFn<0, long>"), 20);
 }
 
 // The same step under bf16 autocast (qk train cifar10 --amp bf16, 108 img/s
@@ -171,6 +306,20 @@ TEST(FakeCuda, AWarmCnnStepUnderBf16AutocastMakesNoAllocationsPlansOrExtraWaits)
 // An index out of range still raises the CPU's IndexError, from the next
 // wait for the device rather than from the op (the fake plays the kernel's
 // part: it sets the flag as embedding_rows would for position 3).
+// Benchmark mode (torch.backends.cudnn.benchmark): each convolution shape's
+// algorithms are timed once (cudnnFind*), in the first step; a warm step
+// searches nothing and plans nothing.
+TEST(FakeCuda, CudnnBenchmarkModeTimesEachShapeOnceThenReusesIt) {
+  qk::cuda::set_cudnn_benchmark(true);
+  const Counts before = qk::fake_cuda::counts();
+  const Counts warm = warm_resnet_step(false);
+  const Counts all = qk::fake_cuda::counts() - before;
+  qk::cuda::set_cudnn_benchmark(false);
+  EXPECT_GT(all.cudnn_finds, 0) << "no timed search in benchmark mode";
+  EXPECT_EQ(warm.cudnn_finds, 0);
+  expect_steady(warm, 2);
+}
+
 TEST(FakeCuda, AnEmbeddingIndexOutOfRangeRaisesAtTheNextReadBack) {
   const qk::Tensor weight = qk::ops::to_device(qk::randn({10, 4}), kGpu);
   const qk::Tensor ids = qk::ops::to_device(qk::from_vector<int64_t>({1, 2, 3, 12, 4}, {5}), kGpu);

@@ -18,6 +18,9 @@
 #include "op_kernel_tables.h"
 #include "qk/tensor/ops/optimizer.h"
 #include "qk/tensor/sync_debug.h"
+#include "qk/base/error.h"
+#include <functional>
+#include <utility>
 #include "device_allocator.h"
 
 namespace qk::harness {
@@ -83,6 +86,16 @@ class LoopbackBackend final : public Backend, public RawDeviceMemory {
   bool event_done(void*) override { return true; }
   void destroy_event(void*) override {}
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n) override {
+    if (recording_ && n) {
+      // What a CUDA capture refuses: the host cannot read results the
+      // recorded work has not made, nor give it pageable memory to read later.
+      QK_CHECK_DEVICE(!dst_dev.is_cpu(), "loopback:0: a copy to the host cannot be recorded in a graph (the host "
+                      "would read it before the recorded work ran); read results after replay()");
+      QK_CHECK_DEVICE(!src_dev.is_cpu(), "loopback:0: a blocking copy from host memory cannot be recorded in a "
+                      "graph; copy inputs to the device before capture (or from pinned memory, asynchronously)");
+      record([this, dst, src, n] { std::memcpy(host_view(dst, kLoopback), host_view(src, kLoopback), n); });
+      return;
+    }
     // As a GPU's: the host waits for the device before it reads what came back.
     if (n && dst_dev.is_cpu() && !src_dev.is_cpu()) note_host_sync(src_dev, "a copy to the host");
     if (n) std::memcpy(host_view(dst, dst_dev), host_view(src, src_dev), n);
@@ -102,6 +115,14 @@ class LoopbackBackend final : public Backend, public RawDeviceMemory {
   // Pinned memory is plain host memory here; what the tests read is which
   // path a copy took and how many pinned blocks are alive.
   void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n) override {
+    if (recording_ && n) {
+      QK_CHECK_DEVICE(!dst_dev.is_cpu(), "loopback:0: a copy to the host cannot be recorded in a graph; read "
+                      "results after replay()");
+      record([this, dst, dst_dev, src, src_dev, n] {
+        std::memcpy(host_view(dst, dst_dev), host_view(src, src_dev), n);
+      });
+      return;
+    }
     if (n) std::memcpy(host_view(dst, dst_dev), host_view(src, src_dev), n);
     std::lock_guard<std::mutex> lk(mu_);
     ++counts_.async_copies;
@@ -120,7 +141,50 @@ class LoopbackBackend final : public Backend, public RawDeviceMemory {
     std::lock_guard<std::mutex> lk(mu_);
     return counts_;
   }
-  void synchronize(int) override {}  // the Backend's and the allocator's
+  void synchronize(int) override {  // the Backend's and the allocator's
+    QK_CHECK_DEVICE(!recording_, "loopback:0: synchronize cannot be recorded in a graph (nothing recorded has run)");
+  }
+
+  // ---- graphs: each kernel call and copy recorded as a closure over its
+  // arguments (tensors keep their memory), replayed in order. A kernel that
+  // returns tensors runs once at capture on copies of its inputs, for the
+  // shapes of its outputs (no side effects); replay computes into them.
+  class Graph final : public DeviceGraph {
+   public:
+    explicit Graph(std::vector<std::function<void()>> nodes) : nodes_(std::move(nodes)) {}
+    void replay() override {
+      for (const auto& node : nodes_) node();
+    }
+    int64_t num_nodes() const override { return static_cast<int64_t>(nodes_.size()); }
+
+   private:
+    std::vector<std::function<void()>> nodes_;
+  };
+  std::unique_ptr<DeviceGraph> capture_graph(int, const std::function<void()>& fn) override {
+    QK_CHECK_DEVICE(!recording_, "loopback:0 is already capturing a graph");
+    std::vector<std::function<void()>> nodes;
+    recording_ = &nodes;
+    try {
+      fn();
+    } catch (...) {
+      recording_ = nullptr;
+      throw;
+    }
+    recording_ = nullptr;
+    return std::make_unique<Graph>(std::move(nodes));
+  }
+  bool capturing(int) const override { return recording_ != nullptr; }
+  void record(std::function<void()> node) { recording_->push_back(std::move(node)); }
+  // Stops recording for a scope (the capture's own bookkeeping copies).
+  class Unrecorded {
+   public:
+    explicit Unrecorded(LoopbackBackend& b) : b_(b), saved_(b.recording_) { b.recording_ = nullptr; }
+    ~Unrecorded() { b_.recording_ = saved_; }
+
+   private:
+    LoopbackBackend& b_;
+    std::vector<std::function<void()>>* saved_;
+  };
   MemoryStats memory_stats(int) const override {
     std::lock_guard<std::mutex> lk(mu_);
     return stats_;
@@ -139,6 +203,7 @@ class LoopbackBackend final : public Backend, public RawDeviceMemory {
   MemoryStats stats_;
   LoopbackCounts counts_;
   bool poisoned_ = false;
+  std::vector<std::function<void()>>* recording_ = nullptr;  // the graph being captured
   std::map<uintptr_t, Block> blocks_;  // device address -> its host view
   CachingDeviceAllocator alloc_{*this};  // last: destroyed first, while blocks_ lives
 };
@@ -160,6 +225,14 @@ Tensor host_alias(const Tensor& t) {
 
 // Arguments to the CPU kernel: tensors as host aliases, the rest as they are.
 Tensor on_host(const Tensor& t) { return host_alias(t); }
+// The parameters with their counter base (a device tensor) mapped by f.
+template <typename F>
+ops::FlashAttentionParams with_base(const ops::FlashAttentionParams& p, F f) {
+  ops::FlashAttentionParams h = p;
+  h.offset_base = f(p.offset_base);
+  return h;
+}
+ops::FlashAttentionParams on_host(const ops::FlashAttentionParams& p) { return with_base(p, host_alias); }
 template <typename T>
 const T& on_host(const T& v) {
   return v;
@@ -208,6 +281,59 @@ ops::LinearCrossEntropyResult on_device(const ops::LinearCrossEntropyResult& r, 
   return {on_device(r.loss, d), on_device(r.grad_hidden, d), on_device(r.grad_weight, d)};
 }
 
+// At capture: a kernel's inputs as CPU copies, so running it for its
+// outputs' shapes changes nothing.
+Tensor host_copy(const Tensor& t) { return t.defined() ? ops::clone(host_alias(t)) : t; }
+std::vector<Tensor> host_copy(const std::vector<Tensor>& v) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : v) out.push_back(host_copy(t));
+  return out;
+}
+ops::FlashAttentionParams host_copy(const ops::FlashAttentionParams& p) {
+  return with_base(p, [](const Tensor& t) { return host_copy(t); });
+}
+template <typename T>
+const T& host_copy(const T& v) {
+  return v;
+}
+
+// At replay: a kernel's fresh (CPU) results into the device outputs made at capture.
+void assign(const Tensor& out, const Tensor& fresh) {
+  if (out.defined()) ops::copy_(host_alias(out), fresh);
+}
+void assign(const std::vector<Tensor>& out, const std::vector<Tensor>& fresh) {
+  for (size_t i = 0; i < out.size(); ++i) assign(out[i], fresh[i]);
+}
+template <typename... T>
+void assign(const std::tuple<T...>& out, const std::tuple<T...>& fresh) {
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (assign(std::get<I>(out), std::get<I>(fresh)), ...);
+  }(std::index_sequence_for<T...>{});
+}
+template <typename A, typename B>
+void assign(const std::pair<A, B>& out, const std::pair<A, B>& fresh) {
+  assign(out.first, fresh.first);
+  assign(out.second, fresh.second);
+}
+void assign(const ops::FlashAttentionResult& o, const ops::FlashAttentionResult& f) {
+  assign(o.out, f.out);
+  assign(o.lse, f.lse);
+}
+void assign(const ops::CrossEntropyResult& o, const ops::CrossEntropyResult& f) {
+  assign(o.loss, f.loss);
+  assign(o.log_probs, f.log_probs);
+}
+void assign(const ops::BatchNormResult& o, const ops::BatchNormResult& f) {
+  assign(o.out, f.out);
+  assign(o.save_mean, f.save_mean);
+  assign(o.save_invstd, f.save_invstd);
+}
+void assign(const ops::LinearCrossEntropyResult& o, const ops::LinearCrossEntropyResult& f) {
+  assign(o.loss, f.loss);
+  assign(o.grad_hidden, f.grad_hidden);
+  assign(o.grad_weight, f.grad_weight);
+}
+
 template <auto& Table, typename Fn>
 struct Forward;
 template <auto& Table, typename R, typename... A>
@@ -216,6 +342,23 @@ struct Forward<Table, R(A...)> {
     Device d = kLoopback;
     (note_device(d, a), ...);
     auto* cpu = Table.get(kCPU);
+    LoopbackBackend& b = instance();
+    if (b.capturing(0)) {
+      auto args = std::make_shared<std::tuple<std::decay_t<A>...>>(a...);
+      auto run = [args, cpu] { return std::apply([&](const auto&... x) { return cpu(on_host(x)...); }, *args); };
+      if constexpr (std::is_void_v<R>) {
+        b.record(run);
+        return;
+      } else {
+        R out;
+        {
+          LoopbackBackend::Unrecorded pause(b);
+          out = on_device(cpu(host_copy(a)...), d);
+        }
+        b.record([run, out] { assign(out, run()); });
+        return out;
+      }
+    }
     if constexpr (std::is_void_v<R>) {
       cpu(on_host(a)...);
     } else {

@@ -16,6 +16,7 @@
 #include "common/tiny_cifar.h"
 #include "common/tiny_gpt.h"
 #include "harness/loopback_backend.h"
+#include "harness/quiet_pretrain.h"
 #include "qk/base/file_io.h"
 #include "qk/recipes/cifar10_trainer.h"
 #include "qk/optim/adam.h"
@@ -142,14 +143,7 @@ std::vector<std::string> tiny_pretrain_args(const std::string& save, const std::
 
 qk::recipes::PretrainGptResult tiny_pretrain(const std::string& save, const std::string& precision, int iters,
                                            const std::string& device) {
-  qk::recipes::MegatronArgsOptions mo;
-  mo.check_data_files = false;
-  qk::recipes::PretrainGptOptions o;
-  o.print = [](const std::string&) {};
-  o.measure_gemm_peak = false;
-  o.device = device;
-  return qk::recipes::pretrain_gpt(
-      qk::recipes::parse_megatron_args(tiny_pretrain_args(save, precision, iters), mo).args, o);
+  return qk::harness::quiet_pretrain(tiny_pretrain_args(save, precision, iters), device);
 }
 
 TEST(LoopbackDevice, PretrainGptOnTheDeviceEqualsTheCpuRunAndResumes) {

@@ -24,9 +24,12 @@ const std::vector<std::string>& public_ops() {
       // qk/tensor/ops/optimizer.h
       "ops::multi_tensor_unscale_norm_",
       "ops::multi_tensor_scale_",
+      "ops::multi_tensor_sgd_step_",
+      "ops::multi_tensor_adam_step_",
       // qk/tensor/ops/elementwise.h
       "ops::binary",
       "ops::binary_scalar",
+      "ops::binary_scalar_",
       "ops::unary",
       "ops::unary_backward",
       "ops::add",
@@ -229,6 +232,7 @@ const std::map<std::string, std::string>& not_ops() {
       {"unary_op_name", "a name for printing"},
       {"default_generator", "returns a generator object"},
       {"manual_seed", "sets generator state"},
+      {"graph_rng_counter", "a generator's counter draw for kernels recorded in a device graph (loopback_graph_test.cc)"},
       {"philox4x32",
        "the host Philox function; rand/dropout cases check its streams on each device"},
       {"ops::attention_query_heads", "a shape helper"},

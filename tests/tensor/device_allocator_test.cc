@@ -164,6 +164,41 @@ TEST(DeviceAllocator, ARetiredStreamsBlocksServeTheDefaultStream) {
   a.empty_cache(0);
 }
 
+// Graph capture on stream 7: a block made before the capture and freed
+// during it is kept for the graph (its recorded work reads it at every
+// replay), not handed to the next allocation; blocks made and freed within
+// the capture are reused in its order; the graph's pool survives
+// empty_cache while the graph lives; releasing the graph gives both back.
+TEST(DeviceAllocator, AGraphKeepsWhatItsCaptureFreedAndItsOwnPool) {
+  FakeDevice dev(64 << 20);
+  Alloc a(dev);
+  void* before = a.allocate(4096, 0, 0);
+  a.begin_capture(0, 7);
+  a.free(before);
+  void* eager = a.allocate(4096, 0, 0);
+  EXPECT_NE(eager, before) << "a block the graph may read was handed out during its capture";
+  void* in_graph = a.allocate(8192, 0, 7);
+  a.free(in_graph);
+  EXPECT_EQ(a.allocate(8192, 0, 7), in_graph) << "the capture's own blocks are reused in its order";
+  a.free(in_graph);
+  const std::vector<void*> kept = a.end_capture(0);
+  EXPECT_EQ(kept, std::vector<void*>{before});
+  void* after = a.allocate(4096, 0, 0);
+  EXPECT_NE(after, before) << "a kept block was handed out after the capture";
+  a.free(eager);
+  a.free(after);
+  const int frees = dev.frees_;
+  a.empty_cache(0);
+  EXPECT_EQ(dev.sizes_.count(in_graph), 1u) << "empty_cache gave a live graph's pool back to the device";
+  EXPECT_GT(dev.frees_, frees);  // the default stream's cached blocks went
+  a.release_graph(7, kept);
+  EXPECT_EQ(a.allocate(4096, 0, 0), before) << "the graph's kept block back in its stream's pool";
+  a.free(before);
+  a.retire_stream(7);  // the graph's stream goes with the graph
+  a.empty_cache(0);
+  EXPECT_EQ(dev.in_use_, 0u);
+}
+
 // torch's record_stream: a block another stream used is not handed out
 // again (not even on its own stream) before that stream's work is done.
 TEST(DeviceAllocator, ABlockAnotherStreamUsedWaitsForThatStream) {

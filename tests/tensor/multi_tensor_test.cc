@@ -111,5 +111,56 @@ TEST(MultiTensor, RefusesWhatItCannotRun) {
   EXPECT_THROW(ops::multi_tensor_unscale_norm_({randn({2}), Tensor()}, 1.0), ValueError);
 }
 
+// The optimizer list steps take one entry per parameter in every list, each
+// like its parameter, and say which one is wrong.
+TEST(MultiTensor, OptimizerListStepsRefuseMismatchedLists) {
+  const Tensor p = randn({3}), q = randn({2});
+  ops::SgdStepArgs sgd{0.1, 0.9, 0.0, 0.0, false, true};
+  EXPECT_THROW(ops::multi_tensor_sgd_step_({{}, {}, {}}, sgd), ValueError);
+  EXPECT_THROW(ops::multi_tensor_sgd_step_({{p, q}, {randn({3})}, {randn({3}), randn({2})}}, sgd), ValueError);
+  EXPECT_THROW(ops::multi_tensor_sgd_step_({{p}, {randn({3})}, {}}, sgd), ValueError);  // momentum without buffers
+  EXPECT_THROW(ops::multi_tensor_sgd_step_({{p}, {ops::cast(randn({3}), DType::f64)}, {randn({3})}}, sgd),
+               TypeError);
+  ops::AdamStepArgs adam;
+  adam.lr = 0.1, adam.beta1 = 0.9, adam.beta2 = 0.99, adam.amsgrad = true;
+  EXPECT_THROW(ops::multi_tensor_adam_step_({{p}, {randn({3})}, {randn({3})}, {randn({3})}, {}}, adam), ValueError);
+  try {
+    ops::multi_tensor_adam_step_({{p, q}, {randn({3}), randn({2})}, {randn({3}), randn({3})}, {randn({3}), randn({2})},
+                                  {randn({3}), randn({2})}},
+                                 adam);
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("exp_avg tensors 1 has shape [3]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ops::multi_tensor_adam_step_({{ops::cast(p, DType::bf16)}, {randn({3})}, {randn({3})}, {randn({3})},
+                                             {randn({3})}},
+                                            adam),
+               TypeError);
+}
+
+// On a device without list kernels (the CPU) each parameter takes the
+// one-parameter kernel: the same values as calling it per parameter.
+TEST(MultiTensor, OptimizerListStepsEqualOneParameterSteps) {
+  std::vector<Tensor> ps = {randn({5}), randn({70000}), randn({1})};
+  std::vector<Tensor> gs = {randn({5}), randn({70000}), randn({1})};
+  ops::AdamStepArgs a;
+  a.lr = 1e-2, a.beta1 = 0.9, a.beta2 = 0.99, a.eps = 1e-8, a.weight_decay = 0.1, a.step = 2, a.decoupled = true;
+  ops::AdamStepLists l;
+  std::vector<Tensor> one;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    l.params.push_back(ops::clone(ps[i]));
+    l.grads.push_back(gs[i]);
+    l.exp_avgs.push_back(zeros_like(ps[i]));
+    l.exp_avg_sqs.push_back(zeros_like(ps[i]));
+    one.push_back(ops::clone(ps[i]));
+  }
+  ops::multi_tensor_adam_step_(l, a);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ops::adam_step_kernel.get(kCPU)(one[i], gs[i], zeros_like(ps[i]), zeros_like(ps[i]), Tensor(), a);
+    EXPECT_EQ(l.params[i].to_vector<float>(), one[i].to_vector<float>()) << i;
+    EXPECT_NE(l.params[i].to_vector<float>(), ps[i].to_vector<float>()) << i;
+  }
+}
+
 }  // namespace
 }  // namespace qk

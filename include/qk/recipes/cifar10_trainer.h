@@ -83,6 +83,9 @@ struct TrainCifarOptions {
   int64_t synth_test = 2000;
   bool progress = true;            // live bar (only when stdout is a terminal)
   std::string amp = "off";         // off | bf16 | fp16
+  // Each step's forward and backward recorded as a CUDA graph after two
+  // eager steps and replayed (one rank).
+  bool cuda_graph = false;
   double bucket_cap_mb = 25;       // DDP bucket size (distributed runs)
   std::string grad_compress = "none";  // none | bf16 | fp16: DDP gradients on the wire
   bool sync_bn = false;            // BatchNorm statistics over every rank (distributed runs)

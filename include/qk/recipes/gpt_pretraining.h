@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 
 #include "qk/dist/process_group.h"
@@ -119,6 +120,8 @@ class GptPretraining {
   void load_checkpoint();
   void check_loss(double value, int64_t iteration) const;
   train::MicroBatchOutput forward(GptBatchIterator& it);
+  std::map<std::string, train::Metric> load_graph_inputs(int64_t microbatch);
+  train::MicroBatchOutput graphed_forward(int64_t microbatch);
   void set_up_pipeline_steps();
   train::TrainerCallbacks callbacks();
   void on_log(const train::LogStats& s);

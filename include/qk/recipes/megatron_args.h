@@ -117,6 +117,8 @@ struct MegatronArgs {
   std::optional<std::string> rope_type;
   bool cross_entropy_loss_fusion = false;
   bool use_flash_attn = false;
+  bool enable_cuda_graph = false;        // --enable-cuda-graph, or qianka's --cuda-graph
+  int64_t cuda_graph_warmup_steps = 3;   // Megatron's default
   bool add_bias_linear = true;  // --disable-bias-linear
   bool add_qkv_bias = false;    // validate: true when add_bias_linear
   std::string optimizer = "adam";

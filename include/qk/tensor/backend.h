@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "qk/tensor/device.h"
@@ -22,6 +23,18 @@ struct MemoryStats {
   uint64_t num_allocs = 0;
   uint64_t reserved = 0;  // bytes the backend holds from the device: live and cached
   uint64_t cached = 0;    // of those, free for reuse (a caching allocator's pools)
+};
+
+// The device work a callable queued, recorded once and replayed (a CUDA
+// graph): replay() queues the same kernels and copies, on the same memory,
+// on the device's current stream; the host code that queued them does not
+// run again. Memory the recorded work uses stays the graph's while it lives.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
+  // Kernels and copies recorded (for logs and tests).
+  virtual int64_t num_nodes() const = 0;
 };
 
 class Backend {
@@ -74,6 +87,14 @@ class Backend {
   virtual std::string device_details(int /*index*/) const { return ""; }
   // Why device_count() is 0 ("" when it is not): no driver, no device, ...
   virtual std::string unavailable_reason() const { return device_count() > 0 ? "" : "no device"; }
+  // Records the work `fn` queues on device `index` (its current stream)
+  // into a graph, without running it. Anything in fn that needs the device's
+  // results on the host (a copy to the host, a synchronisation) cannot be
+  // recorded and throws DeviceError saying what, as does a device whose
+  // backend cannot record (this default).
+  virtual std::unique_ptr<DeviceGraph> capture_graph(int index, const std::function<void()>& fn);
+  // Whether device `index` is recording now (on the calling thread).
+  virtual bool capturing(int /*index*/) const { return false; }
 };
 
 // The backend for a device type; throws DeviceError when none is registered
@@ -97,6 +118,10 @@ void empty_cache(Device d);
 std::function<void()> record_fence(Device d);
 // Waits for everything queued on d (nothing to do on the CPU).
 void synchronize(Device d);
+// Backend::capture_graph of d's backend (the CPU has none: DeviceError).
+std::unique_ptr<DeviceGraph> capture_graph(Device d, const std::function<void()>& fn);
+// Whether d is recording a graph now (never on the CPU).
+bool capturing(Device d);
 
 // A device as a program's --device flag names it ("cpu", "cuda", "cuda:N",
 // the privateuse1 name), checked usable here (check_device_usable). A device

@@ -49,4 +49,12 @@ std::vector<PlanCacheStats> plan_cache_stats();
 void set_matmul_allow_tf32(bool allow);
 bool matmul_allow_tf32();
 
+// Whether a convolution shape's cuDNN algorithms are chosen by timing them
+// (cudnnFind*, once per shape and direction: the first call of a shape
+// runs each candidate) rather than by cuDNN's heuristics: PyTorch's
+// torch.backends.cudnn.benchmark. Off by default; QK_CUDNN_BENCHMARK=1 turns
+// it on. A shape is planned again under the other mode. Works in every build.
+void set_cudnn_benchmark(bool on);
+bool cudnn_benchmark();
+
 }  // namespace qk::cuda

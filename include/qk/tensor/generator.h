@@ -44,6 +44,18 @@ class Generator {
   std::mutex mu_;
 };
 
+// A draw of n counters inside a device-graph capture (qk::capture_graph):
+// a kernel recorded with a fixed offset would repeat its numbers at every
+// replay, so its counter is relative + *base, base an i64 [1] on the device
+// that each replay sets first (the generator then moves on as eager calls
+// would move it). For kernels that take a counter base; throws InternalError
+// when no capture of this thread records `device`.
+struct GraphCounter {
+  Tensor base;
+  uint64_t relative = 0;
+};
+GraphCounter graph_rng_counter(Generator& gen, uint64_t n, Device device);
+
 // Four 32-bit random words for (seed, counter).
 void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]);
 

@@ -23,11 +23,16 @@ using FillFn = void(const Tensor& dst, double value);
 // out (preallocated, broadcast shape) <- a op b.
 using BinaryFn = void(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b);
 using UnaryFn = void(UnaryOp op, const Tensor& out, const Tensor& a);
+// out (preallocated, a's shape; may be a itself) <- a op b, b converted to
+// a's dtype first. Optional: devices without it get binary_kernel with a 0-d
+// tensor (one fill more; a GPU registers it to save that launch).
+using BinaryScalarFn = void(BinaryOp op, const Tensor& out, const Tensor& a, double b);
 
 QK_DECLARE_KERNEL(copy_kernel, CopyFn);
 QK_DECLARE_KERNEL(fill_kernel, FillFn);
 QK_DECLARE_KERNEL(binary_kernel, BinaryFn);
 QK_DECLARE_KERNEL(unary_kernel, UnaryFn);
+QK_DECLARE_KERNEL(binary_scalar_kernel, BinaryScalarFn);
 
 // Matrix products (src/tensor/linalg.cc): inputs validated, any strides.
 using MmFn = Tensor(const Tensor& a, const Tensor& b);                        // mm, bmm

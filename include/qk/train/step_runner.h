@@ -24,14 +24,17 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "qk/base/timer.h"
 #include "qk/dist/ddp.h"
 #include "qk/dist/process_group.h"
 #include "qk/optim/optimizer_param_scheduler.h"
 #include "qk/optim/mixed_precision_optimizer.h"
+#include "qk/tensor/backend.h"
 
 namespace qk::train {
 
@@ -61,6 +64,24 @@ struct MicroBatchOutput {
 // Called with the micro-batch's index in the step (0..num_microbatches-1).
 using ForwardStep = std::function<MicroBatchOutput(int64_t microbatch)>;
 
+// A step whose forward and backward passes run as a device graph (CUDA
+// graphs, as Megatron's --enable-cuda-graph and torch.compile's
+// reduce-overhead mode): every micro-batch's forward, backward and gradient
+// accumulation are recorded once and replayed each step with one launch;
+// the optimizer step and the metrics' read-back stay as they are. The host
+// code in `forward` runs only at the capture, so it must read its inputs
+// from the same device tensors every step, which `load` fills.
+struct GraphedForwardStep {
+  Device device;  // where the graph runs (a device whose backend records graphs: cuda)
+  // Host work for micro-batch i before the step's device work: fetch it and
+  // copy it into the tensors `forward` reads. Returns the micro-batch's
+  // metrics' host parts (sum, count by name), which replace those `forward`
+  // returned at the capture (a token count that varies by batch).
+  std::function<std::map<std::string, Metric>(int64_t microbatch)> load;
+  // Device work only: no host reads of device values, no host data.
+  ForwardStep forward;
+};
+
 // The data-parallel group, if any, and the model's DDP wrapper, if any.
 struct DataParallel {
   dist::ProcessGroup* group = nullptr;
@@ -73,6 +94,10 @@ struct StepRunnerOptions {
   int64_t num_microbatches = 1;
   std::optional<DType> autocast{};  // run each forward under autocast to this dtype
   bool reduce_metrics = true;     // average metrics over ranks (one small all-reduce per step)
+  // Graphed steps (step(GraphedForwardStep)): eager steps before the capture,
+  // so the capture finds the optimizer's state, the plan caches and the
+  // allocator's pools warm (PyTorch's side-stream warm-up).
+  int64_t graph_warmup_steps = 2;
 };
 
 struct StepStats {
@@ -95,7 +120,19 @@ class StepRunner {
   // (Megatron: the global batch size in samples).
   void set_scheduler(optim::OptimizerParamScheduler* scheduler, int64_t increment);
 
+  // Drops a graph recorded by step(GraphedForwardStep) (the next graphed
+  // step records one again).
   StepStats step(const ForwardStep& forward_step);
+  // The same with the micro-batches' device work as a graph: the first
+  // graph_warmup_steps calls run eagerly, the next captures, the rest
+  // replay (a new capture when the loss scale changes). One data-parallel
+  // rank only: the gradients' all-reduce is host-driven (ValueError).
+  // Whatever forward does that a graph cannot record (a host read of a
+  // device value, dropout's fresh random numbers) raises DeviceError at the
+  // capture, naming it.
+  StepStats step(const GraphedForwardStep& graphed);
+  // Kernels and copies in the current graph (0: none yet).
+  int64_t graph_nodes() const;
   // Forward only, without gradients, over `microbatches` micro-batches;
   // metrics as in step(). The caller switches the model to eval().
   std::map<std::string, double> forward_only(const ForwardStep& forward_step, int64_t microbatches);
@@ -106,11 +143,21 @@ class StepRunner {
 
  private:
   std::map<std::string, double> reduce(std::map<std::string, Metric>& m) const;
+  // The micro-batches' forward and backward, with metrics summed.
+  std::map<std::string, Metric> run_microbatches(const ForwardStep& forward_step);
+  // After the micro-batches: gradient sync, the optimizer, the metrics.
+  StepStats finish_step(std::map<std::string, Metric>& sums, const Timer& timer);
   optim::MixedPrecisionOptimizer& opt_;
   DataParallel dp_;
   StepRunnerOptions o_;
   optim::OptimizerParamScheduler* sched_ = nullptr;
   int64_t increment_ = 0;
+  // Graphed steps: calls so far, the graph, the loss scale it was recorded
+  // with and the metrics it computes (their device sums are its memory).
+  int64_t graphed_calls_ = 0;
+  std::unique_ptr<DeviceGraph> graph_;
+  float graph_scale_ = 0;
+  std::map<std::string, Metric> graph_sums_;
 };
 
 }  // namespace qk::train

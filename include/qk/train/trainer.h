@@ -89,6 +89,12 @@ struct TrainerOptions {
   double flops_per_sample = 0;    // for achieved TFLOP/s per rank
   std::string args_json = "{}";   // saved in each checkpoint
   bool reduce_metrics = true;     // average metrics over ranks every iteration
+  // Graphed steps (--cuda-graph): the micro-batches' forward and backward
+  // recorded as a device graph on this device after graph_warmup_steps
+  // eager steps, then replayed (StepRunner::step(GraphedForwardStep)); the
+  // callbacks give train_load. One data-parallel rank, no custom steps.
+  std::optional<Device> graph_device{};
+  int64_t graph_warmup_steps = 3;
 };
 
 // What one log_interval reports: Megatron's iteration line, as numbers.
@@ -123,6 +129,9 @@ struct EvalStats {
 
 struct TrainerCallbacks {
   ForwardStep train_step;                            // required
+  // With TrainerOptions::graph_device: micro-batch i's inputs into the
+  // tensors train_step reads, and its metrics' host parts (GraphedForwardStep::load).
+  std::function<std::map<std::string, Metric>(int64_t microbatch)> train_load;
   ForwardStep valid_step;                            // optional
   std::function<void(const LogStats&)> on_log;       // every rank; rank 0 usually prints
   // Every rank, at each log before the record is written (it may reduce over

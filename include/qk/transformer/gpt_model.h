@@ -30,6 +30,9 @@
 // zero biases) and then converted to config.params_dtype.
 #pragma once
 
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "qk/dist/process_group.h"
@@ -202,6 +205,10 @@ class GPTModelImpl : public nn::Module, public parallel::TensorParallelModule {
   std::shared_ptr<dist::ProcessGroup> tp_, ep_;
   std::shared_ptr<Generator> tp_rng_;
   ForwardPreHook forward_pre_hook_;
+  // The rotary tables of positions 0..length-1 on the activations' device,
+  // made once (Megatron caches its RoPE frequencies): no host work and no
+  // copy from the host per forward, so a step can be recorded in a graph.
+  std::map<std::pair<std::string, int64_t>, RotaryTables> rotary_cache_;
 };
 QK_MODULE(GPTModel);
 

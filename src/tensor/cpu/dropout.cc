@@ -81,7 +81,9 @@ void dropout_impl(const T* xp, T* op, T* mp, int64_t n, double p, uint64_t seed,
 
 }  // namespace
 
-std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset,
+                                  const Tensor& offset_base) {
+  if (offset_base.defined()) offset += static_cast<uint64_t>(offset_base.data_ptr<int64_t>()[0]);
   Tensor out = empty(x.shape(), x.dtype()), mask = empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);

@@ -50,6 +50,7 @@ Dropout make_dropout(const Layout& L, const ops::FlashAttentionParams& p) {
   dr.keep_scale = p.dropout_p < 1 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 0.0f;
   dr.seed = p.seed;
   dr.offset = p.offset;
+  if (p.offset_base.defined()) dr.offset += static_cast<uint64_t>(p.offset_base.data_ptr<int64_t>()[0]);
   dr.counters_per_row = (L.S + 3) / 4;
   return dr;
 }

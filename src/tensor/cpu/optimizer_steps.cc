@@ -15,6 +15,9 @@ QK_DEFINE_KERNEL(sgd_step_kernel, SgdStepFn);
 QK_DEFINE_KERNEL(adam_step_kernel, AdamStepFn);
 QK_DEFINE_KERNEL(multi_tensor_unscale_norm_kernel, MultiTensorUnscaleNormFn);
 QK_DEFINE_KERNEL(multi_tensor_scale_kernel, MultiTensorScaleFn);
+// No CPU list kernels: the one-tensor kernels already use every core.
+QK_DEFINE_KERNEL(multi_tensor_sgd_step_kernel, MultiTensorSgdStepFn);
+QK_DEFINE_KERNEL(multi_tensor_adam_step_kernel, MultiTensorAdamStepFn);
 
 namespace cpu {
 namespace {

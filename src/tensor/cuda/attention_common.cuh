@@ -33,7 +33,8 @@ __device__ __forceinline__ int64_t kv_end(const AttentionShape& a, int64_t t) {
 __device__ __forceinline__ float dropout_factor(const AttentionShape& a, int64_t b, int64_t h, int64_t t, int64_t s) {
   if (!a.dropout_on) return 1.0f;
   const uint64_t row = static_cast<uint64_t>((b * a.Hq + h) * a.T + t);
-  const uint64_t counter = a.offset + row * static_cast<uint64_t>((a.S + 3) / 4) + static_cast<uint64_t>(s / 4);
+  const uint64_t base = a.offset_base ? static_cast<uint64_t>(*a.offset_base) : 0;
+  const uint64_t counter = a.offset + base + row * static_cast<uint64_t>((a.S + 3) / 4) + static_cast<uint64_t>(s / 4);
   return philox_keep(a.seed, counter, static_cast<int>(s % 4), a.keep_below) ? a.keep_scale : 0.0f;
 }
 

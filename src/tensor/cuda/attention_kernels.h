@@ -29,6 +29,7 @@ struct AttentionShape {
   uint32_t keep_below = 0;
   float keep_scale = 1;
   uint64_t seed = 0, offset = 0;
+  const int64_t* offset_base = nullptr;  // added to offset when the kernel runs (a graph's counters)
 };
 
 // The per-warp shared memory the kernels need is (D + Dv) floats (forward) and

@@ -61,6 +61,7 @@ AttentionShape shape_of(const Tensor& q, const Tensor& k, const Tensor& v, const
     a.keep_scale = p.dropout_p < 1 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 0.0f;
     a.seed = p.seed;
     a.offset = p.offset;
+    if (p.offset_base.defined()) a.offset_base = static_cast<const int64_t*>(p.offset_base.raw_data());
   }
   return a;
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "graph.h"
 #include "plan_cache.h"
 #include "qk/base/error.h"
 #include "qk/tensor/cuda.h"
@@ -127,14 +128,15 @@ PlanKey conv_key(int device, const Tensor& x, const Tensor& w, const Conv2dParam
   return {device,        static_cast<int64_t>(x.dtype()), x.size(0),     x.size(1),     x.size(2),
           x.size(3),     w.size(0),     w.size(1),     w.size(2),     w.size(3),
           p.stride[0],   p.stride[1],   p.padding[0],  p.padding[1],  p.dilation[0],
-          p.dilation[1], p.groups,      matmul_allow_tf32()};
+          p.dilation[1], p.groups,      matmul_allow_tf32(), cudnn_benchmark()};
 }
 
 Tensor workspace(const Tensor& like, size_t bytes) {
   return empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, TensorOptions().dtype(DType::u8).device(like.device()));
 }
 
-// The first algorithm (cuDNN's heuristic order) that ran and fits the workspace limit.
+// The first algorithm (cuDNN's heuristic order, or fastest first when
+// timed) that ran and fits the workspace limit.
 template <typename Perf>
 Perf pick(const Perf* perf, int n, const char* what) {
   for (int i = 0; i < n; ++i)
@@ -142,6 +144,20 @@ Perf pick(const Perf* perf, int n, const char* what) {
   QK_THROW(DeviceError, "conv2d on CUDA: cuDNN offers no ", what, " algorithm within ", kMaxWorkspace >> 20,
            " MiB of workspace");
 }
+
+// Benchmark mode (qk::cuda::cudnn_benchmark(), torch.backends.cudnn.benchmark):
+// cuDNN times the candidates on scratch buffers of the call's sizes (it
+// runs each one: the device waits, once per shape) and lists them fastest
+// first. Not during a graph capture, where nothing runs: heuristics then.
+bool timing_algorithms(int device) { return cudnn_benchmark() && !capturing(device); }
+
+// A scratch output and the workspace limit's bytes for cudnnFind*.
+struct FindScratch {
+  Tensor out, ws;
+  FindScratch(const Tensor& like, const Shape& out_shape)
+      : out(empty(out_shape, TensorOptions().dtype(like.dtype()).device(like.device()))),
+        ws(workspace(like, kMaxWorkspace)) {}
+};
 
 // alpha and beta in the scaling type cuDNN expects: double for f64, else float.
 struct Scale {
@@ -174,8 +190,15 @@ Tensor conv2d_on_device(const Tensor& x, const Tensor& w, const Tensor& b, const
     pl->yd.emplace(t, n, c, oh, ow);
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int found = 0;
-    QK_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, pl->xd.d, pl->wd.d, pl->cd.d, pl->yd->d,
-                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+    if (timing_algorithms(device)) {
+      FindScratch f(x, {n, c, oh, ow});
+      QK_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+          h, pl->xd.d, x.raw_data(), pl->wd.d, w.raw_data(), pl->cd.d, pl->yd->d, f.out.raw_data(),
+          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf, f.ws.raw_data(), kMaxWorkspace));
+    } else {
+      QK_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, pl->xd.d, pl->wd.d, pl->cd.d, pl->yd->d,
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+    }
     const auto algo = pick(perf, found, "forward");
     pl->algo = algo.algo, pl->memory = algo.memory;
     return pl;
@@ -220,17 +243,31 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_on_device(const Tensor& gy, c
       if (d == ConvDirection::backward_data) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         int found = 0;
-        QK_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, pl->wd.d, pl->yd->d, pl->cd.d, pl->xd.d,
-                                                                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found,
-                                                                   perf));
+        if (timing_algorithms(device)) {
+          FindScratch f(x, x.shape());
+          QK_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+              h, pl->wd.d, w.raw_data(), pl->yd->d, gy.raw_data(), pl->cd.d, pl->xd.d, f.out.raw_data(),
+              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf, f.ws.raw_data(), kMaxWorkspace));
+        } else {
+          QK_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, pl->wd.d, pl->yd->d, pl->cd.d, pl->xd.d,
+                                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found,
+                                                                     perf));
+        }
         const auto algo = pick(perf, found, "backward-data");
         pl->algo = algo.algo, pl->memory = algo.memory;
       } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         int found = 0;
-        QK_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, pl->xd.d, pl->yd->d, pl->cd.d, pl->wd.d,
-                                                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found,
-                                                                     perf));
+        if (timing_algorithms(device)) {
+          FindScratch f(x, w.shape());
+          QK_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+              h, pl->xd.d, x.raw_data(), pl->yd->d, gy.raw_data(), pl->cd.d, pl->wd.d, f.out.raw_data(),
+              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, perf, f.ws.raw_data(), kMaxWorkspace));
+        } else {
+          QK_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, pl->xd.d, pl->yd->d, pl->cd.d, pl->wd.d,
+                                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                                       &found, perf));
+        }
         const auto algo = pick(perf, found, "backward-filter");
         pl->algo = algo.algo, pl->memory = algo.memory;
       }

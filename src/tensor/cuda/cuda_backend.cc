@@ -14,6 +14,7 @@
 #include "cuda_check.h"
 #include "deferred_checks.h"
 #include "device_allocator.h"
+#include "graph.h"
 #include "pinned_allocator.h"
 #include "stream_handle.h"
 #include "qk/base/error.h"
@@ -118,6 +119,12 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
     if (nbytes == 0) return;
     const int device = dst_dev.is_cpu() ? src_dev.index : dst_dev.index;
+    if (cuda::capturing(device)) {
+      QK_CHECK_DEVICE(!src_dev.is_cpu(), "cuda:", device,
+                      ": a blocking copy from host memory cannot be recorded in a graph (the graph would read the "
+                      "host buffer at each replay); copy inputs to the device before the capture");
+      if (dst_dev.is_cpu()) note_host_sync(src_dev, "a copy to the host");  // refuses it, naming it
+    }
     DeviceGuard g(device);
     cudaStream_t s = current_stream_handle(device);
     // A copy to the host waits for the device: the input checks queued
@@ -137,6 +144,9 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
   void copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
     if (nbytes == 0) return;
     const int device = dst_dev.is_cpu() ? src_dev.index : dst_dev.index;
+    QK_CHECK_DEVICE(!cuda::capturing(device) || (!src_dev.is_cpu() && !dst_dev.is_cpu()), "cuda:", device,
+                    ": a copy between host and device cannot be recorded in a graph (the host side would be read "
+                    "or written at each replay); move data before the capture and read results after replay()");
     DeviceGuard g(device);
     cudaStream_t s = current_stream_handle(device);
     QK_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
@@ -185,9 +195,18 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
   }
   void destroy_event(void* event) override { (void)cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
+  std::unique_ptr<DeviceGraph> capture_graph(int index, const std::function<void()>& fn) override {
+    check_index(index);
+    return cuda::capture_graph(index, fn, alloc_);
+  }
+  bool capturing(int index) const override { return cuda::capturing(index); }
+
   // Also RawDeviceMemory's: the caching allocator's wait before it releases blocks.
   void synchronize(int index) override {
     check_index(index);
+    QK_CHECK_DEVICE(!cuda::capturing(index), "cuda:", index,
+                    ": synchronize() cannot be recorded in a graph (nothing recorded has run yet); synchronize "
+                    "after replay()");
     DeviceGuard g(index);
     PendingChecks checks(index, current_stream_handle(index));
     QK_CUDA_CHECK(cudaDeviceSynchronize());
@@ -231,9 +250,21 @@ class CudaBackend final : public Backend, public RawDeviceMemory, public RawPinn
   }
 
   // RawDeviceMemory: what the caching allocator asks of the runtime.
-  void* raw_alloc(size_t bytes, int) override {
+  void* raw_alloc(size_t bytes, int device) override {
     void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e;
+    if (cuda::capturing(device)) {
+      // cudaMalloc is a "potentially unsafe" call during a capture (it is not
+      // recorded); here it is safe, the block staying the graph's while it
+      // lives, so the thread's capture mode is relaxed around it (as PyTorch's
+      // allocator does).
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      QK_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+      e = cudaMalloc(&p, bytes);
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    } else {
+      e = cudaMalloc(&p, bytes);
+    }
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       return nullptr;

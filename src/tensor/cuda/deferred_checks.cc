@@ -116,7 +116,21 @@ void PendingChecks::raise() {
   }
 }
 
+namespace {
+thread_local std::vector<RecordedCheck>* check_sink = nullptr;
+}  // namespace
+
+void set_check_sink(std::vector<RecordedCheck>* sink) { check_sink = sink; }
+
+void defer_recorded_checks(const std::vector<RecordedCheck>& checks, cudaStream_t stream) {
+  for (const RecordedCheck& c : checks) defer_check(c.flag, stream, c.describe);
+}
+
 void defer_check(const Tensor& flag, cudaStream_t stream, std::function<std::string(int64_t pos)> describe) {
+  if (check_sink) {
+    check_sink->push_back({flag, std::move(describe)});
+    return;
+  }
   const int device = flag.device().index;
   size_t n = 0;
   {

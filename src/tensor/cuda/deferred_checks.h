@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "qk/tensor/tensor.h"
 
@@ -31,6 +32,18 @@ inline unsigned long long* error_flag_ptr(const Tensor& flag) {
 // (it may read the offending value from the device). Past 1024 pending
 // checks on a device they are read at once.
 void defer_check(const Tensor& flag, cudaStream_t stream, std::function<std::string(int64_t pos)> describe);
+
+// A check recorded in a graph (graph.cc): while a capture is open on this
+// thread, defer_check hands its checks to the capture's sink, and each
+// replay defers them again on the stream it runs on (the recorded memset
+// resets the flag; the recorded kernel sets it).
+struct RecordedCheck {
+  Tensor flag;
+  std::function<std::string(int64_t pos)> describe;
+};
+// nullptr: no capture open.
+void set_check_sink(std::vector<RecordedCheck>* sink);
+void defer_recorded_checks(const std::vector<RecordedCheck>& checks, cudaStream_t stream);
 
 // The checks pending on a device, their flags copied out on `stream`
 // (before the caller's wait for it; flags left on other streams are waited

@@ -16,8 +16,9 @@ namespace {
 // One thread per group of 4 elements (one Philox counter).
 template <typename T>
 __global__ void dropout_kernel(T* out, T* mask, const T* x, int64_t n, uint32_t keep_below, float scale_f,
-                               double scale_d, uint64_t seed, uint64_t offset) {
+                               double scale_d, uint64_t seed, uint64_t offset, const int64_t* offset_base) {
   using A = typename ComputeOf<T>::type;
+  if (offset_base) offset += static_cast<uint64_t>(*offset_base);  // a graph's counters, set before each replay
   const A scale = sizeof(A) == 8 ? static_cast<A>(scale_d) : static_cast<A>(scale_f);
   const int64_t groups = (n + 3) / 4;
   for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
@@ -36,7 +37,7 @@ __global__ void dropout_kernel(T* out, T* mask, const T* x, int64_t n, uint32_t 
 }  // namespace
 
 void launch_dropout(void* out, void* mask, const void* x, int dtype, int64_t n, double p, uint64_t seed,
-                    uint64_t offset, cudaStream_t stream) {
+                    uint64_t offset, const int64_t* offset_base, cudaStream_t stream) {
   if (n <= 0) return;
   const uint32_t keep_below = static_cast<uint32_t>((1.0 - p) * 16777216.0);
   const double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
@@ -47,7 +48,7 @@ void launch_dropout(void* out, void* mask, const void* x, int dtype, int64_t n, 
     using T = decltype(t);
     dropout_kernel<T><<<grid, kBlock, 0, stream>>>(static_cast<T*>(out), static_cast<T*>(mask),
                                                    static_cast<const T*>(x), n, keep_below,
-                                                   static_cast<float>(scale), scale, seed, offset);
+                                                   static_cast<float>(scale), scale, seed, offset, offset_base);
     QK_CUDA_CHECK(cudaGetLastError());
   });
 }

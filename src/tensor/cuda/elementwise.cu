@@ -214,6 +214,18 @@ struct CompareFn {
     return compare<Op>(convert<C>(x), convert<C>(y));
   }
 };
+// The scalar forms: the right operand in the kernel's arguments (the
+// binary functors' arithmetic, so a op b gives the same bits either way).
+template <int Op, typename T>
+struct ArithScalarFn {
+  T b;
+  __device__ T operator()(T x) const { return ArithFn<Op, T>{}(x, b); }
+};
+template <int Op, typename T>
+struct CompareScalarFn {
+  T b;
+  __device__ bool operator()(T x) const { return CompareFn<Op, T>{}(x, b); }
+};
 template <int Op, typename T>
 struct UnaryFn {
   __device__ T operator()(T x) const {
@@ -290,6 +302,16 @@ void binary_as(void* out, const void* a, const void* b, const ElementwiseLayout&
 }
 
 template <int Op, typename T>
+void binary_scalar_as(void* out, const void* a, T b, const ElementwiseLayout& l, cudaStream_t s) {
+  const T* pa = static_cast<const T*>(a);
+  if constexpr (Op >= kEq)
+    map1<<<grid_for(l.numel), kThreads, 0, s>>>(l, static_cast<bool*>(out), pa, CompareScalarFn<Op, T>{b});
+  else
+    map1<<<grid_for(l.numel), kThreads, 0, s>>>(l, static_cast<T*>(out), pa, ArithScalarFn<Op, T>{b});
+  QK_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int Op, typename T>
 void unary_as(void* out, const void* a, const ElementwiseLayout& l, cudaStream_t s) {
   map1<<<grid_for(l.numel), kThreads, 0, s>>>(l, static_cast<T*>(out), static_cast<const T*>(a), UnaryFn<Op, T>{});
   QK_CUDA_CHECK(cudaGetLastError());
@@ -305,6 +327,19 @@ void binary_dispatch(int op, void* out, const void* a, const void* b, const Elem
     QK_BINARY_CASE(kMaximum) QK_BINARY_CASE(kMinimum) QK_BINARY_CASE(kEq) QK_BINARY_CASE(kNe)
     QK_BINARY_CASE(kLt) QK_BINARY_CASE(kLe) QK_BINARY_CASE(kGt) QK_BINARY_CASE(kGe)
 #undef QK_BINARY_CASE
+  }
+}
+
+template <typename T>
+void binary_scalar_dispatch(int op, void* out, const void* a, T b, const ElementwiseLayout& l, cudaStream_t s) {
+  switch (op) {
+#define QK_BINARY_SCALAR_CASE(code) \
+  case code: return binary_scalar_as<code, T>(out, a, b, l, s);
+    QK_BINARY_SCALAR_CASE(kAdd) QK_BINARY_SCALAR_CASE(kSub) QK_BINARY_SCALAR_CASE(kMul) QK_BINARY_SCALAR_CASE(kDiv)
+    QK_BINARY_SCALAR_CASE(kPow) QK_BINARY_SCALAR_CASE(kMaximum) QK_BINARY_SCALAR_CASE(kMinimum)
+    QK_BINARY_SCALAR_CASE(kEq) QK_BINARY_SCALAR_CASE(kNe) QK_BINARY_SCALAR_CASE(kLt) QK_BINARY_SCALAR_CASE(kLe)
+    QK_BINARY_SCALAR_CASE(kGt) QK_BINARY_SCALAR_CASE(kGe)
+#undef QK_BINARY_SCALAR_CASE
   }
 }
 
@@ -390,6 +425,18 @@ void launch_copy(void* dst, int dst_dtype, const void* src, int src_dtype, const
                                                        ConvertFn<O, A>{});
       QK_CUDA_CHECK(cudaGetLastError());
     });
+  });
+}
+
+void launch_binary_scalar(int op, void* out, const void* a, uint64_t b_bits, int dtype, const ElementwiseLayout& l,
+                          cudaStream_t stream) {
+  if (l.numel <= 0) return;
+  dispatch(dtype, [&](auto t) {
+    using T = std::conditional_t<std::is_same_v<decltype(t), bool>, uint8_t, decltype(t)>;  // bools as bytes
+    T b;
+    static_assert(sizeof(T) <= sizeof(b_bits));
+    memcpy(static_cast<void*>(&b), &b_bits, sizeof(T));  // via void*: __half has no trivial copy-assignment from bytes
+    binary_scalar_dispatch<T>(op, out, a, b, l, stream);
   });
 }
 

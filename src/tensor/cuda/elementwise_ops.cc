@@ -72,6 +72,13 @@ void binary_on_device(BinaryOp op, const Tensor& out, const Tensor& a, const Ten
   launch_binary(int(op), out.raw_data(), a.raw_data(), b.raw_data(), int(a.dtype()), l, ds.stream());
 }
 
+void binary_scalar_on_device(BinaryOp op, const Tensor& out, const Tensor& a, double b) {
+  DeviceStream ds(out.device().index);
+  ElementwiseLayout l = make_layout({&out, &a}, binary_op_name(op));
+  launch_binary_scalar(int(op), out.raw_data(), a.raw_data(), fill_bits(a.dtype(), b), int(a.dtype()), l,
+                       ds.stream());
+}
+
 void unary_on_device(UnaryOp op, const Tensor& out, const Tensor& a) {
   DeviceStream ds(out.device().index);
   ElementwiseLayout l = make_layout({&out, &a}, unary_op_name(op));
@@ -101,6 +108,7 @@ void add_inplace_on_device(const Tensor& self, const Tensor& other, double alpha
   ops::copy_kernel.set(DeviceType::cuda, &copy_on_device);
   ops::fill_kernel.set(DeviceType::cuda, &fill_on_device);
   ops::binary_kernel.set(DeviceType::cuda, &binary_on_device);
+  ops::binary_scalar_kernel.set(DeviceType::cuda, &binary_scalar_on_device);
   ops::unary_kernel.set(DeviceType::cuda, &unary_on_device);
   return true;
 }();

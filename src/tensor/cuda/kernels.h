@@ -37,6 +37,10 @@ void launch_copy(void* dst, int dst_dtype, const void* src, int src_dtype, const
 // or bool for the comparisons (eq and after). Operands: out, a, b.
 void launch_binary(int op, void* out, const void* a, const void* b, int dtype, const ElementwiseLayout& l,
                    cudaStream_t stream);
+// out <- a op b for a scalar b of `dtype` whose bytes are b_bits' first
+// (as launch_fill takes them). Operands: out, a (out may be a).
+void launch_binary_scalar(int op, void* out, const void* a, uint64_t b_bits, int dtype, const ElementwiseLayout& l,
+                          cudaStream_t stream);
 // out <- op(a), op a qk::UnaryOp value, both of `dtype`. Operands: out, a.
 void launch_unary(int op, void* out, const void* a, int dtype, const ElementwiseLayout& l, cudaStream_t stream);
 // dx <- grad * op'(x) (y = op(x)), all of floating `dtype`. Operands: dx, grad, x, y.
@@ -77,7 +81,7 @@ void launch_pool(PoolKind kind, bool backward, void* out, const void* in, void* 
 // Inverted dropout of n contiguous elements (dropout.cu) with the CPU's
 // Philox stream: out and mask (0 or 1/(1-p)) of x's floating dtype.
 void launch_dropout(void* out, void* mask, const void* x, int dtype, int64_t n, double p, uint64_t seed,
-                    uint64_t offset, cudaStream_t stream);
+                    uint64_t offset, const int64_t* offset_base, cudaStream_t stream);
 
 // Cross entropy (loss.cu) over lp [N, C, S] contiguous and targets [N, S]:
 // per[p] and on[p] (1 where position p counts) for every position; *bad gets

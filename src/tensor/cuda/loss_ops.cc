@@ -101,11 +101,13 @@ Tensor cross_entropy_backward_on_device(const Tensor& grad_loss, const Tensor& l
   return dx;
 }
 
-std::pair<Tensor, Tensor> dropout_on_device(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+std::pair<Tensor, Tensor> dropout_on_device(const Tensor& x, double p, uint64_t seed, uint64_t offset,
+                                            const Tensor& offset_base) {
   DeviceStream ds(x.device().index);
   Tensor out = empty(x.shape(), on(x, x.dtype())), mask = empty(x.shape(), on(x, x.dtype()));
   launch_dropout(out.raw_data(), mask.raw_data(), x.raw_data(), static_cast<int>(x.dtype()), x.numel(), p, seed,
-                 offset, ds.stream());
+                 offset, offset_base.defined() ? static_cast<const int64_t*>(offset_base.raw_data()) : nullptr,
+                 ds.stream());
   return {out, mask};
 }
 

@@ -5,37 +5,20 @@
 // per tensor, nothing read back here.
 #include "dtypes.cuh"
 #include "multi_tensor.h"
+#include "multi_tensor_list.cuh"
 
 namespace qk::cuda {
 
 namespace {
 
-// Elements per block: enough work per block to make the atomics rare.
-constexpr int64_t kChunk = 1 << 14;
-
-struct TensorList {
-  void* data[kMultiTensorMax];
-  int64_t n[kMultiTensorMax];
-  int64_t first_chunk[kMultiTensorMax + 1];  // prefix sums of the tensors' chunks
-  int count;
-};
-
-// The tensor and element range of this block's chunk.
-__device__ __forceinline__ int tensor_of_block(const TensorList& l, int64_t* lo, int64_t* hi) {
-  const int64_t b = blockIdx.x;
-  int t = 0;
-  while (t + 1 < l.count && l.first_chunk[t + 1] <= b) ++t;
-  *lo = (b - l.first_chunk[t]) * kChunk;
-  *hi = *lo + kChunk < l.n[t] ? *lo + kChunk : l.n[t];
-  return t;
-}
+using TensorList = ChunkedTensorList<1>;
 
 template <typename T>
 __global__ void unscale_norm_kernel(TensorList l, double scale, double* out) {
   using C = typename ComputeOf<T>::type;  // f32 for f32/bf16/f16 (PyTorch's norms), f64 for f64
   __shared__ double scratch[kBlock];
   int64_t lo = 0, hi = 0;
-  T* p = static_cast<T*>(l.data[tensor_of_block(l, &lo, &hi)]);
+  T* p = static_cast<T*>(l.data[0][tensor_of_block(l, &lo, &hi)]);
   const C k = static_cast<C>(scale);
   const bool apply = scale != 1.0;
   C squares = 0;
@@ -62,21 +45,9 @@ template <typename T>
 __global__ void scale_kernel(TensorList l, double scale) {
   using C = typename ComputeOf<T>::type;
   int64_t lo = 0, hi = 0;
-  T* p = static_cast<T*>(l.data[tensor_of_block(l, &lo, &hi)]);
+  T* p = static_cast<T*>(l.data[0][tensor_of_block(l, &lo, &hi)]);
   const C k = static_cast<C>(scale);
   for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) p[i] = convert<T>(convert<C>(p[i]) * k);
-}
-
-// The list of `count` tensors and its number of chunks (blocks).
-int64_t make_list(void* const* data, const int64_t* n, int count, TensorList& l) {
-  l.count = count;
-  l.first_chunk[0] = 0;
-  for (int i = 0; i < count; ++i) {
-    l.data[i] = data[i];
-    l.n[i] = n[i];
-    l.first_chunk[i + 1] = l.first_chunk[i] + (n[i] + kChunk - 1) / kChunk;
-  }
-  return l.first_chunk[count];
 }
 
 }  // namespace
@@ -84,7 +55,7 @@ int64_t make_list(void* const* data, const int64_t* n, int count, TensorList& l)
 void launch_multi_tensor_unscale_norm(int dtype, void* const* data, const int64_t* n, int count, double scale,
                                       double* out, cudaStream_t stream) {
   TensorList l;
-  const int64_t blocks = make_list(data, n, count, l);
+  const int64_t blocks = make_chunked_list(&data, n, count, l);
   if (blocks == 0) return;
   dispatch_floating(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -95,7 +66,7 @@ void launch_multi_tensor_unscale_norm(int dtype, void* const* data, const int64_
 void launch_multi_tensor_scale(int dtype, void* const* data, const int64_t* n, int count, double scale,
                                cudaStream_t stream) {
   TensorList l;
-  const int64_t blocks = make_list(data, n, count, l);
+  const int64_t blocks = make_chunked_list(&data, n, count, l);
   if (blocks == 0) return;
   dispatch_floating(dtype, [&](auto tag) {
     using T = decltype(tag);

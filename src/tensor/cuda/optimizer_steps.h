@@ -24,4 +24,14 @@ struct AdamConsts {
 void launch_adam_step(bool f64, void* p, const void* g, void* m, void* v, void* vmax, int64_t n, const AdamConsts& c,
                       cudaStream_t s);
 
+// The same over `count` (at most kMultiTensorMax, multi_tensor.h) tensors of
+// one dtype in one launch: ptrs[k][i] is list k's pointer for tensor i, with
+// n[i] elements; SGD's lists are params, grads, momentum buffers (ptrs[2]
+// null without momentum), Adam's params, grads, exp_avg, exp_avg_sq,
+// max_exp_avg_sq (ptrs[4] null unless amsgrad).
+void launch_multi_sgd_step(bool f64, void* const* const* ptrs, const int64_t* n, int count, const SgdConsts& c,
+                           cudaStream_t s);
+void launch_multi_adam_step(bool f64, void* const* const* ptrs, const int64_t* n, int count, const AdamConsts& c,
+                            cudaStream_t s);
+
 }  // namespace qk::cuda

@@ -14,9 +14,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 // The libraries' opaque handles, defined here (their headers only declare them).
@@ -31,6 +33,19 @@ struct cublasLtContext {
 };
 struct cudnnContext {
   int unused = 0;
+};
+// A captured graph: the device work recorded (counts, and the copies and
+// memsets to redo at each launch).
+struct FakeGraphWork {
+  qk::fake_cuda::Counts work;
+  std::vector<std::function<void()>> effects;
+  bool invalidated = false;
+};
+struct CUgraph_st {
+  FakeGraphWork g;
+};
+struct CUgraphExec_st {
+  FakeGraphWork g;
 };
 struct cudnnTensorStruct {
   int n = 0, c = 0, h = 0, w = 0;
@@ -64,6 +79,31 @@ State& state() {
 }
 
 thread_local int current_device = 0;
+thread_local FakeGraphWork* recording = nullptr;  // the capture open on this thread
+thread_local cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeGlobal;  // the thread's interaction mode
+
+// A "potentially unsafe" call (cudaMalloc, cudaHostAlloc, cudaFree, queries)
+// during a capture not relaxed for this thread breaks it, as CUDA does.
+bool unsafe_during_capture() {
+  if (!recording || capture_mode == cudaStreamCaptureModeRelaxed) return false;
+  recording->invalidated = true;
+  return true;
+}
+
+// The device's work, as opposed to the host's calls: recorded during a capture.
+bool is_device_work(int64_t Counts::*field) {
+  return field == &Counts::blaslt_matmuls || field == &Counts::cudnn_calls || field == &Counts::copies_on_device ||
+         field == &Counts::copies_to_device || field == &Counts::copies_to_host || field == &Counts::memsets;
+}
+
+// A wait for the device: refused (and the capture broken) while capturing, as CUDA does.
+cudaError_t host_wait() {
+  if (recording) {
+    recording->invalidated = true;
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  return cudaSuccess;
+}
 thread_local struct {
   dim3 grid, block;
   size_t smem = 0;
@@ -75,7 +115,9 @@ void count(int64_t Counts::*field = nullptr) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   ++s.c.runtime_calls;
-  if (field) ++(s.c.*field);
+  if (!field) return;
+  if (recording && is_device_work(field)) ++(recording->work.*field);
+  else if (!(recording && field == &Counts::syncs)) ++(s.c.*field);
 }
 
 bool in(const std::map<uintptr_t, size_t>& blocks, const void* p) {
@@ -121,6 +163,8 @@ Counts Counts::operator-(const Counts& b) const {
   d.cudnn_algorithm_queries = cudnn_algorithm_queries - b.cudnn_algorithm_queries;
   d.cudnn_calls = cudnn_calls - b.cudnn_calls;
   d.attribute_calls = attribute_calls - b.attribute_calls;
+  d.graph_launches = graph_launches - b.graph_launches;
+  d.cudnn_finds = cudnn_finds - b.cudnn_finds;
   for (const auto& [k, n] : kernels) {
     auto it = b.kernels.find(k);
     const int64_t m = n - (it == b.kernels.end() ? 0 : it->second);
@@ -204,11 +248,13 @@ cudaError_t launch(const void* fun, void** args) {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     ++s.c.runtime_calls;
-    ++s.c.launches;
     auto it = s.names.find(fun);
     name = it == s.names.end() ? std::string("(unregistered kernel)") : it->second;
-    ++s.c.kernels[name];
-    hook = s.hook;
+    FakeGraphWork* const rec = qk::fake_cuda::recording;
+    qk::fake_cuda::Counts& to = rec ? rec->work : s.c;  // captured kernels run at the graph's launches
+    ++to.launches;
+    ++to.kernels[name];
+    if (!rec) hook = s.hook;
   }
   if (hook) hook(name, args);
   return cudaSuccess;
@@ -327,13 +373,14 @@ const char* cudaGetErrorName(cudaError_t) { return "cudaErrorFake"; }
 const char* cudaGetErrorString(cudaError_t) { return "an error of the fake CUDA runtime"; }
 cudaError_t cudaDeviceSynchronize() {
   count(&Counts::syncs);
-  return cudaSuccess;
+  return qk::fake_cuda::host_wait();
 }
 
 // ---- memory ---------------------------------------------------------------------
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   count(&Counts::device_allocs);
+  if (qk::fake_cuda::unsafe_during_capture()) return cudaErrorStreamCaptureUnsupported;
   const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   *p = std::aligned_alloc(256, n);
   if (!*p) return cudaErrorMemoryAllocation;
@@ -345,6 +392,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   count(&Counts::device_frees);
+  if (qk::fake_cuda::unsafe_during_capture()) return cudaErrorStreamCaptureUnsupported;
   if (!p) return cudaSuccess;
   {
     auto& s = state();
@@ -356,6 +404,7 @@ cudaError_t cudaFree(void* p) {
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
   count(&Counts::pinned_allocs);
+  if (qk::fake_cuda::unsafe_during_capture()) return cudaErrorStreamCaptureUnsupported;
   *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
   if (!*p) return cudaErrorMemoryAllocation;
   auto& s = state();
@@ -391,6 +440,16 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* a, const void
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind, cudaStream_t) {
   const bool from_device = qk::fake_cuda::is_device(src), to_device = qk::fake_cuda::is_device(dst);
+  if (qk::fake_cuda::recording) {
+    if (!from_device || !to_device) {  // pageable host memory cannot be captured (pinned could; not needed here)
+      qk::fake_cuda::recording->invalidated = true;
+      count();
+      return cudaErrorStreamCaptureUnsupported;
+    }
+    count(&Counts::copies_on_device);
+    qk::fake_cuda::recording->effects.push_back([=] { std::memmove(dst, src, bytes); });
+    return cudaSuccess;
+  }
   if (from_device && to_device) {
     count(&Counts::copies_on_device);
     std::memmove(dst, src, bytes);
@@ -408,6 +467,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaM
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
   count(&Counts::memsets);
+  if (qk::fake_cuda::recording) {
+    qk::fake_cuda::recording->effects.push_back([=] { std::memset(p, value, bytes); });
+    return cudaSuccess;
+  }
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
@@ -426,11 +489,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamQuery(cudaStream_t) {
   count();
-  return cudaSuccess;
+  return qk::fake_cuda::unsafe_during_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
   count(&Counts::syncs);
-  return cudaSuccess;
+  return qk::fake_cuda::host_wait();
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) {
   count();
@@ -452,15 +515,82 @@ cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) {
 }
 cudaError_t cudaEventQuery(cudaEvent_t) {
   count();
-  return cudaSuccess;
+  return qk::fake_cuda::unsafe_during_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) {
   count(&Counts::syncs);
-  return cudaSuccess;
+  return qk::fake_cuda::host_wait();
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
   count();
   *ms = 0;
+  return cudaSuccess;
+}
+
+// ---- graphs -------------------------------------------------------------------------
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode mode) {
+  count();
+  if (qk::fake_cuda::recording) return cudaErrorIllegalState;
+  qk::fake_cuda::recording = new FakeGraphWork;
+  qk::fake_cuda::capture_mode = mode;
+  return cudaSuccess;
+}
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
+  count();
+  std::swap(*mode, qk::fake_cuda::capture_mode);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* graph) {
+  count();
+  if (!qk::fake_cuda::recording) return cudaErrorIllegalState;
+  std::unique_ptr<FakeGraphWork> done(qk::fake_cuda::recording);
+  qk::fake_cuda::recording = nullptr;
+  qk::fake_cuda::capture_mode = cudaStreamCaptureModeGlobal;
+  *graph = new CUgraph_st{std::move(*done)};
+  return (*graph)->g.invalidated ? cudaErrorStreamCaptureInvalidated : cudaSuccess;
+}
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  count();
+  *exec = new CUgraphExec_st{graph->g};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t*, size_t* n) {
+  count();
+  const qk::fake_cuda::Counts& w = graph->g.work;
+  *n = static_cast<size_t>(w.device_work() + w.copies_on_device + w.memsets);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+  if (qk::fake_cuda::recording) {
+    count();
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  {
+    auto& s = qk::fake_cuda::state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    qk::fake_cuda::Counts& c = s.c;
+    const qk::fake_cuda::Counts& w = exec->g.work;
+    ++c.runtime_calls;
+    ++c.graph_launches;
+    c.launches += w.launches;
+    c.blaslt_matmuls += w.blaslt_matmuls;
+    c.cudnn_calls += w.cudnn_calls;
+    c.copies_on_device += w.copies_on_device;
+    c.memsets += w.memsets;
+    for (const auto& [name, n] : w.kernels) c.kernels[name] += n;
+  }
+  for (const auto& effect : exec->g.effects) effect();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  count();
+  delete exec;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  count();
+  delete graph;
   return cudaSuccess;
 }
 
@@ -653,6 +783,36 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t, const
   perf[0].status = CUDNN_STATUS_SUCCESS;
   *returned = 1;
   return CUDNN_STATUS_SUCCESS;
+}
+// Benchmark mode's timed searches (cudnnFind*Ex): counted as algorithm
+// queries and as finds; the algorithms listed "fastest first" are the
+// heuristics' own here (the fake times nothing).
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t x, const void*,
+                                                     const cudnnFilterDescriptor_t w, const void*,
+                                                     const cudnnConvolutionDescriptor_t c,
+                                                     const cudnnTensorDescriptor_t y, void*, const int requested,
+                                                     int* returned, cudnnConvolutionFwdAlgoPerf_t* perf, void*,
+                                                     size_t) {
+  qk::fake_cuda::count(&Counts::cudnn_finds);
+  return cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, c, y, requested, returned, perf);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const cudnnFilterDescriptor_t w,
+                                                          const void*, const cudnnTensorDescriptor_t dy, const void*,
+                                                          const cudnnConvolutionDescriptor_t c,
+                                                          const cudnnTensorDescriptor_t dx, void*, const int requested,
+                                                          int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf,
+                                                          void*, size_t) {
+  qk::fake_cuda::count(&Counts::cudnn_finds);
+  return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, dy, c, dx, requested, returned, perf);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t x,
+                                                            const void*, const cudnnTensorDescriptor_t dy, const void*,
+                                                            const cudnnConvolutionDescriptor_t c,
+                                                            const cudnnFilterDescriptor_t dw, void*, const int requested,
+                                                            int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf,
+                                                            void*, size_t) {
+  qk::fake_cuda::count(&Counts::cudnn_finds);
+  return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, c, dw, requested, returned, perf);
 }
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t, const void*,
                                       const cudnnFilterDescriptor_t, const void*, const cudnnConvolutionDescriptor_t,

@@ -9,6 +9,13 @@
 // and heuristic queries, so tests can assert what a steady-state training
 // step must not do (docs/cuda.md "Host time").
 //
+// Graphs: work queued during a capture is recorded, not run (nor counted as
+// run); each cudaGraphLaunch counts the recorded kernels, GEMMs,
+// convolutions and device copies again and redoes the copies and memsets.
+// A host wait during a capture fails as CUDA's does (and breaks it), as do
+// the "potentially unsafe" calls (cudaMalloc, cudaFree, cudaHostAlloc, event
+// and stream queries) unless the thread's mode was relaxed around them.
+//
 // Kernels do not run: what the host reads back is what it wrote itself
 // (copies, memsets) or zeros, so only code whose flow does not depend on
 // computed values is meaningful here.
@@ -38,7 +45,9 @@ struct Counts {
   int64_t blaslt_heuristics = 0, blaslt_matmuls = 0;
   int64_t cudnn_setup = 0;     // cuDNN handles and descriptors made or set
   int64_t cudnn_algorithm_queries = 0, cudnn_calls = 0;
+  int64_t cudnn_finds = 0;     // of the queries, timed searches (cudnnFind*: benchmark mode)
   int64_t attribute_calls = 0; // device properties and attributes, function attributes, occupancy
+  int64_t graph_launches = 0;  // cudaGraphLaunch: the graph's recorded work counts as run then
   std::map<std::string, int64_t> kernels;  // launches per kernel (demangled name)
 
   Counts operator-(const Counts& before) const;

@@ -38,6 +38,10 @@ struct FlashAttentionParams {
   // elements are scaled by 1 / (1 - p). B * Hq * T * ceil(S / 4) counters.
   uint64_t seed = 0;
   uint64_t offset = 0;
+  // Undefined, or an i64 [1] on the inputs' device whose value (read when
+  // the kernel runs) is added to offset: a recorded graph's counters
+  // (graph_rng_counter, qk/tensor/generator.h).
+  Tensor offset_base;
 };
 
 // Hq of a [B, T, Hq, D] or [B, T, Hkv, G, D] query.

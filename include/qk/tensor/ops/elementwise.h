@@ -21,6 +21,8 @@ namespace ops {
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 Tensor binary_scalar(BinaryOp op, const Tensor& a, double b);  // a op b
+// self = self op b in place (the arithmetic ops: add to minimum).
+void binary_scalar_(BinaryOp op, const Tensor& self, double b);
 Tensor unary(UnaryOp op, const Tensor& a);
 // grad * d(op)/dx, given the op's input x and output y (either may be used).
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y);

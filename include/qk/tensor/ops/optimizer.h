@@ -48,6 +48,28 @@ using AdamStepFn = void(const Tensor& param, const Tensor& grad, const Tensor& e
 QK_DECLARE_KERNEL(sgd_step_kernel, SgdStepFn);
 QK_DECLARE_KERNEL(adam_step_kernel, AdamStepFn);
 
+// ---- the same steps over many parameters at once (torch's fused Adam over a
+// parameter list): each parameter gets exactly the one-tensor kernel's
+// arithmetic, in one launch per group of tensors on a GPU instead of one per
+// parameter. The lists have one entry per parameter (the state lists empty
+// where the one-tensor kernel takes an undefined tensor); every entry obeys
+// the one-tensor kernel's rules, and all tensors are on one device (else a
+// ValueError naming the index). Devices without a list kernel get the
+// one-tensor kernel per parameter.
+struct SgdStepLists {
+  std::vector<Tensor> params, grads, momentum_bufs;  // momentum_bufs empty when momentum == 0
+};
+struct AdamStepLists {
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;  // the last empty unless amsgrad
+};
+void multi_tensor_sgd_step_(const SgdStepLists& lists, const SgdStepArgs& args);
+void multi_tensor_adam_step_(const AdamStepLists& lists, const AdamStepArgs& args);
+
+using MultiTensorSgdStepFn = void(const SgdStepLists& lists, const SgdStepArgs& args);
+using MultiTensorAdamStepFn = void(const AdamStepLists& lists, const AdamStepArgs& args);
+QK_DECLARE_KERNEL(multi_tensor_sgd_step_kernel, MultiTensorSgdStepFn);
+QK_DECLARE_KERNEL(multi_tensor_adam_step_kernel, MultiTensorAdamStepFn);
+
 // ---- multi-tensor passes (apex's multi_tensor_applier, torch's _foreach_*)
 // One pass over many tensors of one device: on a GPU a launch per group of
 // tensors instead of one (or two, with a reduction) per tensor, and
