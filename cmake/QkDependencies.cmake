@@ -10,6 +10,8 @@ find_package(dnnl QUIET)
 find_package(OpenMP QUIET)  # sizes oneDNN's (OpenMP) thread pool
 find_package(MPI QUIET COMPONENTS C)
 pkg_check_modules(HWLOC QUIET IMPORTED_TARGET hwloc)
+# FFTW (double) for `qk md`'s PME (qianka::md); optional: without it that library is skipped.
+pkg_check_modules(FFTW3 QUIET IMPORTED_TARGET fftw3)
 # Checkpoint manifests (qk_base: CheckpointDir checksums).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 # CIFAR-10 download (qk_data): HTTP(S), MD5, tar.gz.

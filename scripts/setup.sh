@@ -30,6 +30,8 @@ MAIN_PACKAGES=(
   ocl-icd-opencl-dev
   # collectives, topology, HPC
   libopenmpi-dev openmpi-bin libhwloc-dev iproute2
+  # FFTs of qk md's PME
+  libfftw3-dev
   # data, downloads, plots; SentencePiece models
   libcurl4-openssl-dev libssl-dev libarchive-dev libcairo2-dev libsentencepiece-dev
 )
@@ -44,6 +46,8 @@ TEST_PACKAGES=(
   clang libclang-rt-14-dev
   # PyTorch is the reference and the peer; layers.check and the fixtures' scripts need python3
   python3 python3-torch python3-numpy
+  # GROMACS 2022.5: the reference qk md is checked against (tests/fixtures/gen_md.sh) and its benchmark peer
+  gromacs
   # the PyTorch peer runs 2 threads well only on the OpenMP OpenBLAS (LD_LIBRARY_PATH)
   libopenblas0-openmp
 )

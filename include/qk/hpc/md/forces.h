@@ -1,0 +1,68 @@
+// Forces and potential energy terms of a system, as GROMACS defines them.
+//
+//   qk::md::ForceCalculator ff(top, mdp, conf.box);
+//   std::vector<qk::md::Vec3> f;
+//   qk::md::PotentialTerms e = ff.compute(x, &f);   // e.lj_sr, e.coulomb_sr, e.coul_recip, ...
+//
+// Terms carry GROMACS's names (name()): LJ (SR) and Coulomb (SR) from the
+// Verlet pair list (potential-shift modifiers; for Coulomb also the excluded
+// pairs' and self corrections, as GROMACS's kernels do), Coul. recip. from
+// smooth PME, Disper. corr. and Pres. DC from the dispersion correction, Bond,
+// Angle, LJ-14 and Coulomb-14 from the topology. The virial is GROMACS's
+// -1/2 sum r (x) F, dispersion correction included, constraints not.
+// Threads: qk's pool (QK_NUM_THREADS or qk::set_num_threads).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "qk/hpc/md/mdp.h"
+#include "qk/hpc/md/topology.h"
+#include "qk/hpc/md/units.h"
+
+namespace qk::md {
+
+struct PotentialTerms {
+  double lj_sr = 0, disp_corr = 0, coulomb_sr = 0, coul_recip = 0;
+  double bond = 0, angle = 0, lj14 = 0, coulomb14 = 0;
+  double pres_dc = 0;  // bar
+  Mat3 virial{};       // kJ/mol
+  double potential() const { return lj_sr + disp_corr + coulomb_sr + coul_recip + bond + angle + lj14 + coulomb14; }
+};
+
+// kDouble: everything in double (the fixture tests' default). kMixed: GROMACS's mixed precision, the
+// short-range pair forces in float (nonbonded.h), sums, PME and the rest in double.
+enum class Precision { kDouble, kMixed };
+
+class ForceCalculator {
+ public:
+  ForceCalculator(const Topology& top, const MdpOptions& mdp, const Vec3& box,
+                  Precision precision = Precision::kDouble);
+  ~ForceCalculator();
+  ForceCalculator(const ForceCalculator&) = delete;
+  ForceCalculator& operator=(const ForceCalculator&) = delete;
+
+  // Forces on every atom at positions x (f is resized and overwritten) and the energy terms. With
+  // energies = false (MD steps that report nothing) the pair kernel computes forces only, and its
+  // energies and virial are left out of the terms, which are then incomplete.
+  // The pair list is rebuilt when two atoms may have come closer by the buffer since the last build.
+  PotentialTerms compute(const std::vector<Vec3>& x, std::vector<Vec3>* f, bool energies = true);
+
+  double cutoff() const;
+  double rlist() const;                 // cut-off + buffer
+  std::array<int, 3> pme_grid() const;  // zeros without PME
+  double ewald_beta() const;            // 0 without PME
+  double average_c6() const;            // of the dispersion correction (GROMACS's "<C6>")
+  int64_t pair_list_builds() const;
+  int64_t pair_list_prunes() const;     // GROMACS's dynamic pruning: the list cut to rlist_inner()
+  double rlist_inner() const;
+  int64_t num_pairs() const;            // atom pairs the kernel visits: cluster pairs x 16
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qk::md

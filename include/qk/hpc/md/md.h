@@ -1,0 +1,73 @@
+// Running a simulation: leap-frog MD or steepest-descent minimization, as
+// GROMACS's mdrun does them, on a topology, run parameters and coordinates.
+//
+//   qk::md::Topology top = qk::md::read_top("topol.top");
+//   qk::md::MdpOptions mdp = qk::md::read_mdp("run.mdp");
+//   qk::md::GroFile conf = qk::md::read_gro("conf.gro");
+//   std::ofstream log("md.log");
+//   qk::md::RunOptions opt;
+//   opt.log = &log;                                  // energy blocks as md.log has them
+//   qk::md::RunResult r = qk::md::run(top, mdp, conf, opt);
+//   // r.frames (every nstenergy steps and the last), r.final_conf, r.ns_per_day
+//
+// MD (integrator = md): SETTLE constrains the start (GROMACS's
+// do_constrain_first) unless continuation = yes; each step computes forces,
+// updates v and x by leap-frog (V-rescale scales v on coupling steps),
+// constrains, and reports the kinetic energy as the average of the two
+// half-step kinetic energies around the step (GROMACS's leap-frog average), the
+// temperature over 3N - constraints - 3 degrees of freedom, and the pressure
+// from that kinetic energy and the force + constraint virial. The centre of
+// mass velocity is removed every nstcomm steps.
+// Minimization (integrator = steep): GROMACS's steepest descent: a step of
+// emstep / Fmax along the forces, grown by 1.2 when the energy falls and halved
+// when it does not, until Fmax < emtol or nsteps. As in GROMACS, every mass is 1
+// there, and with SETTLE the forces lose their components along the
+// constraints before Fmax and the step are taken.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include "qk/hpc/md/forces.h"
+#include "qk/hpc/md/gro.h"
+#include "qk/hpc/md/mdp.h"
+#include "qk/hpc/md/topology.h"
+
+namespace qk::md {
+
+struct EnergyFrame {
+  int64_t step = 0;
+  double time = 0;  // ps
+  PotentialTerms potential;
+  double kinetic = 0, total = 0, conserved = 0, temperature = 0;
+  double pressure = 0;  // bar, Pres. DC included
+  Mat3 pressure_tensor{};
+  double fmax = 0;  // minimization: the largest force, kJ mol^-1 nm^-1
+  int fmax_atom = -1;
+};
+
+struct RunOptions {
+  int64_t nsteps = -1;          // -1: the mdp's nsteps
+  std::ostream* log = nullptr;  // md.log text: energy blocks every nstenergy steps, the performance lines
+  // kMixed, as gmx mdrun: the short-range pair forces in float (forces.h); kDouble as gmx_d.
+  Precision precision = Precision::kMixed;
+};
+
+struct RunResult {
+  std::vector<EnergyFrame> frames;  // MD: steps that are multiples of nstenergy, and the last; steep: each accepted step
+  GroFile final_conf;               // positions (and velocities for MD) at the last step
+  int64_t steps = 0;
+  double wall_seconds = 0;
+  double ns_per_day = 0, hours_per_ns = 0;  // MD only
+  bool converged = false;                   // steep: Fmax < emtol
+  int64_t pair_list_builds = 0;             // how often the Verlet list was rebuilt (forces.h)
+  int64_t pairs_in_list = 0;                // in the last list
+};
+
+RunResult run(const Topology& top, const MdpOptions& mdp, const GroFile& conf, const RunOptions& options = {});
+
+// Degrees of freedom for the temperature: 3N - constraints - 3 with centre-of-mass removal.
+double degrees_of_freedom(const Topology& top, const MdpOptions& mdp);
+
+}  // namespace qk::md

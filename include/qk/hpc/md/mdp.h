@@ -1,0 +1,86 @@
+// GROMACS .mdp run parameters: the subset `qk md` implements, typed.
+//
+//   qk::md::MdpOptions mdp = qk::md::read_mdp("run.mdp");
+//   // mdp.integrator, mdp.dt, mdp.coulomb_type, mdp.rcoulomb, ...
+//
+// Lines are `key = value`; ';' starts a comment; in keys '-' and '_' are the
+// same (GROMACS's rule) and case matters for neither keys nor the enum values
+// we compare case-insensitively (GROMACS does the same). A key qk md does not
+// implement is an error naming the file, line and key, never silently
+// ignored; so is a value it does not implement (coulombtype = Cut-off, say).
+// Keys that GROMACS accepts and that do not change qk md's results (output it
+// does not write yet: nstxout, nstvout, ...; pair-list knobs its exact buffer
+// makes moot: nstlist, verlet-buffer-tolerance) are accepted and listed in
+// mdp_keys_without_effect(), and the log names each one a file sets, so a user
+// can see what was not acted on. Defaults are GROMACS's.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qk::md {
+
+enum class Integrator { kMd, kSteep };
+enum class CoulombType { kPme, kReactionField };
+enum class DispCorr { kNo, kEnerPres, kEner };
+enum class Thermostat { kNo, kVRescale };
+enum class Constraints { kNone, kHBonds };
+enum class CommMode { kLinear, kNone };
+
+struct MdpOptions {
+  std::string source;  // the file it came from (for messages)
+  Integrator integrator = Integrator::kMd;
+  double tinit = 0;
+  double dt = 0.001;        // ps
+  long long nsteps = 0;
+  // Energy minimization (steep).
+  double emtol = 10.0;      // kJ mol^-1 nm^-1
+  double emstep = 0.01;     // nm
+  // Non-bonded interactions.
+  CoulombType coulomb_type = CoulombType::kReactionField;
+  double rcoulomb = 1.0;
+  double epsilon_r = 1.0;
+  double epsilon_rf = 0.0;  // 0: infinity (conducting boundary), GROMACS's default
+  double rvdw = 1.0;
+  DispCorr disp_corr = DispCorr::kNo;
+  // PME.
+  double fourier_spacing = 0.12;
+  int fourier_nx = 0, fourier_ny = 0, fourier_nz = 0;  // 0: from fourier_spacing
+  int pme_order = 4;
+  double ewald_rtol = 1e-5;
+  // Temperature coupling (one group: System).
+  Thermostat tcoupl = Thermostat::kNo;
+  int nsttcouple = -1;      // -1: GROMACS's default (10)
+  double tau_t = 0.1;
+  double ref_t = 0.0;
+  // Initial velocities.
+  bool gen_vel = false;
+  double gen_temp = 300.0;
+  long long gen_seed = -1;  // -1: from the clock
+  bool continuation = false;
+  Constraints constraints = Constraints::kNone;
+  CommMode comm_mode = CommMode::kLinear;
+  int nstcomm = 100;
+  // Output: md.log's energy blocks.
+  int nstenergy = 1000;
+  // -DNAME[=VALUE] for the topology's preprocessor (GROMACS's `define`).
+  std::vector<std::string> defines;
+  // Keys of mdp_keys_without_effect() that the file sets (normalized: lower case, '-').
+  std::vector<std::string> keys_without_effect;
+};
+
+// Parses .mdp text; `name` names it in error messages.
+MdpOptions parse_mdp(std::string_view text, const std::string& name);
+MdpOptions read_mdp(const std::string& path);
+
+// The keys GROMACS accepts that qk md reads and deliberately does not act on
+// (they choose output files or performance knobs that do not change the
+// physics); each with why.
+struct IgnoredMdpKey {
+  const char* key;
+  const char* why;
+};
+const std::vector<IgnoredMdpKey>& mdp_keys_without_effect();
+
+}  // namespace qk::md

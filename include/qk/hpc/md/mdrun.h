@@ -1,0 +1,45 @@
+// What `qk md` does, as a library call: GROMACS's grompp and mdrun in one
+// step, from the files a GROMACS user already has.
+//
+//   qk::md::MdrunArgs a = qk::md::parse_mdrun_args({"-f", "run.mdp", "-c", "conf.gro", "-p", "topol.top",
+//                                                   "-deffnm", "water", "-nsteps", "1000", "-nt", "2"});
+//   qk::md::mdrun(a, std::cout);   // writes water.log (md.log's energy blocks) and water.gro
+//
+// Options (GROMACS's spelling, one dash): -f run parameters (.mdp, default
+// grompp.mdp), -c start coordinates (.gro, default conf.gro), -p topology
+// (.top, default topol.top), -deffnm NAME (outputs NAME.log and NAME.gro;
+// default md.log and confout.gro), -g log file, -o final coordinates,
+// -nsteps N (overrides the mdp; -1 keeps it), -nt THREADS (0: QK_NUM_THREADS
+// or one per core), -double (as gmx_d; default mixed precision as gmx), -h.
+// Anything else is an error naming the option.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "qk/hpc/md/md.h"
+
+namespace qk::md {
+
+struct MdrunArgs {
+  std::string mdp = "grompp.mdp";
+  std::string conf = "conf.gro";
+  std::string top = "topol.top";
+  std::string log = "md.log";
+  std::string confout = "confout.gro";
+  int64_t nsteps = -1;
+  int threads = 0;
+  Precision precision = Precision::kMixed;  // -double: kDouble
+  bool help = false;
+};
+
+MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv);
+std::string mdrun_help(const std::string& program);
+
+// Reads the inputs, runs, writes the log and the final coordinates; prints
+// a short account (the inputs, then mdrun's closing Performance lines) to `out`.
+RunResult mdrun(const MdrunArgs& args, std::ostream& out);
+
+}  // namespace qk::md

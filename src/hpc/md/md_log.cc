@@ -1,0 +1,62 @@
+#include "md_log.h"
+
+#include <cstdio>
+
+namespace qk::md {
+
+std::vector<std::pair<std::string, double>> energy_terms(const EnergyFrame& e, const Topology& top,
+                                                         const MdpOptions& mdp) {
+  const PotentialTerms& p = e.potential;
+  std::vector<std::pair<std::string, double>> t;
+  if (!top.bonds.empty()) t.emplace_back("Bond", p.bond);
+  if (!top.angles.empty()) t.emplace_back("Angle", p.angle);
+  if (!top.pairs.empty()) {
+    t.emplace_back("LJ-14", p.lj14);
+    t.emplace_back("Coulomb-14", p.coulomb14);
+  }
+  t.emplace_back("LJ (SR)", p.lj_sr);
+  if (mdp.disp_corr != DispCorr::kNo) t.emplace_back("Disper. corr.", p.disp_corr);
+  t.emplace_back("Coulomb (SR)", p.coulomb_sr);
+  if (mdp.coulomb_type == CoulombType::kPme) t.emplace_back("Coul. recip.", p.coul_recip);
+  t.emplace_back("Potential", p.potential());
+  if (mdp.integrator == Integrator::kMd) {
+    t.emplace_back("Kinetic En.", e.kinetic);
+    t.emplace_back("Total Energy", e.total);
+    t.emplace_back("Conserved En.", e.conserved);
+    t.emplace_back("Temperature", e.temperature);
+    if (mdp.disp_corr == DispCorr::kEnerPres) t.emplace_back("Pres. DC (bar)", p.pres_dc);
+    t.emplace_back("Pressure (bar)", e.pressure);
+  } else {
+    if (mdp.disp_corr == DispCorr::kEnerPres) t.emplace_back("Pres. DC (bar)", p.pres_dc);
+  }
+  return t;
+}
+
+void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology& top, const MdpOptions& mdp) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%15s%15s\n%15lld%15.5f\n\n", "Step", "Time", static_cast<long long>(e.step), e.time);
+  out << buf << "   Energies (kJ/mol)\n";
+  std::vector<std::pair<std::string, double>> t = energy_terms(e, top, mdp);
+  for (size_t row = 0; row < t.size(); row += 5) {
+    std::string names, values;
+    for (size_t k = row; k < std::min(t.size(), row + 5); ++k) {
+      std::snprintf(buf, sizeof buf, "%15s", t[k].first.c_str());
+      names += buf;
+      std::snprintf(buf, sizeof buf, "%15.5e", t[k].second);
+      values += buf;
+    }
+    out << names << "\n" << values << "\n";
+  }
+  out << "\n";
+}
+
+void write_performance(std::ostream& out, double wall_seconds, int threads, double ns_per_day, double hours_per_ns) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%27s%13s%11s\n       Time:%16.3f%13.3f%11.1f\n%27s%13s\nPerformance:%15.3f%13.3f\n", "Core t (s)",
+                "Wall t (s)", "(%)", wall_seconds * threads, wall_seconds, 100.0 * threads, "(ns/day)", "(hour/ns)",
+                ns_per_day, hours_per_ns);
+  out << buf;
+}
+
+}  // namespace qk::md

@@ -1,0 +1,21 @@
+// md.log text as GROMACS's mdrun writes it: the step header, the energy block
+// (names %15s over values %15.5e, five a row, the terms this run has in
+// GROMACS's order) and the Performance lines.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qk/hpc/md/md.h"
+
+namespace qk::md {
+
+// The (name, value) pairs GROMACS would print for this frame.
+std::vector<std::pair<std::string, double>> energy_terms(const EnergyFrame& e, const Topology& top,
+                                                         const MdpOptions& mdp);
+void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology& top, const MdpOptions& mdp);
+void write_performance(std::ostream& out, double wall_seconds, int threads, double ns_per_day, double hours_per_ns);
+
+}  // namespace qk::md

@@ -1,0 +1,307 @@
+// run(): leap-frog MD and steepest-descent minimization (include/qk/hpc/md/md.h).
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "md_log.h"
+#include "pbc.h"
+#include "qk/base/error.h"
+#include "qk/base/thread_pool.h"
+#include "qk/hpc/md/md.h"
+#include "lincs.h"
+#include "settle.h"
+#include "vrescale.h"
+
+namespace qk::md {
+namespace {
+
+void require_settled(bool ok, const std::string& where) {
+  QK_CHECK(ok, "SETTLE could not constrain a water at ", where,
+           ": it is too distorted (the simulation is unstable: check the time step and the start structure)");
+}
+
+Mat3 kinetic_tensor(const std::vector<Vec3>& v, const std::vector<double>& mass) {
+  Mat3 k{};
+  for (size_t i = 0; i < v.size(); ++i)
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) k[a][b] += 0.5 * mass[i] * v[i][a] * v[i][b];
+  return k;
+}
+double trace(const Mat3& m) { return m[0][0] + m[1][1] + m[2][2]; }
+
+void remove_com_velocity(std::vector<Vec3>* v, const std::vector<double>& mass) {
+  Vec3 p{0, 0, 0};
+  double m = 0;
+  for (size_t i = 0; i < v->size(); ++i) {
+    for (int d = 0; d < 3; ++d) p[d] += mass[i] * (*v)[i][d];
+    m += mass[i];
+  }
+  for (Vec3& vi : *v)
+    for (int d = 0; d < 3; ++d) vi[d] -= p[d] / m;
+}
+
+// Maxwell-Boltzmann velocities at temperature t, scaled to exactly t over 3 degrees of freedom per atom
+// (GROMACS's low_mspeed: constraining them afterwards removes their share of the constrained directions).
+void generate_velocities(std::vector<Vec3>* v, const std::vector<double>& mass, double t, int64_t seed,
+                         bool remove_com) {
+  std::mt19937_64 rng(seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}());
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (size_t i = 0; i < v->size(); ++i)
+    for (int d = 0; d < 3; ++d) (*v)[i][d] = mass[i] > 0 ? normal(rng) * std::sqrt(units::kBoltz * t / mass[i]) : 0;
+  if (remove_com) remove_com_velocity(v, mass);
+  const double ndf = 3.0 * static_cast<double>(std::count_if(mass.begin(), mass.end(), [](double m) { return m > 0; }));
+  const double now = 2 * trace(kinetic_tensor(*v, mass)) / (ndf * units::kBoltz);
+  if (now > 0)
+    for (Vec3& vi : *v)
+      for (int d = 0; d < 3; ++d) vi[d] *= std::sqrt(t / now);
+}
+
+GroFile conf_with(const GroFile& start, const std::vector<Vec3>& x, const std::vector<Vec3>* v) {
+  GroFile out = start;
+  out.precision = 3;
+  out.has_velocities = v != nullptr;
+  for (size_t i = 0; i < x.size(); ++i) {
+    out.atoms[i].x = x[i];
+    out.atoms[i].v = v ? (*v)[i] : Vec3{0, 0, 0};
+  }
+  return out;
+}
+
+RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile& conf, const RunOptions& opt) {
+  const int n = top.num_atoms();
+  const int64_t nsteps = opt.nsteps >= 0 ? opt.nsteps : mdp.nsteps;
+  const double dt = mdp.dt;
+  const RectBox box(conf.box);
+  const bool com_removal = mdp.comm_mode == CommMode::kLinear && mdp.nstcomm > 0;
+  std::vector<Vec3> x(n), v(n), f, xnew(n), vnew(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = conf.atoms[i].x;
+    v[i] = conf.has_velocities ? conf.atoms[i].v : Vec3{0, 0, 0};
+  }
+  // constraints = h-bonds: bonds to hydrogens become LINCS constraints and leave the bonded forces (water
+  // under [ settles ] has no bonds and goes to SETTLE).
+  const std::vector<BondConstraint> h_bonds =
+      mdp.constraints == Constraints::kHBonds ? h_bond_constraints(top) : std::vector<BondConstraint>{};
+  const Topology force_top = h_bonds.empty() ? Topology{} : without_bonds(top, h_bonds);
+  ForceCalculator ff(h_bonds.empty() ? top : force_top, mdp, conf.box, opt.precision);
+  SettleConstraints settle(top);
+  const Lincs lincs(top, h_bonds);
+  // Both act on their own atoms; a step that either cannot solve stops the run.
+  auto constrain = [&](const std::vector<Vec3>& ref, std::vector<Vec3>* xp, std::vector<Vec3>* vel, double invdt,
+                       Mat3* r_m_dx, const std::string& where) {
+    require_settled(settle.apply(box, ref, xp, vel, invdt, r_m_dx), where);
+    QK_CHECK(lincs.apply(box, ref, xp, vel, invdt, r_m_dx), "LINCS could not constrain a bond at ", where,
+             ": it rotated too far in one step (the simulation is unstable: check the time step and the start "
+             "structure)");
+  };
+  const double ndf = degrees_of_freedom(top, mdp);
+  if (mdp.gen_vel && !mdp.continuation) generate_velocities(&v, top.mass, mdp.gen_temp, mdp.gen_seed, com_removal);
+  if (com_removal) remove_com_velocity(&v, top.mass);
+  if (!mdp.continuation && (!settle.empty() || !lincs.empty())) {
+    // GROMACS's do_constrain_first: x onto the constraints, then v(-dt/2) consistent with x(-dt).
+    std::vector<Vec3> x0 = x;
+    constrain(x0, &x, nullptr, 0, nullptr, "the start structure");
+    std::vector<Vec3> back(n);
+    for (int i = 0; i < n; ++i)
+      for (int d = 0; d < 3; ++d) back[i][d] = x[i][d] - dt * v[i][d];
+    std::vector<Vec3> back0 = back;
+    constrain(x, &back, nullptr, 0, nullptr, "the start velocities");
+    for (int i = 0; i < n; ++i)
+      for (int d = 0; d < 3; ++d) v[i][d] -= (back[i][d] - back0[i][d]) / dt;
+  }
+  const int nsttcouple = mdp.nsttcouple > 0 ? mdp.nsttcouple : 10;  // GROMACS's default
+  std::unique_ptr<VRescale> thermostat;
+  if (mdp.tcoupl == Thermostat::kVRescale) {
+    const int64_t seed = mdp.gen_seed >= 0 ? mdp.gen_seed + 1 : static_cast<int64_t>(std::random_device{}());
+    thermostat = std::make_unique<VRescale>(mdp.ref_t, mdp.tau_t, dt * nsttcouple, ndf, static_cast<uint64_t>(seed));
+  }
+  std::vector<double> inv_mass(n);
+  for (int i = 0; i < n; ++i) inv_mass[i] = top.mass[i] > 0 ? 1 / top.mass[i] : 0;
+
+  RunResult result;
+  Mat3 half_step_old = kinetic_tensor(v, top.mass);  // KE at t - dt/2
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step <= nsteps; ++step) {
+    const bool energy_step = step % mdp.nstenergy == 0 || step == nsteps;
+    PotentialTerms pot = ff.compute(x, &f, energy_step);  // forces only on steps that report nothing
+    // GROMACS couples on steps where (step + nsttcouple - 1) is a multiple of nsttcouple, from the last half-step KE.
+    double lambda = 1;
+    if (thermostat && (nsttcouple == 1 || (step + nsttcouple - 1) % nsttcouple == 0))
+      lambda = thermostat->lambda(trace(half_step_old));
+    qk::parallel_for(0, n, 16384, [&](int64_t lo, int64_t hi) {  // threads only where they pay
+      for (int64_t i = lo; i < hi; ++i)
+        for (int d = 0; d < 3; ++d) {
+          vnew[i][d] = lambda * v[i][d] + f[i][d] * inv_mass[i] * dt;
+          xnew[i][d] = x[i][d] + vnew[i][d] * dt;
+        }
+    });
+    Mat3 r_m_dx{};
+    constrain(x, &xnew, &vnew, 1 / dt, &r_m_dx, "step " + std::to_string(step));
+    const Mat3 half_step_new = kinetic_tensor(vnew, top.mass);
+    if (energy_step) {
+      EnergyFrame e;
+      e.step = step;
+      e.time = mdp.tinit + step * dt;
+      e.potential = pot;
+      Mat3 ekin{}, virial = pot.virial;
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) {
+          ekin[a][b] = 0.5 * (half_step_old[a][b] + half_step_new[a][b]);
+          virial[a][b] -= 0.5 / (dt * dt) * r_m_dx[a][b];  // the constraint virial, -1/2 sum r (x) m dx / dt^2
+        }
+      e.kinetic = trace(ekin);
+      e.total = pot.potential() + e.kinetic;
+      e.conserved = e.total + (thermostat ? thermostat->integral() : 0);
+      e.temperature = ndf > 0 ? 2 * e.kinetic / (ndf * units::kBoltz) : 0;
+      const double fac = 2 * units::kPresFac / box.volume();
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) e.pressure_tensor[a][b] = fac * (ekin[a][b] - virial[a][b]);
+      e.pressure = trace(e.pressure_tensor) / 3;
+      if (opt.log) write_energy_block(*opt.log, e, top, mdp);
+      result.frames.push_back(e);
+    }
+    if (step == nsteps) {
+      result.final_conf = conf_with(conf, x, &v);  // as mdrun's confout: x(t), v(t - dt/2)
+      break;
+    }
+    if (com_removal && step % mdp.nstcomm == 0) remove_com_velocity(&vnew, top.mass);
+    std::swap(x, xnew);
+    std::swap(v, vnew);
+    half_step_old = half_step_new;
+  }
+  result.steps = nsteps;
+  result.pair_list_builds = ff.pair_list_builds();
+  result.pairs_in_list = ff.num_pairs();
+  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double ns = nsteps * dt / 1000.0;
+  if (result.wall_seconds > 0 && ns > 0) {
+    result.ns_per_day = ns / (result.wall_seconds / 86400.0);
+    result.hours_per_ns = result.wall_seconds / 3600.0 / ns;
+  }
+  if (opt.log) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "Pair list: %lld builds in %lld steps (buffer %.3f nm), %lld prunes (buffer %.3f nm), %lld "
+                  "pairs in the last\n\n",
+                  static_cast<long long>(result.pair_list_builds), static_cast<long long>(nsteps),
+                  ff.rlist() - ff.cutoff(), static_cast<long long>(ff.pair_list_prunes()),
+                  ff.rlist_inner() - ff.cutoff(), static_cast<long long>(result.pairs_in_list));
+    *opt.log << buf;
+    write_performance(*opt.log, result.wall_seconds, num_threads(), result.ns_per_day, result.hours_per_ns);
+  }
+  return result;
+}
+
+// The largest force and its atom.
+std::pair<double, int> max_force(const std::vector<Vec3>& f) {
+  double best = -1;
+  int atom = -1;
+  for (size_t i = 0; i < f.size(); ++i) {
+    const double m = dot(f[i], f[i]);
+    if (m > best) {
+      best = m;
+      atom = static_cast<int>(i);
+    }
+  }
+  return {std::sqrt(std::max(best, 0.0)), atom};
+}
+
+RunResult run_steep(const Topology& top, const MdpOptions& mdp, const GroFile& conf, const RunOptions& opt) {
+  const int n = top.num_atoms();
+  const int64_t nsteps = opt.nsteps >= 0 ? opt.nsteps : mdp.nsteps;
+  const RectBox box(conf.box);
+  std::vector<Vec3> x(n), f, xnew(n), fnew;
+  for (int i = 0; i < n; ++i) x[i] = conf.atoms[i].x;
+  ForceCalculator ff(top, mdp, conf.box, opt.precision);
+  SettleConstraints settle(top, /*unit_masses=*/true);  // GROMACS minimizes with all masses 1
+  if (!settle.empty()) {
+    std::vector<Vec3> x0 = x;
+    require_settled(settle.apply(box, x0, &x, nullptr, 0, nullptr), "the start structure");
+  }
+  RunResult result;
+  const auto start = std::chrono::steady_clock::now();
+  // Forces without their components along the constraints, as GROMACS minimizes (and measures Fmax).
+  auto forces = [&](const std::vector<Vec3>& at, std::vector<Vec3>* out) {
+    PotentialTerms e = ff.compute(at, out);
+    if (!settle.empty()) settle.project(box, at, out);
+    return e;
+  };
+  PotentialTerms pot = forces(x, &f);
+  auto [fmax, fmax_atom] = max_force(f);
+  auto record = [&](int64_t step) {
+    EnergyFrame e;
+    e.step = step;
+    e.time = static_cast<double>(step);
+    e.potential = pot;
+    e.total = pot.potential();
+    e.fmax = fmax;
+    e.fmax_atom = fmax_atom;
+    if (opt.log) write_energy_block(*opt.log, e, top, mdp);
+    result.frames.push_back(e);
+  };
+  record(0);
+  double ustep = mdp.emstep;
+  int64_t count = 0;
+  while (fmax >= mdp.emtol && count < nsteps) {
+    ++count;
+    const double scale = ustep / fmax;
+    for (int i = 0; i < n; ++i)
+      for (int d = 0; d < 3; ++d) xnew[i][d] = x[i][d] + scale * f[i][d];
+    // A step that distorts a water past what SETTLE can solve counts as uphill (GROMACS: invalid step).
+    const bool valid = settle.empty() || settle.apply(box, x, &xnew, nullptr, 0, nullptr);
+    PotentialTerms trial;
+    if (valid) trial = forces(xnew, &fnew);
+    if (valid && trial.potential() < pot.potential()) {  // accept and take a longer step next
+      std::swap(x, xnew);
+      std::swap(f, fnew);
+      pot = trial;
+      std::tie(fmax, fmax_atom) = max_force(f);
+      ustep *= 1.2;
+      record(count);
+    } else {
+      ustep *= 0.5;
+    }
+  }
+  result.converged = fmax < mdp.emtol;
+  result.steps = count;
+  result.final_conf = conf_with(conf, x, nullptr);
+  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (opt.log) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "\nSteepest Descents %s to Fmax < %g in %lld steps\nPotential Energy  = %21.14e\n"
+                  "Maximum force     = %21.14e on atom %d\n",
+                  result.converged ? "converged" : "did not converge", mdp.emtol, static_cast<long long>(count),
+                  pot.potential(), fmax, fmax_atom + 1);
+    *opt.log << buf;
+  }
+  return result;
+}
+
+}  // namespace
+
+double degrees_of_freedom(const Topology& top, const MdpOptions& mdp) {
+  double ndf = 3.0 * top.num_atoms() - top.num_constraints();
+  if (mdp.constraints == Constraints::kHBonds) ndf -= static_cast<double>(h_bond_constraints(top).size());
+  if (mdp.comm_mode == CommMode::kLinear && mdp.nstcomm > 0) ndf -= 3;
+  return ndf;
+}
+
+RunResult run(const Topology& top, const MdpOptions& mdp, const GroFile& conf, const RunOptions& options) {
+  QK_CHECK(static_cast<int>(conf.atoms.size()) == top.num_atoms(), "the coordinates have ",
+           conf.atoms.size(), " atoms but the topology has ", top.num_atoms(),
+           " (check [ molecules ] against the .gro)");
+  if (mdp.integrator == Integrator::kSteep) {
+    QK_CHECK(mdp.constraints == Constraints::kNone || h_bond_constraints(top).empty(), mdp.source,
+             ": steepest descent with constraints = h-bonds on bonds to hydrogens (LINCS) is not written yet; "
+             "minimize with constraints = none (rigid water through [ settles ] works)");
+    return run_steep(top, mdp, conf, options);
+  }
+  return run_leapfrog(top, mdp, conf, options);
+}
+
+}  // namespace qk::md

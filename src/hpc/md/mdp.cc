@@ -1,0 +1,211 @@
+// .mdp parsing (what is accepted: include/qk/hpc/md/mdp.h).
+#include "qk/hpc/md/mdp.h"
+
+#include <functional>
+#include <map>
+#include <set>
+
+#include "qk/base/error.h"
+#include "qk/base/file_io.h"
+#include "text_fields.h"
+
+namespace qk::md {
+namespace {
+
+// GROMACS treats '-' and '_' alike in keys; we also ignore case.
+std::string normalize_key(std::string_view key) {
+  std::string k = lower(trim(key));
+  for (char& c : k)
+    if (c == '_') c = '-';
+  return k;
+}
+
+struct Line {
+  const std::string& file;
+  int line;
+  std::string key;  // as written, for messages
+  std::string value;
+};
+
+[[noreturn]] void bad_value(const Line& l, std::string_view accepted) {
+  QK_THROW(ValueError, where(l.file, l.line), l.key, " = ", l.value, ": qk md supports only ", accepted);
+}
+
+// value must be one of `choices` (case-insensitive); returns its index.
+int choose(const Line& l, std::initializer_list<const char*> choices, std::string_view accepted) {
+  int i = 0;
+  for (const char* c : choices) {
+    if (iequals(l.value, c)) return i;
+    ++i;
+  }
+  bad_value(l, accepted);
+}
+
+bool yes_no(const Line& l) { return choose(l, {"no", "yes"}, "yes or no") == 1; }
+double number(const Line& l) { return parse_double(l.value, l.file, l.line, l.key); }
+long long integer(const Line& l) { return parse_int(l.value, l.file, l.line, l.key); }
+
+using Handler = std::function<void(MdpOptions&, const Line&)>;
+
+const std::map<std::string, Handler>& handlers() {
+  static const std::map<std::string, Handler> table = {
+      {"integrator",
+       [](MdpOptions& o, const Line& l) {
+         o.integrator = choose(l, {"md", "steep"}, "md (leap-frog) and steep") == 0 ? Integrator::kMd
+                                                                                    : Integrator::kSteep;
+       }},
+      {"tinit", [](MdpOptions& o, const Line& l) { o.tinit = number(l); }},
+      {"dt", [](MdpOptions& o, const Line& l) { o.dt = number(l); }},
+      {"nsteps", [](MdpOptions& o, const Line& l) { o.nsteps = integer(l); }},
+      {"emtol", [](MdpOptions& o, const Line& l) { o.emtol = number(l); }},
+      {"emstep", [](MdpOptions& o, const Line& l) { o.emstep = number(l); }},
+      {"cutoff-scheme", [](MdpOptions&, const Line& l) { choose(l, {"verlet"}, "Verlet"); }},
+      {"pbc", [](MdpOptions&, const Line& l) { choose(l, {"xyz"}, "xyz"); }},
+      {"coulombtype",
+       [](MdpOptions& o, const Line& l) {
+         o.coulomb_type = choose(l, {"pme", "reaction-field"}, "PME and Reaction-Field") == 0
+                              ? CoulombType::kPme
+                              : CoulombType::kReactionField;
+       }},
+      {"coulomb-modifier",
+       [](MdpOptions&, const Line& l) {
+         choose(l, {"potential-shift-verlet", "potential-shift"}, "Potential-shift(-Verlet), GROMACS's default");
+       }},
+      {"rcoulomb", [](MdpOptions& o, const Line& l) { o.rcoulomb = number(l); }},
+      {"epsilon-r", [](MdpOptions& o, const Line& l) { o.epsilon_r = number(l); }},
+      {"epsilon-rf", [](MdpOptions& o, const Line& l) { o.epsilon_rf = number(l); }},
+      {"vdwtype", [](MdpOptions&, const Line& l) { choose(l, {"cut-off"}, "Cut-off"); }},
+      {"vdw-type", [](MdpOptions&, const Line& l) { choose(l, {"cut-off"}, "Cut-off"); }},
+      {"vdw-modifier",
+       [](MdpOptions&, const Line& l) {
+         choose(l, {"potential-shift-verlet", "potential-shift"}, "Potential-shift(-Verlet), GROMACS's default");
+       }},
+      {"rvdw", [](MdpOptions& o, const Line& l) { o.rvdw = number(l); }},
+      {"dispcorr",
+       [](MdpOptions& o, const Line& l) {
+         static constexpr DispCorr kinds[] = {DispCorr::kNo, DispCorr::kEnerPres, DispCorr::kEner};
+         o.disp_corr = kinds[choose(l, {"no", "enerpres", "ener"}, "no, EnerPres and Ener")];
+       }},
+      {"fourierspacing", [](MdpOptions& o, const Line& l) { o.fourier_spacing = number(l); }},
+      {"fourier-nx", [](MdpOptions& o, const Line& l) { o.fourier_nx = static_cast<int>(integer(l)); }},
+      {"fourier-ny", [](MdpOptions& o, const Line& l) { o.fourier_ny = static_cast<int>(integer(l)); }},
+      {"fourier-nz", [](MdpOptions& o, const Line& l) { o.fourier_nz = static_cast<int>(integer(l)); }},
+      {"pme-order", [](MdpOptions& o, const Line& l) { o.pme_order = static_cast<int>(integer(l)); }},
+      {"ewald-rtol", [](MdpOptions& o, const Line& l) { o.ewald_rtol = number(l); }},
+      {"ewald-geometry", [](MdpOptions&, const Line& l) { choose(l, {"3d"}, "3d"); }},
+      {"epsilon-surface",
+       [](MdpOptions&, const Line& l) {
+         if (number(l) != 0) bad_value(l, "0 (no dipole correction)");
+       }},
+      {"tcoupl",
+       [](MdpOptions& o, const Line& l) {
+         o.tcoupl = choose(l, {"no", "v-rescale"}, "no and V-rescale") == 0 ? Thermostat::kNo : Thermostat::kVRescale;
+       }},
+      {"nsttcouple", [](MdpOptions& o, const Line& l) { o.nsttcouple = static_cast<int>(integer(l)); }},
+      {"tc-grps", [](MdpOptions&, const Line& l) { choose(l, {"system"}, "one group, System"); }},
+      {"tau-t", [](MdpOptions& o, const Line& l) { o.tau_t = number(l); }},
+      {"ref-t", [](MdpOptions& o, const Line& l) { o.ref_t = number(l); }},
+      {"pcoupl", [](MdpOptions&, const Line& l) { choose(l, {"no"}, "no (constant volume)"); }},
+      {"gen-vel", [](MdpOptions& o, const Line& l) { o.gen_vel = yes_no(l); }},
+      {"gen-temp", [](MdpOptions& o, const Line& l) { o.gen_temp = number(l); }},
+      {"gen-seed", [](MdpOptions& o, const Line& l) { o.gen_seed = integer(l); }},
+      {"continuation", [](MdpOptions& o, const Line& l) { o.continuation = yes_no(l); }},
+      {"unconstrained-start", [](MdpOptions& o, const Line& l) { o.continuation = yes_no(l); }},
+      {"constraints",
+       [](MdpOptions& o, const Line& l) {
+         o.constraints = choose(l, {"none", "h-bonds"}, "none and h-bonds (SETTLE for [ settles ] water, LINCS for other bonds to hydrogens)") == 0
+                             ? Constraints::kNone
+                             : Constraints::kHBonds;
+       }},
+      {"constraint-algorithm", [](MdpOptions&, const Line& l) { choose(l, {"lincs"}, "lincs (for h-bonds)"); }},
+      {"comm-mode",
+       [](MdpOptions& o, const Line& l) {
+         o.comm_mode = choose(l, {"linear", "none"}, "Linear and None") == 0 ? CommMode::kLinear : CommMode::kNone;
+       }},
+      {"nstcomm", [](MdpOptions& o, const Line& l) { o.nstcomm = static_cast<int>(integer(l)); }},
+      {"comm-grps", [](MdpOptions&, const Line& l) { choose(l, {"system"}, "one group, System"); }},
+      {"nstenergy", [](MdpOptions& o, const Line& l) { o.nstenergy = static_cast<int>(integer(l)); }},
+      {"define",
+       [](MdpOptions& o, const Line& l) {
+         for (std::string_view tok : split_whitespace(l.value)) {
+           QK_CHECK(tok.size() > 2 && tok.substr(0, 2) == "-D", where(l.file, l.line),
+                    "define: expected -DNAME or -DNAME=VALUE, got '", tok, "'");
+           o.defines.emplace_back(tok.substr(2));
+         }
+       }},
+  };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<IgnoredMdpKey>& mdp_keys_without_effect() {
+  static const std::vector<IgnoredMdpKey> keys = {
+      {"title", "a label only"},
+      {"include", "qk md searches the including file's folder and GROMACS's top directory"},
+      {"rlist", "with the Verlet scheme the list radius comes from the buffer (GROMACS ignores it too)"},
+      {"nstlist", "the pair list is rebuilt (and pruned) when two atoms may have closed its buffer, which misses no pair"},
+      {"verlet-buffer-tolerance", "the list buffers are fixed (0.4 nm built, 0.04 nm pruned; less in small boxes) and "
+                                  "exact, not estimated"},
+      {"nstlog", "md.log's energy blocks follow nstenergy"},
+      {"nstcalcenergy", "energies are computed on the steps that report them"},
+      {"nstxout", "trajectory output (.trr) is not written yet"},
+      {"nstvout", "trajectory output (.trr) is not written yet"},
+      {"nstfout", "trajectory output (.trr) is not written yet"},
+      {"nstxout-compressed", "compressed trajectory output (.xtc) is not written yet"},
+      {"compressed-x-precision", "compressed trajectory output (.xtc) is not written yet"},
+      {"compressed-x-grps", "compressed trajectory output (.xtc) is not written yet"},
+      {"energygrps", "only one energy group (System) is reported"},
+      {"cpp", "the preprocessor is built in"},
+  };
+  return keys;
+}
+
+MdpOptions parse_mdp(std::string_view text, const std::string& name) {
+  MdpOptions o;
+  o.source = name;
+  std::set<std::string> ignored;
+  for (const IgnoredMdpKey& k : mdp_keys_without_effect()) ignored.insert(k.key);
+  std::map<std::string, int> seen;  // key -> line, for duplicates
+  int lineno = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t e = text.find('\n', pos);
+    if (e == std::string_view::npos) e = text.size();
+    std::string_view raw = text.substr(pos, e - pos);
+    pos = e + 1;
+    ++lineno;
+    if (size_t c = raw.find(';'); c != std::string_view::npos) raw = raw.substr(0, c);
+    std::string_view l = trim(raw);
+    if (l.empty()) continue;
+    size_t eq = l.find('=');
+    QK_CHECK(eq != std::string_view::npos, where(name, lineno), "expected 'key = value', got '", l, "'");
+    std::string key = normalize_key(l.substr(0, eq));
+    std::string value(trim(l.substr(eq + 1)));
+    QK_CHECK(!key.empty(), where(name, lineno), "missing key before '='");
+    auto [it, fresh] = seen.emplace(key, lineno);
+    QK_CHECK(fresh, where(name, lineno), "'", trim(l.substr(0, eq)), "' is set twice (first on line ", it->second,
+             ")");
+    if (ignored.count(key)) {
+      o.keys_without_effect.push_back(key);
+      continue;
+    }
+    auto h = handlers().find(key);
+    QK_CHECK(h != handlers().end(), where(name, lineno), "mdp key '", trim(l.substr(0, eq)),
+             "' is not supported by qk md (docs/md.md lists the keys it reads; remove the line or run GROMACS)");
+    if (value.empty() && key != "define") continue;  // GROMACS: an empty value keeps the default
+    h->second(o, Line{name, lineno, std::string(trim(l.substr(0, eq))), value});
+  }
+  QK_CHECK(o.dt > 0, where(name, 0), "dt must be positive, got ", o.dt);
+  QK_CHECK(o.pme_order >= 3 && o.pme_order <= 12, where(name, 0), "pme-order must be 3..12, got ", o.pme_order);
+  QK_CHECK(o.ewald_rtol > 0 && o.ewald_rtol < 1, where(name, 0), "ewald-rtol must be in (0, 1), got ", o.ewald_rtol);
+  QK_CHECK(o.rcoulomb > 0 && o.rvdw > 0, where(name, 0), "rcoulomb and rvdw must be positive");
+  QK_CHECK(o.rcoulomb == o.rvdw, where(name, 0), "qk md needs rcoulomb == rvdw (got ", o.rcoulomb, " and ",
+           o.rvdw, "); different cut-offs are not written yet");
+  QK_CHECK(o.tcoupl == Thermostat::kNo || o.tau_t > 0, where(name, 0), "V-rescale needs tau-t > 0, got ", o.tau_t);
+  return o;
+}
+
+MdpOptions read_mdp(const std::string& path) { return parse_mdp(read_file(path), path); }
+
+}  // namespace qk::md

@@ -1,0 +1,159 @@
+// mdrun(): read GROMACS inputs, run, write md.log and the final .gro.
+#include "qk/hpc/md/mdrun.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "md_log.h"
+#include "qk/base/error.h"
+#include "qk/base/thread_pool.h"
+#include "qk/hpc/md/units.h"
+
+namespace qk::md {
+
+MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
+  MdrunArgs a;
+  bool log_given = false, confout_given = false;
+  std::string deffnm;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& opt = argv[i];
+    if (opt == "-h" || opt == "--help" || opt == "-help") {
+      a.help = true;
+      continue;
+    }
+    if (opt == "-double") {  // gmx_d's precision in the same binary
+      a.precision = Precision::kDouble;
+      continue;
+    }
+    QK_CHECK(i + 1 < argv.size(), opt, " needs a value (qk md -h lists the options)");
+    const std::string& value = argv[++i];
+    auto integer = [&](const char* what) -> long long {
+      size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      QK_CHECK(used == value.size() && !value.empty(), opt, " expects ", what, ", got '", value, "'");
+      return v;
+    };
+    if (opt == "-f") {
+      a.mdp = value;
+    } else if (opt == "-c") {
+      a.conf = value;
+    } else if (opt == "-p") {
+      a.top = value;
+    } else if (opt == "-deffnm") {
+      deffnm = value;
+    } else if (opt == "-g") {
+      a.log = value;
+      log_given = true;
+    } else if (opt == "-o") {
+      a.confout = value;
+      confout_given = true;
+    } else if (opt == "-nsteps") {
+      a.nsteps = integer("a step count (-1: the mdp's)");
+      QK_CHECK(a.nsteps >= -1, "-nsteps must be >= -1, got ", a.nsteps);
+    } else if (opt == "-nt") {
+      long long nt = integer("a thread count");
+      QK_CHECK(nt >= 0 && nt <= 4096, "-nt must be 0..4096, got ", nt);
+      a.threads = static_cast<int>(nt);
+    } else {
+      QK_THROW(ValueError, "unknown option '", opt,
+               "' (qk md reads -f -c -p -deffnm -g -o -nsteps -nt -double; qk md -h explains them)");
+    }
+  }
+  if (!deffnm.empty()) {
+    if (!log_given) a.log = deffnm + ".log";
+    if (!confout_given) a.confout = deffnm + ".gro";
+  }
+  return a;
+}
+
+std::string mdrun_help(const std::string& program) {
+  return program +
+         ": molecular dynamics from GROMACS inputs (grompp + mdrun in one step; docs/md.md)\n"
+         "\n"
+         "  " + program + " -f run.mdp -c conf.gro -p topol.top [-deffnm NAME] [-nsteps N] [-nt THREADS] [-double]\n"
+         "\n"
+         "  -f FILE       run parameters (.mdp)                 [grompp.mdp]\n"
+         "  -c FILE       start coordinates (.gro)              [conf.gro]\n"
+         "  -p FILE       topology (.top; #include from the file's folder, then $GMXDATA/top or\n"
+         "                /usr/share/gromacs/top)               [topol.top]\n"
+         "  -deffnm NAME  write NAME.log and NAME.gro\n"
+         "  -g FILE       the log (energy blocks every nstenergy steps, Performance) [md.log]\n"
+         "  -o FILE       final coordinates                     [confout.gro]\n"
+         "  -nsteps N     steps to run (-1: the mdp's nsteps)   [-1]\n"
+         "  -nt N         threads (0: QK_NUM_THREADS or one per core) [0]\n"
+         "  -double       everything in double precision, as gmx_d (default: GROMACS's mixed\n"
+         "                precision, short-range pair forces in float)\n";
+}
+
+RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
+  if (args.threads > 0) set_num_threads(args.threads);
+  const MdpOptions mdp = read_mdp(args.mdp);
+  const Topology top = read_top(args.top, TopOptions{mdp.defines, {}});
+  const GroFile conf = read_gro(args.conf);
+  std::ofstream log(args.log);
+  QK_CHECK(log.good(), "cannot write the log ", args.log);
+
+  // What the run is, as grompp and mdrun's log headers tell it.
+  char buf[512];
+  {
+    ForceCalculator probe(top, mdp, conf.box);
+    const std::array<int, 3> grid = probe.pme_grid();
+    std::snprintf(buf, sizeof buf,
+                  "qk md: %s, %d atoms (%s), box %.5f x %.5f x %.5f nm\n"
+                  "  inputs: -f %s -c %s -p %s\n"
+                  "  integrator %s, %lld steps of %g ps, %d threads, %s precision\n"
+                  "  cut-off %g nm, pair list %g nm; %s",
+                  top.system_name.c_str(), top.num_atoms(), args.conf.c_str(), conf.box[0], conf.box[1],
+                  conf.box[2], args.mdp.c_str(), args.conf.c_str(), args.top.c_str(),
+                  mdp.integrator == Integrator::kMd ? "md (leap-frog)" : "steep",
+                  static_cast<long long>(args.nsteps >= 0 ? args.nsteps : mdp.nsteps), mdp.dt, num_threads(),
+                  args.precision == Precision::kDouble ? "double" : "mixed",
+                  probe.cutoff(), probe.rlist(),
+                  mdp.coulomb_type == CoulombType::kPme ? "PME" : "reaction-field");
+    std::string header = buf;
+    if (grid[0] > 0) {
+      std::snprintf(buf, sizeof buf, ", fourier grid %dx%dx%d, order %d, 1/beta %.6f nm", grid[0], grid[1], grid[2],
+                    mdp.pme_order, 1 / probe.ewald_beta());
+      header += buf;
+    }
+    header += "\n";
+    if (mdp.disp_corr != DispCorr::kNo) {
+      std::snprintf(buf, sizeof buf, "  Long Range LJ corr.: <C6> %10.4e\n", probe.average_c6());
+      header += buf;
+    }
+    if (mdp.integrator == Integrator::kMd) {
+      std::snprintf(buf, sizeof buf, "  degrees of freedom %.0f\n", degrees_of_freedom(top, mdp));
+      header += buf;
+    }
+    for (const std::string& key : mdp.keys_without_effect)
+      for (const IgnoredMdpKey& k : mdp_keys_without_effect())
+        if (key == k.key) header += "  mdp key " + key + " read, not acted on: " + k.why + "\n";
+    log << header << "\n";
+    out << header;
+  }
+  RunOptions opt;
+  opt.nsteps = args.nsteps;
+  opt.log = &log;
+  opt.precision = args.precision;
+  RunResult r = run(top, mdp, conf, opt);
+  GroFile final_conf = r.final_conf;
+  final_conf.title = top.system_name;
+  write_gro(args.confout, final_conf);
+  if (mdp.integrator == Integrator::kMd) {
+    write_performance(out, r.wall_seconds, num_threads(), r.ns_per_day, r.hours_per_ns);
+  } else {
+    std::snprintf(buf, sizeof buf, "Steepest Descents %s in %lld steps: Epot %.6e kJ/mol, Fmax %.4e on atom %d\n",
+                  r.converged ? "converged" : "did not converge", static_cast<long long>(r.steps),
+                  r.frames.back().potential.potential(), r.frames.back().fmax, r.frames.back().fmax_atom + 1);
+    out << buf;
+  }
+  out << "wrote " << args.log << " and " << args.confout << "\n";
+  return r;
+}
+
+}  // namespace qk::md

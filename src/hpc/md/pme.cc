@@ -1,0 +1,284 @@
+#include "pme.h"
+
+#include <fftw3.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "qk/base/error.h"
+#include "qk/base/thread_pool.h"
+
+namespace qk::md {
+
+double ewald_coefficient(double rc, double rtol) {
+  // As GROMACS: double beta until erfc(beta rc) <= rtol, then bisect 60 more times.
+  double beta = 5, low = 0, high;
+  int i = 0;
+  do {
+    ++i;
+    beta *= 2;
+  } while (std::erfc(beta * rc) > rtol);
+  high = beta;
+  for (int k = 0; k < i + 60; ++k) {
+    beta = (low + high) / 2;
+    if (std::erfc(beta * rc) > rtol) {
+      low = beta;
+    } else {
+      high = beta;
+    }
+  }
+  return beta;
+}
+
+std::array<int, 3> pme_grid_size(const Vec3& box, double spacing, int order) {
+  // GROMACS's lists (fft/calcgrid.cpp): sizes FFTW does fast; above 44, these times powers of two.
+  static constexpr int kInit[] = {6, 8, 10, 12, 14, 16, 20, 24, 25, 28, 32, 36, 40, 42, 44};
+  static constexpr int kBase[] = {45, 48, 50, 52, 54, 56, 60, 64, 70, 72, 75, 80, 81, 84};
+  QK_CHECK(spacing > 0, "fourierspacing must be positive, got ", spacing);
+  std::array<int, 3> n{};
+  for (int d = 0; d < 3; ++d) {
+    int nmin = std::max(static_cast<int>(box[d] / spacing + 0.999), 2 * (order - 1));
+    if (kInit[std::size(kInit) - 1] >= nmin) {
+      n[d] = *std::find_if(std::begin(kInit), std::end(kInit), [&](int g) { return g >= nmin; });
+      continue;
+    }
+    int fac2 = 1;
+    while (fac2 * kBase[std::size(kBase) - 1] < nmin) fac2 *= 2;
+    // The smallest multiple of 4 (90 allowed, 140 not) of fac2 x base that is >= nmin; GROMACS scans i > 0 only.
+    for (int i = static_cast<int>(std::size(kBase)) - 1; i > 0; --i) {
+      int attempt = fac2 * kBase[i];
+      if (((attempt % 4 == 0 && attempt != 140) || attempt == 90) && attempt >= nmin) n[d] = attempt;
+    }
+  }
+  return n;
+}
+
+namespace {
+
+// The order-n B-spline weights of grid points i0 .. i0+n-1 for fraction f (GROMACS's make_bsplines)
+// and their derivatives with respect to the grid coordinate.
+void bspline(double f, int n, double* theta, double* dtheta) {
+  double* data = theta;
+  data[n - 1] = 0;
+  data[1] = f;
+  data[0] = 1 - f;
+  for (int k = 3; k < n; ++k) {
+    const double div = 1.0 / (k - 1.0);
+    data[k - 1] = div * f * data[k - 2];
+    for (int l = 1; l < k - 1; ++l) data[k - l - 1] = div * ((f + l) * data[k - l - 2] + (k - l - f) * data[k - l - 1]);
+    data[0] = div * (1 - f) * data[0];
+  }
+  dtheta[0] = -data[0];
+  for (int k = 1; k < n; ++k) dtheta[k] = data[k - 1] - data[k];
+  const double div = 1.0 / (n - 1);
+  data[n - 1] = div * f * data[n - 2];
+  for (int l = 1; l < n - 1; ++l) data[n - l - 1] = div * ((f + l) * data[n - l - 2] + (n - l - f) * data[n - l - 1]);
+  data[0] = div * (1 - f) * data[0];
+}
+
+}  // namespace
+
+struct Pme::Plans {
+  std::vector<double> grid;  // nx * ny * nz, z fastest
+  std::vector<std::vector<double>> extra_grids;  // spreading threads' own grids, summed into grid
+  std::vector<double> eterm;  // per k-space point: exp(-pi^2 m^2 / beta^2) / (pi V m^2 B(m)) times f; 0 at m = 0
+  fftw_complex* kspace = nullptr;  // nx * ny * (nz/2 + 1)
+  fftw_plan forward = nullptr, backward = nullptr;
+  ~Plans() {
+    if (forward) fftw_destroy_plan(forward);
+    if (backward) fftw_destroy_plan(backward);
+    if (kspace) fftw_free(kspace);
+  }
+};
+
+Pme::Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, double epsilon_r)
+    : box_(box), n_(grid), order_(order), beta_(beta), coulomb_factor_(units::kCoulombFactor / epsilon_r) {
+  for (int d = 0; d < 3; ++d)
+    QK_CHECK(n_[d] >= order_, "PME grid ", n_[0], "x", n_[1], "x", n_[2], " is smaller than pme-order ", order_);
+  // B-spline moduli (GROMACS's make_bspline_moduli): the spline at integer points, Fourier transformed.
+  std::vector<double> at_integers(order_), unused(order_);
+  bspline(0.0, order_, at_integers.data(), unused.data());
+  for (int d = 0; d < 3; ++d) {
+    const int n = n_[d];
+    std::vector<double>& mod = bsp_mod_[d];
+    mod.assign(n, 0);
+    for (int m = 0; m < n; ++m) {
+      double sc = 0, ss = 0;
+      for (int k = 0; k < order_; ++k) {
+        const double arg = 2 * units::kPi * m * (k + 1) / n;
+        sc += at_integers[k] * std::cos(arg);
+        ss += at_integers[k] * std::sin(arg);
+      }
+      mod[m] = sc * sc + ss * ss;
+    }
+    // Even spline orders on even grids have a zero at n/2: GROMACS averages its neighbours.
+    for (int m = 0; m < n; ++m)
+      if (mod[m] < 1e-7) mod[m] = 0.5 * (mod[(m - 1 + n) % n] + mod[(m + 1) % n]);
+  }
+  plans_ = std::make_unique<Plans>();
+  const size_t nreal = static_cast<size_t>(n_[0]) * n_[1] * n_[2];
+  const size_t ncomplex = static_cast<size_t>(n_[0]) * n_[1] * (n_[2] / 2 + 1);
+  plans_->grid.assign(nreal, 0);
+  plans_->kspace = fftw_alloc_complex(ncomplex);
+  plans_->eterm.assign(ncomplex, 0.0);
+  {
+    const double fac = units::kPi * units::kPi / (beta_ * beta_);
+    const int nzc = n_[2] / 2 + 1;
+    for (int kx = 0; kx < n_[0]; ++kx) {
+      const double mx = (kx < (n_[0] + 1) / 2 ? kx : kx - n_[0]) * box_.inverse[0];
+      for (int ky = 0; ky < n_[1]; ++ky) {
+        const double my = (ky < (n_[1] + 1) / 2 ? ky : ky - n_[1]) * box_.inverse[1];
+        for (int kz = 0; kz < nzc; ++kz) {
+          const double mz = kz * box_.inverse[2];
+          const double m2 = mx * mx + my * my + mz * mz;
+          if (m2 == 0) continue;
+          const double denom = units::kPi * box_.volume() * m2 * bsp_mod_[0][kx] * bsp_mod_[1][ky] * bsp_mod_[2][kz];
+          const size_t c = (static_cast<size_t>(kx) * n_[1] + ky) * nzc + kz;
+          plans_->eterm[c] = coulomb_factor_ * std::exp(-fac * m2) / denom;
+        }
+      }
+    }
+  }
+  QK_CHECK(plans_->kspace != nullptr, "PME: cannot allocate the ", ncomplex, "-point complex grid");
+  // Planned once (FFTW's planner is not thread-safe and costs more than the transforms at these sizes).
+  plans_->forward = fftw_plan_dft_r2c_3d(n_[0], n_[1], n_[2], plans_->grid.data(), plans_->kspace, FFTW_ESTIMATE);
+  plans_->backward = fftw_plan_dft_c2r_3d(n_[0], n_[1], n_[2], plans_->kspace, plans_->grid.data(), FFTW_ESTIMATE);
+  QK_CHECK(plans_->forward && plans_->backward, "PME: FFTW could not plan a ", n_[0], "x", n_[1], "x", n_[2],
+           " transform");
+}
+
+Pme::~Pme() = default;
+
+double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f,
+                    Mat3* virial) {
+  const int natoms = static_cast<int>(x.size()), p = order_;
+  const int nx = n_[0], ny = n_[1], nz = n_[2], nzc = nz / 2 + 1;
+  // Per atom: the first grid index and the spline weights per dimension.
+  std::vector<std::array<int, 3>> idx(natoms);
+  std::vector<double> theta(static_cast<size_t>(natoms) * 3 * p), dtheta(theta.size());
+  qk::parallel_for(0, natoms, 256, [&](int64_t lo, int64_t hi) {
+    for (int64_t a = lo; a < hi; ++a) {
+      for (int d = 0; d < 3; ++d) {
+        double s = x[a][d] * box_.inverse[d];
+        s -= std::floor(s);
+        const double u = s * n_[d];
+        int i = static_cast<int>(u);
+        const double frac = u - i;
+        if (i >= n_[d]) i -= n_[d];  // s rounded up to 1
+        idx[a][d] = i;
+        bspline(frac, p, &theta[(a * 3 + d) * p], &dtheta[(a * 3 + d) * p]);
+      }
+    }
+  });
+  // The grid points each atom touches, wrapped once here (a % per point was much of PME's time).
+  std::vector<int> wrapped(static_cast<size_t>(natoms) * 3 * p);
+  for (int a = 0; a < natoms; ++a)
+    for (int d = 0; d < 3; ++d)
+      for (int i = 0; i < p; ++i) {
+        const int g = idx[a][d] + i;
+        wrapped[(static_cast<size_t>(a) * 3 + d) * p + i] = g >= n_[d] ? g - n_[d] : g;
+      }
+  // Spread: atoms overlap on the grid, so each thread's share of the atoms goes to its own grid, and the
+  // grids are summed in order.
+  std::vector<double>& grid = plans_->grid;
+  const int nparts = std::max(1, std::min(natoms, num_threads()));
+  plans_->extra_grids.resize(nparts - 1);
+  qk::parallel_for(0, nparts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t part = lo; part < hi; ++part) {
+      std::vector<double>& g = part == 0 ? grid : plans_->extra_grids[part - 1];
+      g.assign(grid.size(), 0.0);
+      const int a0 = static_cast<int>(static_cast<int64_t>(natoms) * part / nparts);
+      const int a1 = static_cast<int>(static_cast<int64_t>(natoms) * (part + 1) / nparts);
+      for (int a = a0; a < a1; ++a) {
+        const double q = charge[a];
+        if (q == 0) continue;
+        const double *tx = &theta[(a * 3 + 0) * p], *ty = &theta[(a * 3 + 1) * p], *tz = &theta[(a * 3 + 2) * p];
+        const int *wx = &wrapped[(a * 3 + 0) * p], *wy = &wrapped[(a * 3 + 1) * p], *wz = &wrapped[(a * 3 + 2) * p];
+        for (int i = 0; i < p; ++i) {
+          for (int j = 0; j < p; ++j) {
+            const double qxy = q * tx[i] * ty[j];
+            double* row = &g[(static_cast<size_t>(wx[i]) * ny + wy[j]) * nz];
+            for (int k = 0; k < p; ++k) row[wz[k]] += qxy * tz[k];
+          }
+        }
+      }
+    }
+  });
+  for (const std::vector<double>& g : plans_->extra_grids)
+    for (size_t i = 0; i < grid.size(); ++i) grid[i] += g[i];
+  fftw_execute(plans_->forward);
+  // Solve: S(m) times the influence function (fixed with the box: computed once), and on energy steps the
+  // energy and virial from |S(m)|^2.
+  const double fac = units::kPi * units::kPi / (beta_ * beta_);
+  double energy = 0;
+  Mat3 vir{};
+  fftw_complex* S = plans_->kspace;
+  const std::vector<double>& eterm = plans_->eterm;
+  if (virial == nullptr) {
+    const size_t ncomplex = eterm.size();
+    for (size_t c = 0; c < ncomplex; ++c) {
+      S[c][0] *= eterm[c];
+      S[c][1] *= eterm[c];
+    }
+  } else {
+    for (int kx = 0; kx < nx; ++kx) {
+      const double mx = (kx < (nx + 1) / 2 ? kx : kx - nx) * box_.inverse[0];
+      for (int ky = 0; ky < ny; ++ky) {
+        const double my = (ky < (ny + 1) / 2 ? ky : ky - ny) * box_.inverse[1];
+        for (int kz = 0; kz < nzc; ++kz) {
+          const size_t c = (static_cast<size_t>(kx) * ny + ky) * nzc + kz;
+          const double mz = kz * box_.inverse[2];
+          const double m2 = mx * mx + my * my + mz * mz;
+          if (m2 == 0) {
+            S[c][0] = S[c][1] = 0;
+            continue;
+          }
+          // The half-complex grid holds kz and -kz once: count both except kz = 0 and nz/2.
+          const double weight = (kz == 0 || (nz % 2 == 0 && kz == nz / 2)) ? 1.0 : 2.0;
+          const double s2 = S[c][0] * S[c][0] + S[c][1] * S[c][1];
+          const double e = weight * eterm[c] * s2;
+          energy += e;
+          const double vfactor = (fac * m2 + 1) * 2 / m2;
+          const double m[3] = {mx, my, mz};
+          for (int a = 0; a < 3; ++a)
+            for (int b = 0; b < 3; ++b) vir[a][b] += e * (vfactor * m[a] * m[b] - (a == b ? 1.0 : 0.0));
+          S[c][0] *= eterm[c];
+          S[c][1] *= eterm[c];
+        }
+      }
+    }
+  }
+  energy *= 0.5;
+  if (virial != nullptr)
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) (*virial)[a][b] += 0.25 * vir[a][b];
+  fftw_execute(plans_->backward);  // grid = the potential at the grid points
+  // Gather: F = -q grad(sum_k theta(k) phi(k)).
+  qk::parallel_for(0, natoms, 256, [&](int64_t lo, int64_t hi) {
+    for (int64_t a = lo; a < hi; ++a) {
+      const double q = charge[a];
+      if (q == 0) continue;
+      const double *tx = &theta[(a * 3 + 0) * p], *ty = &theta[(a * 3 + 1) * p], *tz = &theta[(a * 3 + 2) * p];
+      const double *dx = &dtheta[(a * 3 + 0) * p], *dy = &dtheta[(a * 3 + 1) * p], *dz = &dtheta[(a * 3 + 2) * p];
+      const int *wx = &wrapped[(a * 3 + 0) * p], *wy = &wrapped[(a * 3 + 1) * p], *wz = &wrapped[(a * 3 + 2) * p];
+      double fx = 0, fy = 0, fz = 0;
+      for (int i = 0; i < p; ++i) {
+        for (int j = 0; j < p; ++j) {
+          const double* row = &grid[(static_cast<size_t>(wx[i]) * ny + wy[j]) * nz];
+          for (int k = 0; k < p; ++k) {
+            const double phi = row[wz[k]];
+            fx += dx[i] * ty[j] * tz[k] * phi;
+            fy += tx[i] * dy[j] * tz[k] * phi;
+            fz += tx[i] * ty[j] * dz[k] * phi;
+          }
+        }
+      }
+      (*f)[a][0] -= q * fx * nx * box_.inverse[0];
+      (*f)[a][1] -= q * fy * ny * box_.inverse[1];
+      (*f)[a][2] -= q * fz * nz * box_.inverse[2];
+    }
+  });
+  return energy;
+}
+
+}  // namespace qk::md

@@ -1,0 +1,49 @@
+// Smooth particle-mesh Ewald (Essmann et al. 1995), reciprocal part, the way
+// GROMACS does it: charges spread on an nx x ny x nz grid with cardinal
+// B-splines of order pme-order, a real-to-complex FFT (FFTW), the influence
+// function exp(-pi^2 m^2 / beta^2) / (pi V m^2 B(m)) with GROMACS's B-spline
+// moduli, the energy and virial summed in k-space, and the forces gathered from
+// the convolved grid with the splines' derivatives. Reported as "Coul. recip.".
+//
+//   Pme pme(box, pme_grid_size(box, 0.12, 4), /*order=*/4, ewald_coefficient(1.0, 1e-5), /*eps_r=*/1);
+//   double e = pme.compute(x, q, &f, &virial);
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "pbc.h"
+
+namespace qk::md {
+
+// GROMACS's calc_ewaldcoeff_q: the beta where erfc(beta rc) = rtol (bisection).
+double ewald_coefficient(double rc, double rtol);
+
+// GROMACS's calcFftGrid: per box vector, the smallest size of its list of
+// FFT-friendly sizes with spacing <= `spacing` and at least 2 (order - 1) points.
+std::array<int, 3> pme_grid_size(const Vec3& box, double spacing, int order);
+
+class Pme {
+ public:
+  Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, double epsilon_r);
+  ~Pme();
+  Pme(const Pme&) = delete;
+  Pme& operator=(const Pme&) = delete;
+
+  // Adds the reciprocal-space forces to f and virial (GROMACS's convention) and returns the energy;
+  // with virial == nullptr only the forces (the energy returned is 0).
+  double compute(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f, Mat3* virial);
+  std::array<int, 3> grid() const { return n_; }
+
+ private:
+  struct Plans;
+  RectBox box_;
+  std::array<int, 3> n_;
+  int order_;
+  double beta_, coulomb_factor_;
+  std::array<std::vector<double>, 3> bsp_mod_;  // |sum_k M_order(k+1) e^{2 pi i m k / n}|^2 per dimension
+  std::unique_ptr<Plans> plans_;
+};
+
+}  // namespace qk::md

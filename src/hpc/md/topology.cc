@@ -1,0 +1,443 @@
+// .top reading: the directives (include/qk/hpc/md/topology.h says which), on
+// the preprocessor's lines, expanded into one list of atoms.
+#include "qk/hpc/md/topology.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "preprocessor.h"
+#include "qk/base/env.h"
+#include "qk/base/error.h"
+#include "text_fields.h"
+
+namespace qk::md {
+namespace {
+
+struct MoleculeType {
+  std::string name;
+  int nrexcl = 0;
+  std::string file;
+  int line = 0;
+  std::vector<int> type;
+  std::vector<double> charge, mass;
+  std::vector<std::string> atom_name, residue_name;
+  std::vector<int> residue_number;
+  std::vector<HarmonicBond> bonds;
+  std::vector<std::pair<int, int>> connections;  // bonds of every funct, settles: for nrexcl
+  std::vector<HarmonicAngle> angles;
+  std::vector<LjPair> pairs;
+  std::vector<std::pair<int, int>> pairs_to_look_up;  // [pairs] lines without parameters
+  std::vector<Settle> settles;
+  std::vector<std::pair<int, int>> exclusions;
+};
+
+struct BondParams { double b0, kb; };
+struct AngleParams { double theta0, k; };
+struct PairParams { double v, w; };
+
+class TopReader {
+ public:
+  explicit TopReader(Topology* top) : top_(top) {}
+  void line(const SourceLine& l);
+  void finish(const std::string& path);
+
+ private:
+  [[noreturn]] void fail(const SourceLine& l, const std::string& msg) const {
+    QK_THROW(ValueError, where(*l.file, l.line), msg);
+  }
+  void need_fields(const SourceLine& l, const std::vector<std::string_view>& f, size_t n, const char* form) const {
+    if (f.size() < n)
+      fail(l, "[ " + directive_ + " ]: expected " + form + ", got '" + std::string(trim(l.text)) + "'");
+  }
+  MoleculeType& molecule(const SourceLine& l) {
+    if (moltypes_.empty()) fail(l, "[ " + directive_ + " ] before any [ moleculetype ]");
+    return moltypes_.back();
+  }
+  // A 1-based atom number of the current molecule, checked.
+  int atom_index(const SourceLine& l, std::string_view tok) {
+    MoleculeType& m = molecule(l);
+    long long a = parse_int(tok, *l.file, l.line, "an atom number");
+    if (a < 1 || a > static_cast<long long>(m.type.size()))
+      fail(l, "atom " + std::string(tok) + " is not in molecule " + m.name + " (it has " +
+                  std::to_string(m.type.size()) + " atoms in [ atoms ] so far)");
+    return static_cast<int>(a - 1);
+  }
+  int funct(const SourceLine& l, std::string_view tok, std::initializer_list<int> ok, const char* what) {
+    long long f = parse_int(tok, *l.file, l.line, "a function type");
+    for (int o : ok)
+      if (f == o) return o;
+    fail(l, "[ " + directive_ + " ] function type " + std::string(tok) + " is not supported by qk md (only " +
+                what + ")");
+  }
+  double num(const SourceLine& l, std::string_view tok, const char* what) {
+    return parse_double(tok, *l.file, l.line, what);
+  }
+
+  void defaults(const SourceLine& l, const std::vector<std::string_view>& f);
+  void atomtype(const SourceLine& l, const std::vector<std::string_view>& f);
+  void atom(const SourceLine& l, const std::vector<std::string_view>& f);
+  void molecules(const SourceLine& l, const std::vector<std::string_view>& f);
+
+  Topology* top_;
+  std::string directive_;
+  bool have_defaults_ = false;
+  std::map<std::string, int> type_index_;
+  std::vector<char> type_ptype_;
+  std::map<std::pair<std::string, std::string>, BondParams> bondtypes_;
+  std::map<std::tuple<std::string, std::string, std::string>, AngleParams> angletypes_;
+  std::map<std::pair<std::string, std::string>, PairParams> pairtypes_;
+  std::vector<MoleculeType> moltypes_;
+  std::vector<std::pair<int, int>> molecule_list_;  // (moltype, count)
+};
+
+void TopReader::defaults(const SourceLine& l, const std::vector<std::string_view>& f) {
+  if (have_defaults_) fail(l, "[ defaults ] given twice (a force field included twice?)");
+  need_fields(l, f, 2, "nbfunc comb-rule [gen-pairs fudgeLJ fudgeQQ]");
+  have_defaults_ = true;
+  top_->nbfunc = static_cast<int>(parse_int(f[0], *l.file, l.line, "nbfunc"));
+  if (top_->nbfunc != 1) fail(l, "nbfunc " + std::string(f[0]) + ": only 1 (Lennard-Jones) is supported");
+  top_->comb_rule = static_cast<int>(parse_int(f[1], *l.file, l.line, "comb-rule"));
+  if (top_->comb_rule < 1 || top_->comb_rule > 3) fail(l, "comb-rule must be 1, 2 or 3, got " + std::string(f[1]));
+  if (f.size() > 2) {
+    if (!iequals(f[2], "yes") && !iequals(f[2], "no")) fail(l, "gen-pairs must be yes or no");
+    top_->gen_pairs = iequals(f[2], "yes");
+  }
+  if (f.size() > 3) top_->fudge_lj = num(l, f[3], "fudgeLJ");
+  if (f.size() > 4) top_->fudge_qq = num(l, f[4], "fudgeQQ");
+}
+
+// Which optional columns an [atomtypes] line has is told by where the
+// one-letter particle type sits (GROMACS's rule, push_at in toppush.cpp):
+// name [bonded-type] [atomic-number] mass charge ptype V W.
+void TopReader::atomtype(const SourceLine& l, const std::vector<std::string_view>& f) {
+  need_fields(l, f, 6, "name [bond_type] [at.num] mass charge ptype V W");
+  auto is_ptype = [&](size_t i) { return i < f.size() && f[i].size() == 1 && std::isalpha(f[i][0]); };
+  bool has_bonded = false, has_atnum = false;
+  if (is_ptype(3)) {
+  } else if (is_ptype(5)) {
+    has_bonded = has_atnum = true;
+  } else if (is_ptype(4)) {
+    (std::isalpha(static_cast<unsigned char>(f[1][0])) ? has_bonded : has_atnum) = true;
+  } else {
+    fail(l, "cannot find the particle type (A, D, S, V) in column 4, 5 or 6 of '" + std::string(trim(l.text)) + "'");
+  }
+  size_t c = 1 + has_bonded + has_atnum;
+  need_fields(l, f, c + 5, "name [bond_type] [at.num] mass charge ptype V W");
+  AtomType t;
+  t.name = std::string(f[0]);
+  t.bond_type = has_bonded ? std::string(f[1]) : t.name;
+  t.mass = num(l, f[c], "the mass");
+  t.charge = num(l, f[c + 1], "the charge");
+  char ptype = static_cast<char>(std::toupper(static_cast<unsigned char>(f[c + 2][0])));
+  double v = num(l, f[c + 3], "V (c6 or sigma)"), w = num(l, f[c + 4], "W (c12 or epsilon)");
+  if (top_->comb_rule == 1) {
+    t.c6 = v;
+    t.c12 = w;
+  } else {
+    t.sigma = v;
+    t.epsilon = w;
+    t.c6 = 4 * w * std::pow(v, 6);
+    t.c12 = 4 * w * std::pow(v, 12);
+  }
+  auto [it, fresh] = type_index_.emplace(t.name, top_->num_types());
+  if (fresh) {  // a redefinition replaces the earlier one, as in grompp
+    top_->atom_types.push_back(t);
+    type_ptype_.push_back(ptype);
+  } else {
+    top_->atom_types[it->second] = t;
+    type_ptype_[it->second] = ptype;
+  }
+}
+
+void TopReader::atom(const SourceLine& l, const std::vector<std::string_view>& f) {
+  MoleculeType& m = molecule(l);
+  need_fields(l, f, 6, "nr type resnr residue atom cgnr [charge [mass]]");
+  if (f.size() > 8) fail(l, "B-state (free-energy) columns in [ atoms ] are not supported by qk md");
+  long long nr = parse_int(f[0], *l.file, l.line, "the atom number");
+  if (nr != static_cast<long long>(m.type.size()) + 1)
+    fail(l, "atoms must be numbered 1, 2, ... in order; expected " + std::to_string(m.type.size() + 1) + ", got " +
+                std::string(f[0]));
+  auto t = type_index_.find(std::string(f[1]));
+  if (t == type_index_.end()) fail(l, "atom type '" + std::string(f[1]) + "' is not in any [ atomtypes ]");
+  if (type_ptype_[t->second] != 'A')
+    fail(l, "atom type '" + std::string(f[1]) + "' has particle type " + std::string(1, type_ptype_[t->second]) +
+                "; qk md supports only atoms (A), not virtual sites or shells");
+  const AtomType& at = top_->atom_types[t->second];
+  m.type.push_back(t->second);
+  m.residue_number.push_back(static_cast<int>(parse_int(f[2], *l.file, l.line, "the residue number")));
+  m.residue_name.emplace_back(f[3]);
+  m.atom_name.emplace_back(f[4]);
+  m.charge.push_back(f.size() > 6 ? num(l, f[6], "the charge") : at.charge);
+  m.mass.push_back(f.size() > 7 ? num(l, f[7], "the mass") : at.mass);
+}
+
+void TopReader::molecules(const SourceLine& l, const std::vector<std::string_view>& f) {
+  need_fields(l, f, 2, "molecule-name count");
+  long long n = parse_int(f[1], *l.file, l.line, "the molecule count");
+  if (n < 0) fail(l, "negative molecule count");
+  for (size_t i = 0; i < moltypes_.size(); ++i)
+    if (moltypes_[i].name == f[0]) {
+      molecule_list_.emplace_back(static_cast<int>(i), static_cast<int>(n));
+      return;
+    }
+  fail(l, "molecule '" + std::string(f[0]) + "' has no [ moleculetype ]");
+}
+
+void TopReader::line(const SourceLine& l) {
+  std::string_view t = l.text;
+  if (size_t c = t.find(';'); c != std::string_view::npos) t = t.substr(0, c);
+  t = trim(t);
+  // Lines starting with '*' are comments too (the AMBER force fields' banners; grompp reads them so).
+  if (t.empty() || t.front() == '*') return;
+  if (t.front() == '[') {
+    if (t.back() != ']') fail(l, "expected '[ directive ]', got '" + std::string(t) + "'");
+    directive_ = lower(trim(t.substr(1, t.size() - 2)));
+    static const std::set<std::string> known = {
+        "defaults",  "atomtypes", "bondtypes",  "angletypes", "pairtypes", "constrainttypes", "dihedraltypes",
+        "moleculetype", "atoms",  "bonds",      "angles",     "pairs",     "settles",         "exclusions",
+        "system",    "molecules"};
+    if (!known.count(directive_))
+      fail(l, "directive [ " + directive_ +
+                  " ] is not supported by qk md (docs/md.md lists the directives it reads)");
+    if ((directive_ == "atomtypes" || directive_ == "moleculetype") && !have_defaults_)
+      fail(l, "[ " + directive_ + " ] before [ defaults ]: the force field's forcefield.itp must come first");
+    return;
+  }
+  if (directive_.empty()) fail(l, "a line before any [ directive ]: '" + std::string(t) + "'");
+  std::vector<std::string_view> f = split_whitespace(t);
+  const std::string& d = directive_;
+  if (d == "defaults") {
+    defaults(l, f);
+  } else if (d == "atomtypes") {
+    atomtype(l, f);
+  } else if (d == "bondtypes") {
+    need_fields(l, f, 3, "bt1 bt2 funct [b0 kb]");
+    if (parse_int(f[2], *l.file, l.line, "a function type") == 1 && f.size() >= 5)
+      bondtypes_[{std::string(f[0]), std::string(f[1])}] = {num(l, f[3], "b0"), num(l, f[4], "kb")};
+  } else if (d == "angletypes") {
+    need_fields(l, f, 4, "at1 at2 at3 funct [theta0 k]");
+    if (parse_int(f[3], *l.file, l.line, "a function type") == 1 && f.size() >= 6)
+      angletypes_[{std::string(f[0]), std::string(f[1]), std::string(f[2])}] = {num(l, f[4], "theta0"),
+                                                                              num(l, f[5], "k")};
+  } else if (d == "pairtypes") {
+    need_fields(l, f, 5, "at1 at2 funct V W");
+    if (parse_int(f[2], *l.file, l.line, "a function type") == 1)
+      pairtypes_[{std::string(f[0]), std::string(f[1])}] = {num(l, f[3], "V"), num(l, f[4], "W")};
+  } else if (d == "constrainttypes" || d == "dihedraltypes") {
+    // Parameter tables for molecules with [ constraints ] / [ dihedrals ], which qk md refuses.
+  } else if (d == "moleculetype") {
+    need_fields(l, f, 2, "name nrexcl");
+    MoleculeType m;
+    m.name = std::string(f[0]);
+    m.nrexcl = static_cast<int>(parse_int(f[1], *l.file, l.line, "nrexcl"));
+    m.file = *l.file;
+    m.line = l.line;
+    for (const MoleculeType& o : moltypes_)
+      if (o.name == m.name) fail(l, "molecule type '" + m.name + "' defined twice");
+    moltypes_.push_back(std::move(m));
+  } else if (d == "atoms") {
+    atom(l, f);
+  } else if (d == "bonds") {
+    need_fields(l, f, 3, "ai aj funct [b0 kb]");
+    MoleculeType& m = molecule(l);
+    int i = atom_index(l, f[0]), j = atom_index(l, f[1]);
+    int fn = funct(l, f[2], {1, 5}, "1 (harmonic) and 5 (connection)");
+    m.connections.emplace_back(i, j);
+    if (fn == 5) return;
+    HarmonicBond b{i, j, 0, 0};
+    if (f.size() >= 5) {
+      b.b0 = num(l, f[3], "b0");
+      b.kb = num(l, f[4], "kb");
+    } else {
+      const std::string& bi = top_->atom_types[m.type[i]].bond_type;
+      const std::string& bj = top_->atom_types[m.type[j]].bond_type;
+      auto p = bondtypes_.find({bi, bj});
+      if (p == bondtypes_.end()) p = bondtypes_.find({bj, bi});
+      if (p == bondtypes_.end()) fail(l, "no [ bondtypes ] entry for " + bi + "-" + bj + " (funct 1)");
+      b.b0 = p->second.b0;
+      b.kb = p->second.kb;
+    }
+    m.bonds.push_back(b);
+  } else if (d == "angles") {
+    need_fields(l, f, 4, "ai aj ak funct [theta0 k]");
+    MoleculeType& m = molecule(l);
+    HarmonicAngle a{atom_index(l, f[0]), atom_index(l, f[1]), atom_index(l, f[2]), 0, 0};
+    funct(l, f[3], {1}, "1 (harmonic)");
+    double theta0_deg = 0;
+    if (f.size() >= 6) {
+      theta0_deg = num(l, f[4], "theta0");
+      a.k_theta = num(l, f[5], "k");
+    } else {
+      const std::string& bi = top_->atom_types[m.type[a.i]].bond_type;
+      const std::string& bj = top_->atom_types[m.type[a.j]].bond_type;
+      const std::string& bk = top_->atom_types[m.type[a.k]].bond_type;
+      auto p = angletypes_.find({bi, bj, bk});
+      if (p == angletypes_.end()) p = angletypes_.find({bk, bj, bi});
+      if (p == angletypes_.end()) fail(l, "no [ angletypes ] entry for " + bi + "-" + bj + "-" + bk + " (funct 1)");
+      theta0_deg = p->second.theta0;
+      a.k_theta = p->second.k;
+    }
+    a.theta0 = theta0_deg * units::kPi / 180.0;
+    m.angles.push_back(a);
+  } else if (d == "pairs") {
+    need_fields(l, f, 3, "ai aj funct [V W]");
+    MoleculeType& m = molecule(l);
+    int i = atom_index(l, f[0]), j = atom_index(l, f[1]);
+    funct(l, f[2], {1}, "1 (LJ and Coulomb 1-4)");
+    if (f.size() >= 5) {
+      double v = num(l, f[3], "V"), w = num(l, f[4], "W");
+      if (top_->comb_rule == 1) {
+        m.pairs.push_back(LjPair{i, j, v, w});
+      } else {
+        m.pairs.push_back(LjPair{i, j, 4 * w * std::pow(v, 6), 4 * w * std::pow(v, 12)});
+      }
+    } else {
+      m.pairs_to_look_up.emplace_back(i, j);
+    }
+  } else if (d == "settles") {
+    need_fields(l, f, 4, "OW funct doh dhh");
+    MoleculeType& m = molecule(l);
+    int ow = atom_index(l, f[0]);
+    funct(l, f[1], {1}, "1");
+    if (ow + 2 >= static_cast<int>(m.type.size()))
+      fail(l, "[ settles ] needs atoms OW, OW+1, OW+2 in [ atoms ]");
+    m.settles.push_back(Settle{ow, num(l, f[2], "doh"), num(l, f[3], "dhh")});
+    m.connections.emplace_back(ow, ow + 1);
+    m.connections.emplace_back(ow, ow + 2);
+  } else if (d == "exclusions") {
+    need_fields(l, f, 2, "ai aj [ak ...]");
+    int i = atom_index(l, f[0]);
+    for (size_t k = 1; k < f.size(); ++k) molecule(l).exclusions.emplace_back(i, atom_index(l, f[k]));
+  } else if (d == "system") {
+    top_->system_name += (top_->system_name.empty() ? "" : " ") + std::string(t);
+  } else if (d == "molecules") {
+    molecules(l, f);
+  }
+}
+
+// Exclusions of one molecule: its atoms within nrexcl bonds, plus [ exclusions ].
+std::vector<std::set<int>> molecule_exclusions(const MoleculeType& m) {
+  const int n = static_cast<int>(m.type.size());
+  std::vector<std::vector<int>> graph(n);
+  for (auto [i, j] : m.connections) {
+    graph[i].push_back(j);
+    graph[j].push_back(i);
+  }
+  std::vector<std::set<int>> excl(n);
+  for (int a = 0; a < n; ++a) {
+    std::vector<int> frontier = {a}, dist(n, -1);
+    dist[a] = 0;
+    for (size_t q = 0; q < frontier.size(); ++q) {
+      int u = frontier[q];
+      if (dist[u] == m.nrexcl) continue;
+      for (int v : graph[u])
+        if (dist[v] < 0) {
+          dist[v] = dist[u] + 1;
+          frontier.push_back(v);
+          excl[a].insert(v);
+        }
+    }
+  }
+  for (auto [i, j] : m.exclusions) {
+    if (i == j) continue;
+    excl[i].insert(j);
+    excl[j].insert(i);
+  }
+  return excl;
+}
+
+void TopReader::finish(const std::string& path) {
+  QK_CHECK(have_defaults_, where(path, 0), "no [ defaults ] (include a force field's forcefield.itp)");
+  QK_CHECK(!molecule_list_.empty(), where(path, 0), "no [ molecules ]: the system is empty");
+  Topology& top = *top_;
+  // Pair parameters by the combination rule.
+  const int nt = top.num_types();
+  top.pair_c6.assign(static_cast<size_t>(nt) * nt, 0);
+  top.pair_c12.assign(static_cast<size_t>(nt) * nt, 0);
+  for (int a = 0; a < nt; ++a)
+    for (int b = 0; b < nt; ++b) {
+      const AtomType &ta = top.atom_types[a], &tb = top.atom_types[b];
+      double c6, c12;
+      if (top.comb_rule == 2) {  // Lorentz-Berthelot: arithmetic sigma, geometric epsilon
+        double s = 0.5 * (ta.sigma + tb.sigma), e = std::sqrt(ta.epsilon * tb.epsilon);
+        c6 = 4 * e * std::pow(s, 6);
+        c12 = 4 * e * std::pow(s, 12);
+      } else {  // 1 and 3: geometric c6 and c12
+        c6 = std::sqrt(ta.c6 * tb.c6);
+        c12 = std::sqrt(ta.c12 * tb.c12);
+      }
+      top.pair_c6[static_cast<size_t>(a) * nt + b] = c6;
+      top.pair_c12[static_cast<size_t>(a) * nt + b] = c12;
+    }
+  // [pairs] without parameters: [ pairtypes ] by atom type, else generated (fudgeLJ x normal).
+  for (MoleculeType& m : moltypes_)
+    for (auto [i, j] : m.pairs_to_look_up) {
+      const std::string &ni = top.atom_types[m.type[i]].bond_type, &nj = top.atom_types[m.type[j]].bond_type;
+      auto p = pairtypes_.find({ni, nj});
+      if (p == pairtypes_.end()) p = pairtypes_.find({nj, ni});
+      if (p != pairtypes_.end()) {
+        double v = p->second.v, w = p->second.w;
+        m.pairs.push_back(top.comb_rule == 1 ? LjPair{i, j, v, w}
+                                             : LjPair{i, j, 4 * w * std::pow(v, 6), 4 * w * std::pow(v, 12)});
+      } else {
+        QK_CHECK(top.gen_pairs, where(m.file, m.line), "molecule ", m.name, ": [ pairs ] ", i + 1, "-", j + 1,
+                 " has no parameters, no [ pairtypes ] entry, and gen-pairs is no");
+        m.pairs.push_back(LjPair{i, j, top.fudge_lj * top.c6(m.type[i], m.type[j]),
+                                 top.fudge_lj * top.c12(m.type[i], m.type[j])});
+      }
+    }
+  // Expand the molecules.
+  for (auto [mt, count] : molecule_list_) {
+    const MoleculeType& m = moltypes_[mt];
+    std::vector<std::set<int>> excl = molecule_exclusions(m);
+    const int n = static_cast<int>(m.type.size());
+    top.molecules.push_back(Topology::MoleculeBlock{m.name, count, n});
+    for (int c = 0; c < count; ++c) {
+      const int off = top.num_atoms();
+      for (int a = 0; a < n; ++a) {
+        top.type.push_back(m.type[a]);
+        top.charge.push_back(m.charge[a]);
+        top.mass.push_back(m.mass[a]);
+        top.atom_name.push_back(m.atom_name[a]);
+        top.residue_name.push_back(m.residue_name[a]);
+        top.residue_number.push_back(m.residue_number[a]);
+        std::vector<int> e;
+        for (int b : excl[a]) e.push_back(b + off);
+        top.exclusions.push_back(std::move(e));
+      }
+      for (HarmonicBond b : m.bonds) top.bonds.push_back({b.i + off, b.j + off, b.b0, b.kb});
+      for (HarmonicAngle a : m.angles) top.angles.push_back({a.i + off, a.j + off, a.k + off, a.theta0, a.k_theta});
+      for (LjPair p : m.pairs) top.pairs.push_back({p.i + off, p.j + off, p.c6, p.c12});
+      for (Settle s : m.settles) top.settles.push_back({s.ow + off, s.doh, s.dhh});
+    }
+  }
+}
+
+}  // namespace
+
+QK_ENV_OPTIONAL_STRING(env_gmxdata, "GMXDATA",
+                       "GROMACS's data folder: qk md looks for #include'd force fields in $GMXDATA/top "
+                       "(default /usr/share/gromacs/top)");
+
+std::string gromacs_top_dir() {
+  const std::optional<std::string> data = env_gmxdata.lookup();
+  return data && !data->empty() ? *data + "/top" : std::string("/usr/share/gromacs/top");
+}
+
+Topology read_top(const std::string& path, const TopOptions& options) {
+  std::vector<std::string> dirs = options.include_dirs;
+  dirs.push_back(gromacs_top_dir());
+  Preprocessor pp(options.defines, dirs);
+  std::vector<SourceLine> lines = pp.run(path);
+  Topology top;
+  TopReader reader(&top);
+  for (const SourceLine& l : lines) reader.line(l);
+  reader.finish(path);
+  return top;
+}
+
+}  // namespace qk::md

@@ -1,0 +1,53 @@
+// A fixture system of tests/fixtures/md: its inputs and GROMACS's step-0
+// energies (reference.txt, "name<TAB>value" lines from gmx energy).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "qk/hpc/md/gro.h"
+#include "qk/hpc/md/mdp.h"
+#include "qk/hpc/md/topology.h"
+
+namespace qk::md::test {
+
+// Every step-0 term must equal GROMACS's to this relative error (issue 34).
+inline constexpr double kRelTol = 1e-4;
+
+struct Fixture {
+  std::string dir;
+  GroFile conf;
+  MdpOptions mdp;
+  Topology top;
+  std::map<std::string, double> reference;
+
+  explicit Fixture(const std::string& system)
+      : dir(std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/" + system),
+        conf(read_gro(dir + "/conf.gro")),
+        mdp(read_mdp(dir + "/run.mdp")),
+        top(read_top(dir + "/topol.top", TopOptions{mdp.defines, {}})) {
+    std::ifstream in(dir + "/reference.txt");
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t tab = line.find('\t');
+      if (tab != std::string::npos) reference[line.substr(0, tab)] = std::stod(line.substr(tab + 1));
+    }
+  }
+  std::vector<Vec3> x() const {
+    std::vector<Vec3> out;
+    for (const GroAtom& a : conf.atoms) out.push_back(a.x);
+    return out;
+  }
+  bool has_ref(const std::string& name) const { return reference.count(name) > 0; }
+  double ref(const std::string& name) const {
+    auto it = reference.find(name);
+    if (it == reference.end()) ADD_FAILURE() << dir << "/reference.txt has no '" << name << "'";
+    return it == reference.end() ? 0.0 : it->second;
+  }
+};
+
+}  // namespace qk::md::test
