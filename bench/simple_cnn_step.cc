@@ -5,10 +5,14 @@
 //
 //   simple_cnn_step --model simple_cnn --threads 2 --batch 64 --steps 30 --warmup 5
 //                   [--mode train|infer] [--optimizer sgd|adam] [--amp off|bf16] [--device cpu|cuda]
+//                   [--cudnn-benchmark 0|1] [--cuda-graph 0|1]
 //
 // train: forward + loss + backward + optimizer step in train mode (dropout on).
 // infer: forward only, eval mode, no autograd graph (as `qk infer cifar10`);
-//        --batch 1 gives the single-image latency.
+//        --batch 1 gives the single-image latency. --cuda-graph 1 (a GPU only)
+//        records the forward once after the warm-up and replays it each step
+//        (qk::capture_graph): the latency without the host's per-op time.
+//        Training with graphs is `qk train cifar10 --cuda-graph`.
 // Prints one JSON line: images_per_s, ms_per_step, peak_rss_mb, peak_tensor_mb.
 // One configuration per process, so peak_rss_mb is that configuration's own.
 // --device cuda: model, batch and step on the GPU (every step ends in
@@ -35,7 +39,7 @@
 int main(int argc, char** argv) {
   int threads = 1, batch = 64, steps = 30, warmup = 5;
   std::string model = "simple_cnn", mode = "train", optimizer = "sgd", amp = "off", device = "cpu";
-  bool cudnn_benchmark = false;
+  bool cudnn_benchmark = false, cuda_graph = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--threads") threads = std::atoi(argv[i + 1]);
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
     else if (k == "--amp") amp = argv[i + 1];
     else if (k == "--device") device = argv[i + 1];
     else if (k == "--cudnn-benchmark") cudnn_benchmark = std::string(argv[i + 1]) == "1";
+    else if (k == "--cuda-graph") cuda_graph = std::string(argv[i + 1]) == "1";
     else {
       fmt::print(stderr, "unknown flag {}\n", k);
       return 2;
@@ -57,6 +62,10 @@ int main(int argc, char** argv) {
       (model != "simple_cnn" && model != "simple_resnet") || (amp != "off" && amp != "bf16")) {
     fmt::print(stderr,
                "expected --model simple_cnn|simple_resnet --mode train|infer --optimizer sgd|adam --amp off|bf16\n");
+    return 2;
+  }
+  if (cuda_graph && (mode != "infer" || device == "cpu")) {
+    fmt::print(stderr, "--cuda-graph 1 needs --mode infer on a GPU (training with graphs: qk train cifar10 --cuda-graph)\n");
     return 2;
   }
   qk::set_num_threads(threads);
@@ -111,12 +120,25 @@ int main(int argc, char** argv) {
     };
   }
   for (int i = 0; i < warmup; ++i) step();
+  std::unique_ptr<qk::DeviceGraph> graph;
+  qk::Tensor graph_out;  // the recorded forward's result, rewritten by each replay
+  if (cuda_graph) {
+    graph = qk::capture_graph(dev, [&] {
+      qk::NoGradGuard no_grad;
+      qk::autocast::Guard guard(qk::DType::bf16, amp == "bf16");
+      graph_out = fwd(x).sum();
+    });
+    step = [&] {
+      graph->replay();
+      loss_val = graph_out.item<double>();
+    };
+  }
   qk::reset_peak_memory(dev);
   qk::Timer t;
   for (int i = 0; i < steps; ++i) step();
   double s = t.seconds();
-  const std::string impl = fmt::format("{}{}{}", amp == "bf16" ? "qianka-bf16" : "qianka", dev.is_cpu() ? "" : "-",
-                                       dev.is_cpu() ? "" : dev.str());
+  const std::string impl = fmt::format("{}{}{}{}", amp == "bf16" ? "qianka-bf16" : "qianka", dev.is_cpu() ? "" : "-",
+                                       dev.is_cpu() ? "" : dev.str(), cuda_graph ? "-graph" : "");
   fmt::print("{{\"impl\": \"{}\", \"model\": \"{}\", \"mode\": \"{}\", \"optimizer\": \"{}\", \"threads\": {}, "
              "\"batch\": {}, \"images_per_s\": {:.1f}, \"ms_per_step\": {:.3f}, \"peak_rss_mb\": {:.1f}, "
              "\"peak_tensor_mb\": {:.1f}, \"loss\": {:.4f}}}\n",

@@ -176,10 +176,15 @@ for model in simple_cnn simple_resnet; do
     step "$model train b$b" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --batch "$b" --steps 30 --warmup 5 --device cuda --cudnn-benchmark 1
     step "torch $model train b$b" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --batch "$b" --steps 30 --warmup 5 --device cuda --cudnn-benchmark
   done
+  # bf16 autocast (issue 31 part 6: faster than f32)
+  step "$model train b256 bf16" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --batch 256 --steps 30 --warmup 5 --device cuda --cudnn-benchmark 1 --amp bf16
+  step "torch $model train b256 bf16" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --batch 256 --steps 30 --warmup 5 --device cuda --cudnn-benchmark --bf16
   for b in 1 256; do
     step "$model infer b$b" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --mode infer --batch "$b" --steps 50 --warmup 5 --device cuda --cudnn-benchmark 1
     step "torch $model infer b$b" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --mode infer --batch "$b" --steps 50 --warmup 5 --device cuda --cudnn-benchmark
   done
+  # batch-1 latency with the forward replayed as one CUDA graph
+  step "$model infer b1 graph" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --mode infer --batch 1 --steps 50 --warmup 5 --device cuda --cudnn-benchmark 1 --cuda-graph 1
 done
 fi
 note "total $(($(date +%s) - START)) s"

@@ -19,6 +19,7 @@
 #include "common/tiny_gpt.h"
 #include "harness/loopback_backend.h"
 #include "harness/quiet_pretrain.h"
+#include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
 #include "qk/autograd/llm_ops.h"
 #include "qk/base/error.h"
@@ -178,6 +179,42 @@ TEST(LoopbackGraph, GraphedResnetStepsEqualEagerStepsWithBatchNormState) {
   ASSERT_EQ(graphed.second.size(), eager.second.size());
   for (size_t i = 0; i < eager.second.size(); ++i)
     EXPECT_EQ(qk::devtest::max_abs_diff(graphed.second[i], eager.second[i]), 0.0) << "state tensor " << i;
+}
+
+// Graphed inference (bench/simple_cnn_step --mode infer --cuda-graph 1): a
+// ResNet's eval-mode forward recorded once, in f32 and under bf16 autocast,
+// gives for each new image copied into its input the eager forward's logits
+// bit for bit, and a replay runs none of the forward's host code.
+TEST(LoopbackGraph, GraphedInferenceEqualsTheEagerForward) {
+  qk::harness::install_complete_loopback();
+  for (const bool bf16 : {false, true}) {
+    qk::manual_seed(3);
+    const qk::models::CifarModel m = qk::models::make_cifar_model("simple_resnet");
+    m.module->to(kDev);
+    m.module->eval();
+    auto forward = [&](const Tensor& x) {
+      qk::NoGradGuard no_grad;
+      qk::autocast::Guard guard(qk::DType::bf16, bf16);
+      return m.forward(x);
+    };
+    const Tensor image = qk::ops::to_device(qk::zeros({1, 3, 32, 32}), kDev);
+    forward(image);  // warm-up, as the bench's
+    int64_t forwards = 0;
+    Tensor logits;
+    const auto graph = qk::capture_graph(kDev, [&] {
+      ++forwards;
+      logits = forward(image);
+    });
+    ASSERT_GT(graph->num_nodes(), 10);
+    qk::manual_seed(4);
+    for (int i = 0; i < 3; ++i) {
+      const Tensor x = qk::ops::to_device(qk::randn({1, 3, 32, 32}), kDev);
+      qk::ops::copy_(image, x);
+      graph->replay();
+      EXPECT_EQ(qk::devtest::max_abs_diff(logits, forward(x)), 0.0) << (bf16 ? "bf16 " : "f32 ") << "image " << i;
+    }
+    EXPECT_EQ(forwards, 1);
+  }
 }
 
 // `qk pretrain-gpt --enable-cuda-graph` (the library call) on the device:
