@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "qk/autograd/functions.h"
 #include "qk/autograd/llm_ops.h"
 #include "qk/base/error.h"
 #include "qk/base/host_info.h"
@@ -27,6 +28,9 @@
 #include "qk/tensor/ops/linalg.h"
 #include "qk/tensor/ops/norm.h"
 #include "qk/tensor/ops/optimizer.h"
+#include "qk/transformer/functional.h"
+#include "costs.h"
+#include "stream_kinds.h"
 
 namespace qk::sim {
 
@@ -136,6 +140,203 @@ bool measure_link(Link& link, const std::function<void(const std::string&)>& say
   return true;
 }
 
+// One size of a streaming kind: its real op's forward (from fresh leaves,
+// grad mode on, as in training) and backward, the GEMM seconds inside them
+// that the model prices apart (the attention core's, the loss's logits),
+// and the bytes the model counts for each pass (stream_kinds.h).
+struct KindSize {
+  std::function<Tensor()> forward;
+  Tensor grad;  // what the output's backward starts from (undefined: a scalar)
+  double bytes_fwd = 0, bytes_bwd = 0;
+  double gemm_fwd = 0, gemm_bwd = 0;
+};
+
+// Times one size: {forward, backward} seconds beyond the GEMMs. A kind
+// whose op computes its gradients in the forward (the fused output layer
+// and loss) has its time split between the passes by the model's bytes.
+// Where the GEMMs' estimate leaves (almost) nothing, the kind is taken at
+// the device's streaming bandwidth `floor_gb_s`: its own time is then below
+// the estimate's error.
+std::pair<double, double> time_kind(const KindSize& k, qk::Device dev, int reps, bool fused_backward,
+                                    double floor_gb_s) {
+  const double fwd = best_seconds([&] { k.forward(); }, dev, reps);
+  const double both = best_seconds(
+      [&] {
+        const Tensor out = k.forward();
+        out.backward(k.grad);
+      },
+      dev, reps);
+  const double bw = floor_gb_s * 1e9;
+  if (fused_backward) {
+    const double rest = std::max((k.bytes_fwd + k.bytes_bwd) / bw, both - k.gemm_fwd - k.gemm_bwd);
+    const double share = k.bytes_fwd / (k.bytes_fwd + k.bytes_bwd);
+    return {rest * share, rest * (1 - share)};
+  }
+  if (k.gemm_fwd == 0 && k.gemm_bwd == 0) return {fwd, std::max(1e-9, both - fwd)};
+  return {std::max(k.bytes_fwd / bw, fwd - k.gemm_fwd), std::max(k.bytes_bwd / bw, both - fwd - k.gemm_bwd)};
+}
+
+// Each kind the model prices (stream_kinds.h) measured with the op the
+// trainer runs, at three sizes, f32.
+void calibrate_stream_kinds(Device& d, const Cluster& c, qk::Device dev, bool quick, int reps, Generator& gen,
+                            const std::function<void(const std::string&)>& say) {
+  using streams::Pass;
+  const DeviceRates rates(c, "fp32", 1);
+  const int64_t D = 64;
+  // (tokens, hidden, sequence, vocabulary) of the sizes: a small layer's
+  // (from cache), a small GPT's micro-batch, and a larger one.
+  struct Size {
+    int64_t n, h, t, v;
+  };
+  const std::vector<Size> sizes = quick ? std::vector<Size>{{32, 64, 16, 256}, {128, 128, 64, 512}}
+                                        : std::vector<Size>{{64, 256, 64, 1024}, {256, 256, 128, 4096},
+                                                            {1024, 512, 512, 4096}};
+  auto leaf = [&](const Shape& shape) { return randn(shape, {}, gen).to(dev).requires_grad_(); };
+  auto fresh = [](const Tensor& t) { return t.detach().requires_grad_(); };
+  auto grad_for = [&](const Tensor& out) { return randn(out.shape(), {}, gen).to(dev); };
+  using Make = std::function<KindSize(const Size&)>;
+  // The unfused attention core (q, k, v strided views of one projection, as
+  // the layer splits them), less its two batched GEMMs each way.
+  auto attention = [&](bool drop) -> Make {
+    return [&, drop](const Size& z) {
+      const int64_t b = z.n / z.t, heads = z.h / D;
+      const Tensor qkv = randn({b, z.t, heads, 3, D}, {}, gen).to(dev);
+      const Tensor q = qkv.select(3, 0), kk = qkv.select(3, 1), v = qkv.select(3, 2);
+      transformer::CoreAttentionOptions o;
+      o.causal = true;
+      o.dropout_p = drop ? 0.1 : 0.0;
+      o.training = true;
+      o.generator = &gen;
+      KindSize k;
+      k.forward = [=] { return transformer::core_attention(fresh(q), fresh(kk), fresh(v), o); };
+      k.grad = grad_for(k.forward());
+      const double t = double(z.t), bh = double(b * heads), scores = bh * t * t;
+      k.gemm_fwd = rates.gemm(t, t, double(D), bh) + rates.gemm(t, double(D), t, bh);
+      k.gemm_bwd = 2 * k.gemm_fwd;
+      k.bytes_fwd = streams::softmax(Pass::forward, 4, drop, scores);
+      k.bytes_bwd = streams::softmax(Pass::backward, 4, drop, scores);
+      return k;
+    };
+  };
+  const std::vector<std::pair<std::string, Make>> kinds = {
+      {"layer_norm",
+       [&](const Size& z) {
+         const Tensor x = leaf({z.n, z.h}), w = leaf({z.h}), b = leaf({z.h});
+         KindSize k;
+         k.forward = [=] { return layer_norm(fresh(x), {z.h}, fresh(w), fresh(b), 1e-5); };
+         k.grad = grad_for(k.forward());
+         k.bytes_fwd = streams::norm(Pass::forward, 4, double(z.n * z.h));
+         k.bytes_bwd = streams::norm(Pass::backward, 4, double(z.n * z.h));
+         return k;
+       }},
+      {"rms_norm",
+       [&](const Size& z) {
+         const Tensor x = leaf({z.n, z.h}), w = leaf({z.h});
+         KindSize k;
+         k.forward = [=] { return rms_norm(fresh(x), {z.h}, fresh(w), 1e-5); };
+         k.grad = grad_for(k.forward());
+         k.bytes_fwd = streams::norm(Pass::forward, 4, double(z.n * z.h));
+         k.bytes_bwd = streams::norm(Pass::backward, 4, double(z.n * z.h));
+         return k;
+       }},
+      {"residual",
+       [&](const Size& z) {
+         const Tensor x = leaf({z.n, z.h}), r = leaf({z.n, z.h});
+         KindSize k;
+         k.forward = [=] { return fresh(r) + fresh(x); };
+         k.grad = grad_for(k.forward());
+         k.bytes_fwd = streams::residual(Pass::forward, 4, 0, double(z.n * z.h));
+         k.bytes_bwd = streams::residual(Pass::backward, 4, 0, double(z.n * z.h));
+         return k;
+       }},
+      {"dropout_add",
+       [&](const Size& z) {
+         const Tensor x = leaf({z.n, z.h}), r = leaf({z.n, z.h});
+         KindSize k;
+         k.forward = [=, &gen] { return fresh(r) + dropout(fresh(x), 0.1, true, gen); };
+         k.grad = grad_for(k.forward());
+         k.bytes_fwd = streams::residual(Pass::forward, 4, 1, double(z.n * z.h));
+         k.bytes_bwd = streams::residual(Pass::backward, 4, 1, double(z.n * z.h));
+         return k;
+       }},
+      {"gelu",
+       [&](const Size& z) {
+         const Tensor x = leaf({z.n, 4 * z.h});
+         KindSize k;
+         k.forward = [=] { return transformer::mlp_activation(fresh(x), transformer::Activation::gelu, false); };
+         k.grad = grad_for(k.forward());
+         k.bytes_fwd = streams::activation(Pass::forward, false, 4, double(z.n * 4 * z.h));
+         k.bytes_bwd = streams::activation(Pass::backward, false, 4, double(z.n * 4 * z.h));
+         return k;
+       }},
+      {"swiglu",
+       [&](const Size& z) {
+         const Tensor x = leaf({z.n, 8 * z.h});
+         KindSize k;
+         k.forward = [=] { return transformer::mlp_activation(fresh(x), transformer::Activation::silu, true); };
+         k.grad = grad_for(k.forward());
+         k.bytes_fwd = streams::activation(Pass::forward, true, 4, double(z.n * 4 * z.h));
+         k.bytes_bwd = streams::activation(Pass::backward, true, 4, double(z.n * 4 * z.h));
+         return k;
+       }},
+      {"rope",
+       [&](const Size& z) {
+         const Tensor x = leaf({z.n / z.t, z.t, z.h / D, D});
+         const transformer::RotaryTables tab = transformer::rotary_tables(D, 10000, 0, z.t).to(dev);
+         KindSize k;
+         k.forward = [=] { return transformer::apply_rotary_embedding(fresh(x), tab.cos, tab.sin); };
+         k.grad = grad_for(k.forward());
+         k.bytes_fwd = k.bytes_bwd = streams::rope(4, double(z.n * z.h));
+         return k;
+       }},
+      {"softmax", attention(false)},
+      {"softmax_dropout", attention(true)},
+      {"cross_entropy",
+       [&](const Size& z) {
+         // Megatron's init (std 0.02) keeps the logits small, as in training:
+         // with std 1 the softmax's tails are denormal and every GEMM slows.
+         const Tensor x = leaf({z.n, z.h}), w = (randn({z.v, z.h}, {}, gen) * 0.02).to(dev);
+         const Tensor labels = randint(0, z.v, {z.n}, DType::i64, gen).to(dev);
+         KindSize k;
+         k.forward = [=] { return transformer::output_loss(fresh(x), fresh(w), labels); };
+         const double n = double(z.n), v = double(z.v), h = double(z.h);
+         k.gemm_fwd = rates.gemm(n, v, h);
+         k.gemm_bwd = rates.gemm(n, h, v) + rates.gemm(v, h, n);
+         k.bytes_fwd = streams::cross_entropy(Pass::forward, 4, n * v);
+         k.bytes_bwd = streams::cross_entropy(Pass::backward, 4, n * v);
+         return k;
+       }},
+      {"embedding",
+       [&](const Size& z) {
+         const Tensor w = leaf({z.v, z.h});
+         const Tensor ids = randint(0, z.v, {z.n}, DType::i64, gen).to(dev);
+         KindSize k;
+         k.forward = [=] { return embedding(fresh(w), ids); };
+         k.grad = grad_for(k.forward());
+         k.bytes_fwd = streams::embedding(Pass::forward, 4, false, 0, double(z.n * z.h));
+         k.bytes_bwd = streams::embedding(Pass::backward, 4, false, 0, double(z.n * z.h));
+         return k;
+       }},
+  };
+  for (const auto& [name, make] : kinds) {
+    StreamKernel f, b;
+    for (const Size& z : sizes) {
+      const KindSize k = make(z);
+      const auto [fs, bs] = time_kind(k, dev, reps, name == "cross_entropy", d.memory_bandwidth_gb_s);
+      f.samples.push_back({k.bytes_fwd, k.bytes_fwd / fs / 1e9});
+      b.samples.push_back({k.bytes_bwd, k.bytes_bwd / bs / 1e9});
+    }
+    auto rates_of = [](const StreamKernel& x) {
+      std::string r;
+      for (const StreamSample& s : x.samples) r += fmt::format("{}{:.2f}", r.empty() ? "" : " / ", s.gb_s);
+      return r;
+    };
+    say(fmt::format("{}: forward {} GB/s, backward {} GB/s (small to large)", name, rates_of(f), rates_of(b)));
+    d.stream_kernels[streams::key(name, Pass::forward)] = std::move(f);
+    d.stream_kernels[streams::key(name, Pass::backward)] = std::move(b);
+  }
+}
+
 }  // namespace
 
 Cluster calibrate(const CalibrateOptions& o, const std::function<void(const std::string&)>& progress) {
@@ -226,6 +427,9 @@ Cluster calibrate(const CalibrateOptions& o, const std::function<void(const std:
     d.kernel_floor_us = best_seconds([&] { ops::add(x, y); }, dev, reps * 10) * 1e6;
     say(fmt::format("shortest kernel (add of 16 elements): {:.2f} us", d.kernel_floor_us));
   }
+
+  // ---- each streaming kind the model prices, with the trainer's own ops
+  calibrate_stream_kinds(d, c, dev, o.quick, reps, gen, say);
 
   // ---- flash attention forward and backward, against the dtype's GEMM peak
   {

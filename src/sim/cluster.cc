@@ -4,10 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "presets.h"
+#include "stream_kinds.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
@@ -130,6 +132,19 @@ double Device::peak_flops(const std::string& dtype) const {
   return it->second;
 }
 
+double StreamKernel::gb_s(double bytes) const {
+  QK_CHECK(!samples.empty(), "StreamKernel::gb_s: no samples");
+  if (bytes <= samples.front().bytes) return samples.front().gb_s;
+  if (bytes >= samples.back().bytes) return samples.back().gb_s;
+  for (size_t i = 1; i < samples.size(); ++i)
+    if (bytes <= samples[i].bytes) {
+      const double lo = std::log(samples[i - 1].bytes), hi = std::log(samples[i].bytes);
+      const double w = hi > lo ? (std::log(bytes) - lo) / (hi - lo) : 1.0;
+      return samples[i - 1].gb_s * (1 - w) + samples[i].gb_s * w;
+    }
+  return samples.back().gb_s;
+}
+
 double Cluster::node_network_gb_s() const {
   return network.nic.bandwidth_gb_s * network.nic.efficiency * network.nics_per_node;
 }
@@ -195,6 +210,34 @@ Cluster parse_cluster(const std::string& text, const std::string& origin) {
     dev.memory_bandwidth_gb_s = d.number("memory_bandwidth_gb_s", 0, true);
     dev.memory_efficiency = d.number_or("memory_efficiency", 0.8, 0, true, 1.0);
     dev.kernel_floor_us = d.number_or("kernel_floor_us", 0, 0, false);
+    if (d.has("stream_kernels")) {
+      Fields sk = d.object("stream_kernels");
+      const json& sj = d.at("stream_kernels");
+      for (auto it = sj.begin(); it != sj.end(); ++it) {
+        bool known = false;
+        std::string names;
+        for (const std::string& kind : streams::kinds())
+          for (const auto pass : {streams::Pass::forward, streams::Pass::backward}) {
+            known = known || it.key() == streams::key(kind, pass);
+            names += (names.empty() ? "" : ", ") + streams::key(kind, pass);
+          }
+        if (!known) sk.fail(it.key(), "unknown kernel kind (known: " + names + ")");
+        Fields k = sk.object(it.key());
+        const json& arr = k.at("samples");
+        if (!arr.is_array() || arr.empty()) k.fail("samples", "expected a non-empty array of {bytes, gb_s}");
+        StreamKernel x;
+        for (size_t i = 0; i < arr.size(); ++i) {
+          Fields e(arr[i], k.name("samples") + "[" + std::to_string(i) + "]", origin);
+          x.samples.push_back({e.number("bytes", 0, true), e.number("gb_s", 0, true)});
+          e.done();
+        }
+        std::sort(x.samples.begin(), x.samples.end(),
+                  [](const StreamSample& a, const StreamSample& b) { return a.bytes < b.bytes; });
+        k.done();
+        dev.stream_kernels[it.key()] = x;
+      }
+      sk.done();
+    }
     dev.cpu_cores = static_cast<int>(d.integer_or("cpu_cores", 0, 0));
     dev.threads_per_rank = static_cast<int>(d.integer_or("threads_per_rank", 0, 0));
     d.done();
@@ -245,6 +288,15 @@ std::string cluster_to_json(const Cluster& c) {
          {"memory_bandwidth_gb_s", d.memory_bandwidth_gb_s},
          {"memory_efficiency", d.memory_efficiency},
          {"kernel_floor_us", d.kernel_floor_us}};
+  if (!d.stream_kernels.empty()) {
+    json sk = json::object();
+    for (const auto& [k, v] : d.stream_kernels) {
+      json samples = json::array();
+      for (const StreamSample& x : v.samples) samples.push_back({{"bytes", x.bytes}, {"gb_s", x.gb_s}});
+      sk[k] = {{"samples", samples}};
+    }
+    dev["stream_kernels"] = sk;
+  }
   if (d.cpu_cores > 0) dev["cpu_cores"] = d.cpu_cores;
   if (d.threads_per_rank > 0) dev["threads_per_rank"] = d.threads_per_rank;
   json j = {{"name", c.name},

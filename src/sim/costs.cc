@@ -74,6 +74,19 @@ double DeviceRates::stream(double bytes) const {
   return kernel(bytes / (d.memory_bandwidth_gb_s * 1e9 * d.memory_efficiency * scale_));
 }
 
+double DeviceRates::stream(const std::string& key, std::initializer_list<double> pieces) const {
+  const auto it = c_.device.stream_kernels.find(key);
+  if (it == c_.device.stream_kernels.end()) {
+    double s = 0;
+    for (const double b : pieces)
+      if (b > 0) s += stream(b);
+    return s;
+  }
+  double bytes = 0;
+  for (const double b : pieces) bytes += b;
+  return kernel(bytes / (it->second.gb_s(bytes) * 1e9 * scale_));
+}
+
 GroupPlacement place_group(const Cluster& c, int64_t size, int64_t stride, int64_t world) {
   QK_CHECK(size >= 1 && stride >= 1, "place_group: size ", size, ", stride ", stride);
   GroupPlacement g;

@@ -4,6 +4,7 @@
 // links. Each piece is tested against hand-computed values (tests/sim).
 #pragma once
 
+#include <initializer_list>
 #include <string>
 
 #include "qk/qccl/cost_model.h"
@@ -29,6 +30,10 @@ class DeviceRates {
   double flash_backward(double flops) const;
   // A streaming kernel that reads and writes `bytes` in all.
   double stream(double bytes) const;
+  // A streaming piece of kind `key` ("layer_norm.forward": stream_kinds.h):
+  // at its calibrated rate for that many bytes when the device has one, else
+  // the sum of stream(piece) over the pieces the model counts for it.
+  double stream(const std::string& key, std::initializer_list<double> pieces) const;
   // Seconds of one kernel that would take `seconds` alone (the device's floor).
   double kernel(double seconds) const;
   double contention() const { return scale_; }

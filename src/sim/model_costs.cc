@@ -9,11 +9,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "stream_kinds.h"
+
 namespace qk::sim {
 
 namespace {
 
 using qccl::Collective;
+using streams::Pass;
+constexpr Pass kFwd = Pass::forward, kBwd = Pass::backward;
 
 struct Dims {
   double T, s_q, s_kv, b, h, t, sp, e;
@@ -87,10 +91,11 @@ Core attention_core(const CostContext& x, const Dims& d) {
     const double scores = batch * d.s_q * d.s_kv;
     const double g_qk = x.rates.gemm(d.s_q, d.s_kv, dqk, batch), g_pv = x.rates.gemm(d.s_q, dv, d.s_kv, batch);
     const bool dropout = c.attention_dropout > 0;
-    core.fwd = g_qk + g_pv + x.rates.stream(2 * d.e * scores) + (dropout ? x.rates.stream((2 * d.e + 1) * scores) : 0);
+    const std::string kind = dropout ? "softmax_dropout" : "softmax";
+    const double mask = dropout ? (2 * d.e + 1) * scores : 0;  // streams::softmax, in its two passes
+    core.fwd = g_qk + g_pv + x.rates.stream(streams::key(kind, kFwd), {2 * d.e * scores, mask});
     // dS = dP.V^T-style products: two per forward product.
-    core.bwd = 2 * (g_qk + g_pv) + x.rates.stream(3 * d.e * scores) +
-               (dropout ? x.rates.stream((2 * d.e + 1) * scores) : 0);
+    core.bwd = 2 * (g_qk + g_pv) + x.rates.stream(streams::key(kind, kBwd), {3 * d.e * scores, mask});
   }
   if (x.layout.cp > 1) {
     // Ring attention: cp - 1 steps, each passing this rank's keys and values
@@ -110,16 +115,19 @@ Core attention_core(const CostContext& x, const Dims& d) {
 
 // The streaming kernels around a block: its norm, and the bias-dropout-add
 // after it (forward; the backward is counted from them below).
-double norm_fwd(const CostContext& x, const Dims& d) { return x.rates.stream(2 * d.e * d.T * d.h / d.sp); }
-double norm_bwd(const CostContext& x, const Dims& d) { return x.rates.stream(3 * d.e * d.T * d.h / d.sp); }
-double residual_fwd(const CostContext& x, const Dims& d) {
-  const double mask = x.config.hidden_dropout > 0 ? 1.0 : 0.0;
-  return x.rates.stream((3 * d.e + mask) * d.T * d.h / d.sp);
+double norm(const CostContext& x, const Dims& d, Pass p) {
+  const char* kind = x.config.normalization == transformer::Normalization::RMSNorm ? "rms_norm" : "layer_norm";
+  return x.rates.stream(streams::key(kind, p), {streams::norm(p, d.e, d.T * d.h / d.sp)});
 }
-double residual_bwd(const CostContext& x, const Dims& d) {
-  const double mask = x.config.hidden_dropout > 0 ? 1.0 : 0.0;
-  return x.rates.stream((2 * d.e + mask) * d.T * d.h / d.sp);
+double norm_fwd(const CostContext& x, const Dims& d) { return norm(x, d, kFwd); }
+double norm_bwd(const CostContext& x, const Dims& d) { return norm(x, d, kBwd); }
+double residual(const CostContext& x, const Dims& d, Pass p) {
+  const bool dropout = x.config.hidden_dropout > 0;
+  return x.rates.stream(streams::key(dropout ? "dropout_add" : "residual", p),
+                        {streams::residual(p, d.e, dropout ? 1.0 : 0.0, d.T * d.h / d.sp)});
 }
+double residual_fwd(const CostContext& x, const Dims& d) { return residual(x, d, kFwd); }
+double residual_bwd(const CostContext& x, const Dims& d) { return residual(x, d, kBwd); }
 
 // An MLP of `width` over `tokens` rows (fc1, activation, fc2).
 struct Mlp {
@@ -132,11 +140,17 @@ Mlp mlp(const CostContext& x, const Dims& d, double tokens, double width, int64_
   const Gemm fc1 = gemm(x.rates, tokens / k, rows / d.t, d.h);
   const Gemm fc2 = gemm(x.rates, tokens / k, d.h, width / d.t);
   const double act = tokens * width / d.t;
+  // The calibrated kinds: erf GELU and SwiGLU; other activations stream at the device's bandwidth.
+  const std::string kind = c.is_swiglu() ? "swiglu"
+                           : (!c.gated_linear_unit && c.activation_func == transformer::Activation::gelu) ? "gelu"
+                                                                                                          : "";
   Mlp m;
   m.fc1 = k * fc1.fwd;
   m.fc2 = k * fc2.fwd;
-  m.fwd = k * (fc1.fwd + fc2.fwd) + x.rates.stream((c.gated_linear_unit ? 3 : 2) * d.e * act);
-  m.bwd = k * (fc1.bwd + fc2.bwd) + x.rates.stream((c.gated_linear_unit ? 5 : 3) * d.e * act);
+  m.fwd = k * (fc1.fwd + fc2.fwd) +
+          x.rates.stream(streams::key(kind, kFwd), {streams::activation(kFwd, c.gated_linear_unit, d.e, act)});
+  m.bwd = k * (fc1.bwd + fc2.bwd) +
+          x.rates.stream(streams::key(kind, kBwd), {streams::activation(kBwd, c.gated_linear_unit, d.e, act)});
   return m;
 }
 
@@ -173,16 +187,17 @@ PassCosts layer_costs(const CostContext& x, int64_t layer_number, bool recompute
     proj = gemm(x.rates, d.T, d.h, static_cast<double>(c.query_projection_size()) / d.t);
   }
   const Core core = attention_core(x, d);
-  double rope_fwd = 0;
+  double rope_fwd = 0, rope_bwd = 0;
   if (c.position_embedding_type == transformer::PositionEmbeddingType::rope) {
     const double rotated = c.multi_latent_attention
                                ? static_cast<double>(c.num_attention_heads + 1) * static_cast<double>(c.qk_pos_emb_head_dim)
                                : static_cast<double>(c.num_attention_heads + c.num_query_groups) *
                                      static_cast<double>(c.kv_channels);
-    rope_fwd = x.rates.stream(2 * d.e * d.T * rotated / d.t);
+    rope_fwd = x.rates.stream(streams::key("rope", kFwd), {streams::rope(d.e, d.T * rotated / d.t)});
+    rope_bwd = x.rates.stream(streams::key("rope", kBwd), {streams::rope(d.e, d.T * rotated / d.t)});
   }
   fwd.compute += norm_fwd(x, d) + qkv.fwd + extra_fwd + rope_fwd + core.fwd + proj.fwd + residual_fwd(x, d);
-  bwd.compute += norm_bwd(x, d) + qkv.bwd + extra_bwd + rope_fwd + core.bwd + proj.bwd + residual_bwd(x, d);
+  bwd.compute += norm_bwd(x, d) + qkv.bwd + extra_bwd + rope_bwd + core.bwd + proj.bwd + residual_bwd(x, d);
   fwd.tp += tp_block(x, d, qkv.fwd, proj.fwd);
   bwd.tp += tp_block(x, d, proj.bwd / 2, qkv.bwd / 2);
   fwd.cp += core.cp_fwd;
@@ -249,8 +264,9 @@ PassCosts embedding_costs(const CostContext& x) {
   const bool learned = c.position_embedding_type == transformer::PositionEmbeddingType::learned_absolute;
   // Gather the rows, add the positions, dropout; the backward scatters into
   // the fp32 gradient of the table.
-  out.forward.compute = x.rates.stream((2 * d.e + (learned ? 2 * d.e : 0) + mask) * d.T * d.h);
-  out.backward.compute = x.rates.stream((d.e + 4 + 4 + mask) * d.T * d.h);
+  for (const Pass p : {kFwd, kBwd})
+    (p == kFwd ? out.forward : out.backward).compute =
+        x.rates.stream(streams::key("embedding", p), {streams::embedding(p, d.e, learned, mask, d.T * d.h)});
   if (x.layout.tp > 1) {
     const double bytes = d.e * d.T * d.h;
     // The vocabulary-parallel lookup: all-reduce (reduce-scatter under SP);
@@ -270,8 +286,12 @@ PassCosts output_costs(const CostContext& x) {
   const Gemm logits = gemm(x.rates, d.T, vocab, d.h);
   // Final norm; the logits; the loss: to f32, max, sum of exponentials,
   // the target's logit, the softmax kept for the backward.
-  out.forward.compute = norm_fwd(x, d) + logits.fwd + x.rates.stream((12 + d.e) * d.T * vocab);
-  out.backward.compute = norm_bwd(x, d) + logits.bwd + x.rates.stream((4 + 2 * d.e) * d.T * vocab);
+  out.forward.compute = norm_fwd(x, d) + logits.fwd +
+                        x.rates.stream(streams::key("cross_entropy", kFwd),
+                                       {streams::cross_entropy(kFwd, d.e, d.T * vocab)});
+  out.backward.compute = norm_bwd(x, d) + logits.bwd +
+                         x.rates.stream(streams::key("cross_entropy", kBwd),
+                                        {streams::cross_entropy(kBwd, d.e, d.T * vocab)});
   if (x.layout.tp > 1) {
     const double bytes = d.e * d.T * d.h;
     // Three small all-reduces of the vocabulary-parallel cross entropy (max,

@@ -95,6 +95,16 @@ TEST(QkSim, CalibrateWritesAClusterTheSimulatorReads) {
   const RunResult cal = run_qk("sim calibrate --quick --output " + dir + "/local.json");
   ASSERT_EQ(cal.exit_code, 0) << cal.output;
   EXPECT_NE(cal.output.find("gemm "), std::string::npos) << cal.output;
+  EXPECT_NE(cal.output.find("gelu: forward "), std::string::npos) << cal.output;
+  // Every streaming kind the model prices, both passes, measured at each size.
+  const nlohmann::json file = nlohmann::json::parse(read_file(dir + "/local.json"));
+  const nlohmann::json& kinds = file["device"]["stream_kernels"];
+  EXPECT_EQ(kinds.size(), 22u) << kinds.dump();
+  for (const char* k : {"layer_norm.forward", "softmax.backward", "cross_entropy.forward", "embedding.backward"}) {
+    ASSERT_TRUE(kinds.contains(k)) << k;
+    EXPECT_EQ(kinds[k]["samples"].size(), 2u) << k;
+    for (const auto& sample : kinds[k]["samples"]) EXPECT_GT(sample["gb_s"].get<double>(), 0) << k;
+  }
   const RunResult r =
       run_qk("sim --world-size 2 --cluster " + dir + "/local.json --json" + kModel, "QK_SIM_CALIBRATION=/nowhere");
   ASSERT_EQ(r.exit_code, 0) << r.output;

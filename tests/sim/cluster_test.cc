@@ -65,13 +65,33 @@ TEST(ClusterFile, ErrorsNameTheField) {
   EXPECT_NE(error_of(with("\"memory_efficiency\"", "\"memory_efficency\"")).find("device.memory_efficency: unknown field"),
             std::string::npos);
   EXPECT_NE(error_of("{\"name\": ").find("bad.json: not valid JSON"), std::string::npos);
+  // Calibrated streaming kinds: only the kinds the model prices, each with samples.
+  const std::string gelu = R"("stream_kernels": {"gelu.forward": {"samples": [{"bytes": 1e6, "gb_s": 2}]}}, "memory_gb")";
+  EXPECT_EQ(error_of(with("\"memory_gb\"", gelu)), "(no error)");
+  EXPECT_NE(error_of(with("\"memory_gb\"", R"("stream_kernels": {"gelo.forward": {"samples": []}}, "memory_gb")"))
+                .find("device.stream_kernels.gelo.forward: unknown kernel kind (known: layer_norm.forward"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("\"memory_gb\"", R"("stream_kernels": {"gelu.forward": {"samples": []}}, "memory_gb")"))
+                .find("device.stream_kernels.gelu.forward.samples: expected a non-empty array"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("\"memory_gb\"",
+                          R"("stream_kernels": {"rope.backward": {"samples": [{"bytes": 1e6, "gb_s": 0}]}}, "memory_gb")"))
+                .find("device.stream_kernels.rope.backward.samples[0].gb_s: expected a number > 0"),
+            std::string::npos);
 }
 
 TEST(ClusterFile, RoundTrip) {
   Cluster c = test::round_cluster();
   c.device.gemm.samples = {{64, 64, 64, "fp32", 1e10}};
   c.sources["device"] = "a test";
+  c.device.stream_kernels["gelu.backward"].samples = {{1e6, 3}, {1e4, 2}};
   const Cluster back = parse_cluster(cluster_to_json(c), "round trip");
+  ASSERT_EQ(back.device.stream_kernels.size(), 1u);
+  const auto& gelu = back.device.stream_kernels.at("gelu.backward").samples;
+  ASSERT_EQ(gelu.size(), 2u);
+  EXPECT_DOUBLE_EQ(gelu[0].bytes, 1e4);  // sorted by size
+  EXPECT_DOUBLE_EQ(gelu[0].gb_s, 2);
+  EXPECT_DOUBLE_EQ(gelu[1].gb_s, 3);
   EXPECT_EQ(back.name, c.name);
   EXPECT_DOUBLE_EQ(back.device.peak_flops("bf16"), 100e12);
   ASSERT_EQ(back.device.gemm.samples.size(), 1u);

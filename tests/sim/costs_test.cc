@@ -58,6 +58,26 @@ TEST(DeviceRates, StreamingFlashAndTheKernelFloor) {
   EXPECT_DOUBLE_EQ(floored.stream(8), 5e-6);
 }
 
+TEST(DeviceRates, CalibratedStreamingKindsTakeTheirOwnRate) {
+  Cluster c = test::round_cluster();
+  c.device.stream_kernels["gelu.forward"].samples = {{1e4, 1}, {1e6, 3}};
+  const DeviceRates r(c, "bf16", 1);
+  const StreamKernel& k = c.device.stream_kernels.at("gelu.forward");
+  EXPECT_DOUBLE_EQ(k.gb_s(1e3), 1);  // below the smallest size: its rate
+  EXPECT_DOUBLE_EQ(k.gb_s(1e8), 3);  // above the largest: its rate
+  EXPECT_NEAR(k.gb_s(1e5), 2, 1e-12);  // halfway in log(bytes)
+  EXPECT_NEAR(r.stream("gelu.forward", {4e4, 6e4}), 1e5 / 2e9, 1e-18);  // the pieces as one call
+  // A kind not calibrated: each piece at the device's streaming bandwidth (1000 GB/s x 0.5).
+  EXPECT_NEAR(r.stream("gelu.backward", {4e4, 6e4}), 1e5 / 500e9, 1e-18);
+  EXPECT_NEAR(r.stream("gelu.backward", {4e4, 0}), 4e4 / 500e9, 1e-18);  // no piece: no kernel
+  c.device.kernel_floor_us = 5;
+  c.device.cpu_cores = 1;
+  c.device.threads_per_rank = 1;
+  const DeviceRates shared(c, "bf16", 2);  // two one-thread ranks on one core: half the rate each
+  EXPECT_NEAR(shared.stream("gelu.forward", {1e6}), 1e6 / 1.5e9, 1e-15);
+  EXPECT_DOUBLE_EQ(shared.stream("gelu.forward", {1}), 5e-6);  // the floor
+}
+
 TEST(DeviceRates, CpuRanksShareTheCores) {
   Cluster c = test::round_cluster();
   c.device.cpu_cores = 2;

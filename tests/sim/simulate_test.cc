@@ -43,6 +43,25 @@ TEST(Simulate, ThroughputAndMfuFollowFromTheStepTime) {
   EXPECT_GT(r.mfu, 0.2);
 }
 
+// A calibrated streaming kind replaces the bandwidth estimate of exactly
+// its own pieces: a slow GELU (as erf on a CPU is) adds its bytes' time at
+// the slow rate, in every layer and micro-batch, and nothing else changes.
+TEST(Simulate, CalibratedKindsPriceTheirOwnPieces) {
+  Cluster c = test::round_cluster();
+  const recipes::MegatronArgs a = parse(small(), 1);
+  const SimResult plain = simulate(a, c);
+  for (const char* k : {"gelu.forward", "gelu.backward"}) c.device.stream_kernels[k].samples = {{1.0, 1.0}};
+  const SimResult slow = simulate(a, c);
+  const double act = 512.0 * 4096;                  // tokens x ffn per micro-batch
+  const double bytes = (2 * 2 + 3 * 2) * act;       // bf16: forward 2e, backward 3e per element
+  const double per_call = bytes / 1e9 - bytes / 500e9;
+  EXPECT_NEAR(slow.time.compute - plain.time.compute, 8 * 32 * per_call, 1e-9 * slow.time.compute);
+  // A kind this model does not use (RMSNorm under LayerNorm) changes nothing.
+  Cluster other = test::round_cluster();
+  other.device.stream_kernels["rms_norm.forward"].samples = {{1.0, 1.0}};
+  EXPECT_DOUBLE_EQ(simulate(a, other).step_time_s, plain.step_time_s);
+}
+
 TEST(Simulate, DataParallelSplitsTheBatch) {
   const Cluster c = test::round_cluster();
   const SimResult one = simulate(parse(small(), 1), c);

@@ -38,6 +38,20 @@ struct GemmModel {
   std::vector<GemmSample> samples;
 };
 
+// A streaming kernel kind as calibrated on this device: the rate its op
+// reached at a few sizes, bytes counted as the model counts them
+// (src/sim/stream_kinds.h). Between the sizes the rate is interpolated in
+// log(bytes), outside them the nearest one holds: small calls run from
+// cache or pay a fixed per-call cost, so the rate is not one number.
+struct StreamSample {
+  double bytes = 0;
+  double gb_s = 0;
+};
+struct StreamKernel {
+  std::vector<StreamSample> samples;  // by bytes, ascending
+  double gb_s(double bytes) const;
+};
+
 struct Device {
   std::string model;
   GemmModel gemm;
@@ -49,6 +63,9 @@ struct Device {
   double memory_bandwidth_gb_s = 2000;    // peak, GB/s
   double memory_efficiency = 0.8;         // what streaming kernels (norms, elementwise, optimizer) reach
   double kernel_floor_us = 0;             // the shortest a kernel takes (launch and tail)
+  // Calibrated kinds ("layer_norm.forward", "gelu.backward", ...: docs/sim.md);
+  // a kind not here streams at memory_bandwidth_gb_s x memory_efficiency.
+  std::map<std::string, StreamKernel> stream_kernels;
   // CPU devices (a calibration with --device cpu): the node's cores, shared
   // by the ranks on it; 0 for accelerators.
   int cpu_cores = 0;

@@ -1,0 +1,58 @@
+// The streaming (non-GEMM) pieces of a layer by kind, and the bytes the
+// model counts for each. model_costs.cc prices them; calibrate.cc runs the
+// real op of each kind at two sizes and fits a per-call overhead and a rate
+// against the same bytes, so a calibrated kind predicts its own op's time
+// (host overhead, copies and slow math included) instead of the device's
+// one streaming bandwidth. Kinds a cluster has not calibrated (every
+// published preset) fall back to that bandwidth.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace qk::sim::streams {
+
+enum class Pass { forward, backward };
+
+// Every kind the model prices by name.
+inline const std::vector<std::string>& kinds() {
+  static const std::vector<std::string> k = {"layer_norm", "rms_norm", "residual", "dropout_add", "gelu",
+                                             "swiglu", "rope", "softmax", "softmax_dropout", "cross_entropy",
+                                             "embedding"};
+  return k;
+}
+
+inline std::string key(const std::string& kind, Pass p) {
+  return kind + (p == Pass::forward ? ".forward" : ".backward");
+}
+
+// Element size e; mask: 1 where a dropout mask byte is written, else 0.
+// A norm over rows x h.
+inline double norm(Pass p, double e, double elems) { return (p == Pass::forward ? 2 : 3) * e * elems; }
+// residual + dropout(x) over rows x h.
+inline double residual(Pass p, double e, double mask, double elems) {
+  return (p == Pass::forward ? 3 * e + mask : 2 * e + mask) * elems;
+}
+// The MLP's non-linearity over tokens x width (gated: over 2 x width inputs).
+inline double activation(Pass p, bool gated, double e, double elems) {
+  return (p == Pass::forward ? (gated ? 3 : 2) : (gated ? 5 : 3)) * e * elems;
+}
+// Rotary embedding over the rotated elements (each way).
+inline double rope(double e, double elems) { return 2 * e * elems; }
+// The unfused attention core beyond its two batched GEMMs: scale, mask and
+// softmax over the score matrix (and dropout over it when on).
+inline double softmax(Pass p, double e, bool dropout, double scores) {
+  return ((p == Pass::forward ? 2 * e : 3 * e) + (dropout ? 2 * e + 1 : 0)) * scores;
+}
+// The loss beyond the logits GEMM, over tokens x vocabulary: to f32, max,
+// sum of exponentials, the target's logit, the softmax kept for the backward.
+inline double cross_entropy(Pass p, double e, double elems) {
+  return (p == Pass::forward ? 12 + e : 4 + 2 * e) * elems;
+}
+// The embedding lookup over tokens x h (learned positions: a second table);
+// the backward scatters into the f32 gradient of the table.
+inline double embedding(Pass p, double e, bool learned, double mask, double elems) {
+  return (p == Pass::forward ? 2 * e + (learned ? 2 * e : 0) + mask : e + 8 + mask) * elems;
+}
+
+}  // namespace qk::sim::streams
