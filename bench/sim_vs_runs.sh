@@ -37,7 +37,7 @@ echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPU
 # The calibration `qk sim` predicts from: one compute thread per rank, as qk run gives
 # each of N ranks cores / N (at least one).
 "$QK" sim calibrate --threads 1 --output "$TMP/local.json" > "$TMP/calibrate.log"
-grep -E "gemm 1024x1024x1024 fp32|layer norm|AdamW|shortest|flash|qccl" "$TMP/calibrate.log" | sed 's/^/#   /'
+grep -E "gemm 1024x1024x1024 fp32|layer norm f32|AdamW|shortest|flash|qccl|^(gelu|softmax|cross_entropy):|ranks at once" "$TMP/calibrate.log" | sed 's/^/#   /'
 echo "| layout | ranks | measured s/iteration | predicted s/step | error | share of the cores | measured x share | error against it | predicted: compute / comm / bubble / optimizer s |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
 run() {  # name ranks flags...

@@ -140,6 +140,67 @@ bool measure_link(Link& link, const std::function<void(const std::string&)>& say
   return true;
 }
 
+// How much ranks sharing this host's cores slow each other (the caches and
+// memory bandwidth they share): a small layer's forward and backward
+// (layer norm, two GEMMs, GELU), run `iters` times alone and then in `ranks`
+// forked processes at once, one thread each. Returns a rank's rate shared
+// over its rate alone, or 0 when it could not be measured.
+double measure_sharing(int ranks, bool quick, Generator& gen, const std::function<void(const std::string&)>& say) {
+  const int64_t n = 512, h = 512, f = 2048;  // ~30 MB live: beyond a core's cache, as training is
+  const Tensor x = randn({n, h}, {}, gen), w1 = randn({f, h}, {}, gen) * 0.02, w2 = randn({h, f}, {}, gen) * 0.02;
+  const Tensor lw = ones({h}), lb = zeros({h}), g = randn({n, h}, {}, gen);
+  auto step = [&] {
+    const Tensor xi = x.detach().requires_grad_(), a = w1.detach().requires_grad_(), b = w2.detach().requires_grad_();
+    linear(gelu(linear(layer_norm(xi, {h}, lw, lb, 1e-5), a)), b).backward(g);
+  };
+  const int iters = quick ? 3 : 20;
+  auto run = [&] {
+    for (int i = 0; i < 2; ++i) step();
+    const Timer t;
+    for (int i = 0; i < iters; ++i) step();
+    return t.seconds();
+  };
+  const double alone = run();
+  int fds[2];
+  if (::pipe(fds) != 0) return 0;
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ranks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) break;
+    if (pid == 0) {
+      ::close(fds[0]);
+      int code = 1;
+      try {
+        const double s = run();
+        code = ::write(fds[1], &s, sizeof s) == static_cast<ssize_t>(sizeof s) ? 0 : 2;
+      } catch (...) {
+      }
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  ::close(fds[1]);
+  double sum = 0;
+  int got = 0;
+  for (double s = 0; ::read(fds[0], &s, sizeof s) == static_cast<ssize_t>(sizeof s);) {
+    sum += s;
+    ++got;
+  }
+  ::close(fds[0]);
+  for (pid_t p : pids) {
+    int st = 0;
+    while (::waitpid(p, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (got != ranks || static_cast<int>(pids.size()) != ranks || sum <= 0) return 0;
+  const double shared = sum / got;
+  const double eff = std::clamp(alone / shared, 0.05, 1.0);
+  say(fmt::format("{} ranks at once: a small layer's step {:.2f} ms each, {:.2f} ms alone -> {:.0f}% of the rate",
+                  ranks, 1e3 * shared / iters, 1e3 * alone / iters, 100 * eff));
+  return eff;
+}
+
 // One size of a streaming kind: its real op's forward (from fresh leaves,
 // grad mode on, as in training) and backward, the GEMM seconds inside them
 // that the model prices apart (the attention core's, the loss's logits),
@@ -466,6 +527,14 @@ Cluster calibrate(const CalibrateOptions& o, const std::function<void(const std:
     d.memory_gb = host_memory_gb();
     d.cpu_cores = cores;
     d.threads_per_rank = threads;
+    // Ranks are forked only with one thread each (a forked child has no
+    // thread pool); with more the sharing is not measured.
+    const int ranks = cores / threads;
+    const double eff = ranks >= 2 && threads == 1 && o.measure_links ? measure_sharing(ranks, o.quick, gen, say) : 0;
+    d.shared_efficiency = eff > 0 ? eff : 1.0;
+    if (eff <= 0)
+      say(ranks < 2 ? "ranks sharing the host: one rank fills it (not measured)"
+                    : "ranks sharing the host: not measured (needs --threads 1); taken as no slowdown");
   } else {
     d.memory_gb = 80;
     say("device memory: not measured (the backend does not report its size); set device.memory_gb in the file");

@@ -17,6 +17,8 @@ DeviceRates::DeviceRates(const Cluster& c, std::string dtype, int64_t ranks_on_n
     // Ranks of a CPU host split its cores; each measured with threads_per_rank.
     const double want = static_cast<double>(std::max(1, d.threads_per_rank) * std::max<int64_t>(1, ranks_on_node));
     scale_ = std::min(1.0, static_cast<double>(d.cpu_cores) / want);
+    // More than one rank: they share the caches and the memory bandwidth too.
+    if (ranks_on_node > 1) scale_ *= d.shared_efficiency;
   }
 }
 

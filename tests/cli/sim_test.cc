@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "qk/base/file_io.h"
 #include "run_qk.h"
@@ -96,6 +97,10 @@ TEST(QkSim, CalibrateWritesAClusterTheSimulatorReads) {
   ASSERT_EQ(cal.exit_code, 0) << cal.output;
   EXPECT_NE(cal.output.find("gemm "), std::string::npos) << cal.output;
   EXPECT_NE(cal.output.find("gelu: forward "), std::string::npos) << cal.output;
+  // Ranks sharing the host: measured with forked ranks where there are cores for two.
+  if (std::thread::hardware_concurrency() >= 2) {
+    EXPECT_NE(cal.output.find(" ranks at once: a small layer's step"), std::string::npos) << cal.output;
+  }
   // Every streaming kind the model prices, both passes, measured at each size.
   const nlohmann::json file = nlohmann::json::parse(read_file(dir + "/local.json"));
   const nlohmann::json& kinds = file["device"]["stream_kernels"];

@@ -85,7 +85,9 @@ TEST(ClusterFile, RoundTrip) {
   c.device.gemm.samples = {{64, 64, 64, "fp32", 1e10}};
   c.sources["device"] = "a test";
   c.device.stream_kernels["gelu.backward"].samples = {{1e6, 3}, {1e4, 2}};
+  c.device.shared_efficiency = 0.75;
   const Cluster back = parse_cluster(cluster_to_json(c), "round trip");
+  EXPECT_DOUBLE_EQ(back.device.shared_efficiency, 0.75);
   ASSERT_EQ(back.device.stream_kernels.size(), 1u);
   const auto& gelu = back.device.stream_kernels.at("gelu.backward").samples;
   ASSERT_EQ(gelu.size(), 2u);

@@ -85,6 +85,15 @@ TEST(DeviceRates, CpuRanksShareTheCores) {
   EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 2).contention(), 1.0);
   EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 4).contention(), 0.5);  // 4 one-thread ranks on 2 cores
   EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 4).gemm_rate(8, 8, 8), 25e12);
+  // Ranks that share the host's caches and memory bandwidth run at the
+  // calibrated fraction of their rate alone; one rank alone at all of it.
+  c.device.shared_efficiency = 0.8;
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 1).contention(), 1.0);
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 2).contention(), 0.8);
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 4).contention(), 0.4);
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 2).gemm_rate(8, 8, 8), 40e12);
+  c.device.cpu_cores = 0;  // an accelerator: its own memory, no sharing
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 8).contention(), 1.0);
 }
 
 TEST(GroupPlacement, GroupsAcrossNodes) {

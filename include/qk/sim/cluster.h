@@ -70,6 +70,10 @@ struct Device {
   // by the ranks on it; 0 for accelerators.
   int cpu_cores = 0;
   int threads_per_rank = 0;               // threads the calibration measured with
+  // CPU devices: a rank's rate while every core of the node runs a rank, over
+  // its rate alone (shared caches and memory bandwidth; a calibration
+  // measures it with forked ranks). 1 for accelerators.
+  double shared_efficiency = 1.0;
 
   double peak_flops(const std::string& dtype) const;  // ValueError for a dtype the file does not give
 };

@@ -3,6 +3,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/loops.h"
+#include "cpu/vec_math.h"
 
 namespace qk::cpu {
 
@@ -93,7 +94,7 @@ C unary_value(UnaryOp op, C x) {
     case UnaryOp::sqrt: return std::sqrt(x);
     case UnaryOp::rsqrt: return C(1) / std::sqrt(x);
     case UnaryOp::relu: return x > C(0) ? x : C(0);
-    case UnaryOp::gelu: return C(0.5) * x * (C(1) + std::erf(x * C(kSqrt1_2)));
+    case UnaryOp::gelu: return C(0.5) * x * (C(1) + erf_vec(x * C(kSqrt1_2)));
     case UnaryOp::gelu_tanh:
       return C(0.5) * x * (C(1) + std::tanh(C(kSqrt2OverPi) * (x + C(kGeluTanhC) * x * x * x)));
     case UnaryOp::silu: return x / (C(1) + std::exp(-x));
@@ -105,7 +106,7 @@ C unary_value(UnaryOp op, C x) {
     case UnaryOp::reciprocal: return C(1) / x;
     case UnaryOp::sin: return std::sin(x);
     case UnaryOp::cos: return std::cos(x);
-    case UnaryOp::erf: return std::erf(x);
+    case UnaryOp::erf: return erf_vec(x);
   }
   return x;
 }
@@ -121,7 +122,7 @@ C unary_derivative(UnaryOp op, C x, C y) {
     case UnaryOp::rsqrt: return C(-0.5) * y * y * y;
     case UnaryOp::relu: return x > C(0) ? C(1) : C(0);
     case UnaryOp::gelu:
-      return C(0.5) * (C(1) + std::erf(x * C(kSqrt1_2))) + x * C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
+      return C(0.5) * (C(1) + erf_vec(x * C(kSqrt1_2))) + x * C(kInvSqrt2Pi) * exp_vec(C(-0.5) * x * x);
     case UnaryOp::gelu_tanh: {
       C u = C(kSqrt2OverPi) * (x + C(kGeluTanhC) * x * x * x);
       C t = std::tanh(u);
@@ -140,9 +141,32 @@ C unary_derivative(UnaryOp op, C x, C y) {
     case UnaryOp::reciprocal: return -y * y;
     case UnaryOp::sin: return std::cos(x);
     case UnaryOp::cos: return -std::sin(x);
-    case UnaryOp::erf: return C(2) * C(0.56418958354775628695) * std::exp(-x * x);
+    case UnaryOp::erf: return C(2) * C(0.56418958354775628695) * exp_vec(-x * x);
   }
   return C(0);
+}
+
+// The ops whose float loops should vectorize (erf_vec, exp_vec: vec_math.h),
+// spelt out per op at compile time: left to unary_value's switch, the call
+// is not always inlined and the loop stays scalar.
+template <UnaryOp OP, typename C>
+[[gnu::always_inline]] inline C unary_value_of(C x) {
+  if constexpr (OP == UnaryOp::gelu) return C(0.5) * x * (C(1) + erf_vec(x * C(kSqrt1_2)));
+  else if constexpr (OP == UnaryOp::erf) return erf_vec(x);
+  else if constexpr (OP == UnaryOp::silu) return x / (C(1) + exp_vec(-x));
+  else if constexpr (OP == UnaryOp::sigmoid) return C(1) / (C(1) + exp_vec(-x));
+  else if constexpr (OP == UnaryOp::exp) return exp_vec(x);
+  else return unary_value<C>(OP, x);
+}
+template <UnaryOp OP, typename C>
+[[gnu::always_inline]] inline C unary_derivative_of(C x, C y) {
+  if constexpr (OP == UnaryOp::gelu)
+    return C(0.5) * (C(1) + erf_vec(x * C(kSqrt1_2))) + x * C(kInvSqrt2Pi) * exp_vec(C(-0.5) * x * x);
+  else if constexpr (OP == UnaryOp::erf) return C(2) * C(0.56418958354775628695) * exp_vec(-x * x);
+  else if constexpr (OP == UnaryOp::silu) {
+    const C sig = C(1) / (C(1) + exp_vec(-x));
+    return sig * (C(1) + x * (C(1) - sig));
+  } else return unary_derivative<C>(OP, x, y);
 }
 
 template <typename T, UnaryOp OP>
@@ -152,10 +176,10 @@ void unary_loop(const StridedLayout<2>& L) {
     T* o = reinterpret_cast<T*>(p[0]);
     const T* a = reinterpret_cast<const T*>(p[1]);
     if (st[0] == 1 && st[1] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = cast_value<T>(unary_value<C>(OP, cast_value<C>(a[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = cast_value<T>(unary_value_of<OP, C>(cast_value<C>(a[i])));
     } else {
       for (int64_t i = 0; i < n; ++i)
-        o[i * st[0]] = cast_value<T>(unary_value<C>(OP, cast_value<C>(a[i * st[1]])));
+        o[i * st[0]] = cast_value<T>(unary_value_of<OP, C>(cast_value<C>(a[i * st[1]])));
     }
   });
 }
@@ -203,12 +227,12 @@ void unary_backward_loop(const StridedLayout<4>& L) {
     if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {  // vectorisable
       for (int64_t i = 0; i < n; ++i)
         d[i] = cast_value<T>(cast_value<C>(g[i]) *
-                             unary_derivative<C>(OP, cast_value<C>(xp[i]), cast_value<C>(yp[i])));
+                             unary_derivative_of<OP, C>(cast_value<C>(xp[i]), cast_value<C>(yp[i])));
       return;
     }
     for (int64_t i = 0; i < n; ++i) {
       C xv = cast_value<C>(xp[i * st[2]]), yv = cast_value<C>(yp[i * st[3]]);
-      d[i * st[0]] = cast_value<T>(cast_value<C>(g[i * st[1]]) * unary_derivative<C>(OP, xv, yv));
+      d[i * st[0]] = cast_value<T>(cast_value<C>(g[i * st[1]]) * unary_derivative_of<OP, C>(xv, yv));
     }
   });
 }
