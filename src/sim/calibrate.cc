@@ -256,6 +256,15 @@ void calibrate_stream_kinds(Device& d, const Cluster& c, qk::Device dev, bool qu
   auto fresh = [](const Tensor& t) { return t.detach().requires_grad_(); };
   auto grad_for = [&](const Tensor& out) { return randn(out.shape(), {}, gen).to(dev); };
   using Make = std::function<KindSize(const Size&)>;
+  // A kind with no GEMM inside: its op and the model's bytes each way.
+  auto plain = [&](std::function<Tensor()> forward, double bytes_fwd, double bytes_bwd) {
+    KindSize k;
+    k.forward = std::move(forward);
+    k.grad = grad_for(k.forward());
+    k.bytes_fwd = bytes_fwd;
+    k.bytes_bwd = bytes_bwd;
+    return k;
+  };
   // The unfused attention core (q, k, v strided views of one projection, as
   // the layer splits them), less its two batched GEMMs each way.
   auto attention = [&](bool drop) -> Make {
@@ -283,72 +292,51 @@ void calibrate_stream_kinds(Device& d, const Cluster& c, qk::Device dev, bool qu
       {"layer_norm",
        [&](const Size& z) {
          const Tensor x = leaf({z.n, z.h}), w = leaf({z.h}), b = leaf({z.h});
-         KindSize k;
-         k.forward = [=] { return layer_norm(fresh(x), {z.h}, fresh(w), fresh(b), 1e-5); };
-         k.grad = grad_for(k.forward());
-         k.bytes_fwd = streams::norm(Pass::forward, 4, double(z.n * z.h));
-         k.bytes_bwd = streams::norm(Pass::backward, 4, double(z.n * z.h));
-         return k;
+         const double e = double(z.n * z.h);
+         return plain([=] { return layer_norm(fresh(x), {z.h}, fresh(w), fresh(b), 1e-5); },
+                      streams::norm(Pass::forward, 4, e), streams::norm(Pass::backward, 4, e));
        }},
       {"rms_norm",
        [&](const Size& z) {
          const Tensor x = leaf({z.n, z.h}), w = leaf({z.h});
-         KindSize k;
-         k.forward = [=] { return rms_norm(fresh(x), {z.h}, fresh(w), 1e-5); };
-         k.grad = grad_for(k.forward());
-         k.bytes_fwd = streams::norm(Pass::forward, 4, double(z.n * z.h));
-         k.bytes_bwd = streams::norm(Pass::backward, 4, double(z.n * z.h));
-         return k;
+         const double e = double(z.n * z.h);
+         return plain([=] { return rms_norm(fresh(x), {z.h}, fresh(w), 1e-5); }, streams::norm(Pass::forward, 4, e),
+                      streams::norm(Pass::backward, 4, e));
        }},
       {"residual",
        [&](const Size& z) {
          const Tensor x = leaf({z.n, z.h}), r = leaf({z.n, z.h});
-         KindSize k;
-         k.forward = [=] { return fresh(r) + fresh(x); };
-         k.grad = grad_for(k.forward());
-         k.bytes_fwd = streams::residual(Pass::forward, 4, 0, double(z.n * z.h));
-         k.bytes_bwd = streams::residual(Pass::backward, 4, 0, double(z.n * z.h));
-         return k;
+         const double e = double(z.n * z.h);
+         return plain([=] { return fresh(r) + fresh(x); }, streams::residual(Pass::forward, 4, 0, e),
+                      streams::residual(Pass::backward, 4, 0, e));
        }},
       {"dropout_add",
        [&](const Size& z) {
          const Tensor x = leaf({z.n, z.h}), r = leaf({z.n, z.h});
-         KindSize k;
-         k.forward = [=, &gen] { return fresh(r) + dropout(fresh(x), 0.1, true, gen); };
-         k.grad = grad_for(k.forward());
-         k.bytes_fwd = streams::residual(Pass::forward, 4, 1, double(z.n * z.h));
-         k.bytes_bwd = streams::residual(Pass::backward, 4, 1, double(z.n * z.h));
-         return k;
+         const double e = double(z.n * z.h);
+         return plain([=, &gen] { return fresh(r) + dropout(fresh(x), 0.1, true, gen); },
+                      streams::residual(Pass::forward, 4, 1, e), streams::residual(Pass::backward, 4, 1, e));
        }},
       {"gelu",
        [&](const Size& z) {
          const Tensor x = leaf({z.n, 4 * z.h});
-         KindSize k;
-         k.forward = [=] { return transformer::mlp_activation(fresh(x), transformer::Activation::gelu, false); };
-         k.grad = grad_for(k.forward());
-         k.bytes_fwd = streams::activation(Pass::forward, false, 4, double(z.n * 4 * z.h));
-         k.bytes_bwd = streams::activation(Pass::backward, false, 4, double(z.n * 4 * z.h));
-         return k;
+         const double e = double(z.n * 4 * z.h);
+         return plain([=] { return transformer::mlp_activation(fresh(x), transformer::Activation::gelu, false); },
+                      streams::activation(Pass::forward, false, 4, e), streams::activation(Pass::backward, false, 4, e));
        }},
       {"swiglu",
        [&](const Size& z) {
          const Tensor x = leaf({z.n, 8 * z.h});
-         KindSize k;
-         k.forward = [=] { return transformer::mlp_activation(fresh(x), transformer::Activation::silu, true); };
-         k.grad = grad_for(k.forward());
-         k.bytes_fwd = streams::activation(Pass::forward, true, 4, double(z.n * 4 * z.h));
-         k.bytes_bwd = streams::activation(Pass::backward, true, 4, double(z.n * 4 * z.h));
-         return k;
+         const double e = double(z.n * 4 * z.h);
+         return plain([=] { return transformer::mlp_activation(fresh(x), transformer::Activation::silu, true); },
+                      streams::activation(Pass::forward, true, 4, e), streams::activation(Pass::backward, true, 4, e));
        }},
       {"rope",
        [&](const Size& z) {
          const Tensor x = leaf({z.n / z.t, z.t, z.h / D, D});
          const transformer::RotaryTables tab = transformer::rotary_tables(D, 10000, 0, z.t).to(dev);
-         KindSize k;
-         k.forward = [=] { return transformer::apply_rotary_embedding(fresh(x), tab.cos, tab.sin); };
-         k.grad = grad_for(k.forward());
-         k.bytes_fwd = k.bytes_bwd = streams::rope(4, double(z.n * z.h));
-         return k;
+         const double bytes = streams::rope(4, double(z.n * z.h));
+         return plain([=] { return transformer::apply_rotary_embedding(fresh(x), tab.cos, tab.sin); }, bytes, bytes);
        }},
       {"softmax", attention(false)},
       {"softmax_dropout", attention(true)},
@@ -371,12 +359,9 @@ void calibrate_stream_kinds(Device& d, const Cluster& c, qk::Device dev, bool qu
        [&](const Size& z) {
          const Tensor w = leaf({z.v, z.h});
          const Tensor ids = randint(0, z.v, {z.n}, DType::i64, gen).to(dev);
-         KindSize k;
-         k.forward = [=] { return embedding(fresh(w), ids); };
-         k.grad = grad_for(k.forward());
-         k.bytes_fwd = streams::embedding(Pass::forward, 4, false, 0, double(z.n * z.h));
-         k.bytes_bwd = streams::embedding(Pass::backward, 4, false, 0, double(z.n * z.h));
-         return k;
+         const double e = double(z.n * z.h);
+         return plain([=] { return embedding(fresh(w), ids); }, streams::embedding(Pass::forward, 4, false, 0, e),
+                      streams::embedding(Pass::backward, 4, false, 0, e));
        }},
   };
   for (const auto& [name, make] : kinds) {
