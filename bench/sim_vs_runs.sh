@@ -16,8 +16,13 @@
 # (meaningful while the run is compute-bound). Compare on an idle machine
 # for the real figure.
 #
+# On such a machine the same layout also varies from run to run (up to 30%
+# minutes apart on the 2-core VM): REPEAT=N trains each layout N times and
+# reports the median, with the runs' spread ((max - min) / median).
+#
 # Usage: bench/sim_vs_runs.sh [build-dir] [iterations]
 #   bench/sim_vs_runs.sh build/release 8
+#   REPEAT=3 bench/sim_vs_runs.sh build/release 8       # the median of three runs per layout
 #   LAYERS=4 HIDDEN=256 SEQ=128 bench/sim_vs_runs.sh     # the model's size (these are the defaults)
 set -euo pipefail
 BUILD=${1:-build/release}
@@ -25,6 +30,7 @@ ITERS=${2:-8}
 QK=$(realpath "$BUILD/src/cli/qk")
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+REPEAT=${REPEAT:-1}
 LAYERS=${LAYERS:-4} HIDDEN=${HIDDEN:-256} SEQ=${SEQ:-128} MICRO=${MICRO:-2} GBS=${GBS:-16}
 MODEL=(--num-layers $LAYERS --hidden-size $HIDDEN --num-attention-heads 8 --seq-length $SEQ
   --max-position-embeddings $SEQ --attention-dropout 0 --hidden-dropout 0 --vocab-size 4095
@@ -38,28 +44,36 @@ echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPU
 # each of N ranks cores / N (at least one).
 "$QK" sim calibrate --threads 1 --output "$TMP/local.json" > "$TMP/calibrate.log"
 grep -E "gemm 1024x1024x1024 fp32|layer norm f32|AdamW|shortest|flash|qccl|^(gelu|softmax|cross_entropy):|ranks at once" "$TMP/calibrate.log" | sed 's/^/#   /'
-echo "| layout | ranks | measured s/iteration | predicted s/step | error | share of the cores | measured x share | error against it | predicted: compute / comm / bubble / optimizer s |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+echo "| layout | ranks | measured s/iteration (median of $REPEAT) | spread | predicted s/step | error | share of the cores | measured x share | error against it | predicted: compute / comm / bubble / optimizer s |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 run() {  # name ranks flags...
   local name=$1 n=$2 out="$TMP/${1// /_}"
   shift 2
-  /usr/bin/time -f "%e %U %S" -o "$out.time" "$QK" run --nproc-per-node "$n" -- "$QK" pretrain-gpt "${MODEL[@]}" \
-    "${TRAIN[@]}" "$@" --save "$out" --save-interval 100000 > "$out.log" 2>&1 || { tail -20 "$out.log" >&2; exit 1; }
-  local measured predicted
-  measured=$(/usr/bin/python3 -c '
+  local measured="" predicted times=""
+  for ((r = 0; r < REPEAT; ++r)); do
+    rm -rf "$out"
+    /usr/bin/time -f "%e %U %S" -o "$out.time" "$QK" run --nproc-per-node "$n" -- "$QK" pretrain-gpt "${MODEL[@]}" \
+      "${TRAIN[@]}" "$@" --save "$out" --save-interval 100000 > "$out.log" 2>&1 || { tail -20 "$out.log" >&2; exit 1; }
+    measured+=" $(/usr/bin/python3 -c '
 import json, sys
 rec = [j for j in map(json.loads, open(sys.argv[1])) if j["kind"] == "train"][-1]
-print(rec["elapsed_ms_per_iteration"] / 1e3)' "$out/metrics.jsonl")
+print(rec["elapsed_ms_per_iteration"] / 1e3)' "$out/metrics.jsonl")"
+    times+=" $(cat "$out.time")"
+  done
   predicted=$("$QK" sim --world-size "$n" --cluster "$TMP/local.json" "${MODEL[@]}" "$@" --json)
-  /usr/bin/python3 - "$name" "$n" "$measured" "$predicted" "$(cat "$out.time")" "$(nproc)" <<'PY'
-import json, sys
-name, n, measured, predicted = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
-wall, user, system = map(float, sys.argv[5].split()[-3:])
-share = min(1.0, (user + system) / wall / min(n, int(sys.argv[6])))
+  /usr/bin/python3 - "$name" "$n" "$measured" "$predicted" "$times" "$(nproc)" <<'PY'
+import json, statistics, sys
+name, n, predicted = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[4])
+runs = [float(x) for x in sys.argv[3].split()]
+measured = statistics.median(runs)
+spread = (max(runs) - min(runs)) / measured
+t3 = [float(x) for x in sys.argv[5].split()]  # wall, user, system of each run
+wall, cpu = sum(t3[0::3]), sum(t3[1::3]) + sum(t3[2::3])
+share = min(1.0, cpu / wall / min(n, int(sys.argv[6])))
 p, t = predicted["step_time_s"], predicted["time_s"]
 comm = t["tp_comm"] + t["ep_comm"] + t["pp_wait"] + t["dp_comm"]
 idle = measured * share
-print(f"| {name} | {n} | {measured:.3f} | {p:.3f} | {100 * (p - measured) / measured:+.1f}% | {share:.2f} | "
+print(f"| {name} | {n} | {measured:.3f} | {100 * spread:.0f}% | {p:.3f} | {100 * (p - measured) / measured:+.1f}% | {share:.2f} | "
       f"{idle:.3f} | {100 * (p - idle) / idle:+.1f}% | "
       f"{t['compute']:.3f} / {comm:.3f} / {t['bubble']:.3f} / {t['optimizer']:.3f} |")
 PY
