@@ -85,11 +85,14 @@ void binary_compare(BinaryOp op, const StridedLayout<3>& L) {
 
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
 
+// Always inlined into the per-op loops below (op is a compile-time constant
+// there): the switch folds away and the float loops of exp, gelu, erf, silu
+// and sigmoid vectorize through vec_math.h; as a call, the loop stays scalar.
 template <typename C>
-C unary_value(UnaryOp op, C x) {
+[[gnu::always_inline]] inline C unary_value(UnaryOp op, C x) {
   switch (op) {
     case UnaryOp::neg: return -x;
-    case UnaryOp::exp: return std::exp(x);
+    case UnaryOp::exp: return exp_vec(x);
     case UnaryOp::log: return std::log(x);
     case UnaryOp::sqrt: return std::sqrt(x);
     case UnaryOp::rsqrt: return C(1) / std::sqrt(x);
@@ -97,9 +100,9 @@ C unary_value(UnaryOp op, C x) {
     case UnaryOp::gelu: return C(0.5) * x * (C(1) + erf_vec(x * C(kSqrt1_2)));
     case UnaryOp::gelu_tanh:
       return C(0.5) * x * (C(1) + std::tanh(C(kSqrt2OverPi) * (x + C(kGeluTanhC) * x * x * x)));
-    case UnaryOp::silu: return x / (C(1) + std::exp(-x));
+    case UnaryOp::silu: return x / (C(1) + exp_vec(-x));
     case UnaryOp::tanh: return std::tanh(x);
-    case UnaryOp::sigmoid: return C(1) / (C(1) + std::exp(-x));
+    case UnaryOp::sigmoid: return C(1) / (C(1) + exp_vec(-x));
     case UnaryOp::abs: return std::abs(x);
     case UnaryOp::sign: return static_cast<C>((x > C(0)) - (x < C(0)));
     case UnaryOp::square: return x * x;
@@ -113,7 +116,7 @@ C unary_value(UnaryOp op, C x) {
 
 // d(op)/dx at x, with y = op(x) available to avoid recomputation.
 template <typename C>
-C unary_derivative(UnaryOp op, C x, C y) {
+[[gnu::always_inline]] inline C unary_derivative(UnaryOp op, C x, C y) {
   switch (op) {
     case UnaryOp::neg: return C(-1);
     case UnaryOp::exp: return y;
@@ -130,7 +133,7 @@ C unary_derivative(UnaryOp op, C x, C y) {
       return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du;
     }
     case UnaryOp::silu: {
-      C s = C(1) / (C(1) + std::exp(-x));
+      C s = C(1) / (C(1) + exp_vec(-x));
       return s * (C(1) + x * (C(1) - s));
     }
     case UnaryOp::tanh: return C(1) - y * y;
@@ -146,29 +149,6 @@ C unary_derivative(UnaryOp op, C x, C y) {
   return C(0);
 }
 
-// The ops whose float loops should vectorize (erf_vec, exp_vec: vec_math.h),
-// spelt out per op at compile time: left to unary_value's switch, the call
-// is not always inlined and the loop stays scalar.
-template <UnaryOp OP, typename C>
-[[gnu::always_inline]] inline C unary_value_of(C x) {
-  if constexpr (OP == UnaryOp::gelu) return C(0.5) * x * (C(1) + erf_vec(x * C(kSqrt1_2)));
-  else if constexpr (OP == UnaryOp::erf) return erf_vec(x);
-  else if constexpr (OP == UnaryOp::silu) return x / (C(1) + exp_vec(-x));
-  else if constexpr (OP == UnaryOp::sigmoid) return C(1) / (C(1) + exp_vec(-x));
-  else if constexpr (OP == UnaryOp::exp) return exp_vec(x);
-  else return unary_value<C>(OP, x);
-}
-template <UnaryOp OP, typename C>
-[[gnu::always_inline]] inline C unary_derivative_of(C x, C y) {
-  if constexpr (OP == UnaryOp::gelu)
-    return C(0.5) * (C(1) + erf_vec(x * C(kSqrt1_2))) + x * C(kInvSqrt2Pi) * exp_vec(C(-0.5) * x * x);
-  else if constexpr (OP == UnaryOp::erf) return C(2) * C(0.56418958354775628695) * exp_vec(-x * x);
-  else if constexpr (OP == UnaryOp::silu) {
-    const C sig = C(1) / (C(1) + exp_vec(-x));
-    return sig * (C(1) + x * (C(1) - sig));
-  } else return unary_derivative<C>(OP, x, y);
-}
-
 template <typename T, UnaryOp OP>
 void unary_loop(const StridedLayout<2>& L) {
   using C = std::conditional_t<std::is_floating_point_v<compute_t<T>>, compute_t<T>, double>;
@@ -176,10 +156,10 @@ void unary_loop(const StridedLayout<2>& L) {
     T* o = reinterpret_cast<T*>(p[0]);
     const T* a = reinterpret_cast<const T*>(p[1]);
     if (st[0] == 1 && st[1] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = cast_value<T>(unary_value_of<OP, C>(cast_value<C>(a[i])));
+      for (int64_t i = 0; i < n; ++i) o[i] = cast_value<T>(unary_value<C>(OP, cast_value<C>(a[i])));
     } else {
       for (int64_t i = 0; i < n; ++i)
-        o[i * st[0]] = cast_value<T>(unary_value_of<OP, C>(cast_value<C>(a[i * st[1]])));
+        o[i * st[0]] = cast_value<T>(unary_value<C>(OP, cast_value<C>(a[i * st[1]])));
     }
   });
 }
@@ -227,12 +207,12 @@ void unary_backward_loop(const StridedLayout<4>& L) {
     if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {  // vectorisable
       for (int64_t i = 0; i < n; ++i)
         d[i] = cast_value<T>(cast_value<C>(g[i]) *
-                             unary_derivative_of<OP, C>(cast_value<C>(xp[i]), cast_value<C>(yp[i])));
+                             unary_derivative<C>(OP, cast_value<C>(xp[i]), cast_value<C>(yp[i])));
       return;
     }
     for (int64_t i = 0; i < n; ++i) {
       C xv = cast_value<C>(xp[i * st[2]]), yv = cast_value<C>(yp[i * st[3]]);
-      d[i * st[0]] = cast_value<T>(cast_value<C>(g[i * st[1]]) * unary_derivative_of<OP, C>(xv, yv));
+      d[i * st[0]] = cast_value<T>(cast_value<C>(g[i * st[1]]) * unary_derivative<C>(OP, xv, yv));
     }
   });
 }
