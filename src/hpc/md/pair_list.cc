@@ -137,43 +137,30 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
     shifts_[s] = {(s / 9 - 1) * box.length[0], (s / 3 % 3 - 1) * box.length[1], (s % 3 - 1) * box.length[2]};
   std::vector<Box> bb;
   bounding_boxes(x, &bb);
-  // Per cluster: which slots hold atoms (bit k), its atoms sorted, and every atom its atoms exclude,
-  // sorted: a cluster pair needs the slow mask below only when the two lists meet.
+  // Per cluster: which slots hold atoms (bit k), and the clusters holding an atom that one of its atoms
+  // excludes (the cluster pairs that need the slow mask below; a handful per cluster).
   std::vector<unsigned> real(nclusters, 0);
-  std::vector<int> sorted_atoms(static_cast<size_t>(nclusters) * kClusterSize, n), ex_start(nclusters + 1, 0);
-  std::vector<int> ex_atoms;
+  std::vector<int> cluster_of(n, 0), meet_start(nclusters + 1, 0), meets;
+  for (size_t s = 0; s < slot_atom_.size(); ++s)
+    if (slot_atom_[s] >= 0) {
+      cluster_of[slot_atom_[s]] = static_cast<int>(s / kClusterSize);
+      real[s / kClusterSize] |= 1u << (s % kClusterSize);
+    }
   for (int c = 0; c < nclusters; ++c) {
-    int* own = &sorted_atoms[static_cast<size_t>(c) * kClusterSize];
     for (int k = 0; k < kClusterSize; ++k) {
       const int a = slot_atom_[static_cast<size_t>(c) * kClusterSize + k];
       if (a < 0) continue;
-      real[c] |= 1u << k;
-      own[k] = a;
-      ex_atoms.insert(ex_atoms.end(), exclusions[a].begin(), exclusions[a].end());
+      for (int b : exclusions[a]) meets.push_back(cluster_of[b]);
     }
-    std::sort(own, own + kClusterSize);
-    std::sort(ex_atoms.begin() + ex_start[c], ex_atoms.end());
-    ex_start[c + 1] = static_cast<int>(ex_atoms.size());
+    std::sort(meets.begin() + meet_start[c], meets.end());
+    meets.erase(std::unique(meets.begin() + meet_start[c], meets.end()), meets.end());
+    meet_start[c + 1] = static_cast<int>(meets.size());
   }
-  auto meet = [&](int ci, int cj) {
-    const int* a = ex_atoms.data() + ex_start[ci];
-    const int* a_end = ex_atoms.data() + ex_start[ci + 1];
-    const int* b = &sorted_atoms[static_cast<size_t>(cj) * kClusterSize];
-    const int* b_end = b + kClusterSize;
-    while (a != a_end && b != b_end) {
-      if (*a == *b) return true;
-      if (*a < *b) {
-        ++a;
-      } else {
-        ++b;
-      }
-    }
-    return false;
-  };
   const double r2 = rlist * rlist;
   const int nchunks = num_chunks(nclusters);
   std::vector<ChunkList> chunks(nchunks);
   qk::parallel_for(0, nchunks, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<int> meets_ci(nclusters, -1);  // meets_ci[cj] == ci: an atom of ci excludes one of cj
     for (int64_t ch = lo; ch < hi; ++ch) {
       ChunkList& out = chunks[ch];
       const int c0 = static_cast<int>(static_cast<int64_t>(nclusters) * ch / nchunks);
@@ -181,6 +168,7 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
       for (int ci = c0; ci < c1; ++ci) {
         const Box& bi = bb[ci];
         if (bi.lo[0] > bi.hi[0]) continue;  // no real atoms (cannot happen: clusters fill from the bottom)
+        for (int m = meet_start[ci]; m < meet_start[ci + 1]; ++m) meets_ci[meets[m]] = ci;
         for (int s = 0; s < 27; ++s) {
           const Vec3& sv = shifts_[s];
           // Columns whose x-y cells, moved by S, come within rlist of the i-cluster's box.
@@ -198,12 +186,17 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
           for (int cx = range[0][0]; cx <= range[0][1]; ++cx)
             for (int cy = range[1][0]; cy <= range[1][1]; ++cy) {
               const int col = cx * ncy + cy;
+              // A column's clusters are sorted along z (their boxes' lo and hi both grow), so only a window
+              // of them can come within rlist in z: skip those below it, stop above it.
+              const double zlo = bi.lo[2] - sv[2] - rlist, zhi = bi.hi[2] - sv[2] + rlist;
               // Each pair of clusters once: (ci, cj, S) and (cj, ci, -S) are the same atom pairs.
               for (int cj = std::max(col_cluster_start[col], ci); cj < col_cluster_start[col + 1]; ++cj) {
+                if (bb[cj].hi[2] < zlo) continue;
+                if (bb[cj].lo[2] > zhi) break;
                 if (cj == ci && s < kZeroShift) continue;
                 if (box_distance2(bi, bb[cj], sv) >= r2) continue;
                 uint16_t mask = 0;
-                if (cj != ci && !meet(ci, cj)) {  // all real i-slots with all real j-slots
+                if (cj != ci && meets_ci[cj] != ci) {  // all real i-slots with all real j-slots
                   for (int ii = 0; ii < kClusterSize; ++ii)
                     if (real[ci] >> ii & 1u) mask |= static_cast<uint16_t>(real[cj] << (ii * kClusterSize));
                 } else {

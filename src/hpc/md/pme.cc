@@ -79,8 +79,13 @@ void bspline(double f, int n, double* theta, double* dtheta) {
 }  // namespace
 
 struct Pme::Plans {
-  std::vector<double> grid;  // nx * ny * nz, z fastest
-  std::vector<std::vector<double>> extra_grids;  // spreading threads' own grids, summed into grid
+  std::vector<double> grid;  // nx * ny * nz, z fastest: the FFT's input and output
+  // Per spreading thread, a grid padded by order - 1 points in each dimension, so that an atom's order^3
+  // points are contiguous runs (no wrapping per point); folded and summed into grid afterwards. After the
+  // backward FFT, padded[0] holds the potential in the same padded layout for the gather.
+  std::vector<std::vector<double>> padded;
+  std::vector<std::array<int, 3>> first;  // per atom, its first grid point per dimension
+  std::vector<double> theta, dtheta;      // per atom and dimension, order spline weights and derivatives
   std::vector<double> eterm;  // per k-space point: exp(-pi^2 m^2 / beta^2) / (pi V m^2 B(m)) times f; 0 at m = 0
   fftw_complex* kspace = nullptr;  // nx * ny * (nz/2 + 1)
   fftw_plan forward = nullptr, backward = nullptr;
@@ -149,13 +154,58 @@ Pme::Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, doubl
 
 Pme::~Pme() = default;
 
+namespace {
+
+// One atom's order^3 contributions q theta_x theta_y theta_z into a padded grid at (i0, j0, k0); kOrder > 0
+// fixes the order at compile time (the inner run is then one or two SIMD vectors), 0 takes p.
+template <int kOrder>
+void spread_atom(double q, const double* tx, const double* ty, const double* tz, int p, const int* first,
+                 int pny, int pnz, double* g) {
+  const int n = kOrder > 0 ? kOrder : p;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const double qxy = q * tx[i] * ty[j];
+      double* row = g + (static_cast<size_t>(first[0] + i) * pny + first[1] + j) * pnz + first[2];
+      for (int k = 0; k < n; ++k) row[k] += qxy * tz[k];
+    }
+}
+
+// The gradient of sum theta_x theta_y theta_z phi at one atom, from the padded potential.
+template <int kOrder>
+void gather_atom(const double* tx, const double* ty, const double* tz, const double* dx, const double* dy,
+                 const double* dz, int p, const int* first, int pny, int pnz, const double* g, double out[3]) {
+  const int n = kOrder > 0 ? kOrder : p;
+  double fx = 0, fy = 0, fz = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const double* row = g + (static_cast<size_t>(first[0] + i) * pny + first[1] + j) * pnz + first[2];
+      double sz = 0, sdz = 0;
+      for (int k = 0; k < n; ++k) {
+        sz += tz[k] * row[k];
+        sdz += dz[k] * row[k];
+      }
+      fx += dx[i] * ty[j] * sz;
+      fy += tx[i] * dy[j] * sz;
+      fz += tx[i] * ty[j] * sdz;
+    }
+  out[0] = fx;
+  out[1] = fy;
+  out[2] = fz;
+}
+
+}  // namespace
+
 double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f,
                     Mat3* virial) {
   const int natoms = static_cast<int>(x.size()), p = order_;
   const int nx = n_[0], ny = n_[1], nz = n_[2], nzc = nz / 2 + 1;
-  // Per atom: the first grid index and the spline weights per dimension.
-  std::vector<std::array<int, 3>> idx(natoms);
-  std::vector<double> theta(static_cast<size_t>(natoms) * 3 * p), dtheta(theta.size());
+  const int pnx = nx + p - 1, pny = ny + p - 1, pnz = nz + p - 1;
+  const size_t npadded = static_cast<size_t>(pnx) * pny * pnz;
+  Plans& P = *plans_;
+  // Per atom: the first grid point and the spline weights per dimension.
+  P.first.resize(natoms);
+  P.theta.resize(static_cast<size_t>(natoms) * 3 * p);
+  P.dtheta.resize(P.theta.size());
   qk::parallel_for(0, natoms, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t a = lo; a < hi; ++a) {
       for (int d = 0; d < 3; ++d) {
@@ -165,47 +215,48 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
         int i = static_cast<int>(u);
         const double frac = u - i;
         if (i >= n_[d]) i -= n_[d];  // s rounded up to 1
-        idx[a][d] = i;
-        bspline(frac, p, &theta[(a * 3 + d) * p], &dtheta[(a * 3 + d) * p]);
+        P.first[a][d] = i;
+        bspline(frac, p, &P.theta[(a * 3 + d) * p], &P.dtheta[(a * 3 + d) * p]);
       }
     }
   });
-  // The grid points each atom touches, wrapped once here (a % per point was much of PME's time).
-  std::vector<int> wrapped(static_cast<size_t>(natoms) * 3 * p);
-  for (int a = 0; a < natoms; ++a)
-    for (int d = 0; d < 3; ++d)
-      for (int i = 0; i < p; ++i) {
-        const int g = idx[a][d] + i;
-        wrapped[(static_cast<size_t>(a) * 3 + d) * p + i] = g >= n_[d] ? g - n_[d] : g;
-      }
-  // Spread: atoms overlap on the grid, so each thread's share of the atoms goes to its own grid, and the
-  // grids are summed in order.
-  std::vector<double>& grid = plans_->grid;
+  // Spread: atoms overlap on the grid, so each thread's share of the atoms goes to its own padded grid;
+  // the grids are then folded (padding onto the periodic images) and summed in order, by x-planes.
   const int nparts = std::max(1, std::min(natoms, num_threads()));
-  plans_->extra_grids.resize(nparts - 1);
+  if (static_cast<int>(P.padded.size()) < nparts) P.padded.resize(nparts);
   qk::parallel_for(0, nparts, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t part = lo; part < hi; ++part) {
-      std::vector<double>& g = part == 0 ? grid : plans_->extra_grids[part - 1];
-      g.assign(grid.size(), 0.0);
+      std::vector<double>& g = P.padded[part];
+      g.assign(npadded, 0.0);
       const int a0 = static_cast<int>(static_cast<int64_t>(natoms) * part / nparts);
       const int a1 = static_cast<int>(static_cast<int64_t>(natoms) * (part + 1) / nparts);
       for (int a = a0; a < a1; ++a) {
         const double q = charge[a];
         if (q == 0) continue;
-        const double *tx = &theta[(a * 3 + 0) * p], *ty = &theta[(a * 3 + 1) * p], *tz = &theta[(a * 3 + 2) * p];
-        const int *wx = &wrapped[(a * 3 + 0) * p], *wy = &wrapped[(a * 3 + 1) * p], *wz = &wrapped[(a * 3 + 2) * p];
-        for (int i = 0; i < p; ++i) {
-          for (int j = 0; j < p; ++j) {
-            const double qxy = q * tx[i] * ty[j];
-            double* row = &g[(static_cast<size_t>(wx[i]) * ny + wy[j]) * nz];
-            for (int k = 0; k < p; ++k) row[wz[k]] += qxy * tz[k];
-          }
+        const double *tx = &P.theta[(a * 3 + 0) * p], *ty = &P.theta[(a * 3 + 1) * p], *tz = &P.theta[(a * 3 + 2) * p];
+        if (p == 4) {
+          spread_atom<4>(q, tx, ty, tz, p, P.first[a].data(), pny, pnz, g.data());
+        } else {
+          spread_atom<0>(q, tx, ty, tz, p, P.first[a].data(), pny, pnz, g.data());
         }
       }
     }
   });
-  for (const std::vector<double>& g : plans_->extra_grids)
-    for (size_t i = 0; i < grid.size(); ++i) grid[i] += g[i];
+  std::vector<double>& grid = P.grid;
+  qk::parallel_for(0, nx, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t tx = lo; tx < hi; ++tx) {
+      double* plane = &grid[static_cast<size_t>(tx) * ny * nz];
+      std::fill(plane, plane + static_cast<size_t>(ny) * nz, 0.0);
+      for (int part = 0; part < nparts; ++part)
+        for (int64_t ux = tx; ux < pnx; ux += nx)
+          for (int uy = 0; uy < pny; ++uy) {
+            const double* src = &P.padded[part][(static_cast<size_t>(ux) * pny + uy) * pnz];
+            double* dst = plane + static_cast<size_t>(uy < ny ? uy : uy - ny) * nz;
+            for (int uz = 0; uz < nz; ++uz) dst[uz] += src[uz];
+            for (int uz = nz; uz < pnz; ++uz) dst[uz - nz] += src[uz];
+          }
+    }
+  });
   fftw_execute(plans_->forward);
   // Solve: S(m) times the influence function (fixed with the box: computed once), and on energy steps the
   // energy and virial from |S(m)|^2.
@@ -253,29 +304,32 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
     for (int a = 0; a < 3; ++a)
       for (int b = 0; b < 3; ++b) (*virial)[a][b] += 0.25 * vir[a][b];
   fftw_execute(plans_->backward);  // grid = the potential at the grid points
-  // Gather: F = -q grad(sum_k theta(k) phi(k)).
+  // The potential in the padded layout (each padding point holds its periodic image), then the gather:
+  // F = -q grad(sum_k theta(k) phi(k)).
+  std::vector<double>& phi = P.padded[0];
+  qk::parallel_for(0, pnx, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t ux = lo; ux < hi; ++ux)
+      for (int uy = 0; uy < pny; ++uy) {
+        const double* src = &grid[(static_cast<size_t>(ux < nx ? ux : ux - nx) * ny + (uy < ny ? uy : uy - ny)) * nz];
+        double* dst = &phi[(static_cast<size_t>(ux) * pny + uy) * pnz];
+        std::copy(src, src + nz, dst);
+        std::copy(src, src + (pnz - nz), dst + nz);
+      }
+  });
+  const double scale[3] = {nx * box_.inverse[0], ny * box_.inverse[1], nz * box_.inverse[2]};
   qk::parallel_for(0, natoms, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t a = lo; a < hi; ++a) {
       const double q = charge[a];
       if (q == 0) continue;
-      const double *tx = &theta[(a * 3 + 0) * p], *ty = &theta[(a * 3 + 1) * p], *tz = &theta[(a * 3 + 2) * p];
-      const double *dx = &dtheta[(a * 3 + 0) * p], *dy = &dtheta[(a * 3 + 1) * p], *dz = &dtheta[(a * 3 + 2) * p];
-      const int *wx = &wrapped[(a * 3 + 0) * p], *wy = &wrapped[(a * 3 + 1) * p], *wz = &wrapped[(a * 3 + 2) * p];
-      double fx = 0, fy = 0, fz = 0;
-      for (int i = 0; i < p; ++i) {
-        for (int j = 0; j < p; ++j) {
-          const double* row = &grid[(static_cast<size_t>(wx[i]) * ny + wy[j]) * nz];
-          for (int k = 0; k < p; ++k) {
-            const double phi = row[wz[k]];
-            fx += dx[i] * ty[j] * tz[k] * phi;
-            fy += tx[i] * dy[j] * tz[k] * phi;
-            fz += tx[i] * ty[j] * dz[k] * phi;
-          }
-        }
+      const double *tx = &P.theta[(a * 3 + 0) * p], *ty = &P.theta[(a * 3 + 1) * p], *tz = &P.theta[(a * 3 + 2) * p];
+      const double *dx = &P.dtheta[(a * 3 + 0) * p], *dy = &P.dtheta[(a * 3 + 1) * p], *dz = &P.dtheta[(a * 3 + 2) * p];
+      double g[3];
+      if (p == 4) {
+        gather_atom<4>(tx, ty, tz, dx, dy, dz, p, P.first[a].data(), pny, pnz, phi.data(), g);
+      } else {
+        gather_atom<0>(tx, ty, tz, dx, dy, dz, p, P.first[a].data(), pny, pnz, phi.data(), g);
       }
-      (*f)[a][0] -= q * fx * nx * box_.inverse[0];
-      (*f)[a][1] -= q * fy * ny * box_.inverse[1];
-      (*f)[a][2] -= q * fz * nz * box_.inverse[2];
+      for (int d = 0; d < 3; ++d) (*f)[a][d] -= q * g[d] * scale[d];
     }
   });
   return energy;
