@@ -12,6 +12,10 @@ find_package(MPI QUIET COMPONENTS C)
 pkg_check_modules(HWLOC QUIET IMPORTED_TARGET hwloc)
 # FFTW (double) for `qk md`'s PME (qianka::md); optional: without it that library is skipped.
 pkg_check_modules(FFTW3 QUIET IMPORTED_TARGET fftw3)
+# Its threads library (same Debian package) runs PME's transforms on qk's thread pool.
+if(FFTW3_FOUND)
+  find_library(FFTW3_THREADS_LIBRARY fftw3_threads HINTS ${FFTW3_LIBRARY_DIRS})
+endif()
 # Checkpoint manifests (qk_base: CheckpointDir checksums).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 # CIFAR-10 download (qk_data): HTTP(S), MD5, tar.gz.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -19,7 +20,34 @@ namespace {
 QK_ENV_INT(env_num_threads, "QK_NUM_THREADS", 0,
            "Intra-op CPU threads (0: one per available core).");
 
+QK_ENV_INT(env_spin_us, "QK_POOL_SPIN_US", 100,
+           "Microseconds an idle pool thread (and a caller waiting for its chunks) spins before sleeping: "
+           "waking a sleeping thread costs 10-30 us, a step of short loops pays it per loop (0: never spin).");
+
 thread_local bool t_in_region = false;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until done() or for up to QK_POOL_SPIN_US; returns done(). The clock is read every 64 turns.
+template <typename Done>
+bool spin_until(Done done) {
+  static const int64_t spin_us = std::max<int64_t>(0, env_spin_us.get());
+  if (spin_us == 0) return done();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
 
 int default_threads() {
   int64_t n = env_num_threads.get();
@@ -68,6 +96,7 @@ class ForkJoinPool {
     }
     cv_.notify_all();
     work();
+    spin_until([this] { return remaining_.load() == 0; });
     std::unique_lock<std::mutex> lk(mu_);
     done_cv_.wait(lk, [this] { return remaining_.load() == 0; });
     if (error_) std::rethrow_exception(error_);
@@ -99,6 +128,8 @@ class ForkJoinPool {
   void worker_loop() {
     uint64_t seen = 0;
     for (;;) {
+      // The next job often comes within microseconds (a training step or an MD step is many short loops).
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return stopping_ || generation_ != seen; });
@@ -129,7 +160,7 @@ class ForkJoinPool {
   int size_ = 1;
   bool stopping_ = false;
   int busy_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};  // written under mu_; read without it while spinning
   detail::RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int64_t begin_ = 0, end_ = 0, chunks_ = 0;

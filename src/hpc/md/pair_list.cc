@@ -1,6 +1,7 @@
 #include "pair_list.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -48,7 +49,18 @@ void concatenate(std::vector<ChunkList>& chunks, std::vector<PairList::Entry>* e
 }
 
 int num_chunks(int64_t work) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(work, 4 * num_threads())));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(work, 8 * num_threads())));
+}
+
+// Runs fn(chunk) for every chunk in [0, nchunks), each thread claiming the next chunk as it comes free:
+// chunks differ in cost (a half list gives the first i-clusters the most pairs), so a static split would
+// leave one thread waiting. Outputs go per chunk, so results do not depend on who ran what.
+template <typename Fn>
+void for_each_chunk(int nchunks, Fn&& fn) {
+  std::atomic<int> next{0};
+  qk::parallel_for(0, std::min(nchunks, num_threads()), 1, [&](int64_t, int64_t) {
+    for (int ch = next.fetch_add(1); ch < nchunks; ch = next.fetch_add(1)) fn(ch);
+  });
 }
 
 }  // namespace
@@ -159,9 +171,9 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
   const double r2 = rlist * rlist;
   const int nchunks = num_chunks(nclusters);
   std::vector<ChunkList> chunks(nchunks);
-  qk::parallel_for(0, nchunks, 1, [&](int64_t lo, int64_t hi) {
+  for_each_chunk(nchunks, [&](int ch) {
     std::vector<int> meets_ci(nclusters, -1);  // meets_ci[cj] == ci: an atom of ci excludes one of cj
-    for (int64_t ch = lo; ch < hi; ++ch) {
+    {
       ChunkList& out = chunks[ch];
       const int c0 = static_cast<int>(static_cast<int64_t>(nclusters) * ch / nchunks);
       const int c1 = static_cast<int>(static_cast<int64_t>(nclusters) * (ch + 1) / nchunks);
@@ -285,11 +297,9 @@ void PairList::prune(const std::vector<Vec3>& x, double r) {
   const int64_t ne = static_cast<int64_t>(all_entries_.size());
   const int nchunks = num_chunks(ne);
   std::vector<ChunkList> chunks(nchunks);
-  qk::parallel_for(0, nchunks, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t ch = lo; ch < hi; ++ch) {
-      const int64_t e0 = ne * ch / nchunks, e1 = ne * (ch + 1) / nchunks;
-      if (e1 > e0) prune_range(bb, r, e0, e1, &chunks[ch].entries, &chunks[ch].cj, &chunks[ch].mask);
-    }
+  for_each_chunk(nchunks, [&](int ch) {
+    const int64_t e0 = ne * ch / nchunks, e1 = ne * (ch + 1) / nchunks;
+    if (e1 > e0) prune_range(bb, r, e0, e1, &chunks[ch].entries, &chunks[ch].cj, &chunks[ch].mask);
   });
   concatenate(chunks, &entries_, &cj_, &mask_);
 }

@@ -76,6 +76,27 @@ void bspline(double f, int n, double* theta, double* dtheta) {
   data[0] = div * (1 - f) * data[0];
 }
 
+#if QK_MD_FFTW_THREADS
+// FFTW's threaded plans run their loops on qk's pool (fftw_threads_set_callback, FFTW 3.3.9+) instead of
+// threads of FFTW's own; set once per process before the first plan.
+void fftw_loop_on_pool(void* (*work)(char*), char* jobdata, size_t elsize, int njobs, void*) {
+  qk::parallel_for(0, njobs, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) work(jobdata + elsize * j);
+  });
+}
+// The next plans split their work over qk's threads (as many as the pool has when they are made).
+void plan_on_pool_threads() {
+  static const bool ready = [] {
+    if (fftw_init_threads() == 0) return false;
+    fftw_threads_set_callback(fftw_loop_on_pool, nullptr);
+    return true;
+  }();
+  if (ready) fftw_plan_with_nthreads(std::max(1, num_threads()));
+}
+#else
+void plan_on_pool_threads() {}
+#endif
+
 }  // namespace
 
 struct Pme::Plans {
@@ -146,6 +167,7 @@ Pme::Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, doubl
   }
   QK_CHECK(plans_->kspace != nullptr, "PME: cannot allocate the ", ncomplex, "-point complex grid");
   // Planned once (FFTW's planner is not thread-safe and costs more than the transforms at these sizes).
+  plan_on_pool_threads();
   plans_->forward = fftw_plan_dft_r2c_3d(n_[0], n_[1], n_[2], plans_->grid.data(), plans_->kspace, FFTW_ESTIMATE);
   plans_->backward = fftw_plan_dft_c2r_3d(n_[0], n_[1], n_[2], plans_->kspace, plans_->grid.data(), FFTW_ESTIMATE);
   QK_CHECK(plans_->forward && plans_->backward, "PME: FFTW could not plan a ", n_[0], "x", n_[1], "x", n_[2],
