@@ -12,6 +12,7 @@
 
 #include "qk/base/env.h"
 #include "qk/base/error.h"
+#include "qk/base/pool_spin.h"
 
 namespace qk {
 
@@ -20,9 +21,14 @@ namespace {
 QK_ENV_INT(env_num_threads, "QK_NUM_THREADS", 0,
            "Intra-op CPU threads (0: one per available core).");
 
-QK_ENV_INT(env_spin_us, "QK_POOL_SPIN_US", 100,
-           "Microseconds an idle pool thread (and a caller waiting for its chunks) spins before sleeping: "
-           "waking a sleeping thread costs 10-30 us, a step of short loops pays it per loop (0: never spin).");
+QK_ENV_INT(env_spin_us, "QK_POOL_SPIN_US", 0,
+           "Microseconds idle pool threads (and a caller waiting for them) spin before sleeping; 0: sleep at "
+           "once (code such as qk md turns spinning on for itself unless this is set; qk/base/pool_spin.h).");
+
+std::atomic<int64_t>& spin_us_setting() {
+  static std::atomic<int64_t> us{std::max<int64_t>(0, env_spin_us.get())};
+  return us;
+}
 
 thread_local bool t_in_region = false;
 
@@ -37,7 +43,7 @@ inline void cpu_relax() {
 // Spins until done() or for up to QK_POOL_SPIN_US; returns done(). The clock is read every 64 turns.
 template <typename Done>
 bool spin_until(Done done) {
-  static const int64_t spin_us = std::max<int64_t>(0, env_spin_us.get());
+  const int64_t spin_us = spin_us_setting().load(std::memory_order_relaxed);
   if (spin_us == 0) return done();
   const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   for (;;) {
@@ -176,6 +182,12 @@ ForkJoinPool& pool() {
 }  // namespace
 
 int num_threads() { return pool().size(); }
+int64_t pool_spin_us() { return spin_us_setting().load(); }
+void set_pool_spin_us(int64_t us) { spin_us_setting().store(std::max<int64_t>(0, us)); }
+ScopedPoolSpin::ScopedPoolSpin(int64_t us) : before_(pool_spin_us()) {
+  if (!env::get_raw("QK_POOL_SPIN_US")) set_pool_spin_us(us);
+}
+ScopedPoolSpin::~ScopedPoolSpin() { set_pool_spin_us(before_); }
 void set_num_threads(int n) { pool().resize(n); }
 bool in_parallel_region() { return t_in_region; }
 

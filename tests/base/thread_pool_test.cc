@@ -8,6 +8,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "qk/base/env.h"
+#include "qk/base/pool_spin.h"
+
 namespace {
 
 TEST(ParallelFor, CoversEveryIndexOnce) {
@@ -35,6 +38,33 @@ TEST(ParallelFor, BackToBackJobsRunEachChunkOnce) {
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "job " << job << " index " << i;
   }
   qk::set_num_threads(2);
+}
+
+// The same with idle threads spinning between jobs (they see a new job without the condition variable):
+// still each chunk once, and the setting is restored when the scope ends.
+TEST(ParallelFor, SpinningWorkersRunEachChunkOnce) {
+  if (qk::env::get_raw("QK_POOL_SPIN_US")) GTEST_SKIP() << "QK_POOL_SPIN_US is set: ScopedPoolSpin keeps it";
+  qk::set_num_threads(4);
+  const int64_t before = qk::pool_spin_us();
+  {
+    const qk::ScopedPoolSpin spin(200);
+    EXPECT_EQ(qk::pool_spin_us(), 200);
+    std::vector<int> hits(64);
+    for (int job = 0; job < 20000; ++job) {
+      const int64_t n = 2 + job % 7 * 9;
+      std::fill(hits.begin(), hits.end(), 0);
+      qk::parallel_for(0, n, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) hits[i]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "job " << job << " index " << i;
+    }
+    EXPECT_THROW(qk::parallel_for(0, 100, 1, [&](int64_t lo, int64_t) {
+                   if (lo > 50) throw std::runtime_error("boom");
+                 }),
+                 std::runtime_error);
+  }
+  EXPECT_EQ(qk::pool_spin_us(), before);
+  qk::set_num_threads(2);  // resizing with spinning threads gone: they must still stop
 }
 
 TEST(ParallelFor, RethrowsChunkException) {
