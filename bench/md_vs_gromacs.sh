@@ -6,9 +6,14 @@
 # (the library behind `qk md`, bench/md_run.cc) on the same md.mdp, em.gro and
 # topol.top. The best ns/day of the repetitions counts (the machine may be
 # shared). MD_RUN_BEFORE=path/to/older/md_run adds a column for an older build.
+# BOX=6.2 times a larger cube instead (6.2 nm: ~23,900 atoms), built the way
+# run.sh builds its 3 nm one (gmx solvate, steepest descent with its em.mdp,
+# then its md.mdp); GMX_STEPS sets gmx mdrun's steps (default 5000; -resethway
+# times the second half).
 #
 #   bench/md_vs_gromacs.sh [build-dir] [qk-steps] [repeats] [threads...]
 #   bench/md_vs_gromacs.sh build/md 2000 3 1 2
+#   BOX=6.2 GMX_STEPS=1000 bench/md_vs_gromacs.sh build/release 300 2 1 2
 set -euo pipefail
 BUILD=${1:-build/md}
 STEPS=${2:-2000}
@@ -25,7 +30,19 @@ BEFORE=${MD_RUN_BEFORE:-}
 command -v gmx >/dev/null || { echo "md_vs_gromacs.sh: gmx not found (apt-get install -y gromacs)" >&2; exit 1; }
 W=$(mktemp -d /tmp/md-vs-gmx.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-"$PEER/run.sh" 1 "$W" | grep -E "GROMACS version|SIMD|Precision" >&2
+BOX=${BOX:-3}
+GMX_STEPS=${GMX_STEPS:-5000}
+if [[ $BOX == 3 ]]; then
+  "$PEER/run.sh" 1 "$W" | grep -E "GROMACS version|SIMD|Precision" >&2
+else
+  (cd "$W" && gmx solvate -cs spc216 -box "$BOX" "$BOX" "$BOX" -o water.gro >/dev/null 2>&1 &&
+    N=$(awk 'NR>2 && /SOL/ && /OW/{n++} END{print n}' water.gro) &&
+    printf '#include "oplsaa.ff/forcefield.itp"\n#include "oplsaa.ff/spc.itp"\n\n[ system ]\nSPC water box\n\n[ molecules ]\nSOL %d\n' "$N" > topol.top &&
+    gmx grompp -f "$PEER/em.mdp" -c water.gro -p topol.top -o em.tpr >/dev/null 2>&1 &&
+    gmx mdrun -s em.tpr -deffnm em -nt 2 -ntmpi 1 -ntomp 2 >/dev/null 2>&1 &&
+    gmx grompp -f "$PEER/md.mdp" -c em.gro -p topol.top -o md.tpr >/dev/null 2>&1 &&
+    echo "box $BOX nm: $(sed -n 2p em.gro | tr -d ' ') atoms" >&2)
+fi
 
 best() { sort -g | tail -1; }
 qk_ns_day() {  # binary threads
@@ -42,7 +59,7 @@ fi
 for T in "${THREADS[@]}"; do
   g=() q=() b=()
   for ((r = 0; r < REPEATS; r++)); do
-    (cd "$W" && gmx mdrun -s md.tpr -deffnm md -nt "$T" -ntmpi 1 -ntomp "$T" -nsteps 5000 -resethway -noconfout \
+    (cd "$W" && gmx mdrun -s md.tpr -deffnm md -nt "$T" -ntmpi 1 -ntomp "$T" -nsteps "$GMX_STEPS" -resethway -noconfout \
       >/dev/null 2>&1)
     g+=("$(awk '/Performance:/{print $2}' "$W/md.log")")
     q+=("$(qk_ns_day "$MDRUN" "$T")")

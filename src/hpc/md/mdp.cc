@@ -125,6 +125,9 @@ const std::map<std::string, Handler>& handlers() {
       {"nstcomm", [](MdpOptions& o, const Line& l) { o.nstcomm = static_cast<int>(integer(l)); }},
       {"comm-grps", [](MdpOptions&, const Line& l) { choose(l, {"system"}, "one group, System"); }},
       {"nstenergy", [](MdpOptions& o, const Line& l) { o.nstenergy = static_cast<int>(integer(l)); }},
+      {"nstxout", [](MdpOptions& o, const Line& l) { o.nstxout = static_cast<int>(integer(l)); }},
+      {"nstvout", [](MdpOptions& o, const Line& l) { o.nstvout = static_cast<int>(integer(l)); }},
+      {"nstfout", [](MdpOptions& o, const Line& l) { o.nstfout = static_cast<int>(integer(l)); }},
       {"define",
        [](MdpOptions& o, const Line& l) {
          for (std::string_view tok : split_whitespace(l.value)) {
@@ -149,9 +152,6 @@ const std::vector<IgnoredMdpKey>& mdp_keys_without_effect() {
                                   "exact, not estimated"},
       {"nstlog", "md.log's energy blocks follow nstenergy"},
       {"nstcalcenergy", "energies are computed on the steps that report them"},
-      {"nstxout", "trajectory output (.trr) is not written yet"},
-      {"nstvout", "trajectory output (.trr) is not written yet"},
-      {"nstfout", "trajectory output (.trr) is not written yet"},
       {"nstxout-compressed", "compressed trajectory output (.xtc) is not written yet"},
       {"compressed-x-precision", "compressed trajectory output (.xtc) is not written yet"},
       {"compressed-x-grps", "compressed trajectory output (.xtc) is not written yet"},
@@ -202,6 +202,9 @@ MdpOptions parse_mdp(std::string_view text, const std::string& name) {
   QK_CHECK(o.rcoulomb > 0 && o.rvdw > 0, where(name, 0), "rcoulomb and rvdw must be positive");
   QK_CHECK(o.rcoulomb == o.rvdw, where(name, 0), "qk md needs rcoulomb == rvdw (got ", o.rcoulomb, " and ",
            o.rvdw, "); different cut-offs are not written yet");
+  for (auto [key, v] : {std::pair{"nstenergy", o.nstenergy}, {"nstxout", o.nstxout}, {"nstvout", o.nstvout},
+                        {"nstfout", o.nstfout}})
+    QK_CHECK(v >= 0, where(name, 0), key, " must be >= 0 (0: never), got ", v);
   QK_CHECK(o.tcoupl == Thermostat::kNo || o.tau_t > 0, where(name, 0), "V-rescale needs tau-t > 0, got ", o.tau_t);
   return o;
 }

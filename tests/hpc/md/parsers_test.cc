@@ -273,6 +273,12 @@ TEST(Top, ReadsInstalledForceFieldsWaterAndIons) {
 }
 
 TEST(Mdp, OutputKeysAreAcceptedAndRecordedAsWithoutEffect) {
-  qk::md::MdpOptions o = qk::md::parse_mdp("nstxout = 100\nnstxout_compressed = 10\ntitle = x\n", "out.mdp");
-  EXPECT_EQ(o.keys_without_effect, (std::vector<std::string>{"nstxout", "nstxout-compressed", "title"}));
+  qk::md::MdpOptions o = qk::md::parse_mdp(
+      "nstxout = 100\nnstvout = 0\nnstfout=50\nnstxout_compressed = 10\ntitle = x\n", "out.mdp");
+  EXPECT_EQ(o.keys_without_effect, (std::vector<std::string>{"nstxout-compressed", "title"}));
+  EXPECT_EQ(o.nstxout, 100);  // the .trr's (trr.h)
+  EXPECT_EQ(o.nstvout, 0);
+  EXPECT_EQ(o.nstfout, 50);
+  EXPECT_THROW(qk::md::parse_mdp("nstxout = -1\n", "neg.mdp"), qk::Error);
+  EXPECT_THROW(qk::md::parse_mdp("nstenergy = -5\n", "neg.mdp"), qk::Error);
 }

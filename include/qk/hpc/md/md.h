@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "qk/hpc/md/forces.h"
@@ -52,6 +53,10 @@ struct RunOptions {
   std::ostream* log = nullptr;  // md.log text: energy blocks every nstenergy steps, the performance lines
   // kMixed, as gmx mdrun: the short-range pair forces in float (forces.h); kDouble as gmx_d.
   Precision precision = Precision::kMixed;
+  // MD: the .trr (trr.h) written on the steps the mdp's nstxout / nstvout / nstfout ask for (x(t), the
+  // leap-frog's v(t - dt/2) and f(t), as mdrun writes them; reals as the precision). Empty: no trajectory;
+  // nor when all three are 0 (the file is then not created).
+  std::string trajectory;
 };
 
 struct RunResult {

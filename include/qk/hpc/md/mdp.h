@@ -62,8 +62,9 @@ struct MdpOptions {
   Constraints constraints = Constraints::kNone;
   CommMode comm_mode = CommMode::kLinear;
   int nstcomm = 100;
-  // Output: md.log's energy blocks.
+  // Output: md.log's energy blocks; the .trr's positions, velocities and forces (0: never).
   int nstenergy = 1000;
+  int nstxout = 0, nstvout = 0, nstfout = 0;
   // -DNAME[=VALUE] for the topology's preprocessor (GROMACS's `define`).
   std::vector<std::string> defines;
   // Keys of mdp_keys_without_effect() that the file sets (normalized: lower case, '-').

@@ -29,6 +29,7 @@ struct MdrunArgs {
   std::string top = "topol.top";
   std::string log = "md.log";
   std::string confout = "confout.gro";
+  std::string trajectory = "traj.trr";  // written when the mdp's nstxout / nstvout / nstfout ask
   int64_t nsteps = -1;
   int threads = 0;
   Precision precision = Precision::kMixed;  // -double: kDouble
