@@ -35,13 +35,8 @@ GMX_STEPS=${GMX_STEPS:-5000}
 if [[ $BOX == 3 ]]; then
   "$PEER/run.sh" 1 "$W" | grep -E "GROMACS version|SIMD|Precision" >&2
 else
-  (cd "$W" && gmx solvate -cs spc216 -box "$BOX" "$BOX" "$BOX" -o water.gro >/dev/null 2>&1 &&
-    N=$(awk 'NR>2 && /SOL/ && /OW/{n++} END{print n}' water.gro) &&
-    printf '#include "oplsaa.ff/forcefield.itp"\n#include "oplsaa.ff/spc.itp"\n\n[ system ]\nSPC water box\n\n[ molecules ]\nSOL %d\n' "$N" > topol.top &&
-    gmx grompp -f "$PEER/em.mdp" -c water.gro -p topol.top -o em.tpr >/dev/null 2>&1 &&
-    gmx mdrun -s em.tpr -deffnm em -nt 2 -ntmpi 1 -ntomp 2 >/dev/null 2>&1 &&
-    gmx grompp -f "$PEER/md.mdp" -c em.gro -p topol.top -o md.tpr >/dev/null 2>&1 &&
-    echo "box $BOX nm: $(sed -n 2p em.gro | tr -d ' ') atoms" >&2)
+  "$ROOT/bench/md_water_box.sh" "$BOX" "$W" "$PEER"
+  (cd "$W" && gmx grompp -f "$PEER/md.mdp" -c em.gro -p topol.top -o md.tpr >/dev/null 2>&1)
 fi
 
 best() { sort -g | tail -1; }

@@ -1,6 +1,6 @@
 // `qk md` end to end on the water box with PME that tests/hpc/md checks
 // against GROMACS: md.log's step-0 energies (GROMACS's Potential), the final
-// .gro and the Performance line; -h; bad input named.
+// .gro and the Performance line; the .trr of a trajectory mdp; -h; bad input named.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -31,10 +31,28 @@ TEST(CliMd, WaterBoxWritesGromacsLogAndFinalCoordinates) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/w.gro")) << r.output;
 }
 
+// The argon trajectory mdp (positions every step, velocities and forces every second): NAME.trr with
+// the frames gmx mdrun writes for it (tests/hpc/md/trr_test.cc compares their contents).
+TEST(CliMd, TrajectoryMdpWritesTheTrr) {
+  const std::string argon = std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/argon/";
+  const std::string dir = kScratch.fresh("argon");
+  const auto r = run_qk("md -f " + argon + "traj.mdp -c " + argon + "conf.gro -p " + argon + "topol.top -deffnm " +
+                        dir + "/a -nt 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(dir + "/a.trr"), std::string::npos) << r.output;
+  const std::string ours = qk::read_file(dir + "/a.trr"), theirs = qk::read_file(argon + "traj_reference.trr");
+  EXPECT_EQ(ours.size(), theirs.size()) << "the same 3 frames and blocks as gmx mdrun's";
+  const auto other = run_qk("md -f " + argon + "traj.mdp -c " + argon + "conf.gro -p " + argon + "topol.top -g " +
+                            dir + "/b.log -o " + dir + "/b.gro -trr " + dir + "/elsewhere.trr -nt 1");
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/elsewhere.trr")) << other.output;
+}
+
 TEST(CliMd, HelpAndBadInput) {
   const auto help = run_qk("md -h");
   EXPECT_EQ(help.exit_code, 0) << help.output;
   EXPECT_NE(help.output.find("-deffnm"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("-trr FILE"), std::string::npos) << help.output;
   const auto missing = run_qk("md -f /nonexistent/run.mdp -c " + kWater + "conf.gro -p " + kWater + "topol.top");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.output.find("/nonexistent/run.mdp"), std::string::npos) << missing.output;
