@@ -31,15 +31,21 @@ TEST(CliMd, WaterBoxWritesGromacsLogAndFinalCoordinates) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/w.gro")) << r.output;
 }
 
-// The argon trajectory mdp (positions every step, velocities and forces every second): NAME.trr with
-// the frames gmx mdrun writes for it (tests/hpc/md/trr_test.cc compares their contents).
-TEST(CliMd, TrajectoryMdpWritesTheTrr) {
+// The argon trajectory mdp (positions every step, velocities and forces every second, compressed positions
+// every step): NAME.trr and NAME.xtc with the frames gmx mdrun writes for it (tests/hpc/md/trr_test.cc and
+// xtc_test.cc compare their contents).
+TEST(CliMd, TrajectoryMdpWritesTheTrrAndXtc) {
   const std::string argon = std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/argon/";
   const std::string dir = kScratch.fresh("argon");
   const auto r = run_qk("md -f " + argon + "traj.mdp -c " + argon + "conf.gro -p " + argon + "topol.top -deffnm " +
                         dir + "/a -nt 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(dir + "/a.trr"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir + "/a.xtc"), std::string::npos) << r.output;
+  // Packed sizes follow the positions' last grid point, which float rounding may move: within 2%.
+  const double xtc = static_cast<double>(qk::read_file(dir + "/a.xtc").size()),
+               gmx_xtc = static_cast<double>(qk::read_file(argon + "traj_reference.xtc").size());
+  EXPECT_NEAR(xtc / gmx_xtc, 1.0, 0.02);
   const std::string ours = qk::read_file(dir + "/a.trr"), theirs = qk::read_file(argon + "traj_reference.trr");
   EXPECT_EQ(ours.size(), theirs.size()) << "the same 3 frames and blocks as gmx mdrun's";
   const auto other = run_qk("md -f " + argon + "traj.mdp -c " + argon + "conf.gro -p " + argon + "topol.top -g " +

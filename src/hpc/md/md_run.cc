@@ -15,6 +15,7 @@
 #include "qk/base/thread_pool.h"
 #include "qk/hpc/md/md.h"
 #include "qk/hpc/md/trr.h"
+#include "qk/hpc/md/xtc.h"
 #include "lincs.h"
 #include "settle.h"
 #include "vrescale.h"
@@ -128,6 +129,9 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   std::unique_ptr<TrrWriter> trajectory;
   if (!opt.trajectory.empty() && (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0))
     trajectory = std::make_unique<TrrWriter>(opt.trajectory, opt.precision == Precision::kDouble);
+  std::unique_ptr<XtcWriter> compressed;
+  if (!opt.compressed_trajectory.empty() && mdp.nstxout_compressed > 0)
+    compressed = std::make_unique<XtcWriter>(opt.compressed_trajectory, static_cast<float>(mdp.compressed_x_precision));
   auto at = [](int nst, int64_t step) { return nst > 0 && step % nst == 0; };
 
   RunResult result;
@@ -145,6 +149,14 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       if (at(mdp.nstvout, step)) fr.v = v;
       if (at(mdp.nstfout, step)) fr.f = f;
       trajectory->write(fr);
+    }
+    if (compressed && at(mdp.nstxout_compressed, step)) {
+      XtcFrame fr;
+      fr.step = step;
+      fr.time = mdp.tinit + step * dt;
+      for (int d = 0; d < 3; ++d) fr.box[d][d] = box.length[d];
+      fr.x = x;
+      compressed->write(fr);
     }
     // GROMACS couples on steps where (step + nsttcouple - 1) is a multiple of nsttcouple, from the last half-step KE.
     double lambda = 1;

@@ -128,6 +128,10 @@ const std::map<std::string, Handler>& handlers() {
       {"nstxout", [](MdpOptions& o, const Line& l) { o.nstxout = static_cast<int>(integer(l)); }},
       {"nstvout", [](MdpOptions& o, const Line& l) { o.nstvout = static_cast<int>(integer(l)); }},
       {"nstfout", [](MdpOptions& o, const Line& l) { o.nstfout = static_cast<int>(integer(l)); }},
+      {"nstxout-compressed",
+       [](MdpOptions& o, const Line& l) { o.nstxout_compressed = static_cast<int>(integer(l)); }},
+      {"compressed-x-precision", [](MdpOptions& o, const Line& l) { o.compressed_x_precision = number(l); }},
+      {"compressed-x-grps", [](MdpOptions&, const Line& l) { choose(l, {"system"}, "System (every atom)"); }},
       {"define",
        [](MdpOptions& o, const Line& l) {
          for (std::string_view tok : split_whitespace(l.value)) {
@@ -152,9 +156,6 @@ const std::vector<IgnoredMdpKey>& mdp_keys_without_effect() {
                                   "exact, not estimated"},
       {"nstlog", "md.log's energy blocks follow nstenergy"},
       {"nstcalcenergy", "energies are computed on the steps that report them"},
-      {"nstxout-compressed", "compressed trajectory output (.xtc) is not written yet"},
-      {"compressed-x-precision", "compressed trajectory output (.xtc) is not written yet"},
-      {"compressed-x-grps", "compressed trajectory output (.xtc) is not written yet"},
       {"energygrps", "only one energy group (System) is reported"},
       {"cpp", "the preprocessor is built in"},
   };
@@ -203,8 +204,10 @@ MdpOptions parse_mdp(std::string_view text, const std::string& name) {
   QK_CHECK(o.rcoulomb == o.rvdw, where(name, 0), "qk md needs rcoulomb == rvdw (got ", o.rcoulomb, " and ",
            o.rvdw, "); different cut-offs are not written yet");
   for (auto [key, v] : {std::pair{"nstenergy", o.nstenergy}, {"nstxout", o.nstxout}, {"nstvout", o.nstvout},
-                        {"nstfout", o.nstfout}})
+                        {"nstfout", o.nstfout}, {"nstxout-compressed", o.nstxout_compressed}})
     QK_CHECK(v >= 0, where(name, 0), key, " must be >= 0 (0: never), got ", v);
+  QK_CHECK(o.compressed_x_precision > 0, where(name, 0), "compressed-x-precision must be positive, got ",
+           o.compressed_x_precision);
   QK_CHECK(o.tcoupl == Thermostat::kNo || o.tau_t > 0, where(name, 0), "V-rescale needs tau-t > 0, got ", o.tau_t);
   return o;
 }

@@ -13,7 +13,7 @@ namespace qk::md {
 
 MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
   MdrunArgs a;
-  bool log_given = false, confout_given = false, trajectory_given = false;
+  bool log_given = false, confout_given = false, trajectory_given = false, compressed_given = false;
   std::string deffnm;
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& opt = argv[i];
@@ -55,6 +55,9 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     } else if (opt == "-trr") {
       a.trajectory = value;
       trajectory_given = true;
+    } else if (opt == "-x") {
+      a.compressed_trajectory = value;
+      compressed_given = true;
     } else if (opt == "-nsteps") {
       a.nsteps = integer("a step count (-1: the mdp's)");
       QK_CHECK(a.nsteps >= -1, "-nsteps must be >= -1, got ", a.nsteps);
@@ -64,13 +67,14 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
       a.threads = static_cast<int>(nt);
     } else {
       QK_THROW(ValueError, "unknown option '", opt,
-               "' (qk md reads -f -c -p -deffnm -g -o -trr -nsteps -nt -double; qk md -h explains them)");
+               "' (qk md reads -f -c -p -deffnm -g -o -trr -x -nsteps -nt -double; qk md -h explains them)");
     }
   }
   if (!deffnm.empty()) {
     if (!log_given) a.log = deffnm + ".log";
     if (!confout_given) a.confout = deffnm + ".gro";
     if (!trajectory_given) a.trajectory = deffnm + ".trr";
+    if (!compressed_given) a.compressed_trajectory = deffnm + ".xtc";
   }
   return a;
 }
@@ -85,11 +89,13 @@ std::string mdrun_help(const std::string& program) {
          "  -c FILE       start coordinates (.gro)              [conf.gro]\n"
          "  -p FILE       topology (.top; #include from the file's folder, then $GMXDATA/top or\n"
          "                /usr/share/gromacs/top)               [topol.top]\n"
-         "  -deffnm NAME  write NAME.log, NAME.gro and NAME.trr\n"
+         "  -deffnm NAME  write NAME.log, NAME.gro, NAME.trr and NAME.xtc\n"
          "  -g FILE       the log (energy blocks every nstenergy steps, Performance) [md.log]\n"
          "  -o FILE       final coordinates                     [confout.gro]\n"
          "  -trr FILE     trajectory: positions, velocities, forces every nstxout, nstvout,\n"
          "                nstfout steps (none when all are 0)   [traj.trr]\n"
+         "  -x FILE       compressed trajectory: positions every nstxout-compressed steps\n"
+         "                at compressed-x-precision (none when 0) [traj_comp.xtc]\n"
          "  -nsteps N     steps to run (-1: the mdp's nsteps)   [-1]\n"
          "  -nt N         threads (0: QK_NUM_THREADS or one per core) [0]\n"
          "  -double       everything in double precision, as gmx_d (default: GROMACS's mixed\n"
@@ -136,8 +142,10 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
       std::snprintf(buf, sizeof buf, "  degrees of freedom %.0f\n", degrees_of_freedom(top, mdp));
       header += buf;
     }
-    if (mdp.integrator == Integrator::kSteep && (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0))
-      header += "  mdp keys nstxout/nstvout/nstfout not acted on: a minimization writes only the final structure\n";
+    if (mdp.integrator == Integrator::kSteep &&
+        (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0 || mdp.nstxout_compressed > 0))
+      header += "  mdp keys nstxout/nstvout/nstfout/nstxout-compressed not acted on: a minimization writes only the "
+                "final structure\n";
     for (const std::string& key : mdp.keys_without_effect)
       for (const IgnoredMdpKey& k : mdp_keys_without_effect())
         if (key == k.key) header += "  mdp key " + key + " read, not acted on: " + k.why + "\n";
@@ -151,6 +159,8 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
   const bool writes_trajectory =
       mdp.integrator == Integrator::kMd && (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0);
   if (writes_trajectory) opt.trajectory = args.trajectory;
+  const bool writes_compressed = mdp.integrator == Integrator::kMd && mdp.nstxout_compressed > 0;
+  if (writes_compressed) opt.compressed_trajectory = args.compressed_trajectory;
   RunResult r = run(top, mdp, conf, opt);
   GroFile final_conf = r.final_conf;
   final_conf.title = top.system_name;
@@ -163,8 +173,8 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
                   r.frames.back().potential.potential(), r.frames.back().fmax, r.frames.back().fmax_atom + 1);
     out << buf;
   }
-  out << "wrote " << args.log << (writes_trajectory ? ", " + args.trajectory : std::string()) << " and "
-      << args.confout << "\n";
+  out << "wrote " << args.log << (writes_trajectory ? ", " + args.trajectory : std::string())
+      << (writes_compressed ? ", " + args.compressed_trajectory : std::string()) << " and " << args.confout << "\n";
   return r;
 }
 

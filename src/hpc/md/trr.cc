@@ -1,81 +1,17 @@
 // The .trr format (GROMACS's trrio.cpp, gmx_fio_xdr.cpp): see trr.h.
 #include "qk/hpc/md/trr.h"
 
-#include <bit>
-#include <cstring>
 #include <limits>
 
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
+#include "xdr.h"
 
 namespace qk::md {
 namespace {
 
-constexpr int32_t kMagic = 1993;
+constexpr int32_t kTrrMagic = 1993;
 constexpr char kVersion[] = "GMX_trn_file";
-
-// XDR: 4-byte big-endian items; doubles as 8 bytes big-endian.
-class XdrOut {
- public:
-  void i32(int32_t v) { u32(static_cast<uint32_t>(v)); }
-  void u32(uint32_t v) {
-    for (int s = 24; s >= 0; s -= 8) bytes_.push_back(static_cast<char>(v >> s & 0xff));
-  }
-  void real(double v, bool dbl) {
-    if (dbl) {
-      const uint64_t b = std::bit_cast<uint64_t>(v);
-      u32(static_cast<uint32_t>(b >> 32));
-      u32(static_cast<uint32_t>(b));
-    } else {
-      u32(std::bit_cast<uint32_t>(static_cast<float>(v)));
-    }
-  }
-  // gmx_fio_do_string: the length with its terminator, then xdr_string (length, bytes padded to 4).
-  void string(const char* s) {
-    const auto n = static_cast<int32_t>(std::strlen(s));
-    i32(n + 1);
-    i32(n);
-    bytes_.append(s, n);
-    bytes_.append((4 - n % 4) % 4, '\0');
-  }
-  const std::string& bytes() const { return bytes_; }
-
- private:
-  std::string bytes_;
-};
-
-class XdrIn {
- public:
-  XdrIn(const std::string& data, const std::string& path) : d_(data), path_(path) {}
-  bool done() const { return pos_ >= d_.size(); }
-  size_t pos() const { return pos_; }
-  uint32_t u32(const char* what) {
-    QK_CHECK(pos_ + 4 <= d_.size(), path_, ": truncated at byte ", pos_, " reading ", what);
-    uint32_t v = 0;
-    for (int k = 0; k < 4; ++k) v = v << 8 | static_cast<unsigned char>(d_[pos_ + k]);
-    pos_ += 4;
-    return v;
-  }
-  int32_t i32(const char* what) { return static_cast<int32_t>(u32(what)); }
-  double real(bool dbl, const char* what) {
-    if (!dbl) return std::bit_cast<float>(u32(what));
-    const uint64_t hi = u32(what), lo = u32(what);
-    return std::bit_cast<double>(hi << 32 | lo);
-  }
-  std::string string(const char* what) {
-    const int32_t with_nul = i32(what), n = i32(what);
-    QK_CHECK(n >= 0 && n + 1 == with_nul && pos_ + n <= d_.size(), path_, ": bad string at byte ", pos_, " (",
-             what, ")");
-    std::string s = d_.substr(pos_, n);
-    pos_ += n + (4 - n % 4) % 4;
-    return s;
-  }
-
- private:
-  const std::string& d_;
-  std::string path_;
-  size_t pos_ = 0;
-};
 
 }  // namespace
 
@@ -95,7 +31,7 @@ void TrrWriter::write(const TrrFrame& fr) {
            ": step ", fr.step, " does not fit the .trr header's 32-bit step");
   const int32_t real = double_ ? 8 : 4, vec = static_cast<int32_t>(3 * real * n);
   XdrOut o;
-  o.i32(kMagic);
+  o.i32(kTrrMagic);
   o.string(kVersion);
   o.i32(0);              // ir_size
   o.i32(0);              // e_size
@@ -129,7 +65,7 @@ std::vector<TrrFrame> read_trr(const std::string& path) {
   while (!in.done()) {
     const size_t start = in.pos();
     auto where = [&] { return path + ": frame " + std::to_string(frames.size()) + " at byte " + std::to_string(start); };
-    QK_CHECK(in.i32("the magic number") == kMagic, where(), ": not a .trr frame (magic number is not 1993)");
+    QK_CHECK(in.i32("the magic number") == kTrrMagic, where(), ": not a .trr frame (magic number is not 1993)");
     const std::string version = in.string("the version string");
     QK_CHECK(version == kVersion, where(), ": version '", version, "', expected '", kVersion, "'");
     int32_t size[10];  // ir e box vir pres top sym x v f

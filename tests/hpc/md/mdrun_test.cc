@@ -20,12 +20,17 @@ TEST(MdrunArgs, GromacsOptionsAndDeffnm) {
   EXPECT_EQ(a.top, "w.top");
   EXPECT_EQ(a.log, "out/water.log");
   EXPECT_EQ(a.confout, "out/water.gro");
+  EXPECT_EQ(a.trajectory, "out/water.trr");
+  EXPECT_EQ(a.compressed_trajectory, "out/water.xtc");
   EXPECT_EQ(a.nsteps, 50);
   EXPECT_EQ(a.threads, 2);
   qk::md::MdrunArgs d = qk::md::parse_mdrun_args({});
   EXPECT_EQ(d.mdp, "grompp.mdp");
   EXPECT_EQ(d.log, "md.log");
   EXPECT_EQ(d.confout, "confout.gro");
+  EXPECT_EQ(d.trajectory, "traj.trr");  // mdrun's names
+  EXPECT_EQ(d.compressed_trajectory, "traj_comp.xtc");
+  EXPECT_EQ(qk::md::parse_mdrun_args({"-x", "c.xtc", "-trr", "f.trr"}).compressed_trajectory, "c.xtc");
   EXPECT_EQ(d.nsteps, -1);
   EXPECT_TRUE(qk::md::parse_mdrun_args({"-h"}).help);
   EXPECT_EQ(d.precision, qk::md::Precision::kMixed);  // as gmx; -double as gmx_d
@@ -41,7 +46,7 @@ TEST(MdrunArgs, BadOptionsSayWhich) {
     }
     return std::string();
   };
-  EXPECT_NE(msg({"-x", "1"}).find("'-x'"), std::string::npos);
+  EXPECT_NE(msg({"-y", "1"}).find("'-y'"), std::string::npos);
   EXPECT_NE(msg({"-nsteps", "ten"}).find("'ten'"), std::string::npos);
   EXPECT_NE(msg({"-f"}).find("-f needs a value"), std::string::npos);
 }

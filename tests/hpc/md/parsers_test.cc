@@ -274,8 +274,14 @@ TEST(Top, ReadsInstalledForceFieldsWaterAndIons) {
 
 TEST(Mdp, OutputKeysAreAcceptedAndRecordedAsWithoutEffect) {
   qk::md::MdpOptions o = qk::md::parse_mdp(
-      "nstxout = 100\nnstvout = 0\nnstfout=50\nnstxout_compressed = 10\ntitle = x\n", "out.mdp");
-  EXPECT_EQ(o.keys_without_effect, (std::vector<std::string>{"nstxout-compressed", "title"}));
+      "nstxout = 100\nnstvout = 0\nnstfout=50\nnstxout_compressed = 10\ncompressed-x-precision = 100\n"
+      "compressed-x-grps = System\ntitle = x\n",
+      "out.mdp");
+  EXPECT_EQ(o.keys_without_effect, (std::vector<std::string>{"title"}));
+  EXPECT_EQ(o.nstxout_compressed, 10);  // the .xtc's (xtc.h)
+  EXPECT_EQ(o.compressed_x_precision, 100);
+  EXPECT_THROW(qk::md::parse_mdp("compressed-x-grps = Protein\n", "grp.mdp"), qk::Error);  // System only
+  EXPECT_THROW(qk::md::parse_mdp("compressed-x-precision = 0\n", "prec.mdp"), qk::Error);
   EXPECT_EQ(o.nstxout, 100);  // the .trr's (trr.h)
   EXPECT_EQ(o.nstvout, 0);
   EXPECT_EQ(o.nstfout, 50);

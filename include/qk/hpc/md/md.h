@@ -57,6 +57,8 @@ struct RunOptions {
   // leap-frog's v(t - dt/2) and f(t), as mdrun writes them; reals as the precision). Empty: no trajectory;
   // nor when all three are 0 (the file is then not created).
   std::string trajectory;
+  // MD: the .xtc (xtc.h) of x(t) every nstxout-compressed steps at compressed-x-precision. Empty: none.
+  std::string compressed_trajectory;
 };
 
 struct RunResult {

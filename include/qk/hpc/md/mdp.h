@@ -62,9 +62,11 @@ struct MdpOptions {
   Constraints constraints = Constraints::kNone;
   CommMode comm_mode = CommMode::kLinear;
   int nstcomm = 100;
-  // Output: md.log's energy blocks; the .trr's positions, velocities and forces (0: never).
+  // Output: md.log's energy blocks; the .trr's positions, velocities and forces; the .xtc (0: never).
   int nstenergy = 1000;
   int nstxout = 0, nstvout = 0, nstfout = 0;
+  int nstxout_compressed = 0;            // the .xtc's positions (compressed-x-grps: System only)
+  double compressed_x_precision = 1000;  // 1/nm
   // -DNAME[=VALUE] for the topology's preprocessor (GROMACS's `define`).
   std::vector<std::string> defines;
   // Keys of mdp_keys_without_effect() that the file sets (normalized: lower case, '-').

@@ -30,6 +30,7 @@ struct MdrunArgs {
   std::string log = "md.log";
   std::string confout = "confout.gro";
   std::string trajectory = "traj.trr";  // written when the mdp's nstxout / nstvout / nstfout ask
+  std::string compressed_trajectory = "traj_comp.xtc";  // written when nstxout-compressed asks
   int64_t nsteps = -1;
   int threads = 0;
   Precision precision = Precision::kMixed;  // -double: kDouble
