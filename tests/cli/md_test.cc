@@ -54,6 +54,43 @@ TEST(CliMd, TrajectoryMdpWritesTheTrrAndXtc) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/elsewhere.trr")) << other.output;
 }
 
+// qk md killed (SIGKILL, as a crashed node) in the middle of a run with frequent checkpoints, then run
+// again with -cpi: it goes on from its newest checkpoint, and its log and trajectories end as those of a
+// run that was never killed (every energy block and frame once; the same file sizes).
+TEST(CliMd, KilledRunGoesOnFromItsCheckpoint) {
+  const std::string argon = std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/argon/";
+  const std::string dir = kScratch.fresh("killed");
+  const std::string mdp = dir + "/run.mdp";
+  std::string text = qk::read_file(argon + "traj.mdp");
+  text.replace(text.find("tcoupl          = no"), 20, "tcoupl = V-rescale\ntc-grps = System\ntau-t = 0.1\nref-t = 120\nnsttcouple = 1");
+  text.replace(text.find("nsteps          = 2"), 19, "nsteps          = 20");
+  text.replace(text.find("gen_vel         = no"), 20, "gen_vel = yes\ngen_temp = 120\ngen_seed = 5");
+  qk::atomic_write_file(mdp, text);
+  const std::string inputs = "md -f " + mdp + " -c " + argon + "conf.gro -p " + argon + "topol.top -nt 1 ";
+  const auto whole = run_qk(inputs + "-deffnm " + dir + "/a");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  // A checkpoint at nearly every step (-cpt in minutes); killed at the start of step 13.
+  const auto killed = run_qk(inputs + "-deffnm " + dir + "/b -cpt 0.000001", "QK_FAULT_KILL=md_step:0:13");
+  ASSERT_NE(killed.exit_code, 0) << killed.output;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/b.cpt")) << killed.output;
+  const auto resumed = run_qk(inputs + "-deffnm " + dir + "/b -cpi " + dir + "/b.cpt");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("going on from"), std::string::npos) << resumed.output;
+  for (const char* ext : {".trr", ".xtc"}) {
+    const double a = static_cast<double>(std::filesystem::file_size(dir + "/a" + ext)),
+                 b = static_cast<double>(std::filesystem::file_size(dir + "/b" + ext));
+    EXPECT_NEAR(b / a, 1.0, ext == std::string(".trr") ? 0.0 : 0.02) << ext;  // .xtc packs to the positions
+  }
+  auto blocks = [](const std::string& log) {
+    size_t n = 0;
+    for (size_t p = log.find("   Energies (kJ/mol)"); p != std::string::npos; p = log.find("   Energies (kJ/mol)", p + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(blocks(qk::read_file(dir + "/b.log")), blocks(qk::read_file(dir + "/a.log")));
+  EXPECT_EQ(blocks(qk::read_file(dir + "/a.log")), 21u);
+}
+
 TEST(CliMd, HelpAndBadInput) {
   const auto help = run_qk("md -h");
   EXPECT_EQ(help.exit_code, 0) << help.output;

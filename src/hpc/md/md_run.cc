@@ -5,18 +5,21 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "md_log.h"
 #include "pbc.h"
 #include "qk/base/error.h"
+#include "qk/base/fault.h"
 #include "qk/base/pool_spin.h"
 #include "qk/base/thread_pool.h"
 #include "qk/hpc/md/md.h"
 #include "qk/hpc/md/trr.h"
 #include "qk/hpc/md/xtc.h"
 #include "lincs.h"
+#include "md_checkpoint.h"
 #include "settle.h"
 #include "vrescale.h"
 
@@ -103,9 +106,24 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
              "structure)");
   };
   const double ndf = degrees_of_freedom(top, mdp);
-  if (mdp.gen_vel && !mdp.continuation) generate_velocities(&v, top.mass, mdp.gen_temp, mdp.gen_seed, com_removal);
-  if (com_removal) remove_com_velocity(&v, top.mass);
-  if (!mdp.continuation && (!settle.empty() || !lincs.empty())) {
+  // A resumed run takes x, v and the rest from the checkpoint: no generated velocities, no first constraining.
+  const std::optional<MdCheckpoint> resumed =
+      opt.resume_from.empty() ? std::nullopt : latest_md_checkpoint(opt.resume_from);
+  if (resumed) {
+    QK_CHECK(static_cast<int>(resumed->x.size()) == n, resumed->path, " holds ", resumed->x.size(),
+             " atoms, the topology ", n, " (resume with the run's own inputs)");
+    QK_CHECK(resumed->step <= nsteps, resumed->path, " is at step ", resumed->step, ", past the run's ", nsteps,
+             " steps (raise -nsteps to go on)");
+    for (int d = 0; d < 3; ++d)
+      QK_CHECK(std::abs(resumed->box[d] - box.length[d]) <= 1e-9 * box.length[d], resumed->path,
+               ": its box differs from the .gro's (resume with the run's own inputs)");
+    x = resumed->x;
+    v = resumed->v;
+  } else if (mdp.gen_vel && !mdp.continuation) {
+    generate_velocities(&v, top.mass, mdp.gen_temp, mdp.gen_seed, com_removal);
+  }
+  if (com_removal && !resumed) remove_com_velocity(&v, top.mass);
+  if (!resumed && !mdp.continuation && (!settle.empty() || !lincs.empty())) {
     // GROMACS's do_constrain_first: x onto the constraints, then v(-dt/2) consistent with x(-dt).
     std::vector<Vec3> x0 = x;
     constrain(x0, &x, nullptr, 0, nullptr, "the start structure");
@@ -123,21 +141,61 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     const int64_t seed = mdp.gen_seed >= 0 ? mdp.gen_seed + 1 : static_cast<int64_t>(std::random_device{}());
     thermostat = std::make_unique<VRescale>(mdp.ref_t, mdp.tau_t, dt * nsttcouple, ndf, static_cast<uint64_t>(seed));
   }
+  if (resumed) {
+    QK_CHECK(resumed->thermostat.empty() == !thermostat, resumed->path, ": the checkpoint was written ",
+             thermostat ? "without" : "with", " a thermostat, the mdp now has ", thermostat ? "one" : "none",
+             " (resume with the run's own mdp)");
+    if (thermostat) thermostat->restore(resumed->thermostat);
+  }
   std::vector<double> inv_mass(n);
   for (int i = 0; i < n; ++i) inv_mass[i] = top.mass[i] > 0 ? 1 / top.mass[i] : 0;
 
+  // Trajectories: a resumed run cuts each back to its size at the checkpoint and appends.
+  auto kept = [&](int64_t bytes) {
+    return resumed && bytes >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(bytes)) : std::nullopt;
+  };
   std::unique_ptr<TrrWriter> trajectory;
   if (!opt.trajectory.empty() && (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0))
-    trajectory = std::make_unique<TrrWriter>(opt.trajectory, opt.precision == Precision::kDouble);
+    trajectory = std::make_unique<TrrWriter>(opt.trajectory, opt.precision == Precision::kDouble,
+                                             kept(resumed ? resumed->trr_bytes : -1));
   std::unique_ptr<XtcWriter> compressed;
   if (!opt.compressed_trajectory.empty() && mdp.nstxout_compressed > 0)
-    compressed = std::make_unique<XtcWriter>(opt.compressed_trajectory, static_cast<float>(mdp.compressed_x_precision));
+    compressed = std::make_unique<XtcWriter>(opt.compressed_trajectory, static_cast<float>(mdp.compressed_x_precision),
+                                             kept(resumed ? resumed->xtc_bytes : -1));
   auto at = [](int nst, int64_t step) { return nst > 0 && step % nst == 0; };
 
   RunResult result;
-  Mat3 half_step_old = kinetic_tensor(v, top.mass);  // KE at t - dt/2
+  Mat3 half_step_old = resumed ? resumed->half_step_kinetic : kinetic_tensor(v, top.mass);  // KE at t - dt/2
+  const int64_t first_step = resumed ? resumed->step : 0;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step <= nsteps; ++step) {
+  auto last_checkpoint = start;
+  for (int64_t step = first_step; step <= nsteps; ++step) {
+    // A checkpoint holds the state at the start of a step: every checkpoint_every_steps steps or
+    // checkpoint_every_minutes, and before the last step (whose outputs a resumed run writes again).
+    if (!opt.checkpoint_dir.empty() && step > first_step) {
+      const double minutes =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count() / 60;
+      if ((opt.checkpoint_every_steps > 0 && step % opt.checkpoint_every_steps == 0) ||
+          (opt.checkpoint_every_minutes > 0 && minutes >= opt.checkpoint_every_minutes) || step == nsteps) {
+        MdCheckpoint c;
+        c.step = step;
+        c.time = mdp.tinit + step * dt;
+        c.box = box.length;
+        c.x = x;
+        c.v = v;
+        c.half_step_kinetic = half_step_old;
+        c.thermostat = thermostat ? thermostat->save() : std::string();
+        c.trr_bytes = trajectory ? static_cast<int64_t>(trajectory->bytes()) : -1;
+        c.xtc_bytes = compressed ? static_cast<int64_t>(compressed->bytes()) : -1;
+        if (opt.log) {
+          opt.log->flush();
+          c.log_bytes = static_cast<int64_t>(opt.log->tellp());
+        }
+        save_md_checkpoint(opt.checkpoint_dir, c);
+        last_checkpoint = std::chrono::steady_clock::now();
+      }
+    }
+    fault::point("md_step", step);  // crash tests: QK_FAULT_KILL=md_step:0:STEP (qk/base/fault.h)
     const bool energy_step = (mdp.nstenergy > 0 && step % mdp.nstenergy == 0) || step == nsteps;
     PotentialTerms pot = ff.compute(x, &f, energy_step);  // forces only on steps that report nothing
     if (trajectory && (at(mdp.nstxout, step) || at(mdp.nstvout, step) || at(mdp.nstfout, step))) {
@@ -204,10 +262,11 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     half_step_old = half_step_new;
   }
   result.steps = nsteps;
+  result.first_step = first_step;
   result.pair_list_builds = ff.pair_list_builds();
   result.pairs_in_list = ff.num_pairs();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double ns = nsteps * dt / 1000.0;
+  const double ns = static_cast<double>(nsteps - first_step) * dt / 1000.0;
   if (result.wall_seconds > 0 && ns > 0) {
     result.ns_per_day = ns / (result.wall_seconds / 86400.0);
     result.hours_per_ns = result.wall_seconds / 3600.0 / ns;

@@ -2,8 +2,11 @@
 #include "qk/hpc/md/mdrun.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 
+#include "md_checkpoint.h"
 #include "md_log.h"
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
@@ -13,7 +16,8 @@ namespace qk::md {
 
 MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
   MdrunArgs a;
-  bool log_given = false, confout_given = false, trajectory_given = false, compressed_given = false;
+  bool log_given = false, confout_given = false, trajectory_given = false, compressed_given = false,
+       checkpoint_given = false;
   std::string deffnm;
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& opt = argv[i];
@@ -27,16 +31,20 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     }
     QK_CHECK(i + 1 < argv.size(), opt, " needs a value (qk md -h lists the options)");
     const std::string& value = argv[++i];
-    auto integer = [&](const char* what) -> long long {
+    // The whole value as a number (std::stoll or std::stod), or an error naming the option.
+    auto number = [&](auto parse, const char* what) {
       size_t used = 0;
-      long long v = 0;
+      decltype(parse(value, &used)) v{};
       try {
-        v = std::stoll(value, &used);
+        v = parse(value, &used);
       } catch (const std::exception&) {
         used = 0;
       }
       QK_CHECK(used == value.size() && !value.empty(), opt, " expects ", what, ", got '", value, "'");
       return v;
+    };
+    auto integer = [&](const char* what) {
+      return number([](const std::string& t, size_t* used) { return std::stoll(t, used); }, what);
     };
     if (opt == "-f") {
       a.mdp = value;
@@ -58,6 +66,13 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     } else if (opt == "-x") {
       a.compressed_trajectory = value;
       compressed_given = true;
+    } else if (opt == "-cpo") {
+      a.checkpoint = value;
+      checkpoint_given = true;
+    } else if (opt == "-cpi") {
+      a.resume = value;
+    } else if (opt == "-cpt") {
+      a.checkpoint_minutes = number([](const std::string& t, size_t* used) { return std::stod(t, used); }, "minutes");
     } else if (opt == "-nsteps") {
       a.nsteps = integer("a step count (-1: the mdp's)");
       QK_CHECK(a.nsteps >= -1, "-nsteps must be >= -1, got ", a.nsteps);
@@ -67,7 +82,7 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
       a.threads = static_cast<int>(nt);
     } else {
       QK_THROW(ValueError, "unknown option '", opt,
-               "' (qk md reads -f -c -p -deffnm -g -o -trr -x -nsteps -nt -double; qk md -h explains them)");
+               "' (qk md reads -f -c -p -deffnm -g -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; qk md -h explains them)");
     }
   }
   if (!deffnm.empty()) {
@@ -75,6 +90,7 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     if (!confout_given) a.confout = deffnm + ".gro";
     if (!trajectory_given) a.trajectory = deffnm + ".trr";
     if (!compressed_given) a.compressed_trajectory = deffnm + ".xtc";
+    if (!checkpoint_given) a.checkpoint = deffnm + ".cpt";
   }
   return a;
 }
@@ -89,13 +105,18 @@ std::string mdrun_help(const std::string& program) {
          "  -c FILE       start coordinates (.gro)              [conf.gro]\n"
          "  -p FILE       topology (.top; #include from the file's folder, then $GMXDATA/top or\n"
          "                /usr/share/gromacs/top)               [topol.top]\n"
-         "  -deffnm NAME  write NAME.log, NAME.gro, NAME.trr and NAME.xtc\n"
+         "  -deffnm NAME  write NAME.log, NAME.gro, NAME.trr, NAME.xtc and NAME.cpt\n"
          "  -g FILE       the log (energy blocks every nstenergy steps, Performance) [md.log]\n"
          "  -o FILE       final coordinates                     [confout.gro]\n"
          "  -trr FILE     trajectory: positions, velocities, forces every nstxout, nstvout,\n"
          "                nstfout steps (none when all are 0)   [traj.trr]\n"
          "  -x FILE       compressed trajectory: positions every nstxout-compressed steps\n"
          "                at compressed-x-precision (none when 0) [traj_comp.xtc]\n"
+         "  -cpo DIR      checkpoint folder: the state every -cpt minutes and before the\n"
+         "                last step, crash-safe, the newest two kept [state.cpt]\n"
+         "  -cpi DIR      go on from the newest valid checkpoint in DIR (none there: start\n"
+         "                afresh); the log and trajectories are cut back to it and appended\n"
+         "  -cpt MIN      minutes between checkpoints (0: only before the last step; -1: none) [15]\n"
          "  -nsteps N     steps to run (-1: the mdp's nsteps)   [-1]\n"
          "  -nt N         threads (0: QK_NUM_THREADS or one per core) [0]\n"
          "  -double       everything in double precision, as gmx_d (default: GROMACS's mixed\n"
@@ -107,8 +128,24 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
   const MdpOptions mdp = read_mdp(args.mdp);
   const Topology top = read_top(args.top, TopOptions{mdp.defines, {}});
   const GroFile conf = read_gro(args.conf);
-  std::ofstream log(args.log);
+  // Resuming: the log goes back to its size at the checkpoint and is appended to, as the trajectories are.
+  const std::optional<MdCheckpoint> resume = args.resume.empty() ? std::nullopt : latest_md_checkpoint(args.resume);
+  std::ofstream log;
+  if (resume && resume->log_bytes >= 0) {
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(args.log, ec);
+    QK_CHECK(!ec && size >= static_cast<uintmax_t>(resume->log_bytes), "cannot resume the log ", args.log,
+             ": the checkpoint expects ", resume->log_bytes, " bytes written before it (restore the file or start "
+             "without -cpi)");
+    std::filesystem::resize_file(args.log, static_cast<uintmax_t>(resume->log_bytes));
+    log.open(args.log, std::ios::app);
+  } else {
+    log.open(args.log);
+  }
   QK_CHECK(log.good(), "cannot write the log ", args.log);
+  if (!args.resume.empty())
+    out << (resume ? "qk md: going on from " + resume->path + " at step " + std::to_string(resume->step) + "\n"
+                   : "qk md: no checkpoint in " + args.resume + ": starting at step 0\n");
 
   // What the run is, as grompp and mdrun's log headers tell it.
   char buf[512];
@@ -149,13 +186,18 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
     for (const std::string& key : mdp.keys_without_effect)
       for (const IgnoredMdpKey& k : mdp_keys_without_effect())
         if (key == k.key) header += "  mdp key " + key + " read, not acted on: " + k.why + "\n";
-    log << header << "\n";
+    if (!resume) log << header << "\n";  // a resumed log has it already
     out << header;
   }
   RunOptions opt;
   opt.nsteps = args.nsteps;
   opt.log = &log;
   opt.precision = args.precision;
+  if (mdp.integrator == Integrator::kMd && args.checkpoint_minutes >= 0) {
+    opt.checkpoint_dir = args.checkpoint;
+    opt.checkpoint_every_minutes = args.checkpoint_minutes;
+  }
+  if (resume) opt.resume_from = args.resume;
   const bool writes_trajectory =
       mdp.integrator == Integrator::kMd && (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0);
   if (writes_trajectory) opt.trajectory = args.trajectory;
@@ -174,7 +216,9 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
     out << buf;
   }
   out << "wrote " << args.log << (writes_trajectory ? ", " + args.trajectory : std::string())
-      << (writes_compressed ? ", " + args.compressed_trajectory : std::string()) << " and " << args.confout << "\n";
+      << (writes_compressed ? ", " + args.compressed_trajectory : std::string())
+      << (opt.checkpoint_dir.empty() ? std::string() : ", the checkpoint " + opt.checkpoint_dir) << " and "
+      << args.confout << "\n";
   return r;
 }
 

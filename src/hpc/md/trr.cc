@@ -15,9 +15,9 @@ constexpr char kVersion[] = "GMX_trn_file";
 
 }  // namespace
 
-TrrWriter::TrrWriter(const std::string& path, bool double_precision)
-    : path_(path), double_(double_precision), out_(path, std::ios::binary | std::ios::trunc) {
-  QK_CHECK(out_.good(), "cannot write the trajectory ", path, " (check the folder exists and is writable)");
+TrrWriter::TrrWriter(const std::string& path, bool double_precision, std::optional<uint64_t> keep_bytes)
+    : path_(path), double_(double_precision) {
+  bytes_ = open_trajectory(&out_, path, keep_bytes);
 }
 
 void TrrWriter::write(const TrrFrame& fr) {
@@ -54,6 +54,7 @@ void TrrWriter::write(const TrrFrame& fr) {
     for (const Vec3& p : *a)
       for (double c : p) o.real(c, double_);
   out_.write(o.bytes().data(), static_cast<std::streamsize>(o.bytes().size()));
+  bytes_ += o.bytes().size();
   out_.flush();  // a frame is whole on disk once write() returns, as a killed run's readers expect
   QK_CHECK(out_.good(), "writing the trajectory ", path_, " failed (disk full?)");
 }

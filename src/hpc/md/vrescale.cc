@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "qk/base/error.h"
 
 #include "qk/hpc/md/units.h"
 
@@ -24,6 +28,22 @@ double VRescale::lambda(double kinetic) {
                        2 * r1 * std::sqrt(kinetic * sigma / ndf_ * (1 - c) * c);
   integral_ -= k_new - kinetic;
   return std::sqrt(std::max(k_new, 0.0) / kinetic);
+}
+
+std::string VRescale::save() const {
+  std::ostringstream out;
+  char integral[64];
+  std::snprintf(integral, sizeof integral, "%a", integral_);
+  out << integral << ' ' << rng_;
+  return out.str();
+}
+
+void VRescale::restore(const std::string& state) {
+  std::istringstream in(state);
+  std::string integral;
+  in >> integral >> rng_;
+  QK_CHECK(!in.fail() && !integral.empty(), "V-rescale: the checkpoint's thermostat state does not parse");
+  integral_ = std::strtod(integral.c_str(), nullptr);
 }
 
 }  // namespace qk::md

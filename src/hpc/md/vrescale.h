@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 
 namespace qk::md {
 
@@ -18,6 +19,9 @@ class VRescale {
   // The velocity scale factor for kinetic energy `kinetic` (kJ/mol).
   double lambda(double kinetic);
   double integral() const { return integral_; }
+  // The generator's state and the integral as text, and back (checkpoints: a resumed run draws the same).
+  std::string save() const;
+  void restore(const std::string& state);
 
  private:
   double ref_t_, tau_t_, coupling_dt_, ndf_;

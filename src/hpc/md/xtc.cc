@@ -44,23 +44,26 @@ int bits_for(uint32_t size) {
   return bits;
 }
 
+// number = number * size + add, on a little-endian multibyte number of *nbytes bytes (one per uint32).
+void multiply_add(uint32_t bytes[], uint32_t* nbytes, uint32_t size, uint32_t add) {
+  uint32_t tmp = add, b = 0;
+  for (; b < *nbytes; ++b) {
+    tmp = bytes[b] * size + tmp;
+    bytes[b] = tmp & 0xff;
+    tmp >>= 8;
+  }
+  while (tmp != 0) {
+    bytes[b++] = tmp & 0xff;
+    tmp >>= 8;
+  }
+  *nbytes = b;
+}
+
 // Bits needed for three values packed in mixed radix sizes[0..2] (sizeofints).
 int bits_for_product(const uint32_t sizes[3]) {
   uint32_t bytes[32] = {1};
   uint32_t nbytes = 1;
-  for (int i = 0; i < 3; ++i) {
-    uint32_t tmp = 0, b = 0;
-    for (b = 0; b < nbytes; ++b) {
-      tmp = bytes[b] * sizes[i] + tmp;
-      bytes[b] = tmp & 0xff;
-      tmp >>= 8;
-    }
-    while (tmp != 0) {
-      bytes[b++] = tmp & 0xff;
-      tmp >>= 8;
-    }
-    nbytes = b;
-  }
+  for (int i = 0; i < 3; ++i) multiply_add(bytes, &nbytes, sizes[i], 0);
   uint32_t num = 1;
   int bits = 0;
   --nbytes;
@@ -103,18 +106,7 @@ class BitWriter {
     } while (tmp != 0);
     for (int i = 1; i < 3; ++i) {
       QK_CHECK(nums[i] < sizes[i], "xtc: internal error packing ", nums[i], " below ", sizes[i]);
-      tmp = nums[i];
-      uint32_t b = 0;
-      for (; b < nbytes; ++b) {
-        tmp = bytes[b] * sizes[i] + tmp;
-        bytes[b] = tmp & 0xff;
-        tmp >>= 8;
-      }
-      while (tmp != 0) {
-        bytes[b++] = tmp & 0xff;
-        tmp >>= 8;
-      }
-      nbytes = b;
+      multiply_add(bytes, &nbytes, sizes[i], nums[i]);
     }
     if (nbits >= static_cast<int>(nbytes) * 8) {
       for (uint32_t i = 0; i < nbytes; ++i) put(8, bytes[i]);
@@ -426,15 +418,16 @@ std::string encode_xtc_frame(const XtcFrame& fr, float precision) {
   return o.bytes();
 }
 
-XtcWriter::XtcWriter(const std::string& path, float precision)
-    : path_(path), precision_(precision), out_(path, std::ios::binary | std::ios::trunc) {
+XtcWriter::XtcWriter(const std::string& path, float precision, std::optional<uint64_t> keep_bytes)
+    : path_(path), precision_(precision) {
   QK_CHECK(precision > 0, "compressed-x-precision must be positive, got ", precision);
-  QK_CHECK(out_.good(), "cannot write the trajectory ", path, " (check the folder exists and is writable)");
+  bytes_ = open_trajectory(&out_, path, keep_bytes);
 }
 
 void XtcWriter::write(const XtcFrame& fr) {
   const std::string bytes = encode_xtc_frame(fr, precision_);
   out_.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  bytes_ += bytes.size();
   out_.flush();  // whole frames on disk, as readers of a running or killed run expect
   QK_CHECK(out_.good(), "writing the trajectory ", path_, " failed (disk full?)");
 }

@@ -31,6 +31,14 @@ TEST(MdrunArgs, GromacsOptionsAndDeffnm) {
   EXPECT_EQ(d.trajectory, "traj.trr");  // mdrun's names
   EXPECT_EQ(d.compressed_trajectory, "traj_comp.xtc");
   EXPECT_EQ(qk::md::parse_mdrun_args({"-x", "c.xtc", "-trr", "f.trr"}).compressed_trajectory, "c.xtc");
+  EXPECT_EQ(a.checkpoint, "out/water.cpt");
+  EXPECT_EQ(d.checkpoint, "state.cpt");
+  EXPECT_EQ(d.checkpoint_minutes, 15);  // mdrun's -cpt default
+  EXPECT_TRUE(d.resume.empty());
+  const qk::md::MdrunArgs c = qk::md::parse_mdrun_args({"-cpt", "0.5", "-cpi", "in.cpt", "-cpo", "out.cpt"});
+  EXPECT_EQ(c.checkpoint_minutes, 0.5);
+  EXPECT_EQ(c.resume, "in.cpt");
+  EXPECT_EQ(c.checkpoint, "out.cpt");
   EXPECT_EQ(d.nsteps, -1);
   EXPECT_TRUE(qk::md::parse_mdrun_args({"-h"}).help);
   EXPECT_EQ(d.precision, qk::md::Precision::kMixed);  // as gmx; -double as gmx_d
@@ -48,6 +56,7 @@ TEST(MdrunArgs, BadOptionsSayWhich) {
   };
   EXPECT_NE(msg({"-y", "1"}).find("'-y'"), std::string::npos);
   EXPECT_NE(msg({"-nsteps", "ten"}).find("'ten'"), std::string::npos);
+  EXPECT_NE(msg({"-cpt", "5min"}).find("-cpt expects minutes"), std::string::npos);
   EXPECT_NE(msg({"-f"}).find("-f needs a value"), std::string::npos);
 }
 

@@ -59,12 +59,23 @@ struct RunOptions {
   std::string trajectory;
   // MD: the .xtc (xtc.h) of x(t) every nstxout-compressed steps at compressed-x-precision. Empty: none.
   std::string compressed_trajectory;
+  // MD checkpoints: the state at the start of a step in a crash-safe checkpoint folder (x, v(t - dt/2),
+  // the thermostat's generator, the outputs' sizes; the newest two kept) every checkpoint_every_steps
+  // steps and/or checkpoint_every_minutes, and before the last step. Empty: none.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 0;
+  double checkpoint_every_minutes = 0;
+  // Resume from the newest valid checkpoint in this folder (none there, or empty: start afresh). The
+  // trajectories are cut back to their sizes at the checkpoint and appended to; the log is the caller's
+  // stream (qk md's mdrun cuts md.log back the same way). The run then equals one that was never stopped.
+  std::string resume_from;
 };
 
 struct RunResult {
   std::vector<EnergyFrame> frames;  // MD: steps that are multiples of nstenergy, and the last; steep: each accepted step
   GroFile final_conf;               // positions (and velocities for MD) at the last step
   int64_t steps = 0;
+  int64_t first_step = 0;  // MD: the step a resumed run went on from (0 otherwise)
   double wall_seconds = 0;
   double ns_per_day = 0, hours_per_ns = 0;  // MD only
   bool converged = false;                   // steep: Fmax < emtol

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,10 @@ struct TrrFrame {
 
 class TrrWriter {
  public:
-  // Creates (truncates) path.
-  TrrWriter(const std::string& path, bool double_precision);
+  // Creates (truncates) path; with keep_bytes (a resumed run) keeps the file's first keep_bytes bytes, the
+  // frames written before the checkpoint, and appends after them.
+  TrrWriter(const std::string& path, bool double_precision, std::optional<uint64_t> keep_bytes = std::nullopt);
+  uint64_t bytes() const { return bytes_; }  // the file's size after the last write
   void write(const TrrFrame& frame);
   const std::string& path() const { return path_; }
 
@@ -43,6 +46,7 @@ class TrrWriter {
   std::string path_;
   bool double_;
   std::ofstream out_;
+  uint64_t bytes_ = 0;
 };
 
 // Every frame of a .trr; malformed or truncated files are errors naming the frame and byte offset.

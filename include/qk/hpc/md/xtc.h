@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,11 @@ struct XtcFrame {
 
 class XtcWriter {
  public:
-  // Creates (truncates) path; precision > 0 (GROMACS's compressed-x-precision).
-  explicit XtcWriter(const std::string& path, float precision = 1000);
+  // Creates (truncates) path; precision > 0 (GROMACS's compressed-x-precision). With keep_bytes (a
+  // resumed run) keeps the file's first keep_bytes bytes and appends after them.
+  explicit XtcWriter(const std::string& path, float precision = 1000,
+                     std::optional<uint64_t> keep_bytes = std::nullopt);
+  uint64_t bytes() const { return bytes_; }  // the file's size after the last write
   void write(const XtcFrame& frame);
   const std::string& path() const { return path_; }
 
@@ -44,6 +48,7 @@ class XtcWriter {
   std::string path_;
   float precision_;
   std::ofstream out_;
+  uint64_t bytes_ = 0;
 };
 
 // The frame's bytes as XtcWriter writes them (for tests and tools).

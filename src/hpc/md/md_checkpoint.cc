@@ -1,0 +1,86 @@
+#include "md_checkpoint.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "qk/base/checkpoint_dir.h"
+#include "qk/base/error.h"
+#include "qk/hpc/md/trr.h"
+
+namespace qk::md {
+namespace {
+
+constexpr char kFormat[] = "qk-md-state-1";
+
+std::string hex(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
+
+}  // namespace
+
+void save_md_checkpoint(const std::string& dir, const MdCheckpoint& c) {
+  CheckpointDir ckpts(dir, /*keep_last=*/2);
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%010" PRId64, c.step);
+  CheckpointWriter w = ckpts.begin(name);
+  {
+    TrrWriter state(w.file("state.trr"), /*double_precision=*/true);
+    TrrFrame fr;
+    fr.step = c.step;
+    fr.time = c.time;
+    for (int d = 0; d < 3; ++d) fr.box[d][d] = c.box[d];
+    fr.x = c.x;
+    fr.v = c.v;
+    state.write(fr);
+  }
+  nlohmann::json meta;
+  meta["format"] = kFormat;
+  meta["step"] = c.step;
+  meta["natoms"] = c.x.size();
+  nlohmann::json ke = nlohmann::json::array();
+  for (const Vec3& row : c.half_step_kinetic)
+    for (double e : row) ke.push_back(hex(e));  // exact: the resumed run continues bit for bit
+  meta["half_step_kinetic"] = ke;
+  meta["thermostat"] = c.thermostat;
+  meta["trr_bytes"] = c.trr_bytes;
+  meta["xtc_bytes"] = c.xtc_bytes;
+  meta["log_bytes"] = c.log_bytes;
+  w.commit(meta.dump());
+}
+
+std::optional<MdCheckpoint> latest_md_checkpoint(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) return std::nullopt;
+  const std::optional<CheckpointInfo> info = CheckpointDir(dir, 2).latest_valid();
+  if (!info) return std::nullopt;
+  const nlohmann::json meta = nlohmann::json::parse(info->meta, nullptr, /*allow_exceptions=*/false);
+  QK_CHECK(meta.is_object() && meta.value("format", "") == kFormat, info->path,
+           ": not a qk md checkpoint (its manifest's format is not ", kFormat, ")");
+  MdCheckpoint c;
+  c.path = info->path;
+  const std::vector<TrrFrame> frames = read_trr(info->path + "/state.trr");
+  QK_CHECK(frames.size() == 1 && frames[0].x.size() == frames[0].v.size() && frames[0].double_precision,
+           info->path, "/state.trr: expected one double-precision frame with positions and velocities");
+  c.step = frames[0].step;
+  QK_CHECK(c.step == meta.value("step", int64_t{-1}), info->path, ": state.trr is of step ", c.step,
+           ", the manifest says ", meta.value("step", int64_t{-1}));
+  c.time = frames[0].time;
+  for (int d = 0; d < 3; ++d) c.box[d] = frames[0].box[d][d];
+  c.x = frames[0].x;
+  c.v = frames[0].v;
+  const nlohmann::json& ke = meta.at("half_step_kinetic");
+  QK_CHECK(ke.is_array() && ke.size() == 9, info->path, ": half_step_kinetic must hold 9 numbers");
+  for (int k = 0; k < 9; ++k) c.half_step_kinetic[k / 3][k % 3] = std::strtod(ke[k].get<std::string>().c_str(), nullptr);
+  c.thermostat = meta.value("thermostat", "");
+  c.trr_bytes = meta.value("trr_bytes", int64_t{-1});
+  c.xtc_bytes = meta.value("xtc_bytes", int64_t{-1});
+  c.log_bytes = meta.value("log_bytes", int64_t{-1});
+  return c;
+}
+
+}  // namespace qk::md

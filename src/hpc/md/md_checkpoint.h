@@ -1,0 +1,35 @@
+// qk md's checkpoints: the state a leap-frog run needs to go on from the start
+// of a step, in a crash-safe qk::CheckpointDir folder (checkpoint_dir.h):
+// state.trr (one double-precision frame: x(t) and v(t - dt/2), step, time,
+// box; any GROMACS tool reads it) and the manifest's metadata (the
+// thermostat's generator, the kinetic-energy tensor at t - dt/2 the loop
+// carries, and the sizes the log and trajectories had, so a resumed run cuts
+// them back there and appends: no frame twice, none lost).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qk/hpc/md/units.h"
+
+namespace qk::md {
+
+struct MdCheckpoint {
+  std::string path;  // the checkpoint's folder (set by latest_md_checkpoint)
+  int64_t step = 0;
+  double time = 0;
+  Vec3 box{};
+  std::vector<Vec3> x, v;   // x(t), v(t - dt/2)
+  Mat3 half_step_kinetic{};  // the loop's kinetic energy tensor at t - dt/2
+  std::string thermostat;    // VRescale::save(); empty without one
+  int64_t trr_bytes = -1, xtc_bytes = -1, log_bytes = -1;  // -1: that output is not written
+};
+
+// Commits `c` to the CheckpointDir at dir as "step-<step>" (keeping the newest two).
+void save_md_checkpoint(const std::string& dir, const MdCheckpoint& c);
+// The newest checkpoint in dir that verifies; nullopt when dir does not exist or holds none.
+std::optional<MdCheckpoint> latest_md_checkpoint(const std::string& dir);
+
+}  // namespace qk::md
