@@ -18,7 +18,7 @@ void setup_md(CLI::App& app) {
   app.set_help_flag();
   app.allow_extras();
   app.prefix_command();
-  app.footer("GROMACS's options: -f -c -p -deffnm -g -o -trr -x -nsteps -nt -double; run 'qk md -h' for them.");
+  app.footer("GROMACS's options: -f -c -p -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; run 'qk md -h' for them.");
   app.callback([&app] {
     const md::MdrunArgs args = md::parse_mdrun_args(app.remaining());
     if (args.help) {

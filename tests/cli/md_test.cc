@@ -32,8 +32,8 @@ TEST(CliMd, WaterBoxWritesGromacsLogAndFinalCoordinates) {
 }
 
 // The argon trajectory mdp (positions every step, velocities and forces every second, compressed positions
-// every step): NAME.trr and NAME.xtc with the frames gmx mdrun writes for it (tests/hpc/md/trr_test.cc and
-// xtc_test.cc compare their contents).
+// every step): NAME.trr, NAME.xtc and NAME.edr with the frames gmx mdrun writes for it
+// (tests/hpc/md/trr_test.cc, xtc_test.cc and edr_test.cc compare their contents).
 TEST(CliMd, TrajectoryMdpWritesTheTrrAndXtc) {
   const std::string argon = std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/argon/";
   const std::string dir = kScratch.fresh("argon");
@@ -42,6 +42,11 @@ TEST(CliMd, TrajectoryMdpWritesTheTrrAndXtc) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(dir + "/a.trr"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(dir + "/a.xtc"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir + "/a.edr"), std::string::npos) << r.output;
+  // GROMACS's energy file: its names magic (-55555) first, then three frames (edr_test.cc reads them).
+  const std::string edr = qk::read_file(dir + "/a.edr");
+  ASSERT_GE(edr.size(), 4u);
+  EXPECT_EQ(edr.substr(0, 4), std::string("\xff\xff\x26\xfd", 4));
   // Packed sizes follow the positions' last grid point, which float rounding may move: within 2%.
   const double xtc = static_cast<double>(qk::read_file(dir + "/a.xtc").size()),
                gmx_xtc = static_cast<double>(qk::read_file(argon + "traj_reference.xtc").size());
@@ -76,7 +81,7 @@ TEST(CliMd, KilledRunGoesOnFromItsCheckpoint) {
   const auto resumed = run_qk(inputs + "-deffnm " + dir + "/b -cpi " + dir + "/b.cpt");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("going on from"), std::string::npos) << resumed.output;
-  for (const char* ext : {".trr", ".xtc"}) {
+  for (const char* ext : {".trr", ".xtc", ".edr"}) {
     const double a = static_cast<double>(std::filesystem::file_size(dir + "/a" + ext)),
                  b = static_cast<double>(std::filesystem::file_size(dir + "/b" + ext));
     EXPECT_NEAR(b / a, 1.0, ext == std::string(".trr") ? 0.0 : 0.02) << ext;  // .xtc packs to the positions

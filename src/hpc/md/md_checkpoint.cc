@@ -50,6 +50,7 @@ void save_md_checkpoint(const std::string& dir, const MdCheckpoint& c) {
   meta["thermostat"] = c.thermostat;
   meta["trr_bytes"] = c.trr_bytes;
   meta["xtc_bytes"] = c.xtc_bytes;
+  meta["edr_bytes"] = c.edr_bytes;
   meta["log_bytes"] = c.log_bytes;
   w.commit(meta.dump());
 }
@@ -79,6 +80,7 @@ std::optional<MdCheckpoint> latest_md_checkpoint(const std::string& dir) {
   c.thermostat = meta.value("thermostat", "");
   c.trr_bytes = meta.value("trr_bytes", int64_t{-1});
   c.xtc_bytes = meta.value("xtc_bytes", int64_t{-1});
+  c.edr_bytes = meta.value("edr_bytes", int64_t{-1});
   c.log_bytes = meta.value("log_bytes", int64_t{-1});
   return c;
 }

@@ -24,7 +24,7 @@ struct MdCheckpoint {
   std::vector<Vec3> x, v;   // x(t), v(t - dt/2)
   Mat3 half_step_kinetic{};  // the loop's kinetic energy tensor at t - dt/2
   std::string thermostat;    // VRescale::save(); empty without one
-  int64_t trr_bytes = -1, xtc_bytes = -1, log_bytes = -1;  // -1: that output is not written
+  int64_t trr_bytes = -1, xtc_bytes = -1, edr_bytes = -1, log_bytes = -1;  // -1: that output is not written
 };
 
 // Commits `c` to the CheckpointDir at dir as "step-<step>" (keeping the newest two).

@@ -22,7 +22,7 @@ std::vector<std::pair<std::string, double>> energy_terms(const EnergyFrame& e, c
   if (mdp.integrator == Integrator::kMd) {
     t.emplace_back("Kinetic En.", e.kinetic);
     t.emplace_back("Total Energy", e.total);
-    t.emplace_back("Conserved En.", e.conserved);
+    if (mdp.tcoupl != Thermostat::kNo) t.emplace_back("Conserved En.", e.conserved);  // as GROMACS: NVE has none
     t.emplace_back("Temperature", e.temperature);
     if (mdp.disp_corr == DispCorr::kEnerPres) t.emplace_back("Pres. DC (bar)", p.pres_dc);
     t.emplace_back("Pressure (bar)", e.pressure);
@@ -48,6 +48,32 @@ void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology&
     out << names << "\n" << values << "\n";
   }
   out << "\n";
+}
+
+void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp, std::vector<EdrTerm>* terms,
+               std::vector<double>* values) {
+  terms->clear();
+  values->clear();
+  auto add = [&](std::string name, std::string unit, double v) {
+    terms->push_back({std::move(name), std::move(unit)});
+    values->push_back(v);
+  };
+  for (auto& [name, v] : energy_terms(e, top, mdp)) {
+    const std::string bar = " (bar)";
+    if (name.size() > bar.size() && name.compare(name.size() - bar.size(), bar.size(), bar) == 0) {
+      add(name.substr(0, name.size() - bar.size()), "bar", v);
+    } else {
+      add(name, name == "Temperature" ? "K" : "kJ/mol", v);
+    }
+  }
+  // GROMACS adds Box-X/Y/Z, Volume and Density only when the box can change (pressure coupling), which
+  // qk md does not do yet.
+  if (mdp.integrator == Integrator::kMd) {
+    const char* axes = "XYZ";
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b)
+        add(std::string("Pres-") + axes[a] + axes[b], "bar", e.pressure_tensor[a][b]);
+  }
 }
 
 void write_performance(std::ostream& out, double wall_seconds, int threads, double ns_per_day, double hours_per_ns) {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "qk/hpc/md/edr.h"
 #include "qk/hpc/md/md.h"
 
 namespace qk::md {
@@ -16,6 +17,10 @@ namespace qk::md {
 std::vector<std::pair<std::string, double>> energy_terms(const EnergyFrame& e, const Topology& top,
                                                          const MdpOptions& mdp);
 void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology& top, const MdpOptions& mdp);
+// The .edr's terms and values for this frame (edr.h): md.log's, named as GROMACS's .edr names them
+// ("Pressure", unit bar, where the log says "Pressure (bar)"), then the pressure tensor Pres-XX .. Pres-ZZ.
+void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp, std::vector<EdrTerm>* terms,
+               std::vector<double>* values);
 void write_performance(std::ostream& out, double wall_seconds, int threads, double ns_per_day, double hours_per_ns);
 
 }  // namespace qk::md

@@ -15,6 +15,7 @@
 #include "qk/base/fault.h"
 #include "qk/base/pool_spin.h"
 #include "qk/base/thread_pool.h"
+#include "qk/hpc/md/edr.h"
 #include "qk/hpc/md/md.h"
 #include "qk/hpc/md/trr.h"
 #include "qk/hpc/md/xtc.h"
@@ -162,6 +163,8 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   if (!opt.compressed_trajectory.empty() && mdp.nstxout_compressed > 0)
     compressed = std::make_unique<XtcWriter>(opt.compressed_trajectory, static_cast<float>(mdp.compressed_x_precision),
                                              kept(resumed ? resumed->xtc_bytes : -1));
+  std::unique_ptr<EdrWriter> energy_file;  // opened at the first energy step, when its terms are known
+  int64_t last_energy_step = -1;
   auto at = [](int nst, int64_t step) { return nst > 0 && step % nst == 0; };
 
   RunResult result;
@@ -187,6 +190,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         c.thermostat = thermostat ? thermostat->save() : std::string();
         c.trr_bytes = trajectory ? static_cast<int64_t>(trajectory->bytes()) : -1;
         c.xtc_bytes = compressed ? static_cast<int64_t>(compressed->bytes()) : -1;
+        c.edr_bytes = energy_file ? static_cast<int64_t>(energy_file->bytes()) : -1;
         if (opt.log) {
           opt.log->flush();
           c.log_bytes = static_cast<int64_t>(opt.log->tellp());
@@ -250,6 +254,20 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         for (int b = 0; b < 3; ++b) e.pressure_tensor[a][b] = fac * (ekin[a][b] - virial[a][b]);
       e.pressure = trace(e.pressure_tensor) / 3;
       if (opt.log) write_energy_block(*opt.log, e, top, mdp);
+      if (!opt.energy_file.empty()) {
+        std::vector<EdrTerm> terms;
+        EdrFrame fr;
+        edr_terms(e, top, mdp, &terms, &fr.values);
+        if (!energy_file)
+          energy_file = std::make_unique<EdrWriter>(opt.energy_file, std::move(terms), opt.precision == Precision::kDouble,
+                                                    kept(resumed ? resumed->edr_bytes : -1));
+        fr.step = step;
+        fr.time = e.time;
+        fr.dt = dt;
+        fr.nsteps = last_energy_step < 0 ? 1 : step - last_energy_step;
+        energy_file->write(fr);
+        last_energy_step = step;
+      }
       result.frames.push_back(e);
     }
     if (step == nsteps) {

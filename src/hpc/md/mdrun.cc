@@ -17,7 +17,7 @@ namespace qk::md {
 MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
   MdrunArgs a;
   bool log_given = false, confout_given = false, trajectory_given = false, compressed_given = false,
-       checkpoint_given = false;
+       checkpoint_given = false, energy_given = false;
   std::string deffnm;
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& opt = argv[i];
@@ -66,6 +66,9 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     } else if (opt == "-x") {
       a.compressed_trajectory = value;
       compressed_given = true;
+    } else if (opt == "-e") {
+      a.energy_file = value;
+      energy_given = true;
     } else if (opt == "-cpo") {
       a.checkpoint = value;
       checkpoint_given = true;
@@ -82,7 +85,7 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
       a.threads = static_cast<int>(nt);
     } else {
       QK_THROW(ValueError, "unknown option '", opt,
-               "' (qk md reads -f -c -p -deffnm -g -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; qk md -h explains them)");
+               "' (qk md reads -f -c -p -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; qk md -h explains them)");
     }
   }
   if (!deffnm.empty()) {
@@ -91,6 +94,7 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     if (!trajectory_given) a.trajectory = deffnm + ".trr";
     if (!compressed_given) a.compressed_trajectory = deffnm + ".xtc";
     if (!checkpoint_given) a.checkpoint = deffnm + ".cpt";
+    if (!energy_given) a.energy_file = deffnm + ".edr";
   }
   return a;
 }
@@ -105,8 +109,9 @@ std::string mdrun_help(const std::string& program) {
          "  -c FILE       start coordinates (.gro)              [conf.gro]\n"
          "  -p FILE       topology (.top; #include from the file's folder, then $GMXDATA/top or\n"
          "                /usr/share/gromacs/top)               [topol.top]\n"
-         "  -deffnm NAME  write NAME.log, NAME.gro, NAME.trr, NAME.xtc and NAME.cpt\n"
+         "  -deffnm NAME  write NAME.log, NAME.edr, NAME.gro, NAME.trr, NAME.xtc and NAME.cpt\n"
          "  -g FILE       the log (energy blocks every nstenergy steps, Performance) [md.log]\n"
+         "  -e FILE       energies every nstenergy steps, for gmx energy [ener.edr]\n"
          "  -o FILE       final coordinates                     [confout.gro]\n"
          "  -trr FILE     trajectory: positions, velocities, forces every nstxout, nstvout,\n"
          "                nstfout steps (none when all are 0)   [traj.trr]\n"
@@ -198,6 +203,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
     opt.checkpoint_every_minutes = args.checkpoint_minutes;
   }
   if (resume) opt.resume_from = args.resume;
+  if (mdp.integrator == Integrator::kMd) opt.energy_file = args.energy_file;
   const bool writes_trajectory =
       mdp.integrator == Integrator::kMd && (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0);
   if (writes_trajectory) opt.trajectory = args.trajectory;
@@ -215,7 +221,8 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
                   r.frames.back().potential.potential(), r.frames.back().fmax, r.frames.back().fmax_atom + 1);
     out << buf;
   }
-  out << "wrote " << args.log << (writes_trajectory ? ", " + args.trajectory : std::string())
+  out << "wrote " << args.log << (opt.energy_file.empty() ? std::string() : ", " + opt.energy_file)
+      << (writes_trajectory ? ", " + args.trajectory : std::string())
       << (writes_compressed ? ", " + args.compressed_trajectory : std::string())
       << (opt.checkpoint_dir.empty() ? std::string() : ", the checkpoint " + opt.checkpoint_dir) << " and "
       << args.confout << "\n";

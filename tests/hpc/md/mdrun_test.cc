@@ -32,6 +32,9 @@ TEST(MdrunArgs, GromacsOptionsAndDeffnm) {
   EXPECT_EQ(d.compressed_trajectory, "traj_comp.xtc");
   EXPECT_EQ(qk::md::parse_mdrun_args({"-x", "c.xtc", "-trr", "f.trr"}).compressed_trajectory, "c.xtc");
   EXPECT_EQ(a.checkpoint, "out/water.cpt");
+  EXPECT_EQ(a.energy_file, "out/water.edr");
+  EXPECT_EQ(d.energy_file, "ener.edr");  // mdrun's -e default
+  EXPECT_EQ(qk::md::parse_mdrun_args({"-e", "x.edr"}).energy_file, "x.edr");
   EXPECT_EQ(d.checkpoint, "state.cpt");
   EXPECT_EQ(d.checkpoint_minutes, 15);  // mdrun's -cpt default
   EXPECT_TRUE(d.resume.empty());

@@ -59,6 +59,8 @@ struct RunOptions {
   std::string trajectory;
   // MD: the .xtc (xtc.h) of x(t) every nstxout-compressed steps at compressed-x-precision. Empty: none.
   std::string compressed_trajectory;
+  // MD: the energy file (.edr, edr.h) with md.log's terms on the same steps. Empty: none.
+  std::string energy_file;
   // MD checkpoints: the state at the start of a step in a crash-safe checkpoint folder (x, v(t - dt/2),
   // the thermostat's generator, the outputs' sizes; the newest two kept) every checkpoint_every_steps
   // steps and/or checkpoint_every_minutes, and before the last step. Empty: none.

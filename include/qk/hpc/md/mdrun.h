@@ -31,6 +31,7 @@ struct MdrunArgs {
   std::string confout = "confout.gro";
   std::string trajectory = "traj.trr";  // written when the mdp's nstxout / nstvout / nstfout ask
   std::string compressed_trajectory = "traj_comp.xtc";  // written when nstxout-compressed asks
+  std::string energy_file = "ener.edr";  // -e: md.log's energies for gmx energy (MD)
   std::string checkpoint = "state.cpt";  // -cpo: the checkpoint folder (qk/base/checkpoint_dir.h)
   std::string resume;                    // -cpi: go on from the newest checkpoint there, if any
   double checkpoint_minutes = 15;        // -cpt: every so many minutes (0: only before the last step; < 0: never)

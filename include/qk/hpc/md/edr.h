@@ -1,0 +1,65 @@
+// GROMACS's energy file (.edr), as mdrun writes it every nstenergy steps and
+// `gmx energy` reads it:
+//
+//   qk::md::EdrWriter edr("ener.edr", {{"Potential", "kJ/mol"}, {"Temperature", "K"}}, false);
+//   edr.write(step, time, dt, nsteps_since_last_frame, {epot, temperature});
+//   qk::md::EdrFile f = qk::md::read_edr("ener.edr");   // f.terms, f.frames[k].values
+//
+// Layout (XDR, enxio version 5): once, magic -55555, the version, the number
+// of terms and each term's name and unit; per frame, a marker real (-2e10),
+// magic -7777777, the version, time (double), step (int64), the number of
+// summed steps (0 here: frames hold instantaneous values, from which gmx
+// energy averages), the steps since the previous frame (int64), dt (double),
+// the term count, no extra blocks, and one real per term (float, or double
+// for a double-precision run).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace qk::md {
+
+struct EdrTerm {
+  std::string name, unit;
+  bool operator==(const EdrTerm&) const = default;
+};
+
+struct EdrFrame {
+  int64_t step = 0;
+  double time = 0, dt = 0;  // ps
+  int64_t nsteps = 0;       // steps since the previous frame
+  std::vector<double> values;  // one per term
+};
+
+struct EdrFile {
+  std::vector<EdrTerm> terms;
+  std::vector<EdrFrame> frames;
+  bool double_precision = false;
+};
+
+class EdrWriter {
+ public:
+  // Creates (truncates) path and writes the term names; with keep_bytes (a resumed run) keeps the file's
+  // first keep_bytes bytes, names and frames before the checkpoint, and appends after them.
+  EdrWriter(const std::string& path, std::vector<EdrTerm> terms, bool double_precision,
+            std::optional<uint64_t> keep_bytes = std::nullopt);
+  void write(const EdrFrame& frame);
+  uint64_t bytes() const { return bytes_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::vector<EdrTerm> terms_;
+  bool double_;
+  std::ofstream out_;
+  uint64_t bytes_ = 0;
+};
+
+// The terms and every frame; files GROMACS wrote with energy sums or extra blocks are read too (the sums
+// and blocks skipped). Malformed or truncated files are errors naming the frame and byte.
+EdrFile read_edr(const std::string& path);
+
+}  // namespace qk::md
