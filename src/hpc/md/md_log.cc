@@ -66,13 +66,19 @@ void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp,
       add(name, name == "Temperature" ? "K" : "kJ/mol", v);
     }
   }
-  // GROMACS adds Box-X/Y/Z, Volume and Density only when the box can change (pressure coupling), which
-  // qk md does not do yet.
+  // Then GROMACS's tensors, the surface-tension term and the coupling group's temperature (Box-X/Y/Z, Volume
+  // and Density it adds only when the box can change, under pressure coupling, which qk md does not do yet).
   if (mdp.integrator == Integrator::kMd) {
     const char* axes = "XYZ";
     for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) add(std::string("Vir-") + axes[a] + axes[b], "kJ/mol", e.virial[a][b]);
+    for (int a = 0; a < 3; ++a)
       for (int b = 0; b < 3; ++b)
         add(std::string("Pres-") + axes[a] + axes[b], "bar", e.pressure_tensor[a][b]);
+    const Mat3& p = e.pressure_tensor;
+    add("#Surf*SurfTen", "bar nm", e.box_z * (p[2][2] - 0.5 * (p[0][0] + p[1][1])));
+    // The temperature of the coupling group: "System" under a thermostat, "rest" (every atom) without.
+    add(mdp.tcoupl != Thermostat::kNo ? "T-System" : "T-rest", "K", e.temperature);
   }
 }
 

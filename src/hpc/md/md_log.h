@@ -18,7 +18,8 @@ std::vector<std::pair<std::string, double>> energy_terms(const EnergyFrame& e, c
                                                          const MdpOptions& mdp);
 void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology& top, const MdpOptions& mdp);
 // The .edr's terms and values for this frame (edr.h): md.log's, named as GROMACS's .edr names them
-// ("Pressure", unit bar, where the log says "Pressure (bar)"), then the pressure tensor Pres-XX .. Pres-ZZ.
+// ("Pressure", unit bar, where the log says "Pressure (bar)"), then as GROMACS the virial and pressure
+// tensors (Vir-XX .. Vir-ZZ, Pres-XX .. Pres-ZZ), #Surf*SurfTen and the coupling group's temperature.
 void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp, std::vector<EdrTerm>* terms,
                std::vector<double>* values);
 void write_performance(std::ostream& out, double wall_seconds, int threads, double ns_per_day, double hours_per_ns);

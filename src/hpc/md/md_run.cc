@@ -245,6 +245,8 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
           ekin[a][b] = 0.5 * (half_step_old[a][b] + half_step_new[a][b]);
           virial[a][b] -= 0.5 / (dt * dt) * r_m_dx[a][b];  // the constraint virial, -1/2 sum r (x) m dx / dt^2
         }
+      e.virial = virial;
+      e.box_z = box.length[2];
       e.kinetic = trace(ekin);
       e.total = pot.potential() + e.kinetic;
       e.conserved = e.total + (thermostat ? thermostat->integral() : 0);

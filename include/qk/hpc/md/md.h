@@ -44,6 +44,8 @@ struct EnergyFrame {
   double kinetic = 0, total = 0, conserved = 0, temperature = 0;
   double pressure = 0;  // bar, Pres. DC included
   Mat3 pressure_tensor{};
+  Mat3 virial{};  // MD: -1/2 sum r (x) F, constraints and dispersion correction included (kJ/mol)
+  double box_z = 0;  // nm (GROMACS's #Surf*SurfTen term)
   double fmax = 0;  // minimization: the largest force, kJ mol^-1 nm^-1
   int fmax_atom = -1;
 };
