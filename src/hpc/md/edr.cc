@@ -98,8 +98,8 @@ EdrFile read_edr(const std::string& path) {
     f.double_precision = probe.f32("the first frame") != kEnxFirstReal;
   }
   const bool dbl = f.double_precision;
-  while (!in.done()) {
-    const std::string where = path + ": frame " + std::to_string(f.frames.size()) + " at byte " + std::to_string(in.pos());
+  read_frames(in, path, ".edr", [&](size_t start) {
+    const std::string where = path + ": frame " + std::to_string(f.frames.size()) + " at byte " + std::to_string(start);
     QK_CHECK(static_cast<float>(in.real(dbl, "the frame marker")) == kEnxFirstReal, where, ": no frame marker");
     QK_CHECK(in.i32("the frame magic") == kFrameMagic, where, ": not an energy frame");
     in.i32("the version");
@@ -149,7 +149,7 @@ EdrFile read_edr(const std::string& path) {
           }
         }
     f.frames.push_back(std::move(fr));
-  }
+  });
   return f;
 }
 

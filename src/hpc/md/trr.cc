@@ -63,8 +63,7 @@ std::vector<TrrFrame> read_trr(const std::string& path) {
   const std::string data = read_file(path);
   XdrIn in(data, path);
   std::vector<TrrFrame> frames;
-  while (!in.done()) {
-    const size_t start = in.pos();
+  read_frames(in, path, ".trr", [&](size_t start) {
     auto where = [&] { return path + ": frame " + std::to_string(frames.size()) + " at byte " + std::to_string(start); };
     QK_CHECK(in.i32("the magic number") == kTrrMagic, where(), ": not a .trr frame (magic number is not 1993)");
     const std::string version = in.string("the version string");
@@ -114,7 +113,7 @@ std::vector<TrrFrame> read_trr(const std::string& path) {
         for (double& c : p) c = in.real(dbl, names[k]);
     }
     frames.push_back(std::move(fr));
-  }
+  });
   return frames;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "qk/base/error.h"
+#include "qk/base/log.h"
 
 namespace qk::md {
 
@@ -77,8 +78,10 @@ class XdrIn {
   }
 
  private:
+  // Reading past the end is an IoError (a file cut short, as by a run killed mid-write); anything else
+  // malformed is a ValueError: readers drop an incomplete last frame and refuse a corrupt one.
   void need(size_t n, const char* what) const {
-    QK_CHECK(pos_ + n <= d_.size(), path_, ": truncated at byte ", pos_, " reading ", what);
+    QK_CHECK_AS(::qk::IoError, pos_ + n <= d_.size(), path_, ": truncated at byte ", pos_, " reading ", what);
   }
   const std::string& d_;
   std::string path_;
@@ -102,6 +105,22 @@ inline uint64_t open_trajectory(std::ofstream* out, const std::string& path, std
   out->open(path, std::ios::binary | std::ios::app);
   QK_CHECK(out->good(), "cannot append to the trajectory ", path);
   return *keep_bytes;
+}
+
+// Runs read_frame() until the data ends; a last frame cut short is dropped with a warning naming the file
+// and where it starts (the whole frames before it are returned), as GROMACS's tools do.
+template <typename ReadFrame>
+void read_frames(XdrIn& in, const std::string& path, const char* kind, ReadFrame read_frame) {
+  for (size_t n = 0; !in.done(); ++n) {
+    const size_t start = in.pos();
+    try {
+      read_frame(start);
+    } catch (const ::qk::IoError& e) {
+      QK_WARN("{}: the {} frame at byte {} is incomplete (a run stopped while writing it?): read the {} whole "
+              "frames before it ({})", path, kind, start, n, e.message());
+      return;
+    }
+  }
 }
 
 }  // namespace qk::md

@@ -436,8 +436,8 @@ std::vector<XtcFrame> read_xtc(const std::string& path) {
   const std::string data = read_file(path);
   XdrIn in(data, path);
   std::vector<XtcFrame> frames;
-  while (!in.done()) {
-    const std::string where = path + ": frame " + std::to_string(frames.size()) + " at byte " + std::to_string(in.pos());
+  read_frames(in, path, ".xtc", [&](size_t start) {
+    const std::string where = path + ": frame " + std::to_string(frames.size()) + " at byte " + std::to_string(start);
     QK_CHECK(in.i32("the magic number") == kXtcMagic, where, ": not an .xtc frame (magic number is not 1995)");
     const int32_t natoms = in.i32("the atom count");
     QK_CHECK(natoms >= 0, where, ": negative atom count ", natoms);
@@ -448,7 +448,7 @@ std::vector<XtcFrame> read_xtc(const std::string& path) {
       for (double& c : row) c = in.f32("the box");
     fr.x = decode_coordinates(in, natoms, &fr.precision, where);
     frames.push_back(std::move(fr));
-  }
+  });
   return frames;
 }
 

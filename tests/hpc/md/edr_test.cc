@@ -95,8 +95,8 @@ TEST(Edr, DoublePrecisionRoundTripAndBadFiles) {
   EXPECT_EQ(f.frames[1].step, 8);
   EXPECT_THROW(qk::md::EdrWriter(path.string(), {{"A", "kJ/mol"}}, false).write({0, 0, 0, 1, {1, 2}}), qk::Error);
   const std::string g = qk::read_file(kArgon + "traj_reference.edr");
-  qk::atomic_write_file(path.string(), g.substr(0, g.size() - 7));
-  EXPECT_THROW(qk::md::read_edr(path.string()), qk::Error);
+  qk::atomic_write_file(path.string(), g.substr(0, g.size() - 7));  // the last frame cut short: dropped
+  EXPECT_EQ(qk::md::read_edr(path.string()).frames.size(), 2u);
   qk::atomic_write_file(path.string(), "not an energy file");
   EXPECT_THROW(qk::md::read_edr(path.string()), qk::Error);
   fs::remove(path);

@@ -80,16 +80,14 @@ TEST(Trr, DoublePrecisionFramesRoundTripExactly) {
   fs::remove(out);
 }
 
-TEST(Trr, TruncatedOrForeignFilesNameTheFrameAndByte) {
+TEST(Trr, CutShortFilesKeepTheirWholeFramesForeignOnesAreRefused) {
   const std::string theirs = qk::read_file(kArgon + "/traj_reference.trr");
   const fs::path cut = temp_file("cut.trr");
+  // A run killed while writing its last frame: the whole frames before it are read (a warning says so).
   qk::atomic_write_file(cut.string(), theirs.substr(0, theirs.size() - 10));
-  try {
-    qk::md::read_trr(cut.string());
-    FAIL() << "a truncated .trr was read";
-  } catch (const qk::Error& e) {
-    EXPECT_NE(e.message().find("truncated at byte"), std::string::npos) << e.message();
-  }
+  const std::vector<qk::md::TrrFrame> whole = qk::md::read_trr(cut.string());
+  ASSERT_EQ(whole.size(), 2u);
+  EXPECT_EQ(whole[1].step, 1);
   qk::atomic_write_file(cut.string(), "not a trajectory at all");
   try {
     qk::md::read_trr(cut.string());

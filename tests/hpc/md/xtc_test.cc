@@ -102,7 +102,14 @@ TEST(Xtc, SmallWideAndCoarseFramesRoundTrip) {
   EXPECT_EQ(c[0].precision, 10.0f);
   for (size_t i = 0; i < wide.x.size(); ++i)
     for (int d = 0; d < 3; ++d) EXPECT_NEAR(c[0].x[i][d], wide.x[i][d], 0.05 + 1e-3);
-  qk::atomic_write_file(path.string(), qk::read_file(kFixtures + "argon/traj_reference.xtc").substr(0, 1000));
+  // Cut inside the second frame: the first is read; a corrupt magic number is refused.
+  const std::string ref = qk::read_file(kFixtures + "argon/traj_reference.xtc");
+  const size_t first = qk::md::encode_xtc_frame(qk::md::read_xtc(kFixtures + "argon/traj_reference.xtc")[0], 1000).size();
+  qk::atomic_write_file(path.string(), ref.substr(0, first + 100));
+  EXPECT_EQ(qk::md::read_xtc(path.string()).size(), 1u);
+  std::string corrupt = ref;
+  corrupt[first + 3] = 7;
+  qk::atomic_write_file(path.string(), corrupt);
   EXPECT_THROW(qk::md::read_xtc(path.string()), qk::Error);
   EXPECT_THROW(qk::md::XtcWriter(path.string(), 0), qk::Error);
   fs::remove(path);
