@@ -57,7 +57,11 @@ namespace {
 
 // The order-n B-spline weights of grid points i0 .. i0+n-1 for fraction f (GROMACS's make_bsplines)
 // and their derivatives with respect to the grid coordinate.
-void bspline(double f, int n, double* theta, double* dtheta) {
+// kOrder > 0 fixes n at compile time: the loops unroll and each 1/(k - 1) becomes a constant, with the
+// general form's formulas.
+template <int kOrder>
+void bspline_of(double f, int order, double* theta, double* dtheta) {
+  const int n = kOrder > 0 ? kOrder : order;
   double* data = theta;
   data[n - 1] = 0;
   data[1] = f;
@@ -74,6 +78,11 @@ void bspline(double f, int n, double* theta, double* dtheta) {
   data[n - 1] = div * f * data[n - 2];
   for (int l = 1; l < n - 1; ++l) data[n - l - 1] = div * ((f + l) * data[n - l - 2] + (n - l - f) * data[n - l - 1]);
   data[0] = div * (1 - f) * data[0];
+}
+
+void bspline(double f, int n, double* theta, double* dtheta) {
+  if (n == 4) return bspline_of<4>(f, n, theta, dtheta);  // GROMACS's default pme-order
+  bspline_of<0>(f, n, theta, dtheta);
 }
 
 #if QK_MD_FFTW_THREADS
