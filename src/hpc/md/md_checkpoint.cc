@@ -55,6 +55,11 @@ void save_md_checkpoint(const std::string& dir, const MdCheckpoint& c) {
   w.commit(meta.dump());
 }
 
+void clear_md_checkpoints(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) return;
+  for (const std::string& name : CheckpointDir(dir, 2).list()) std::filesystem::remove_all(dir + "/" + name);
+}
+
 std::optional<MdCheckpoint> latest_md_checkpoint(const std::string& dir) {
   if (!std::filesystem::is_directory(dir)) return std::nullopt;
   const std::optional<CheckpointInfo> info = CheckpointDir(dir, 2).latest_valid();

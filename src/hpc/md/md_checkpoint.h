@@ -29,6 +29,8 @@ struct MdCheckpoint {
 
 // Commits `c` to the CheckpointDir at dir as "step-<step>" (keeping the newest two).
 void save_md_checkpoint(const std::string& dir, const MdCheckpoint& c);
+// Removes the committed checkpoints in dir (a fresh run's first act: they are another run's state).
+void clear_md_checkpoints(const std::string& dir);
 // The newest checkpoint in dir that verifies; nullopt when dir does not exist or holds none.
 std::optional<MdCheckpoint> latest_md_checkpoint(const std::string& dir);
 

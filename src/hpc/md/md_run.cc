@@ -172,6 +172,9 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   const int64_t first_step = resumed ? resumed->step : 0;
   const auto start = std::chrono::steady_clock::now();
   auto last_checkpoint = start;
+  // A fresh run replaces the checkpoints of an earlier run in its folder (as mdrun overwrites state.cpt):
+  // left there, a later -cpi would go on from the other run's state.
+  if (!opt.checkpoint_dir.empty() && !resumed) clear_md_checkpoints(opt.checkpoint_dir);
   for (int64_t step = first_step; step <= nsteps; ++step) {
     // A checkpoint holds the state at the start of a step: every checkpoint_every_steps steps or
     // checkpoint_every_minutes, and before the last step (whose outputs a resumed run writes again).

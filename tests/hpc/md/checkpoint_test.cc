@@ -122,6 +122,15 @@ TEST(MdCheckpoint, MismatchedResumesAreRefused) {
   // No checkpoint in the folder: a fresh start.
   r.resume_from = (dir / "empty").string();
   EXPECT_EQ(qk::md::run(top, mdp, conf, r).first_step, 0);
+  // A fresh run into a folder holding another run's checkpoints replaces them: resuming later must not go
+  // on from the other run's step 3.
+  qk::md::RunOptions fresh;
+  fresh.nsteps = 2;
+  fresh.checkpoint_dir = o.checkpoint_dir;
+  qk::md::run(top, mdp, conf, fresh);
+  const std::optional<qk::md::MdCheckpoint> now = qk::md::latest_md_checkpoint(o.checkpoint_dir);
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ(now->step, 2);
   fs::remove_all(dir);
 }
 
