@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <random>
@@ -171,7 +172,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   Mat3 half_step_old = resumed ? resumed->half_step_kinetic : kinetic_tensor(v, top.mass);  // KE at t - dt/2
   const int64_t first_step = resumed ? resumed->step : 0;
   const auto start = std::chrono::steady_clock::now();
-  auto last_checkpoint = start;
+  auto last_checkpoint = start, last_progress = start;
   // A fresh run replaces the checkpoints of an earlier run in its folder (as mdrun overwrites state.cpt):
   // left there, a later -cpi would go on from the other run's state.
   if (!opt.checkpoint_dir.empty() && !resumed) clear_md_checkpoints(opt.checkpoint_dir);
@@ -203,6 +204,22 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       }
     }
     fault::point("md_step", step);  // crash tests: QK_FAULT_KILL=md_step:0:STEP (qk/base/fault.h)
+    if (opt.progress && step > first_step) {
+      const auto now = std::chrono::steady_clock::now();
+      if (std::chrono::duration<double>(now - last_progress).count() >= opt.progress_seconds || step == nsteps) {
+        last_progress = now;
+        const double done = static_cast<double>(step - first_step), left = static_cast<double>(nsteps - step);
+        const double seconds_left = std::chrono::duration<double>(now - start).count() / done * left;
+        const std::time_t finish = std::time(nullptr) + static_cast<std::time_t>(seconds_left + 0.5);
+        std::tm local{};
+        localtime_r(&finish, &local);
+        char line[128];
+        std::snprintf(line, sizeof line, "step %lld (%.0f%%), will finish at %02d:%02d:%02d\n",
+                      static_cast<long long>(step), 100.0 * step / std::max<int64_t>(nsteps, 1), local.tm_hour,
+                      local.tm_min, local.tm_sec);
+        *opt.progress << line << std::flush;
+      }
+    }
     const bool energy_step = (mdp.nstenergy > 0 && step % mdp.nstenergy == 0) || step == nsteps;
     PotentialTerms pot = ff.compute(x, &f, energy_step);  // forces only on steps that report nothing
     if (trajectory && (at(mdp.nstxout, step) || at(mdp.nstvout, step) || at(mdp.nstfout, step))) {

@@ -204,6 +204,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
   }
   if (resume) opt.resume_from = args.resume;
   if (mdp.integrator == Integrator::kMd) opt.energy_file = args.energy_file;
+  opt.progress = &out;  // "step N (x%), will finish at ..." every 10 s, as mdrun's terminal line
   const bool writes_trajectory =
       mdp.integrator == Integrator::kMd && (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0);
   if (writes_trajectory) opt.trajectory = args.trajectory;

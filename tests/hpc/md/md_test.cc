@@ -134,6 +134,22 @@ TEST(Md, SteepestDescentLowersTheEnergyOfArgon) {
   EXPECT_NE(log.str().find("Steepest Descents"), std::string::npos) << log.str();
 }
 
+// Long runs say how far they are and when they will finish (every progress_seconds; 0 here: each step).
+TEST(Md, ProgressLinesSayTheStepAndTheFinish) {
+  Fixture fx("water_rf");
+  qk::md::MdpOptions mdp = fx.mdp;
+  mdp.nsteps = 4;
+  std::ostringstream progress;
+  qk::md::RunOptions opt;
+  opt.progress = &progress;
+  opt.progress_seconds = 0;
+  qk::md::run(fx.top, mdp, fx.conf, opt);
+  const std::string s = progress.str();
+  EXPECT_NE(s.find("step 1 (25%), will finish at "), std::string::npos) << s;
+  EXPECT_NE(s.find("step 4 (100%), will finish at "), std::string::npos) << s;
+  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 4) << s;
+}
+
 TEST(Md, LogHasGromacsEnergyBlocksAndPerformance) {
   Fixture fx("water_pme");
   qk::md::MdpOptions mdp = fx.mdp;

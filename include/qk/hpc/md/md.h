@@ -53,6 +53,10 @@ struct EnergyFrame {
 struct RunOptions {
   int64_t nsteps = -1;          // -1: the mdp's nsteps
   std::ostream* log = nullptr;  // md.log text: energy blocks every nstenergy steps, the performance lines
+  // MD: a line "step N (x%), will finish at HH:MM:SS" every progress_seconds of wall time (and at the end), as
+  // mdrun prints to its terminal. Null: none.
+  std::ostream* progress = nullptr;
+  double progress_seconds = 10;
   // kMixed, as gmx mdrun: the short-range pair forces in float (forces.h); kDouble as gmx_d.
   Precision precision = Precision::kMixed;
   // MD: the .trr (trr.h) written on the steps the mdp's nstxout / nstvout / nstfout ask for (x(t), the
