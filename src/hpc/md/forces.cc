@@ -33,6 +33,7 @@ struct ForceCalculator::Impl {
   DispersionCorrection disp;
   double epsilon_r;
   double buffer, inner;
+  std::vector<int> exclusion_chunks;  // fixed (not per thread count): the sums do not depend on threads
 
   Impl(const Topology& t, const MdpOptions& mdp, const Vec3& b, Precision precision)
       : top(t), box(b), disp(t, mdp.disp_corr, mdp.rvdw), epsilon_r(mdp.epsilon_r) {
@@ -50,6 +51,7 @@ struct ForceCalculator::Impl {
     }
     nb.finish();
     kernel = std::make_unique<NonbondedKernel>(t, nb, precision == Precision::kMixed);
+    exclusion_chunks = md::exclusion_chunks(t, 16);
     const double half_box = 0.5 * std::min({b[0], b[1], b[2]});
     buffer = std::min(kOuterBuffer, 0.999 * (half_box - nb.rc));
     inner = std::min(kInnerBuffer, buffer);
@@ -103,7 +105,7 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
       for (int b = 0; b < 3; ++b) (*to)[a][b] += v[a][b];
   };
   NonbondedEnergies pairs = m.kernel->compute(m.list, x, energies, f);
-  NonbondedEnergies excl = coulomb_exclusions_and_self(x, m.box, m.top, m.nb, f);
+  NonbondedEnergies excl = coulomb_exclusions_and_self(x, m.box, m.top, m.nb, f, m.exclusion_chunks);
   e.lj_sr = pairs.lj;
   e.coulomb_sr = pairs.coulomb + excl.coulomb;
   add(&e.virial, pairs.virial);

@@ -404,12 +404,27 @@ NonbondedEnergies NonbondedKernel::compute(const PairList& list, const std::vect
   return impl_->single ? impl_->run(impl_->d32, list, x, energies, f) : impl_->run(impl_->d64, list, x, energies, f);
 }
 
-NonbondedEnergies coulomb_exclusions_and_self(const std::vector<Vec3>& x, const RectBox& box, const Topology& top,
-                                              const NonbondedParams& p, std::vector<Vec3>* f) {
+std::vector<int> exclusion_chunks(const Topology& top, int max_chunks) {
+  const int n = top.num_atoms();
+  std::vector<int> bounds{0};
+  int reach = 0;  // the highest atom an atom before here excludes
+  for (int a = 0; a < n; ++a) {
+    if (a > reach && a - bounds.back() >= std::max(1, n / std::max(1, max_chunks))) bounds.push_back(a);
+    for (int j : top.exclusions[a]) reach = std::max(reach, j);
+  }
+  bounds.push_back(n);
+  return bounds;
+}
+
+namespace {
+
+// One range of atoms: corrections of the pairs (i, j > i) with i in [a0, a1) (so j too) and the self terms.
+NonbondedEnergies exclusions_in(const std::vector<Vec3>& x, const RectBox& box, const Topology& top,
+                                const NonbondedParams& p, std::vector<Vec3>* f, int a0, int a1) {
   const double rc2 = p.rc * p.rc;
   NonbondedEnergies e;
   Mat3& vir = e.virial;
-  for (int i = 0; i < top.num_atoms(); ++i) {
+  for (int i = a0; i < a1; ++i) {
     const double qi = p.coulomb_factor * top.charge[i];
     if (qi == 0) continue;
     // The self term (GROMACS: the nbnxm kernel's "do_self" part).
@@ -439,6 +454,26 @@ NonbondedEnergies coulomb_exclusions_and_self(const std::vector<Vec3>& x, const 
       }
       add_virial(&vir, d, fij);
     }
+  }
+  return e;
+}
+
+}  // namespace
+
+NonbondedEnergies coulomb_exclusions_and_self(const std::vector<Vec3>& x, const RectBox& box, const Topology& top,
+                                              const NonbondedParams& p, std::vector<Vec3>* f,
+                                              const std::vector<int>& chunks) {
+  if (chunks.size() < 2) return exclusions_in(x, box, top, p, f, 0, top.num_atoms());
+  const int nchunks = static_cast<int>(chunks.size()) - 1;
+  std::vector<NonbondedEnergies> parts(nchunks);
+  qk::parallel_for(0, nchunks, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) parts[c] = exclusions_in(x, box, top, p, f, chunks[c], chunks[c + 1]);
+  });
+  NonbondedEnergies e;
+  for (const NonbondedEnergies& part : parts) {
+    e.coulomb += part.coulomb;
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) e.virial[a][b] += part.virial[a][b];
   }
   return e;
 }

@@ -64,8 +64,15 @@ class NonbondedKernel {
   std::unique_ptr<Impl> impl_;
 };
 
-// The excluded pairs' Coulomb corrections (forces added to f) and the self terms.
+// Atom ranges [bounds[k], bounds[k+1]) that no exclusion crosses (exclusions stay within a molecule), at
+// most max_chunks of them, about equal: the corrections below run over them in parallel, each range
+// writing only its own atoms' forces.
+std::vector<int> exclusion_chunks(const Topology& top, int max_chunks);
+
+// The excluded pairs' Coulomb corrections (forces added to f) and the self terms; with `chunks` from
+// exclusion_chunks in parallel, summed in chunk order (the same for any thread count).
 NonbondedEnergies coulomb_exclusions_and_self(const std::vector<Vec3>& x, const RectBox& box, const Topology& top,
-                                              const NonbondedParams& p, std::vector<Vec3>* f);
+                                              const NonbondedParams& p, std::vector<Vec3>* f,
+                                              const std::vector<int>& chunks = {});
 
 }  // namespace qk::md

@@ -1,6 +1,6 @@
 // The cluster pair list (pair_list.h) and its kernel (nonbonded.h): no pair inside the cut-off is lost
 // as atoms move and the list is pruned and rebuilt, the forces do not depend on the thread count beyond
-// rounding, and mixed precision stays close to double.
+// rounding, and mixed precision stays close to double; the excluded-pair corrections split over atom ranges.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,8 @@
 
 #include "qk/base/thread_pool.h"
 #include "qk/hpc/md/forces.h"
+#include "nonbonded.h"
+#include "pme.h"
 #include "reference_energies.h"
 
 namespace {
@@ -109,5 +111,35 @@ TEST(NonbondedKernel, MixedPrecisionForcesMatchDouble) {
     std::printf("  %s: mixed vs double forces, max difference / max force %.2e\n", system, rel);
     EXPECT_LT(rel, 1e-5) << system;
     EXPECT_GT(rel, 0.0) << system << ": the mixed path should really be float";
+  }
+}
+
+// The excluded-pair corrections run over atom ranges in parallel: no exclusion may cross a range (each
+// range writes only its own atoms), and the result is the serial pass's.
+TEST(ExclusionCorrections, ChunksKeepMoleculesWholeAndEqualTheSerialPass) {
+  for (const char* system : {"water_pme", "chains"}) {
+    Fixture fx(system);
+    const std::vector<int> chunks = qk::md::exclusion_chunks(fx.top, 16);
+    ASSERT_GE(chunks.size(), 3u) << system << ": more than one range";
+    EXPECT_EQ(chunks.front(), 0);
+    EXPECT_EQ(chunks.back(), fx.top.num_atoms());
+    for (size_t c = 0; c + 1 < chunks.size(); ++c)
+      for (int i = chunks[c]; i < chunks[c + 1]; ++i)
+        for (int j : fx.top.exclusions[i]) EXPECT_TRUE(j >= chunks[c] && j < chunks[c + 1]) << system << " " << i;
+    qk::md::NonbondedParams p;
+    p.rc = fx.mdp.rcoulomb;
+    p.ewald = fx.mdp.coulomb_type == qk::md::CoulombType::kPme;
+    p.beta = p.ewald ? qk::md::ewald_coefficient(p.rc, fx.mdp.ewald_rtol) : 0;
+    p.epsilon_rf = fx.mdp.epsilon_rf;
+    p.finish();
+    const qk::md::RectBox box(fx.conf.box);
+    std::vector<Vec3> serial(fx.top.num_atoms(), Vec3{0, 0, 0}), parallel = serial;
+    const qk::md::NonbondedEnergies a = qk::md::coulomb_exclusions_and_self(fx.x(), box, fx.top, p, &serial);
+    qk::set_num_threads(3);
+    const qk::md::NonbondedEnergies b =
+        qk::md::coulomb_exclusions_and_self(fx.x(), box, fx.top, p, &parallel, chunks);
+    qk::set_num_threads(2);
+    EXPECT_NEAR(a.coulomb, b.coulomb, 1e-9 * std::abs(a.coulomb)) << system;
+    EXPECT_LT(max_diff(serial, parallel), 1e-12 * max_abs(serial)) << system;
   }
 }
