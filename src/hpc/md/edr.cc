@@ -32,8 +32,7 @@ int64_t i64(XdrIn& in, const char* what) {
 
 EdrWriter::EdrWriter(const std::string& path, std::vector<EdrTerm> terms, bool double_precision,
                      std::optional<uint64_t> keep_bytes)
-    : path_(path), terms_(std::move(terms)), double_(double_precision) {
-  bytes_ = open_trajectory(&out_, path, keep_bytes);
+    : terms_(std::move(terms)), double_(double_precision), file_(path, keep_bytes) {
   if (keep_bytes) return;  // the names are in the kept part
   XdrOut o;
   o.i32(kNamesMagic);
@@ -43,14 +42,11 @@ EdrWriter::EdrWriter(const std::string& path, std::vector<EdrTerm> terms, bool d
     xdr_string(&o, t.name);
     xdr_string(&o, t.unit);
   }
-  out_.write(o.bytes().data(), static_cast<std::streamsize>(o.bytes().size()));
-  out_.flush();
-  bytes_ += o.bytes().size();
-  QK_CHECK(out_.good(), "writing the energy file ", path_, " failed (disk full?)");
+  file_.write(o.bytes());
 }
 
 void EdrWriter::write(const EdrFrame& fr) {
-  QK_CHECK(fr.values.size() == terms_.size(), path_, ": a frame of ", fr.values.size(), " values for ",
+  QK_CHECK(fr.values.size() == terms_.size(), path(), ": a frame of ", fr.values.size(), " values for ",
            terms_.size(), " terms");
   const int32_t real = double_ ? 8 : 4;
   XdrOut o;
@@ -69,10 +65,7 @@ void EdrWriter::write(const EdrFrame& fr) {
   o.i32(0);  // reserved
   o.i32(0);  // the old format's dummy
   for (double v : fr.values) o.real(v, double_);
-  out_.write(o.bytes().data(), static_cast<std::streamsize>(o.bytes().size()));
-  out_.flush();
-  bytes_ += o.bytes().size();
-  QK_CHECK(out_.good(), "writing the energy file ", path_, " failed (disk full?)");
+  file_.write(o.bytes());
 }
 
 EdrFile read_edr(const std::string& path) {

@@ -16,18 +16,16 @@ constexpr char kVersion[] = "GMX_trn_file";
 }  // namespace
 
 TrrWriter::TrrWriter(const std::string& path, bool double_precision, std::optional<uint64_t> keep_bytes)
-    : path_(path), double_(double_precision) {
-  bytes_ = open_trajectory(&out_, path, keep_bytes);
-}
+    : double_(double_precision), file_(path, keep_bytes) {}
 
 void TrrWriter::write(const TrrFrame& fr) {
   const size_t n = !fr.x.empty() ? fr.x.size() : !fr.v.empty() ? fr.v.size() : fr.f.size();
   for (const std::vector<Vec3>* a : {&fr.x, &fr.v, &fr.f})
-    QK_CHECK(a->empty() || a->size() == n, path_, ": a frame's positions, velocities and forces must have the same "
+    QK_CHECK(a->empty() || a->size() == n, path(), ": a frame's positions, velocities and forces must have the same "
              "atom count (", fr.x.size(), ", ", fr.v.size(), ", ", fr.f.size(), ")");
-  QK_CHECK(n <= static_cast<size_t>(std::numeric_limits<int32_t>::max() / 24), path_, ": ", n,
+  QK_CHECK(n <= static_cast<size_t>(std::numeric_limits<int32_t>::max() / 24), path(), ": ", n,
            " atoms are more than a .trr frame holds");
-  QK_CHECK(fr.step >= std::numeric_limits<int32_t>::min() && fr.step <= std::numeric_limits<int32_t>::max(), path_,
+  QK_CHECK(fr.step >= std::numeric_limits<int32_t>::min() && fr.step <= std::numeric_limits<int32_t>::max(), path(),
            ": step ", fr.step, " does not fit the .trr header's 32-bit step");
   const int32_t real = double_ ? 8 : 4, vec = static_cast<int32_t>(3 * real * n);
   XdrOut o;
@@ -53,10 +51,7 @@ void TrrWriter::write(const TrrFrame& fr) {
   for (const std::vector<Vec3>* a : {&fr.x, &fr.v, &fr.f})
     for (const Vec3& p : *a)
       for (double c : p) o.real(c, double_);
-  out_.write(o.bytes().data(), static_cast<std::streamsize>(o.bytes().size()));
-  bytes_ += o.bytes().size();
-  out_.flush();  // a frame is whole on disk once write() returns, as a killed run's readers expect
-  QK_CHECK(out_.good(), "writing the trajectory ", path_, " failed (disk full?)");
+  file_.write(o.bytes());
 }
 
 std::vector<TrrFrame> read_trr(const std::string& path) {

@@ -88,25 +88,6 @@ class XdrIn {
   size_t pos_ = 0;
 };
 
-// Opens a trajectory for writing: truncated, or (a resumed run) cut back to keep_bytes and appended to.
-// Returns the size the file starts at.
-inline uint64_t open_trajectory(std::ofstream* out, const std::string& path, std::optional<uint64_t> keep_bytes) {
-  if (!keep_bytes) {
-    out->open(path, std::ios::binary | std::ios::trunc);
-    QK_CHECK(out->good(), "cannot write the trajectory ", path, " (check the folder exists and is writable)");
-    return 0;
-  }
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  QK_CHECK(!ec && size >= *keep_bytes, "cannot resume the trajectory ", path, ": the checkpoint expects ",
-           *keep_bytes, " bytes written before it, the file ", ec ? "is missing" : "has " + std::to_string(size),
-           " (restore the file or start without -cpi)");
-  std::filesystem::resize_file(path, *keep_bytes);
-  out->open(path, std::ios::binary | std::ios::app);
-  QK_CHECK(out->good(), "cannot append to the trajectory ", path);
-  return *keep_bytes;
-}
-
 // Runs read_frame() until the data ends; a last frame cut short is dropped with a warning naming the file
 // and where it starts (the whole frames before it are returned), as GROMACS's tools do.
 template <typename ReadFrame>

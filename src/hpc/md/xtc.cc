@@ -418,18 +418,19 @@ std::string encode_xtc_frame(const XtcFrame& fr, float precision) {
   return o.bytes();
 }
 
-XtcWriter::XtcWriter(const std::string& path, float precision, std::optional<uint64_t> keep_bytes)
-    : path_(path), precision_(precision) {
+namespace {
+// The precision is checked before the file is created (or cut back).
+const std::string& checked(const std::string& path, float precision) {
   QK_CHECK(precision > 0, "compressed-x-precision must be positive, got ", precision);
-  bytes_ = open_trajectory(&out_, path, keep_bytes);
+  return path;
 }
+}  // namespace
+
+XtcWriter::XtcWriter(const std::string& path, float precision, std::optional<uint64_t> keep_bytes)
+    : precision_(precision), file_(checked(path, precision), keep_bytes) {}
 
 void XtcWriter::write(const XtcFrame& fr) {
-  const std::string bytes = encode_xtc_frame(fr, precision_);
-  out_.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  bytes_ += bytes.size();
-  out_.flush();  // whole frames on disk, as readers of a running or killed run expect
-  QK_CHECK(out_.good(), "writing the trajectory ", path_, " failed (disk full?)");
+  file_.write(encode_xtc_frame(fr, precision_));
 }
 
 std::vector<XtcFrame> read_xtc(const std::string& path) {

@@ -13,6 +13,8 @@
 #include "md_checkpoint.h"
 #include "qk/base/checkpoint_dir.h"
 #include "qk/base/error.h"
+#include "qk/base/file_io.h"
+#include "qk/hpc/md/output_file.h"
 #include "qk/hpc/md/md.h"
 #include "qk/hpc/md/trr.h"
 #include "qk/hpc/md/xtc.h"
@@ -132,6 +134,25 @@ TEST(MdCheckpoint, MismatchedResumesAreRefused) {
   ASSERT_TRUE(now.has_value());
   EXPECT_EQ(now->step, 2);
   fs::remove_all(dir);
+}
+
+// What resuming does to an output: cut back to the checkpoint's size and appended to; a file missing or
+// shorter than the checkpoint says is refused (naming it), never silently restarted.
+TEST(MdCheckpoint, OutputsAreCutBackAndAppendedOrRefused) {
+  const fs::path path = fs::temp_directory_path() / ("qk_md_out_" + std::to_string(::getpid()) + ".bin");
+  {
+    qk::md::OutputFile f(path.string(), std::nullopt);
+    f.write("frame1frame2partial");
+  }
+  {
+    qk::md::OutputFile f(path.string(), 12);
+    EXPECT_EQ(f.bytes(), 12u);
+    f.write("frame3");
+  }
+  EXPECT_EQ(qk::read_file(path.string()), "frame1frame2frame3");
+  EXPECT_THROW(qk::md::OutputFile(path.string(), 100), qk::Error);
+  fs::remove(path);
+  EXPECT_THROW(qk::md::OutputFile(path.string(), 0), qk::Error);
 }
 
 }  // namespace

@@ -15,10 +15,11 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "qk/hpc/md/output_file.h"
 
 namespace qk::md {
 
@@ -47,15 +48,13 @@ class EdrWriter {
   EdrWriter(const std::string& path, std::vector<EdrTerm> terms, bool double_precision,
             std::optional<uint64_t> keep_bytes = std::nullopt);
   void write(const EdrFrame& frame);
-  uint64_t bytes() const { return bytes_; }
-  const std::string& path() const { return path_; }
+  uint64_t bytes() const { return file_.bytes(); }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  std::string path_;
   std::vector<EdrTerm> terms_;
   bool double_;
-  std::ofstream out_;
-  uint64_t bytes_ = 0;
+  OutputFile file_;
 };
 
 // The terms and every frame; files GROMACS wrote with energy sums or extra blocks are read too (the sums

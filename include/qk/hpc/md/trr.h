@@ -15,11 +15,11 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "qk/hpc/md/output_file.h"
 #include "qk/hpc/md/units.h"
 
 namespace qk::md {
@@ -38,15 +38,13 @@ class TrrWriter {
   // Creates (truncates) path; with keep_bytes (a resumed run) keeps the file's first keep_bytes bytes, the
   // frames written before the checkpoint, and appends after them.
   TrrWriter(const std::string& path, bool double_precision, std::optional<uint64_t> keep_bytes = std::nullopt);
-  uint64_t bytes() const { return bytes_; }  // the file's size after the last write
+  uint64_t bytes() const { return file_.bytes(); }  // the file's size after the last write
   void write(const TrrFrame& frame);
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  std::string path_;
   bool double_;
-  std::ofstream out_;
-  uint64_t bytes_ = 0;
+  OutputFile file_;
 };
 
 // Every frame of a .trr; malformed or truncated files are errors naming the frame and byte offset.

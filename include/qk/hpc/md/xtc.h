@@ -17,11 +17,11 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "qk/hpc/md/output_file.h"
 #include "qk/hpc/md/units.h"
 
 namespace qk::md {
@@ -40,15 +40,13 @@ class XtcWriter {
   // resumed run) keeps the file's first keep_bytes bytes and appends after them.
   explicit XtcWriter(const std::string& path, float precision = 1000,
                      std::optional<uint64_t> keep_bytes = std::nullopt);
-  uint64_t bytes() const { return bytes_; }  // the file's size after the last write
+  uint64_t bytes() const { return file_.bytes(); }  // the file's size after the last write
   void write(const XtcFrame& frame);
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  std::string path_;
   float precision_;
-  std::ofstream out_;
-  uint64_t bytes_ = 0;
+  OutputFile file_;
 };
 
 // The frame's bytes as XtcWriter writes them (for tests and tools).
