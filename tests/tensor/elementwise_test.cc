@@ -59,7 +59,7 @@ TEST(Elementwise, UnaryValues) {
 }
 
 // The float loops of erf, GELU, SiLU, sigmoid and exp run vectorized math
-// (src/tensor/cpu/vec_math.h) instead of libm: over a dense range their
+// (qk/base/vec_math.h) instead of libm: over a dense range their
 // values and GELU's, SiLU's and erf's derivatives stay within a few float
 // ulps of the double reference, and the edges (NaN, infinities, the clamps
 // of the approximations) come out as libm's would.

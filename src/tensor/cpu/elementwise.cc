@@ -3,7 +3,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/loops.h"
-#include "cpu/vec_math.h"
+#include "qk/base/vec_math.h"
 
 namespace qk::cpu {
 

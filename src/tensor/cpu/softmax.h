@@ -2,7 +2,7 @@
 // the vectorizable exp they share with the loss kernels is in vec_math.h.
 #pragma once
 
-#include "cpu/vec_math.h"
+#include "qk/base/vec_math.h"
 #include "qk/tensor/tensor.h"
 
 namespace qk::cpu {

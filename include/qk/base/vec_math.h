@@ -2,14 +2,17 @@
 // (std::exp and std::erf are scalar libm calls without -ffast-math, 10-20x
 // slower per element than a vector lane). Always inlined: a call in the loop
 // body (GCC leaves these out-of-line in large translation units) keeps it
-// scalar. The double overloads are libm's.
+// scalar. The double overloads are libm's. A loop calling them vectorises
+// only where the file is built with -fno-trapping-math (see
+// src/tensor/CMakeLists.txt): GCC's default keeps their float selects as
+// branches.
 #pragma once
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 
-namespace qk::cpu {
+namespace qk {
 
 // exp(x) for float in plain arithmetic, so GCC vectorizes loops calling it
 // (std::exp is a scalar libm call without -ffast-math). Cephes' expf
@@ -68,4 +71,4 @@ inline double exp_vec(double x) { return std::exp(x); }
 }
 inline double erf_vec(double x) { return std::erf(x); }
 
-}  // namespace qk::cpu
+}  // namespace qk
