@@ -151,7 +151,7 @@ Tensor VocabParallelEmbeddingImpl::forward(const Tensor& ids) {
   int64_t* dst = local.data_ptr<int64_t>();
   float* k = keep.data_ptr<float>();
   bool any_outside = false;
-  for (int64_t i = 0; i < in.numel(); ++i) {
+  for (int64_t i = 0, n = in.numel(); i < n; ++i) {
     QK_CHECK_AS(IndexError, src[i] >= 0 && src[i] < num_embeddings, "VocabParallelEmbedding: id ", src[i],
                 " is outside the vocabulary [0, ", num_embeddings, ")");
     const bool mine = src[i] >= vocab_start_index && src[i] < vocab_end_index;

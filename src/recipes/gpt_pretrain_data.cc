@@ -135,7 +135,7 @@ GptDatasets build_gpt_datasets(const MegatronArgs& a, const data::Tokenizer& tok
 double GptBatch::loss_tokens() const {
   const float* m = loss_mask.data_ptr<float>();
   double s = 0;
-  for (int64_t i = 0; i < loss_mask.numel(); ++i) s += m[i];
+  for (int64_t i = 0, n = loss_mask.numel(); i < n; ++i) s += m[i];
   return s;
 }
 

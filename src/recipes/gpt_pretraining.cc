@@ -88,7 +88,7 @@ double params_norm(optim::MixedPrecisionOptimizer& opt) {
     const Tensor c = params[i].detach().to(DType::f32).contiguous().to(kCPU);
     const float* d = c.data_ptr<float>();
     double s = 0;
-    for (int64_t j = 0; j < c.numel(); ++j) s += static_cast<double>(d[j]) * d[j];
+    for (int64_t j = 0, n = c.numel(); j < n; ++j) s += static_cast<double>(d[j]) * d[j];
     const std::string& name = opt.names()[i];
     if (pp.tied_copy && name == pp.tied_parameter) continue;
     sq[tp.active() && tp.is_shard(name) ? 0 : 1] += s;

@@ -26,11 +26,12 @@ inline int64_t checked_index(I v, int64_t size, const char* op, int64_t pos) {
 
 // Index values as i64, range-checked (index tensors are small next to data).
 std::vector<int64_t> index_values(const Tensor& index, int64_t size, const char* op) {
-  std::vector<int64_t> out(static_cast<size_t>(index.numel()));
+  const int64_t n = index.numel();  // not in the loop's test: numel() is a product over the shape, not a field
+  std::vector<int64_t> out(static_cast<size_t>(n));
   dispatch_index(index.dtype(), op, [&](auto tag) {
     using I = decltype(tag);
     const I* p = index.data_ptr<I>();
-    for (int64_t i = 0; i < index.numel(); ++i) out[i] = checked_index(p[i], size, op, i);
+    for (int64_t i = 0; i < n; ++i) out[i] = checked_index(p[i], size, op, i);
   });
   return out;
 }

@@ -34,7 +34,7 @@ int64_t count_targets(const Tensor& target, int64_t C, int64_t ignore_index) {
     using I = decltype(itag);
     const I* tp = target.data_ptr<I>();
     int64_t n = 0;
-    for (int64_t i = 0; i < target.numel(); ++i) n += counted(tp[i], C, ignore_index, i);
+    for (int64_t i = 0, rows = target.numel(); i < rows; ++i) n += counted(tp[i], C, ignore_index, i);
     return n;
   });
 }
