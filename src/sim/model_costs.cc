@@ -217,15 +217,18 @@ PassCosts layer_costs(const CostContext& x, int64_t layer_number, bool recompute
     const double experts = static_cast<double>(c.num_moe_experts);
     const double topk = static_cast<double>(c.moe_router_topk);
     const Gemm router = gemm(x.rates, d.T, experts, d.h);
-    const double scores = x.rates.stream(3 * 4.0 * d.T * experts);
     // Tokens on the busiest expert-parallel rank: an even share of every
     // rank's routed tokens, times the stated imbalance.
     const double routed = d.T * topk * x.moe_imbalance;
     const int64_t local = c.num_local_experts();
     const Mlp m = mlp(x, d, routed, static_cast<double>(c.moe_ffn_hidden_size), c.moe_grouped_gemm ? 1 : local);
-    const double permute = x.rates.stream(2 * d.e * routed * d.h);
-    fwd.compute += router.fwd + scores + 2 * permute + m.fwd;
-    bwd.compute += router.bwd + scores + 2 * permute + m.bwd;
+    // Routing and the permutations to the experts and back.
+    const double scores = streams::moe_scores(d.T, experts), permute = streams::moe_permute(d.e, routed, d.h);
+    auto dispatch = [&](Pass p) {
+      return x.rates.stream(streams::key("moe_dispatch", p), {scores, permute, permute});
+    };
+    fwd.compute += router.fwd + dispatch(kFwd) + m.fwd;
+    bwd.compute += router.bwd + dispatch(kBwd) + m.bwd;
     fc1 = m.fc1;
     fc2 = m.fc2;
     if (c.moe_shared_expert_intermediate_size > 0) {

@@ -18,7 +18,7 @@ enum class Pass { forward, backward };
 inline const std::vector<std::string>& kinds() {
   static const std::vector<std::string> k = {"layer_norm", "rms_norm", "residual", "dropout_add", "gelu",
                                              "swiglu", "rope", "softmax", "softmax_dropout", "cross_entropy",
-                                             "embedding"};
+                                             "embedding", "moe_dispatch"};
   return k;
 }
 
@@ -54,5 +54,13 @@ inline double cross_entropy(Pass p, double e, double elems) {
 inline double embedding(Pass p, double e, bool learned, double mask, double elems) {
   return (p == Pass::forward ? 2 * e + (learned ? 2 * e : 0) + mask : e + 8 + mask) * elems;
 }
+
+// An MoE layer beyond its router and expert GEMMs and the experts'
+// activation, each way: the router's scores (softmax, top-k, the auxiliary
+// loss) over tokens x experts, and the routed rows permuted to their experts
+// and back. On a device without the kind: three pieces at the streaming
+// bandwidth.
+inline double moe_scores(double tokens, double experts) { return 3 * 4.0 * tokens * experts; }
+inline double moe_permute(double e, double routed_rows, double h) { return 2 * e * routed_rows * h; }
 
 }  // namespace qk::sim::streams

@@ -104,8 +104,9 @@ TEST(QkSim, CalibrateWritesAClusterTheSimulatorReads) {
   // Every streaming kind the model prices, both passes, measured at each size.
   const nlohmann::json file = nlohmann::json::parse(read_file(dir + "/local.json"));
   const nlohmann::json& kinds = file["device"]["stream_kernels"];
-  EXPECT_EQ(kinds.size(), 22u) << kinds.dump();
-  for (const char* k : {"layer_norm.forward", "softmax.backward", "cross_entropy.forward", "embedding.backward"}) {
+  EXPECT_EQ(kinds.size(), 24u) << kinds.dump();
+  for (const char* k : {"layer_norm.forward", "softmax.backward", "cross_entropy.forward", "embedding.backward",
+                        "moe_dispatch.forward"}) {
     ASSERT_TRUE(kinds.contains(k)) << k;
     EXPECT_EQ(kinds[k]["samples"].size(), 2u) << k;
     for (const auto& sample : kinds[k]["samples"]) EXPECT_GT(sample["gb_s"].get<double>(), 0) << k;

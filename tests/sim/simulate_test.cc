@@ -62,6 +62,22 @@ TEST(Simulate, CalibratedKindsPriceTheirOwnPieces) {
   EXPECT_DOUBLE_EQ(simulate(a, other).step_time_s, plain.step_time_s);
 }
 
+// The MoE layer's routing and permutations are one calibrated kind
+// (moe_dispatch): on a device with it they take its rate over the bytes
+// the model counts (the router's scores, the routed rows there and back),
+// in each MoE layer both ways; without it, the same bytes at bandwidth.
+TEST(Simulate, CalibratedMoeDispatchPricesRoutingAndPermutation) {
+  Cluster c = test::round_cluster();
+  const recipes::MegatronArgs a = parse(small({"--num-experts", "4", "--moe-router-topk", "2"}), 1);
+  const SimResult plain = simulate(a, c);
+  for (const char* k : {"moe_dispatch.forward", "moe_dispatch.backward"}) c.device.stream_kernels[k].samples = {{1.0, 1.0}};
+  const SimResult slow = simulate(a, c);
+  const double tokens = 512, routed = 2 * tokens;
+  const double bytes = 12 * tokens * 4 + 2 * (2 * 2 * routed * 1024);  // scores; bf16 rows each way
+  const double per_call = bytes / 1e9 - bytes / 500e9;
+  EXPECT_NEAR(slow.time.compute - plain.time.compute, 2 * 8 * 32 * per_call, 1e-9 * slow.time.compute);
+}
+
 TEST(Simulate, DataParallelSplitsTheBatch) {
   const Cluster c = test::round_cluster();
   const SimResult one = simulate(parse(small(), 1), c);
