@@ -4,6 +4,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include "qk/base/thread_pool.h"
 #include "qk/hpc/md/units.h"
@@ -48,6 +51,77 @@ inline void reduce_j(const Real* lanes, Real* out) {
   std::memcpy(&o, out, sizeof o);
   o -= a + b;
   std::memcpy(out, &o, sizeof o);
+}
+
+// 1/sqrt(r2) and 1/Q(u), u = uscale r2 - 1, for the 16 lanes of a float Ewald cluster pair. The
+// divider is the float kernel's bottleneck (a sqrt and a division per pair: on AVX2 each takes the
+// unit 5-6 cycles a vector, ~20 of a cluster pair's ~60), so, as GROMACS's single-precision SIMD
+// kernels do, the hardware's 12-bit estimates are refined by one Newton step each (relative error
+// ~1e-7, a float's rounding; the last bit depends on the CPU's estimate tables). Without AVX2/FMA:
+// exact sqrt and division.
+inline void ewald_reciprocals(const float* r2, float uscale, const float* gq, float* rinv, float* inv_q,
+                             float* u) {
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f), three_halves = _mm256_set1_ps(1.5f),
+               two = _mm256_set1_ps(2.0f), us = _mm256_set1_ps(uscale);
+  for (int h = 0; h < kP; h += 8) {
+    const __m256 x = _mm256_load_ps(r2 + h);
+    __m256 y = _mm256_rsqrt_ps(x);
+    // y (3/2 - x y^2 / 2)
+    y = _mm256_mul_ps(y, _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_mul_ps(half, x), y), y, three_halves));
+    const __m256 uu = _mm256_fmsub_ps(us, x, one), u2 = _mm256_mul_ps(uu, uu);
+    // Q = (g0 + g1 u) + (g2 + g3 u) u^2 + g4 u^4, as EwaldPolynomial::eval_den
+    const __m256 q = _mm256_fmadd_ps(
+        _mm256_set1_ps(gq[4]), _mm256_mul_ps(u2, u2),
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(gq[3]), uu, _mm256_set1_ps(gq[2])), u2,
+                        _mm256_fmadd_ps(_mm256_set1_ps(gq[1]), uu, _mm256_set1_ps(gq[0]))));
+    __m256 z = _mm256_rcp_ps(q);
+    z = _mm256_mul_ps(z, _mm256_fnmadd_ps(q, z, two));  // z (2 - q z)
+    _mm256_store_ps(rinv + h, y);
+    _mm256_store_ps(inv_q + h, z);
+    _mm256_store_ps(u + h, uu);
+  }
+#else
+  for (int k = 0; k < kP; ++k) {
+    u[k] = uscale * r2[k] - 1.0f;
+    rinv[k] = 1.0f / std::sqrt(r2[k]);
+    inv_q[k] = 1.0f / EwaldPolynomial::eval_den(gq, u[k]);
+  }
+#endif
+}
+
+// Whether any of the kP weights (0 or 1) is 1: a test of the lanes' bits where AVX has it (a min or
+// or-reduction across the lanes took ~15% of the kernel).
+inline bool any_lane(const float* w) {
+#if defined(__AVX2__)
+  const __m256i v = _mm256_castps_si256(_mm256_or_ps(_mm256_load_ps(w), _mm256_load_ps(w + 8)));
+  return !_mm256_testz_si256(v, v);  // any bit (testz_ps would read the sign bits only)
+#else
+  float s = 0;
+  for (int k = 0; k < kP; ++k) s += w[k];
+  return s != 0;
+#endif
+}
+inline bool any_lane(const double* w) {
+  double s = 0;
+  for (int k = 0; k < kP; ++k) s += w[k];
+  return s != 0;
+}
+
+// 1/sqrt(r2) for the 16 lanes of a float cluster pair without Ewald (reaction field, cut-off), the
+// same way.
+inline void inverse_sqrt(const float* r2, float* rinv) {
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 half = _mm256_set1_ps(0.5f), three_halves = _mm256_set1_ps(1.5f);
+  for (int h = 0; h < kP; h += 8) {
+    const __m256 x = _mm256_load_ps(r2 + h);
+    const __m256 y = _mm256_rsqrt_ps(x);
+    _mm256_store_ps(rinv + h,
+                    _mm256_mul_ps(y, _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_mul_ps(half, x), y), y, three_halves)));
+  }
+#else
+  for (int k = 0; k < kP; ++k) rinv[k] = 1.0f / std::sqrt(r2[k]);
+#endif
 }
 
 // What one chunk of list entries adds up.
@@ -181,27 +255,34 @@ void NonbondedKernel::Impl::kernel(const Data<Real>& d, const PairList& list, in
       const int* tj = T + jb;
       // A pruned list still holds cluster pairs with no atom pair inside the cut-off at this step (about a
       // quarter in water): they add exactly zero, so they are skipped after a cheap distance pass.
-      Real nearest = masked_r2 * 16;
-#pragma omp simd reduction(min : nearest)
-      for (int k = 0; k < kP; ++k) {
-        const Real dx = xi[k] - xj[k], dy = yi[k] - yj[k], dz = zi[k] - zj[k];
-        nearest = std::min(nearest, dx * dx + dy * dy + dz * dz);
-      }
-      if (nearest >= rc2) continue;
-      alignas(64) Real fxk[kP], fyk[kP], fzk[kP];
+      // r^2 per lane, masked lanes (and those beyond the cut-off) moved to a harmless radius, and each
+      // lane's weight: 1 for a pair inside the cut-off, else 0.
+      alignas(64) Real r2m[kP], wm[kP];
 #pragma omp simd
       for (int k = 0; k < kP; ++k) {
         const Real dx = xi[k] - xj[k], dy = yi[k] - yj[k], dz = zi[k] - zj[k];
         const Real r2raw = dx * dx + dy * dy + dz * dz;
         const bool in = ((mask & kLaneBit[k]) != 0) & (r2raw < rc2);
-        const Real r2 = in ? r2raw : masked_r2;  // keeps masked lanes finite and inside the table
-        // 1/r, and in float with Ewald 1/Q of the correction's ratio from the same division.
+        r2m[k] = in ? r2raw : masked_r2;  // keeps masked lanes finite and inside the table
+        wm[k] = in ? Real(1) : Real(0);
+      }
+      if (!any_lane(wm)) continue;
+      // In float: 1/r (with Ewald also 1/Q of the correction's ratio), 16 lanes at once.
+      alignas(64) Real rinv_l[kP], inv_q_l[kP], u_l[kP];
+      if constexpr (kEwald && kFloat) ewald_reciprocals(r2m, uscale, gq, rinv_l, inv_q_l, u_l);
+      if constexpr (!kEwald && kFloat) inverse_sqrt(r2m, rinv_l);
+      alignas(64) Real fxk[kP], fyk[kP], fzk[kP];
+#pragma omp simd
+      for (int k = 0; k < kP; ++k) {
+        const Real dx = xi[k] - xj[k], dy = yi[k] - yj[k], dz = zi[k] - zj[k];
+        const Real r2 = r2m[k], w = wm[k];
         Real rinv, inv_q = 0, u = 0;
         if constexpr (kEwald && kFloat) {
-          u = uscale * r2 - Real(1);
-          const Real q = EwaldPolynomial::eval_den(gq, u), r = std::sqrt(r2), inv = Real(1) / (r * q);
-          rinv = q * inv;
-          inv_q = r * inv;
+          rinv = rinv_l[k];
+          inv_q = inv_q_l[k];
+          u = u_l[k];
+        } else if constexpr (kFloat) {
+          rinv = rinv_l[k];
         } else {
           rinv = Real(1) / std::sqrt(r2);
         }
@@ -216,7 +297,6 @@ void NonbondedKernel::Impl::kernel(const Data<Real>& d, const PairList& list, in
         }
         Real fscal = (c12 * rinv6 - c6) * rinv6 * rinv2;  // c6, c12 hold 6 c6 and 12 c12
         const Real qq = qi[k] * qj[k];
-        const Real w = in ? Real(1) : Real(0);
         if constexpr (kEwald && kFloat) {
           // erf(beta r)/r and its force / r in r^2 (ewald_table.h): G = P / Q, E a polynomial.
           fscal += qq * (rinv * rinv2 + EwaldPolynomial::eval_num(gp, u) * inv_q);
