@@ -2,6 +2,7 @@
 #include "qk/hpc/md/forces.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "bonded.h"
@@ -34,6 +35,7 @@ struct ForceCalculator::Impl {
   double epsilon_r;
   double buffer, inner;
   std::vector<int> exclusion_chunks;  // fixed (not per thread count): the sums do not depend on threads
+  ForceTimes times;
 
   Impl(const Topology& t, const MdpOptions& mdp, const Vec3& b, Precision precision)
       : top(t), box(b), disp(t, mdp.disp_corr, mdp.rvdw), epsilon_r(mdp.epsilon_r) {
@@ -76,16 +78,29 @@ struct ForceCalculator::Impl {
 
   // Builds the list when the outer buffer is used up, prunes it when the inner one is.
   void update_list(const std::vector<Vec3>& x) {
+    auto t = Clock::now();
     if (builds == 0 || moved(x, x_at_build, buffer)) {
       list.build(x, box, nb.rc + buffer, top.exclusions);
       x_at_build = x;
       ++builds;
+      times.list_build += lap(&t);
     } else if (!moved(x, x_at_prune, inner)) {
+      times.list_prune += lap(&t);  // the displacement check
       return;
     }
     if (inner < buffer) list.prune(x, nb.rc + inner);
     x_at_prune = x;
     ++prunes;
+    times.list_prune += lap(&t);
+  }
+
+  using Clock = std::chrono::steady_clock;
+  // Seconds since *t; *t moves to now.
+  static double lap(Clock::time_point* t) {
+    const Clock::time_point now = Clock::now();
+    const double s = std::chrono::duration<double>(now - *t).count();
+    *t = now;
+    return s;
   }
 };
 
@@ -98,19 +113,23 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   QK_CHECK(static_cast<int>(x.size()) == m.top.num_atoms(), "ForceCalculator: ", x.size(),
            " positions for a topology of ", m.top.num_atoms(), " atoms");
   m.update_list(x);
+  auto t = Impl::Clock::now();
   f->assign(x.size(), Vec3{0, 0, 0});
   PotentialTerms e;
   auto add = [](Mat3* to, const Mat3& v) {
     for (int a = 0; a < 3; ++a)
       for (int b = 0; b < 3; ++b) (*to)[a][b] += v[a][b];
   };
+  m.times.other += Impl::lap(&t);
   NonbondedEnergies pairs = m.kernel->compute(m.list, x, energies, f);
   NonbondedEnergies excl = coulomb_exclusions_and_self(x, m.box, m.top, m.nb, f, m.exclusion_chunks);
+  m.times.nonbonded += Impl::lap(&t);
   e.lj_sr = pairs.lj;
   e.coulomb_sr = pairs.coulomb + excl.coulomb;
   add(&e.virial, pairs.virial);
   add(&e.virial, excl.virial);
   if (m.pme) e.coul_recip = m.pme->compute(x, m.top.charge, f, energies ? &e.virial : nullptr);
+  m.times.pme += Impl::lap(&t);
   BondedEnergies b = bonded_forces(x, m.box, m.top, m.epsilon_r, f);
   e.bond = b.bond;
   e.angle = b.angle;
@@ -121,6 +140,7 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   e.disp_corr = dc.energy;
   e.pres_dc = dc.pressure;
   for (int a = 0; a < 3; ++a) e.virial[a][a] += dc.virial;
+  m.times.other += Impl::lap(&t);
   return e;
 }
 
@@ -133,6 +153,7 @@ double ForceCalculator::ewald_beta() const { return impl_->nb.beta; }
 double ForceCalculator::average_c6() const { return impl_->disp.average_c6(); }
 int64_t ForceCalculator::pair_list_builds() const { return impl_->builds; }
 int64_t ForceCalculator::pair_list_prunes() const { return impl_->prunes; }
+const ForceTimes& ForceCalculator::times() const { return impl_->times; }
 double ForceCalculator::rlist_inner() const { return impl_->nb.rc + impl_->inner; }
 int64_t ForceCalculator::num_pairs() const { return impl_->list.num_cluster_pairs() * kClusterPairSize; }
 

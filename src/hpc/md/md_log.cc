@@ -91,4 +91,45 @@ void write_performance(std::ostream& out, double wall_seconds, int threads, doub
   out << buf;
 }
 
+void write_time_accounting(std::ostream& out, const RunResult& r, int threads) {
+  const ForceTimes& ft = r.force_times;
+  const int64_t steps = r.steps - r.first_step + 1;  // force evaluations: steps 0..nsteps
+  struct Row {
+    const char* name;
+    int64_t calls;
+    double seconds;
+  };
+  const Row rows[] = {
+      {"Pair list build", r.pair_list_builds, ft.list_build},
+      {"Pair list prune", r.pair_list_prunes, ft.list_prune},
+      {"Nonbonded force", steps, ft.nonbonded},
+      {"PME mesh", ft.pme > 0 ? steps : 0, ft.pme},
+      {"Other forces", steps, ft.other},
+      {"Update", steps, r.update_seconds},
+      {"Constraints", steps, r.constraint_seconds},
+      {"Write output", steps, r.output_seconds},
+      {"Rest", 0, r.rest_seconds},
+  };
+  const double total = std::max(r.wall_seconds, 1e-12);
+  const char* rule = "-----------------------------------------------------------------\n";
+  char buf[160];
+  out << "     R E A L   C Y C L E   A N D   T I M E   A C C O U N T I N G\n\n";
+  std::snprintf(buf, sizeof buf, " %-20s%8s%12s%14s%10s\n", "Computing:", "Num", "Call", "Wall time", "");
+  out << buf;
+  std::snprintf(buf, sizeof buf, " %-20s%8s%12s%14s%10s\n", "", "Threads", "Count", "(s)", "%");
+  out << buf << rule;
+  for (const Row& row : rows) {
+    if (row.calls > 0)
+      std::snprintf(buf, sizeof buf, " %-20s%8d%12lld%14.3f%10.1f\n", row.name, threads,
+                    static_cast<long long>(row.calls), row.seconds, 100 * row.seconds / total);
+    else
+      std::snprintf(buf, sizeof buf, " %-20s%8s%12s%14.3f%10.1f\n", row.name, "", "", row.seconds,
+                    100 * row.seconds / total);
+    out << buf;
+  }
+  out << rule;
+  std::snprintf(buf, sizeof buf, " %-20s%8s%12s%14.3f%10.1f\n", "Total", "", "", r.wall_seconds, 100.0);
+  out << buf << rule << "\n";
+}
+
 }  // namespace qk::md

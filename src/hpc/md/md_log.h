@@ -23,5 +23,8 @@ void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology&
 void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp, std::vector<EdrTerm>* terms,
                std::vector<double>* values);
 void write_performance(std::ostream& out, double wall_seconds, int threads, double ns_per_day, double hours_per_ns);
+// mdrun's "R E A L   C Y C L E   A N D   T I M E   A C C O U N T I N G" table: per part of the run, the
+// threads, how often it ran, its wall seconds and its share of the run.
+void write_time_accounting(std::ostream& out, const RunResult& r, int threads);
 
 }  // namespace qk::md

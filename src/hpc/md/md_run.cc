@@ -176,7 +176,16 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   // A fresh run replaces the checkpoints of an earlier run in its folder (as mdrun overwrites state.cpt):
   // left there, a later -cpi would go on from the other run's state.
   if (!opt.checkpoint_dir.empty() && !resumed) clear_md_checkpoints(opt.checkpoint_dir);
+  // The time accounting: each lap() charges the time since the last one to a part of the step.
+  auto mark = std::chrono::steady_clock::now();
+  auto lap = [&mark](double* to) {
+    const auto now = std::chrono::steady_clock::now();
+    *to += std::chrono::duration<double>(now - mark).count();
+    mark = now;
+  };
+  double ignored = 0;
   for (int64_t step = first_step; step <= nsteps; ++step) {
+    lap(&ignored);  // com removal and the swaps: rest, computed at the end
     // A checkpoint holds the state at the start of a step: every checkpoint_every_steps steps or
     // checkpoint_every_minutes, and before the last step (whose outputs a resumed run writes again).
     if (!opt.checkpoint_dir.empty() && step > first_step) {
@@ -221,7 +230,9 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       }
     }
     const bool energy_step = (mdp.nstenergy > 0 && step % mdp.nstenergy == 0) || step == nsteps;
+    lap(&result.output_seconds);  // checkpoints and progress
     PotentialTerms pot = ff.compute(x, &f, energy_step);  // forces only on steps that report nothing
+    lap(&ignored);                                        // ff.times() has the parts
     if (trajectory && (at(mdp.nstxout, step) || at(mdp.nstvout, step) || at(mdp.nstfout, step))) {
       TrrFrame fr;
       fr.step = step;
@@ -240,6 +251,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       fr.x = x;
       compressed->write(fr);
     }
+    lap(&result.output_seconds);
     // GROMACS couples on steps where (step + nsttcouple - 1) is a multiple of nsttcouple, from the last half-step KE.
     double lambda = 1;
     if (thermostat && (nsttcouple == 1 || (step + nsttcouple - 1) % nsttcouple == 0))
@@ -251,9 +263,12 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
           xnew[i][d] = x[i][d] + vnew[i][d] * dt;
         }
     });
+    lap(&result.update_seconds);
     Mat3 r_m_dx{};
     constrain(x, &xnew, &vnew, 1 / dt, &r_m_dx, "step " + std::to_string(step));
+    lap(&result.constraint_seconds);
     const Mat3 half_step_new = kinetic_tensor(vnew, top.mass);
+    lap(&result.update_seconds);
     if (energy_step) {
       EnergyFrame e;
       e.step = step;
@@ -292,6 +307,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       }
       result.frames.push_back(e);
     }
+    lap(&result.output_seconds);
     if (step == nsteps) {
       result.final_conf = conf_with(conf, x, &v);  // as mdrun's confout: x(t), v(t - dt/2)
       break;
@@ -301,11 +317,20 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     std::swap(v, vnew);
     half_step_old = half_step_new;
   }
+  lap(&ignored);
   result.steps = nsteps;
   result.first_step = first_step;
   result.pair_list_builds = ff.pair_list_builds();
+  result.pair_list_prunes = ff.pair_list_prunes();
+  result.force_times = ff.times();
   result.pairs_in_list = ff.num_pairs();
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  {  // what no lap charged: before the loop, and the force parts' own clock reads
+    const ForceTimes& ft = result.force_times;
+    result.rest_seconds = std::max(0.0, result.wall_seconds - (ft.list_build + ft.list_prune + ft.nonbonded + ft.pme +
+                                                                ft.other + result.update_seconds +
+                                                                result.constraint_seconds + result.output_seconds));
+  }
   const double ns = static_cast<double>(nsteps - first_step) * dt / 1000.0;
   if (result.wall_seconds > 0 && ns > 0) {
     result.ns_per_day = ns / (result.wall_seconds / 86400.0);
@@ -320,6 +345,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
                   ff.rlist() - ff.cutoff(), static_cast<long long>(ff.pair_list_prunes()),
                   ff.rlist_inner() - ff.cutoff(), static_cast<long long>(result.pairs_in_list));
     *opt.log << buf;
+    write_time_accounting(*opt.log, result, num_threads());
     write_performance(*opt.log, result.wall_seconds, num_threads(), result.ns_per_day, result.hours_per_ns);
   }
   return result;

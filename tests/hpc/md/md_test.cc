@@ -10,6 +10,7 @@
 #include <string>
 
 #include "pbc.h"
+#include "qk/base/thread_pool.h"
 #include "qk/hpc/md/md.h"
 #include "reference_energies.h"
 
@@ -176,6 +177,38 @@ TEST(Md, LogHasGromacsEnergyBlocksAndPerformance) {
   char expect[32];
   std::snprintf(expect, sizeof expect, "%15.5e", r.frames[0].potential.potential());
   EXPECT_NE(s.find(expect), std::string::npos) << s;
+}
+
+// mdrun's time accounting: every part of the step, how often it ran, and parts that add up to the run.
+TEST(Md, TimeAccountingCoversTheRun) {
+  Fixture fx("water_pme");
+  qk::md::MdpOptions mdp = fx.mdp;
+  mdp.nsteps = 20;
+  mdp.nstenergy = 10;
+  std::ostringstream log;
+  qk::md::RunOptions opt;
+  opt.log = &log;
+  const qk::md::RunResult r = qk::md::run(fx.top, mdp, fx.conf, opt);
+  const qk::md::ForceTimes& ft = r.force_times;
+  EXPECT_GE(r.pair_list_builds, 1);
+  EXPECT_GE(r.pair_list_prunes, r.pair_list_builds);  // a build prunes too
+  for (double t : {ft.list_build, ft.nonbonded, ft.pme, r.update_seconds, r.constraint_seconds}) EXPECT_GT(t, 0);
+  for (double t : {ft.list_prune, ft.other, r.output_seconds, r.rest_seconds}) EXPECT_GE(t, 0);
+  const double parts = ft.list_build + ft.list_prune + ft.nonbonded + ft.pme + ft.other + r.update_seconds +
+                       r.constraint_seconds + r.output_seconds + r.rest_seconds;
+  EXPECT_NEAR(parts, r.wall_seconds, 1e-6 + 1e-6 * r.wall_seconds);
+  const std::string s = log.str();
+  EXPECT_NE(s.find("     R E A L   C Y C L E   A N D   T I M E   A C C O U N T I N G\n"), std::string::npos) << s;
+  // 21 force evaluations (steps 0..20), each part's row with the threads and the calls.
+  char row[96];
+  std::snprintf(row, sizeof row, " %-20s%8d%12d", "Nonbonded force", qk::num_threads(), 21);
+  EXPECT_NE(s.find(row), std::string::npos) << s;
+  std::snprintf(row, sizeof row, " %-20s%8d%12lld", "Pair list build", qk::num_threads(),
+                static_cast<long long>(r.pair_list_builds));
+  EXPECT_NE(s.find(row), std::string::npos) << s;
+  for (const char* part : {" PME mesh ", " Update ", " Constraints ", " Write output ", " Rest ", " Total "})
+    EXPECT_NE(s.find(part), std::string::npos) << part << "\n" << s;
+  EXPECT_LT(s.find("A C C O U N T I N G"), s.find("Performance:"));
 }
 
 // GROMACS's steepest descent on the PME water (tests/fixtures/md/water_pme/steep_reference.txt): the same

@@ -32,6 +32,15 @@ struct PotentialTerms {
   double potential() const { return lj_sr + disp_corr + coulomb_sr + coul_recip + bond + angle + lj14 + coulomb14; }
 };
 
+// Wall seconds spent in each part of compute(), summed over its calls (mdrun's time accounting).
+struct ForceTimes {
+  double list_build = 0;  // the Verlet list built from scratch
+  double list_prune = 0;  // the built list cut to the inner buffer (dynamic pruning)
+  double nonbonded = 0;   // the pair kernel, the excluded pairs' and self corrections
+  double pme = 0;         // reciprocal space
+  double other = 0;       // bonded terms, dispersion correction, zeroing and sums
+};
+
 // kDouble: everything in double (the fixture tests' default). kMixed: GROMACS's mixed precision, the
 // short-range pair forces in float (nonbonded.h), sums, PME and the rest in double.
 enum class Precision { kDouble, kMixed };
@@ -59,6 +68,7 @@ class ForceCalculator {
   int64_t pair_list_prunes() const;     // GROMACS's dynamic pruning: the list cut to rlist_inner()
   double rlist_inner() const;
   int64_t num_pairs() const;            // atom pairs the kernel visits: cluster pairs x 16
+  const ForceTimes& times() const;
 
  private:
   struct Impl;

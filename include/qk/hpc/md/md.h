@@ -88,7 +88,13 @@ struct RunResult {
   double ns_per_day = 0, hours_per_ns = 0;  // MD only
   bool converged = false;                   // steep: Fmax < emtol
   int64_t pair_list_builds = 0;             // how often the Verlet list was rebuilt (forces.h)
+  int64_t pair_list_prunes = 0;             // and cut to its inner buffer
   int64_t pairs_in_list = 0;                // in the last list
+  // MD: where the wall time went (md.log's time accounting table, as mdrun's): the force parts
+  // (forces.h) and, per step, the leap-frog update, the constraints and the outputs (trajectories,
+  // energies, log, checkpoints); `rest` is what none of them covers.
+  ForceTimes force_times;
+  double update_seconds = 0, constraint_seconds = 0, output_seconds = 0, rest_seconds = 0;
 };
 
 RunResult run(const Topology& top, const MdpOptions& mdp, const GroFile& conf, const RunOptions& options = {});
