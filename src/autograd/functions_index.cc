@@ -117,6 +117,19 @@ Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tens
   return out;
 }
 
+Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
+  Tensor out = ops::index_add(a, dim, index, src);
+  if (autograd::needs_grad({a, src})) {
+    Tensor idx = index.detach();
+    const bool gsrc = src.requires_grad();
+    record("IndexAddBackward", {a, src}, {out}, [idx, dim, gsrc](const V& g) -> V {
+      // da = g; dsrc = g's slices at the indexed positions.
+      return {g[0], gsrc ? ops::index_select(g[0], dim, idx) : Tensor()};
+    });
+  }
+  return out;
+}
+
 std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool largest, bool sorted) {
   auto [values, indices] = ops::topk(a, k, dim, largest, sorted);
   if (autograd::needs_grad({a})) {

@@ -1,4 +1,4 @@
-// cat, stack, split, chunk, index_select, gather, scatter_add and topk
+// cat, stack, split, chunk, index_select, gather, scatter_add, index_add and topk
 // through autograd: finite-difference checks in f64 and f32.
 #include <gtest/gtest.h>
 
@@ -91,6 +91,15 @@ TEST_P(IndexGrad, GatherAndScatterAdd) {
       [](const std::vector<Tensor>& v) {
         return scatter_add(v[0], 1, idx({0, 0, 2, 1}, {2, 2}), v[1]);
       },
+      GetParam());
+  // Whole rows added at a repeated index (rows 0 and 2 of src both into row 1), and along dim 1.
+  check(
+      {{3, 2}, {4, 2}},
+      [](const std::vector<Tensor>& v) { return index_add(v[0], 0, idx({1, 0, 1, 2}, {4}), v[1]); },
+      GetParam());
+  check(
+      {{2, 3}, {2, 2}},
+      [](const std::vector<Tensor>& v) { return index_add(v[0], 1, idx({2, 2}, {2}), v[1]); },
       GetParam());
 }
 

@@ -125,6 +125,9 @@ std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+// a with src's slices along dim added at `index` (a 1-D index, one entry per slice of src): whole rows,
+// where scatter_add with the index expanded to src's shape walks element by element.
+Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
 std::pair<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim = -1, bool largest = true,
                                bool sorted = true);
 

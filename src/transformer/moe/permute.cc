@@ -217,8 +217,9 @@ Tensor unpermute_tokens(const Tensor& rows, const Tensor& probs, const TokenPerm
     const Tensor flat_probs = cat({probs.to(acc).reshape({n * e}), zeros({1}, TensorOptions(acc).device(dev))}, 0);
     const Tensor row_probs = index_select(flat_probs, 0, i64_tensor(prob_index).to(dev));
     const Tensor weighted = rows.to(acc) * row_probs.unsqueeze(1);
-    const Tensor index = i64_tensor(token_index).to(dev).unsqueeze(1).expand({p->num_rows(), c}).contiguous();
-    const Tensor summed = scatter_add(zeros({n + 1, c}, TensorOptions(acc).device(dev)), 0, index, weighted);
+    // Megatron's scatter_add with the token index expanded over the columns, as whole rows.
+    const Tensor summed = index_add(zeros({n + 1, c}, TensorOptions(acc).device(dev)), 0, i64_tensor(token_index).to(dev),
+                                    weighted);
     return summed.narrow(0, 0, n).to(rows.dtype());
   }
   const Tensor probs_acc = ops::contiguous(ops::cast(probs.detach(), acc));
