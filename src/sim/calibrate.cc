@@ -13,6 +13,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -98,42 +99,24 @@ std::string now_utc() {
   return buf;
 }
 
-// qccl between two forked ranks of this host: an all-reduce of 8 bytes
-// (latency: a 2-rank ring is 2 steps) and of 4 MiB (bandwidth). The child
-// ranks report rank 0's times through a pipe.
-bool measure_link(Link& link, const std::function<void(const std::string&)>& say) {
+// Runs child(rank) in `ranks` processes forked at once; each child's doubles come back through a pipe
+// (one write each, below PIPE_BUF: children's reports do not interleave). Returns false when a fork
+// failed or a child did not exit 0; `values` gets every child's doubles in the order they arrived.
+bool run_forked(int ranks, const std::function<std::vector<double>(int)>& child, std::vector<double>* values) {
   int fds[2];
   if (::pipe(fds) != 0) return false;
-  qcclUniqueId id;
-  if (qcclGetUniqueId(&id) != qcclSuccess) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return false;
-  }
   std::fflush(nullptr);
   std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) break;
     if (pid == 0) {
       ::close(fds[0]);
       int code = 1;
       try {
-        qcclComm_t comm;
-        if (qcclCommInitRank(&comm, 2, id, r) == qcclSuccess) {
-          qccl::PerfOptions o;
-          o.iters = 20;
-          o.warmup = 5;
-          o.check = false;
-          qccl::PerfBenchmark bench(comm, o);
-          const qccl::PerfRow small = bench.run_size(8), big = bench.run_size(size_t(4) << 20);
-          if (r == 0) {
-            const double v[2] = {small.out_of_place.us, big.out_of_place.us};
-            if (::write(fds[1], v, sizeof v) != static_cast<ssize_t>(sizeof v)) code = 2;
-          }
-          qcclCommDestroy(comm);
-          code = 0;
-        }
+        const std::vector<double> v = child(r);
+        const auto bytes = static_cast<ssize_t>(v.size() * sizeof(double));
+        code = v.empty() || ::write(fds[1], v.data(), static_cast<size_t>(bytes)) == bytes ? 0 : 2;
       } catch (...) {
       }
       ::_exit(code);
@@ -141,20 +124,47 @@ bool measure_link(Link& link, const std::function<void(const std::string&)>& say
     pids.push_back(pid);
   }
   ::close(fds[1]);
-  double v[2] = {0, 0};
-  const bool got = ::read(fds[0], v, sizeof v) == static_cast<ssize_t>(sizeof v);
+  values->clear();
+  for (double d = 0; ::read(fds[0], &d, sizeof d) == static_cast<ssize_t>(sizeof d);) values->push_back(d);
   ::close(fds[0]);
-  bool ok = got && pids.size() == 2;
+  bool ok = static_cast<int>(pids.size()) == ranks;
   for (pid_t p : pids) {
     int st = 0;
     while (::waitpid(p, &st, 0) < 0 && errno == EINTR) {
     }
     ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
   }
-  if (!ok) return false;
+  return ok;
+}
+
+// qccl between two forked ranks of this host: an all-reduce of 8 bytes
+// (latency: a 2-rank ring is 2 steps) and of 4 MiB (bandwidth), as rank 0
+// times them.
+bool measure_link(Link& link, const std::function<void(const std::string&)>& say) {
+  qcclUniqueId id;
+  if (qcclGetUniqueId(&id) != qcclSuccess) return false;
+  std::vector<double> v;
+  const bool ok = run_forked(
+      2,
+      [&](int r) -> std::vector<double> {
+        qcclComm_t comm;
+        if (qcclCommInitRank(&comm, 2, id, r) != qcclSuccess) throw std::runtime_error("qccl init");
+        qccl::PerfOptions o;
+        o.iters = 20;
+        o.warmup = 5;
+        o.check = false;
+        qccl::PerfBenchmark bench(comm, o);
+        const qccl::PerfRow small = bench.run_size(8), big = bench.run_size(size_t(4) << 20);
+        qcclCommDestroy(comm);
+        if (r != 0) return {};
+        return {small.out_of_place.us, big.out_of_place.us};
+      },
+      &v);
+  if (!ok || v.size() != 2) return false;
   const double bytes = 4.0 * 1024 * 1024;
   link.latency_us = v[0] / 2;
-  link.bandwidth_gb_s = bytes / std::max(1e-3, (v[1] - v[0]) * 1e-6) / 1e9;
+  // (The floor is a microsecond: a floor of 1e-3 s here had capped every host at 4.19 GB/s.)
+  link.bandwidth_gb_s = bytes / std::max(1e-6, (v[1] - v[0]) * 1e-6) / 1e9;
   say(fmt::format("qccl between 2 ranks: all-reduce 8 B {:.1f} us, 4 MiB {:.1f} us -> {:.1f} us per message, "
                   "{:.2f} GB/s", v[0], v[1], link.latency_us, link.bandwidth_gb_s));
   return true;
@@ -185,39 +195,13 @@ double measure_sharing(int ranks, bool quick, Generator& gen, const std::functio
   };
   // Seconds of each of `ranks` forked runs at once, averaged; 0 on failure.
   auto shared_run = [&]() -> double {
-    int fds[2];
-    if (::pipe(fds) != 0) return 0;
-    std::fflush(nullptr);
-    std::vector<pid_t> pids;
-    for (int r = 0; r < ranks; ++r) {
-      const pid_t pid = ::fork();
-      if (pid < 0) break;
-      if (pid == 0) {
-        ::close(fds[0]);
-        int code = 1;
-        try {
-          const double s = run();
-          code = ::write(fds[1], &s, sizeof s) == static_cast<ssize_t>(sizeof s) ? 0 : 2;
-        } catch (...) {
-        }
-        ::_exit(code);
-      }
-      pids.push_back(pid);
-    }
-    ::close(fds[1]);
+    std::vector<double> each;
+    if (!run_forked(ranks, [&](int) { return std::vector<double>{run()}; }, &each) ||
+        static_cast<int>(each.size()) != ranks)
+      return 0;
     double sum = 0;
-    int got = 0;
-    for (double s = 0; ::read(fds[0], &s, sizeof s) == static_cast<ssize_t>(sizeof s);) {
-      sum += s;
-      ++got;
-    }
-    ::close(fds[0]);
-    for (pid_t p : pids) {
-      int st = 0;
-      while (::waitpid(p, &st, 0) < 0 && errno == EINTR) {
-      }
-    }
-    return got == ranks && static_cast<int>(pids.size()) == ranks ? sum / got : 0;
+    for (const double s : each) sum += s;
+    return sum / ranks;
   };
   std::vector<double> ratios;
   double alone_sum = 0, shared_sum = 0;
