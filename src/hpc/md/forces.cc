@@ -133,6 +133,10 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   BondedEnergies b = bonded_forces(x, m.box, m.top, m.epsilon_r, f);
   e.bond = b.bond;
   e.angle = b.angle;
+  e.proper_dih = b.proper_dih;
+  e.rb_dih = b.rb_dih;
+  e.improper_dih = b.improper_dih;
+  e.periodic_improper_dih = b.periodic_improper_dih;
   e.lj14 = b.lj14;
   e.coulomb14 = b.coulomb14;
   add(&e.virial, b.virial);

@@ -1,6 +1,8 @@
 #include "md_log.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 
 namespace qk::md {
 
@@ -10,6 +12,16 @@ std::vector<std::pair<std::string, double>> energy_terms(const EnergyFrame& e, c
   std::vector<std::pair<std::string, double>> t;
   if (!top.bonds.empty()) t.emplace_back("Bond", p.bond);
   if (!top.angles.empty()) t.emplace_back("Angle", p.angle);
+  // GROMACS's order of the interaction functions: PDIHS, RBDIHS, IDIHS, PIDIHS.
+  auto has = [&](std::initializer_list<int> fns) {
+    return std::any_of(top.dihedrals.begin(), top.dihedrals.end(), [&](const Dihedral& d) {
+      return std::find(fns.begin(), fns.end(), d.funct) != fns.end();
+    });
+  };
+  if (has({1, 9})) t.emplace_back("Proper Dih.", p.proper_dih);
+  if (has({3})) t.emplace_back("Ryckaert-Bell.", p.rb_dih);
+  if (has({2})) t.emplace_back("Improper Dih.", p.improper_dih);
+  if (has({4})) t.emplace_back("Per. Imp. Dih.", p.periodic_improper_dih);
   if (!top.pairs.empty()) {
     t.emplace_back("LJ-14", p.lj14);
     t.emplace_back("Coulomb-14", p.coulomb14);

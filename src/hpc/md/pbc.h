@@ -24,6 +24,9 @@ struct RectBox {
 };
 
 inline double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+inline Vec3 cross(const Vec3& a, const Vec3& b) {
+  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+}
 
 // t -= 0.5 * r (x) f : one pair's (or atom's) share of GROMACS's virial, -1/2 sum r (x) f.
 inline void add_virial(Mat3* t, const Vec3& r, const Vec3& f) {

@@ -31,13 +31,27 @@ struct MoleculeType {
   std::vector<HarmonicAngle> angles;
   std::vector<LjPair> pairs;
   std::vector<std::pair<int, int>> pairs_to_look_up;  // [pairs] lines without parameters
+  std::vector<Dihedral> dihedrals;
   std::vector<Settle> settles;
   std::vector<std::pair<int, int>> exclusions;
 };
 
+// A whole number as a field: the two-type [dihedraltypes] form has its function type third.
+bool is_integer(std::string_view t) {
+  if (!t.empty() && (t.front() == '-' || t.front() == '+')) t.remove_prefix(1);
+  return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 struct BondParams { double b0, kb; };
 struct AngleParams { double theta0, k; };
 struct PairParams { double v, w; };
+// A [dihedraltypes] line: four bonded types ("X": any; the two-type form is X j k X), its function
+// type and its numbers as written.
+struct DihedralType {
+  std::array<std::string, 4> types;
+  int funct = 0;
+  std::vector<double> params;
+};
 
 class TopReader {
  public:
@@ -81,6 +95,9 @@ class TopReader {
   void atomtype(const SourceLine& l, const std::vector<std::string_view>& f);
   void atom(const SourceLine& l, const std::vector<std::string_view>& f);
   void molecules(const SourceLine& l, const std::vector<std::string_view>& f);
+  void dihedral(const SourceLine& l, const std::vector<std::string_view>& f);
+  // The entry (one term) of a dihedral of function type fn from its numbers as written.
+  Dihedral dihedral_term(const SourceLine& l, int fn, const std::vector<double>& p, std::array<int, 4> atoms);
 
   Topology* top_;
   std::string directive_;
@@ -90,6 +107,7 @@ class TopReader {
   std::map<std::pair<std::string, std::string>, BondParams> bondtypes_;
   std::map<std::tuple<std::string, std::string, std::string>, AngleParams> angletypes_;
   std::map<std::pair<std::string, std::string>, PairParams> pairtypes_;
+  std::vector<DihedralType> dihedraltypes_;
   std::vector<MoleculeType> moltypes_;
   std::vector<std::pair<int, int>> molecule_list_;  // (moltype, count)
 };
@@ -198,7 +216,8 @@ void TopReader::line(const SourceLine& l) {
     directive_ = lower(trim(t.substr(1, t.size() - 2)));
     static const std::set<std::string> known = {
         "defaults",  "atomtypes", "bondtypes",  "angletypes", "pairtypes", "constrainttypes", "dihedraltypes",
-        "moleculetype", "atoms",  "bonds",      "angles",     "pairs",     "settles",         "exclusions",
+        "moleculetype", "atoms",  "bonds",      "angles",     "pairs",     "dihedrals",       "settles",
+        "exclusions",
         "system",    "molecules"};
     if (!known.count(directive_))
       fail(l, "directive [ " + directive_ +
@@ -227,8 +246,22 @@ void TopReader::line(const SourceLine& l) {
     need_fields(l, f, 5, "at1 at2 funct V W");
     if (parse_int(f[2], *l.file, l.line, "a function type") == 1)
       pairtypes_[{std::string(f[0]), std::string(f[1])}] = {num(l, f[3], "V"), num(l, f[4], "W")};
-  } else if (d == "constrainttypes" || d == "dihedraltypes") {
-    // Parameter tables for molecules with [ constraints ] / [ dihedrals ], which qk md refuses.
+  } else if (d == "dihedraltypes") {
+    // "bi bj bk bl funct numbers", or the older two-type form "b1 b2 funct numbers": as grompp reads it,
+    // the outer atoms' types for a harmonic improper (funct 2), the middle ones' for the rest.
+    const bool two = f.size() >= 3 && is_integer(f[2]);
+    need_fields(l, f, two ? 3 : 5, "bi bj bk bl funct [numbers] (or b1 b2 funct [numbers])");
+    DihedralType t;
+    const size_t first = two ? 3 : 5;
+    t.funct = static_cast<int>(parse_int(f[first - 1], *l.file, l.line, "a function type"));
+    const std::string a(f[0]), b(f[1]);
+    t.types = !two             ? std::array<std::string, 4>{a, b, std::string(f[2]), std::string(f[3])}
+              : t.funct == 2 ? std::array<std::string, 4>{a, "X", "X", b}
+                             : std::array<std::string, 4>{"X", a, b, "X"};
+    for (size_t k = first; k < f.size(); ++k) t.params.push_back(num(l, f[k], "a dihedral parameter"));
+    dihedraltypes_.push_back(std::move(t));
+  } else if (d == "constrainttypes") {
+    // The parameter table of molecules with [ constraints ], which qk md refuses.
   } else if (d == "moleculetype") {
     need_fields(l, f, 2, "name nrexcl");
     MoleculeType m;
@@ -298,6 +331,8 @@ void TopReader::line(const SourceLine& l) {
     } else {
       m.pairs_to_look_up.emplace_back(i, j);
     }
+  } else if (d == "dihedrals") {
+    dihedral(l, f);
   } else if (d == "settles") {
     need_fields(l, f, 4, "OW funct doh dhh");
     MoleculeType& m = molecule(l);
@@ -316,6 +351,83 @@ void TopReader::line(const SourceLine& l) {
     top_->system_name += (top_->system_name.empty() ? "" : " ") + std::string(t);
   } else if (d == "molecules") {
     molecules(l, f);
+  }
+}
+
+Dihedral TopReader::dihedral_term(const SourceLine& l, int fn, const std::vector<double>& p, std::array<int, 4> a) {
+  const size_t want = fn == 3 ? 6 : fn == 2 ? 2 : 3;
+  if (p.size() != want)
+    fail(l, "[ dihedrals ] function type " + std::to_string(fn) + " takes " + std::to_string(want) +
+                (fn == 3 ? " numbers (C0..C5)" : fn == 2 ? " numbers (xi0 k)" : " numbers (phi0 k multiplicity)") +
+                ", got " + std::to_string(p.size()));
+  Dihedral d;
+  d.i = a[0];
+  d.j = a[1];
+  d.k = a[2];
+  d.l = a[3];
+  d.funct = fn;
+  if (fn == 3) {
+    for (int n = 0; n < 6; ++n) d.rb[static_cast<size_t>(n)] = p[static_cast<size_t>(n)];
+  } else {
+    d.phi0 = p[0] * units::kPi / 180.0;
+    d.k_phi = p[1];
+    if (fn != 2) {
+      if (p[2] != std::floor(p[2]) || p[2] < 0)
+        fail(l, "[ dihedrals ]: the multiplicity must be a whole number >= 0, got " + std::to_string(p[2]));
+      d.multiplicity = static_cast<int>(p[2]);
+    }
+  }
+  return d;
+}
+
+void TopReader::dihedral(const SourceLine& l, const std::vector<std::string_view>& f) {
+  need_fields(l, f, 5, "ai aj ak al funct [numbers]");
+  MoleculeType& m = molecule(l);
+  const std::array<int, 4> a{atom_index(l, f[0]), atom_index(l, f[1]), atom_index(l, f[2]), atom_index(l, f[3])};
+  const int fn = funct(l, f[4], {1, 2, 3, 4, 9},
+                       "1 and 9 (proper), 2 (harmonic improper), 3 (Ryckaert-Bellemans) and 4 (periodic improper)");
+  if (f.size() > 5) {
+    std::vector<double> p;
+    for (size_t k = 5; k < f.size(); ++k) p.push_back(num(l, f[k], "a dihedral parameter"));
+    m.dihedrals.push_back(dihedral_term(l, fn, p, a));
+    return;
+  }
+  // [ dihedraltypes ] of the same kind (1 and 9 are one table, as in grompp) by the atoms' bonded types,
+  // either way round, "X" matching any type: the match with the fewest X wins, the first in the file
+  // among equals (grompp's rule). Funct 1 and 9 take that line and the consecutive ones with the same
+  // four types (the terms of one dihedral: grompp 2022 gives a funct 1 dihedral all of them too); the
+  // other functs the one line.
+  auto same_table = [](int a, int b) { return a == b || ((a == 1 || a == 9) && (b == 1 || b == 9)); };
+  std::array<std::string, 4> bt;
+  for (int q = 0; q < 4; ++q) bt[static_cast<size_t>(q)] = top_->atom_types[m.type[a[static_cast<size_t>(q)]]].bond_type;
+  int best = -1, best_score = -1;
+  for (size_t e = 0; e < dihedraltypes_.size(); ++e) {
+    const DihedralType& t = dihedraltypes_[e];
+    if (!same_table(t.funct, fn)) continue;
+    for (int dir = 0; dir < 2; ++dir) {
+      int score = 0;
+      bool ok = true;
+      for (int q = 0; q < 4 && ok; ++q) {
+        const std::string& want = t.types[static_cast<size_t>(dir == 0 ? q : 3 - q)];
+        if (want == "X") continue;
+        ok = want == bt[static_cast<size_t>(q)];
+        ++score;
+      }
+      if (ok && score > best_score) {
+        best = static_cast<int>(e);
+        best_score = score;
+      }
+    }
+  }
+  if (best < 0)
+    fail(l, "no [ dihedraltypes ] entry for function type " + std::to_string(fn) + " and " + bt[0] + "-" + bt[1] +
+                "-" + bt[2] + "-" + bt[3]);
+  const DihedralType& match = dihedraltypes_[static_cast<size_t>(best)];
+  for (size_t e = static_cast<size_t>(best); e < dihedraltypes_.size(); ++e) {  // consecutive lines, as grompp
+    const DihedralType& t = dihedraltypes_[e];
+    if (!same_table(t.funct, fn) || t.types != match.types) break;
+    m.dihedrals.push_back(dihedral_term(l, fn, t.params, a));
+    if (fn != 1 && fn != 9) break;
   }
 }
 
@@ -412,6 +524,13 @@ void TopReader::finish(const std::string& path) {
       for (HarmonicBond b : m.bonds) top.bonds.push_back({b.i + off, b.j + off, b.b0, b.kb});
       for (HarmonicAngle a : m.angles) top.angles.push_back({a.i + off, a.j + off, a.k + off, a.theta0, a.k_theta});
       for (LjPair p : m.pairs) top.pairs.push_back({p.i + off, p.j + off, p.c6, p.c12});
+      for (Dihedral d : m.dihedrals) {
+        d.i += off;
+        d.j += off;
+        d.k += off;
+        d.l += off;
+        top.dihedrals.push_back(d);
+      }
       for (Settle s : m.settles) top.settles.push_back({s.ow + off, s.doh, s.dhh});
     }
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -14,6 +15,7 @@
 #include "qk/hpc/md/md.h"
 #include "qk/hpc/md/mdp.h"
 #include "qk/hpc/md/topology.h"
+#include "common/reference_tool.h"
 #include "lincs.h"
 #include "reference_energies.h"
 
@@ -35,7 +37,8 @@ std::map<std::string, double> named_terms(const qk::md::PotentialTerms& e) {
   return {{"Bond", e.bond},           {"Angle", e.angle},           {"LJ-14", e.lj14},
           {"Coulomb-14", e.coulomb14}, {"LJ (SR)", e.lj_sr},        {"Disper. corr.", e.disp_corr},
           {"Coulomb (SR)", e.coulomb_sr}, {"Coul. recip.", e.coul_recip}, {"Potential", e.potential()},
-          {"Pres. DC", e.pres_dc}};
+          {"Pres. DC", e.pres_dc},        {"Proper Dih.", e.proper_dih}, {"Ryckaert-Bell.", e.rb_dih},
+          {"Improper Dih.", e.improper_dih}, {"Per. Imp. Dih.", e.periodic_improper_dih}};
 }
 
 void check_potential_terms(const std::string& system, std::vector<std::string> expected_terms,
@@ -114,6 +117,28 @@ TEST(Energies, PmeGridAndEwaldCoefficientAreGromacss) {
 
 namespace {
 
+// Every dihedral kind qk md reads (gen_md.sh's chains_dihedrals: lookups with wildcards, funct 9's
+// consecutive lines, the two-type form, numbers inline).
+TEST(Energies, ChainsWithDihedralsStepZeroPotentialMatchesGromacs) {
+  check_potential_terms("chains_dihedrals", {"Bond", "Angle", "Proper Dih.", "Ryckaert-Bell.", "Improper Dih.",
+                                             "Per. Imp. Dih.", "LJ-14", "Coulomb-14", "LJ (SR)", "Coulomb (SR)",
+                                             "Coul. recip.", "Potential"});
+}
+
+// A tetrapeptide in AMBER99SB-ILDN as gmx pdb2gmx writes it (gen_md.sh's peptide): its topology
+// #includes GROMACS's own force field (gromacs-data), whose [ dihedraltypes ] give the propers
+// (funct 9, several terms each, X wildcards) and the impropers (funct 4).
+bool have_amber99sb_ildn() {
+  return std::filesystem::exists(qk::md::gromacs_top_dir() + "/amber99sb-ildn.ff/forcefield.itp");
+}
+TEST(Energies, AmberPeptideStepZeroPotentialMatchesGromacs) {
+  if (!have_amber99sb_ildn())
+    QK_MISSING_REFERENCE_TOOL("GROMACS's amber99sb-ildn.ff in " + qk::md::gromacs_top_dir() +
+                              " (Debian: gromacs-data, installed with gromacs)");
+  check_potential_terms("peptide", {"Bond", "Angle", "Proper Dih.", "Per. Imp. Dih.", "LJ-14", "Coulomb-14",
+                                    "LJ (SR)", "Disper. corr.", "Coulomb (SR)", "Coul. recip.", "Potential"});
+}
+
 // One md step from the fixture (nsteps = 0, as GROMACS's reference run): the
 // leap-frog kinetic energy average, the temperature and the pressure need the
 // forces, the update, SETTLE and its virial to be right.
@@ -151,6 +176,15 @@ TEST(Energies, FlexibleWaterStepZeroKineticTemperaturePressureMatchGromacs) {
   check_step_zero_dynamics("water_flexible");
 }
 TEST(Energies, ChainsStepZeroKineticTemperaturePressureMatchGromacs) { check_step_zero_dynamics("chains"); }
+TEST(Energies, AmberPeptideStepZeroKineticTemperaturePressureMatchGromacs) {
+  if (!have_amber99sb_ildn())
+    QK_MISSING_REFERENCE_TOOL("GROMACS's amber99sb-ildn.ff in " + qk::md::gromacs_top_dir());
+  check_step_zero_dynamics("peptide");
+}
+// The pressure needs the dihedrals' virial.
+TEST(Energies, ChainsWithDihedralsStepZeroKineticTemperaturePressureMatchGromacs) {
+  check_step_zero_dynamics("chains_dihedrals");
+}
 
 TEST(Energies, OddPmeGridFromGromacssList) {
   // 3.0 nm / 0.12 nm = 25 -> 25 (gmx grompp: "Using a fourier grid of 25x25x25").

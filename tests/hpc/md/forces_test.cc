@@ -102,3 +102,36 @@ TEST(Forces, OneFourPairsAreEnergyGradients) {
                          {1.40, 1.10, 0.90}, {1.52, 1.18, 0.95}, {1.55, 1.30, 1.05}, {1.69, 1.33, 1.10}};
   check_forces_are_gradients(top, mdp, Vec3{2.1, 2.1, 2.1}, x, {0, 1, 2, 3, 6});
 }
+
+TEST(Forces, DihedralsOfEveryKindAreEnergyGradients) {
+  // Five atoms: proper periodic (9, and 1 alike: both consecutive [dihedraltypes] lines), Ryckaert-
+  // Bellemans (3), harmonic improper (2, the two-type form: outer atoms' types) and periodic improper (4).
+  std::string dir = temp_dir();
+  std::ofstream(dir + "/dih.top") << "[ defaults ]\n1 2 yes 0.5 0.8333\n"
+                                     "[ atomtypes ]\nCA 15.0 0.0 A 0.34 0.36\nCB 14.0 0.0 A 0.34 0.36\n"
+                                     "[ dihedraltypes ]\n"
+                                     "X CB CB X 9 10.0 2.0 1\nX CB CB X 9 170.0 1.0 2\n"
+                                     "CA CB CB CA 3 9.28 12.16 -13.12 -3.06 26.24 -31.5\n"
+                                     "CA CB 2 25.0 60.0\n"
+                                     "[ moleculetype ]\nM 3\n"
+                                     "[ atoms ]\n1 CA 1 X C1 1 0.1\n2 CB 1 X C2 1 -0.1\n3 CB 1 X C3 1 0.1\n"
+                                     "4 CA 1 X C4 1 -0.1\n5 CB 1 X C5 1 0.0\n"
+                                     "[ bonds ]\n1 2 1 0.15 2e5\n2 3 1 0.15 2e5\n3 4 1 0.15 2e5\n3 5 1 0.15 2e5\n"
+                                     "[ dihedrals ]\n1 2 3 4 9\n1 2 3 4 1\n1 2 3 4 3\n1 2 5 3 2\n"
+                                     "2 3 4 5 4 180.0 5.0 3\n"
+                                     "[ system ]\nd\n[ molecules ]\nM 2\n";
+  qk::md::Topology top = qk::md::read_top(dir + "/dih.top");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(top.dihedrals.size(), 2u * 7);  // 9 and 1: 2 terms each (as grompp 2022.5); 3, 2, 4: one each
+  EXPECT_EQ(top.dihedrals[0].multiplicity, 1);
+  EXPECT_EQ(top.dihedrals[1].multiplicity, 2);
+  EXPECT_EQ(top.dihedrals[2].funct, 1);
+  EXPECT_EQ(top.dihedrals[3].k_phi, 1.0);
+  EXPECT_EQ(top.dihedrals[5].funct, 2);
+  EXPECT_EQ(top.dihedrals[5].k_phi, 60.0);
+  qk::md::MdpOptions mdp = qk::md::parse_mdp("coulombtype = Reaction-Field\nrcoulomb = 0.9\nrvdw = 0.9\n", "d.mdp");
+  std::vector<Vec3> x = {{0.50, 0.50, 0.50}, {0.64, 0.55, 0.50}, {0.70, 0.68, 0.55}, {0.84, 0.70, 0.62},
+                         {0.66, 0.74, 0.42}, {1.40, 1.10, 0.90}, {1.52, 1.18, 0.95}, {1.55, 1.30, 1.05},
+                         {1.69, 1.33, 1.10}, {1.50, 1.42, 1.02}};
+  check_forces_are_gradients(top, mdp, Vec3{2.1, 2.1, 2.1}, x, {0, 1, 2, 3, 4, 7});
+}

@@ -230,10 +230,10 @@ TEST(Top, IncludesMacrosAndTypeLookups) {
 
 TEST(Top, UnknownDirectiveAndBadLinesNameFileAndLine) {
   TempDir dir;
-  std::string a = dir.write("a.top", "[ defaults ]\n1 2\n\n[ dihedrals ]\n1 2 3 4 9\n");
+  std::string a = dir.write("a.top", "[ defaults ]\n1 2\n\n[ cmap ]\n1 2 3 4 5 1\n");
   std::string msg = error_of([&] { qk::md::read_top(a); });
   EXPECT_NE(msg.find("a.top:4:"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("dihedrals"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cmap"), std::string::npos) << msg;
   std::string b = dir.write("b.itp", "[ defaults ]\n1 2\n[ atomtypes ]\nAR 39.9 0.0 A 0.34\n");
   std::string bt = dir.write("b.top", "; top\n#include \"b.itp\"\n");
   msg = error_of([&] { qk::md::read_top(bt); });
@@ -245,6 +245,27 @@ TEST(Top, UnknownDirectiveAndBadLinesNameFileAndLine) {
   msg = error_of([&] { qk::md::read_top(d); });
   EXPECT_NE(msg.find("d.top:1:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("nowhere.itp"), std::string::npos) << msg;
+}
+
+// [ dihedrals ] a molecule cannot have: a function type qk md does not compute, no [ dihedraltypes ]
+// entry, the wrong count of numbers; each names the file, line and what to fix.
+TEST(Top, BadDihedralsSayWhy) {
+  TempDir dir;
+  const std::string head = "[ defaults ]\n1 2\n[ atomtypes ]\nC 12.0 0.0 A 0.34 0.36\n"
+                           "[ dihedraltypes ]\nC C C C 3 1 2 3 4 5 6\n"
+                           "[ moleculetype ]\nM 3\n[ atoms ]\n1 C 1 M C1 1 0\n2 C 1 M C2 1 0\n3 C 1 M C3 1 0\n"
+                           "4 C 1 M C4 1 0\n[ dihedrals ]\n";
+  struct Case { const char *line, *says; };
+  for (Case c : {Case{"1 2 3 4 5", "function type 5 is not supported"},
+                 Case{"1 2 3 4 9", "no [ dihedraltypes ] entry for function type 9 and C-C-C-C"},
+                 Case{"1 2 3 4 1 0 10", "takes 3 numbers (phi0 k multiplicity), got 2"},
+                 Case{"1 2 3 4 1 0 10 1.5", "multiplicity must be a whole number"},
+                 Case{"1 2 3 9 3", "atom 9 is not in molecule M"}}) {
+    const std::string top = dir.write("d.top", head + c.line + "\n");
+    const std::string msg = error_of([&] { qk::md::read_top(top); });
+    EXPECT_NE(msg.find("d.top:15:"), std::string::npos) << c.line << ": " << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << c.line << ": " << msg;
+  }
 }
 
 // GROMACS's own force-field folders (gromacs-data): everything in them that a

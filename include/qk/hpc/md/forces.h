@@ -4,11 +4,12 @@
 //   std::vector<qk::md::Vec3> f;
 //   qk::md::PotentialTerms e = ff.compute(x, &f);   // e.lj_sr, e.coulomb_sr, e.coul_recip, ...
 //
-// Terms carry GROMACS's names (name()): LJ (SR) and Coulomb (SR) from the
+// Terms carry GROMACS's names: LJ (SR) and Coulomb (SR) from the
 // Verlet pair list (potential-shift modifiers; for Coulomb also the excluded
 // pairs' and self corrections, as GROMACS's kernels do), Coul. recip. from
 // smooth PME, Disper. corr. and Pres. DC from the dispersion correction, Bond,
-// Angle, LJ-14 and Coulomb-14 from the topology. The virial is GROMACS's
+// Angle, Proper Dih., Ryckaert-Bell., Improper Dih., Per. Imp. Dih., LJ-14 and
+// Coulomb-14 from the topology. The virial is GROMACS's
 // -1/2 sum r (x) F, dispersion correction included, constraints not.
 // Threads: qk's pool (QK_NUM_THREADS or qk::set_num_threads).
 #pragma once
@@ -27,9 +28,13 @@ namespace qk::md {
 struct PotentialTerms {
   double lj_sr = 0, disp_corr = 0, coulomb_sr = 0, coul_recip = 0;
   double bond = 0, angle = 0, lj14 = 0, coulomb14 = 0;
+  double proper_dih = 0, rb_dih = 0, improper_dih = 0, periodic_improper_dih = 0;
   double pres_dc = 0;  // bar
   Mat3 virial{};       // kJ/mol
-  double potential() const { return lj_sr + disp_corr + coulomb_sr + coul_recip + bond + angle + lj14 + coulomb14; }
+  double potential() const {
+    return lj_sr + disp_corr + coulomb_sr + coul_recip + bond + angle + proper_dih + rb_dih + improper_dih +
+           periodic_improper_dih + lj14 + coulomb14;
+  }
 };
 
 // Wall seconds spent in each part of compute(), summed over its calls (mdrun's time accounting).

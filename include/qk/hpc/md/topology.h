@@ -8,14 +8,15 @@
 // given, then in GROMACS's share/gromacs/top: $GMXDATA/top, else
 // /usr/share/gromacs/top), #define NAME [value] with whole-word substitution,
 // #undef, #ifdef, #ifndef, #else, #endif. Directives read: [defaults]
-// [atomtypes] [bondtypes] [angletypes] [pairtypes] [constrainttypes]
-// [dihedraltypes] (the last two read as tables and used by no molecule we
-// accept) [moleculetype] [atoms] [bonds] [angles] [pairs] [settles]
-// [exclusions] [system] [molecules]. Any other directive (a molecule's
-// [dihedrals] or [constraints], [nonbond_params], virtual sites, ...) is an
-// error naming the file and line, as is a malformed line.
+// [atomtypes] [bondtypes] [angletypes] [pairtypes] [constrainttypes] (read as
+// a table and used by no molecule we accept) [dihedraltypes] [moleculetype]
+// [atoms] [bonds] [angles] [pairs] [dihedrals] [settles] [exclusions]
+// [system] [molecules]. Any other directive (a molecule's [constraints],
+// [nonbond_params], virtual sites, ...) is an error naming the file and line,
+// as is a malformed line.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,18 @@ struct LjPair {  // [pairs] funct 1: a 1-4 pair with its own LJ and fudgeQQ-scal
   int i = 0, j = 0;
   double c6 = 0, c12 = 0;
 };
+// [dihedrals], one entry per term (angles in radians here): funct 1 and 9 proper, periodic:
+// V = k (1 + cos(n phi - phi0)) ("Proper Dih."; funct 9's several [dihedraltypes] lines for one quadruple
+// are several entries); 4 periodic improper, the same formula ("Per. Imp. Dih."); 2 harmonic improper,
+// V = k/2 (phi - phi0)^2 ("Improper Dih."); 3 Ryckaert-Bellemans, V = sum_n C_n cos^n(phi - 180 deg)
+// ("Ryckaert-Bell."). phi is GROMACS's: IUPAC, 0 for cis.
+struct Dihedral {
+  int i = 0, j = 0, k = 0, l = 0;
+  int funct = 1;
+  double phi0 = 0, k_phi = 0;  // funct 1, 2, 4, 9
+  int multiplicity = 0;        // funct 1, 4, 9
+  std::array<double, 6> rb{};  // funct 3: C0..C5
+};
 struct Settle {  // rigid water: atoms ow, ow+1, ow+2 (O, H, H)
   int ow = 0;
   double doh = 0, dhh = 0;
@@ -67,6 +80,7 @@ struct Topology {
   std::vector<HarmonicBond> bonds;
   std::vector<HarmonicAngle> angles;
   std::vector<LjPair> pairs;
+  std::vector<Dihedral> dihedrals;
   std::vector<Settle> settles;
   struct MoleculeBlock {
     std::string name;
