@@ -183,6 +183,15 @@ void gathers(std::vector<Case>& out, Values& v, bool autograd) {
       out.push_back(make("index_select", "[4,8] dim=0 index[4096]", t,
                          {laid_out({4, 8}, Layout::contiguous, g), index(v.index({4096}, 4))},
                          [](const V& a) { return V{index_select(a[0], 0, a[1])}; }));
+      // Whole slices added at repeated indices; the backward selects the gradient's slices.
+      out.push_back(make("index_add", "[7,13] dim=0 index[5] src[5,13]slice", t,
+                         {laid_out({7, 13}, Layout::contiguous, g, true), index(v.index({5}, 7)),
+                          laid_out({5, 13}, Layout::sliced, g, true)},
+                         [](const V& a) { return V{index_add(a[0], 0, a[1], a[2])}; }));
+      out.push_back(make("index_add", "[7,13]T dim=1 index[3]i32 src[7,3]", t,
+                         {laid_out({7, 13}, Layout::transposed, g, true), index(v.index({3}, 13, DType::i32)),
+                          laid_out({7, 3}, Layout::contiguous, g, true)},
+                         [](const V& a) { return V{index_add(a[0], 1, a[1], a[2])}; }));
       continue;
     }
     out.push_back(make("ops::index_add", "[4,8] dim=0 index[4096] src[4096,8]", t,

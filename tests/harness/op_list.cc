@@ -189,6 +189,7 @@ const std::vector<std::string>& public_ops() {
       "index_select",
       "gather",
       "scatter_add",
+      "index_add",
       "topk",
       // qk/autograd/llm_ops.h
       "flash_attention",
