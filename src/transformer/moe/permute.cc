@@ -181,9 +181,15 @@ Tensor permute_tokens(const Tensor& tokens, const TokenPermutationPtr& p, bool f
   if (!fused || !tokens.device().is_cpu()) {  // index_select over the tokens and one zero row the padding rows point at
     const Device dev = tokens.device();
     std::vector<int64_t> index(p->row_token);
+    bool padding = false;
     for (int64_t& i : index)
-      if (i < 0) i = p->num_tokens;
-    const Tensor padded = cat({tokens, zeros({1, tokens.size(1)}, TensorOptions(tokens.dtype()).device(dev))}, 0);
+      if (i < 0) {
+        i = p->num_tokens;
+        padding = true;
+      }
+    // Without padding rows (no capacity) the tokens themselves, not a copy with a zero row appended.
+    const Tensor padded =
+        padding ? cat({tokens, zeros({1, tokens.size(1)}, TensorOptions(tokens.dtype()).device(dev))}, 0) : tokens;
     return index_select(padded, 0, i64_tensor(index).to(dev));
   }
   Tensor out = gather_rows(tokens, *p);
