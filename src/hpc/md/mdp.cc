@@ -102,7 +102,11 @@ const std::map<std::string, Handler>& handlers() {
          o.tcoupl = choose(l, {"no", "v-rescale"}, "no and V-rescale") == 0 ? Thermostat::kNo : Thermostat::kVRescale;
        }},
       {"nsttcouple", [](MdpOptions& o, const Line& l) { o.nsttcouple = static_cast<int>(integer(l)); }},
-      {"tc-grps", [](MdpOptions&, const Line& l) { choose(l, {"system"}, "one group, System"); }},
+      {"tc-grps", [](MdpOptions&, const Line& l) {
+         choose(l, {"system"},
+                "one group, System (couple the whole system: tc-grps = System with one tau-t and one ref-t; "
+                "coupling groups such as Protein Non-Protein separately is not implemented yet)");
+       }},
       {"tau-t", [](MdpOptions& o, const Line& l) { o.tau_t = number(l); }},
       {"ref-t", [](MdpOptions& o, const Line& l) { o.ref_t = number(l); }},
       {"pcoupl", [](MdpOptions&, const Line& l) { choose(l, {"no"}, "no (constant volume)"); }},

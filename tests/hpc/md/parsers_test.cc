@@ -155,6 +155,10 @@ TEST(Mdp, UnsupportedValueAndMalformedLineAreErrors) {
   EXPECT_NE(msg.find("c.mdp:1:"), std::string::npos) << msg;
   msg = error_of([] { qk::md::parse_mdp("nsteps = 1\nnsteps = 2\n", "d.mdp"); });
   EXPECT_NE(msg.find("d.mdp:2:"), std::string::npos) << msg;
+  // A protein run's usual coupling groups: refused with what to write instead.
+  msg = error_of([] { qk::md::parse_mdp("tc-grps = Protein Non-Protein\n", "e.mdp"); });
+  EXPECT_NE(msg.find("e.mdp:1:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tc-grps = System with one tau-t and one ref-t"), std::string::npos) << msg;
 }
 
 TEST(Top, ReadsTheSpcFixtureThroughItsPreprocessor) {
