@@ -1,10 +1,13 @@
 // mdrun(): read GROMACS inputs, run, write md.log and the final .gro.
 #include "qk/hpc/md/mdrun.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
+#include <set>
 
 #include "md_checkpoint.h"
 #include "md_log.h"
@@ -14,10 +17,25 @@
 
 namespace qk::md {
 
+namespace {
+
+// The output files mdrun names: the option, the argument it sets, its name under -deffnm NAME.
+struct OutputOption {
+  const char* opt;
+  std::string MdrunArgs::*file;
+  const char* extension;
+};
+constexpr OutputOption kOutputs[] = {
+    {"-g", &MdrunArgs::log, ".log"},         {"-o", &MdrunArgs::confout, ".gro"},
+    {"-trr", &MdrunArgs::trajectory, ".trr"}, {"-x", &MdrunArgs::compressed_trajectory, ".xtc"},
+    {"-e", &MdrunArgs::energy_file, ".edr"}, {"-cpo", &MdrunArgs::checkpoint, ".cpt"},
+};
+
+}  // namespace
+
 MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
   MdrunArgs a;
-  bool log_given = false, confout_given = false, trajectory_given = false, compressed_given = false,
-       checkpoint_given = false, energy_given = false;
+  std::set<std::string> given;  // the outputs named on the command line: -deffnm leaves them
   std::string deffnm;
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& opt = argv[i];
@@ -46,7 +64,12 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     auto integer = [&](const char* what) {
       return number([](const std::string& t, size_t* used) { return std::stoll(t, used); }, what);
     };
-    if (opt == "-f") {
+    if (const auto out = std::find_if(std::begin(kOutputs), std::end(kOutputs),
+                                      [&](const OutputOption& o) { return opt == o.opt; });
+        out != std::end(kOutputs)) {
+      a.*(out->file) = value;
+      given.insert(opt);
+    } else if (opt == "-f") {
       a.mdp = value;
     } else if (opt == "-c") {
       a.conf = value;
@@ -54,24 +77,6 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
       a.top = value;
     } else if (opt == "-deffnm") {
       deffnm = value;
-    } else if (opt == "-g") {
-      a.log = value;
-      log_given = true;
-    } else if (opt == "-o") {
-      a.confout = value;
-      confout_given = true;
-    } else if (opt == "-trr") {
-      a.trajectory = value;
-      trajectory_given = true;
-    } else if (opt == "-x") {
-      a.compressed_trajectory = value;
-      compressed_given = true;
-    } else if (opt == "-e") {
-      a.energy_file = value;
-      energy_given = true;
-    } else if (opt == "-cpo") {
-      a.checkpoint = value;
-      checkpoint_given = true;
     } else if (opt == "-cpi") {
       a.resume = value;
     } else if (opt == "-cpt") {
@@ -88,14 +93,9 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
                "' (qk md reads -f -c -p -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; qk md -h explains them)");
     }
   }
-  if (!deffnm.empty()) {
-    if (!log_given) a.log = deffnm + ".log";
-    if (!confout_given) a.confout = deffnm + ".gro";
-    if (!trajectory_given) a.trajectory = deffnm + ".trr";
-    if (!compressed_given) a.compressed_trajectory = deffnm + ".xtc";
-    if (!checkpoint_given) a.checkpoint = deffnm + ".cpt";
-    if (!energy_given) a.energy_file = deffnm + ".edr";
-  }
+  if (!deffnm.empty())
+    for (const OutputOption& o : kOutputs)
+      if (!given.count(o.opt)) a.*(o.file) = deffnm + o.extension;
   return a;
 }
 

@@ -24,6 +24,14 @@ TEST(MdrunArgs, GromacsOptionsAndDeffnm) {
   EXPECT_EQ(a.compressed_trajectory, "out/water.xtc");
   EXPECT_EQ(a.nsteps, 50);
   EXPECT_EQ(a.threads, 2);
+  // An output named on the command line stays, before or after -deffnm; the others take its name.
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"-g", "my.log", "-deffnm", "run"},
+                                               std::vector<std::string>{"-deffnm", "run", "-g", "my.log"}}) {
+    const qk::md::MdrunArgs g = qk::md::parse_mdrun_args(args);
+    EXPECT_EQ(g.log, "my.log");
+    EXPECT_EQ(g.energy_file, "run.edr");
+    EXPECT_EQ(g.checkpoint, "run.cpt");
+  }
   qk::md::MdrunArgs d = qk::md::parse_mdrun_args({});
   EXPECT_EQ(d.mdp, "grompp.mdp");
   EXPECT_EQ(d.log, "md.log");
