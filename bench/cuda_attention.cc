@@ -6,7 +6,9 @@
 //   cuda_attention             # prints one JSON line per shape, as the peer
 //
 // TFLOP/s counts the causal half: forward 4*B*H*T*T*D/2, forward+backward
-// 3.5x that (PyTorch's convention in the peer). Run by scripts/device-check.sh.
+// 3.5x that (PyTorch's convention in the peer). Run by scripts/device-check.sh,
+// once per QK_CUDA_ATTENTION (auto: cuDNN's fused attention where it takes
+// the call; cudnn; tiled: qk's tensor-core kernels), which each line names.
 // First it checks the GPU's out, dq, dk and dv at the trainer's sequence
 // length (T 1024, head dims 64 and 128, grouped-query heads) against the
 // CPU's kernel on the same bf16 inputs, and fails if they differ by more
@@ -14,6 +16,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "qk/base/error.h"
@@ -74,13 +78,15 @@ int main() {
     std::fprintf(stderr, "cuda_attention: no CUDA device: %s\n", qk::cuda::unavailable_reason().c_str());
     return 1;
   }
+  const char* env = std::getenv("QK_CUDA_ATTENTION");
+  const std::string path = env && *env ? env : "auto";
   try {
     bool wrong = false;
     for (const int64_t D : {int64_t{64}, int64_t{128}}) {
       const double e = relative_error(1, 4, 2, 1024, D);
-      std::printf("{\"check\": \"out, dq, dk, dv against the CPU\", \"B\": 1, \"Hq\": 4, \"Hkv\": 2, \"T\": 1024, "
-                  "\"D\": %lld, \"max_relative_error\": %.2e}\n",
-                  static_cast<long long>(D), e);
+      std::printf("{\"path\": \"%s\", \"check\": \"out, dq, dk, dv against the CPU\", \"B\": 1, \"Hq\": 4, "
+                  "\"Hkv\": 2, \"T\": 1024, \"D\": %lld, \"max_relative_error\": %.2e}\n",
+                  path.c_str(), static_cast<long long>(D), e);
       wrong = wrong || !(e < 2e-2);
     }
     if (wrong) {
@@ -101,9 +107,9 @@ int main() {
           },
           20);
       const double flops = 4.0 * s.B * s.H * s.T * s.T * s.D / 2;
-      std::printf("{\"B\": %lld, \"H\": %lld, \"T\": %lld, \"D\": %lld, \"fwd\": {\"ms\": %.3f, \"tflops\": %.1f}, "
+      std::printf("{\"path\": \"%s\", \"B\": %lld, \"H\": %lld, \"T\": %lld, \"D\": %lld, \"fwd\": {\"ms\": %.3f, \"tflops\": %.1f}, "
                   "\"fwd_bwd\": {\"ms\": %.3f, \"tflops\": %.1f}}\n",
-                  static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.T),
+                  path.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.T),
                   static_cast<long long>(s.D), fwd, flops / fwd / 1e9, fwd_bwd, 3.5 * flops / fwd_bwd / 1e9);
       std::fflush(stdout);
     }

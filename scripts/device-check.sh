@@ -130,6 +130,10 @@ step "resnet graph equals eager" check.log 10 python3 -c "$SAME" "$ROOT/resnet/c
 step "cuda backend tests" cuda_tests.log 120 "$BIN/qk_tensor_cuda_tests"
 step "cuda optimizer tests" cuda_tests.log 60 "$BIN/qk_optim_cuda_tests"
 step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda --no-gradcheck
+# The 16-bit attention cases above ran on cuDNN's fused attention where it
+# took them; these run them on qk's own tensor-core kernels.
+step "op harness (cuda), attention on qk's kernels" op_harness.log 60 env QK_CUDA_ATTENTION=tiled \
+  "$BIN/qk_op_harness" --device cuda --no-gradcheck --filter attention
 step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
 step "dist on cuda (nccl)" nccl_tests.log 60 "$BIN/qk_dist_cuda_tests"
 fi
@@ -152,7 +156,12 @@ for size in 4096 8192; do
   step "gemm bf16 $size" speed.log 60 "$BIN/cuda_gemm" "$size" bf16 10
   step "torch gemm bf16 $size" speed.log 60 python3 -c "$TORCH_GEMM" "$size" bf16
 done
+# Flash attention three ways: the default (cuDNN's fused attention where it
+# takes the call), cuDNN required (an error names what it refused), qk's own
+# tensor-core kernels.
 step "attention cuda" speed.log 60 "$BIN/cuda_attention"
+step "attention cuda (cudnn)" speed.log 60 env QK_CUDA_ATTENTION=cudnn "$BIN/cuda_attention"
+step "attention cuda (qk's kernels)" speed.log 60 env QK_CUDA_ATTENTION=tiled "$BIN/cuda_attention"
 step "torch sdpa" speed.log 60 python3 bench/sdpa_cuda_peer.py
 LLM_COMMON=(--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 16 --global-batch-size 16
             --train-iters 20 --mock-data --tokenizer-type NullTokenizer --bf16 --use-flash-attn --log-interval 5

@@ -16,6 +16,7 @@
 
 #include "common/tiny_gpt.h"
 #include "harness/fake_cuda/fake_cuda_runtime.h"
+#include "qk/base/log.h"
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/autograd.h"
 #include "qk/autograd/functions.h"
@@ -378,6 +379,69 @@ TEST(FakeCuda, FlashAttentionTakesTheTensorCoreKernelsWhereTheyFit) {
     EXPECT_EQ(simple.find("tiled_"), std::string::npos) << simple;
     EXPECT_NE(simple.find("attention_fwd<"), std::string::npos) << simple;
     EXPECT_NE(simple.find("attention_dkv<"), std::string::npos) << simple;
+  }
+}
+
+// cuDNN's fused attention is asked first (attention_cudnn.cc): the fake's
+// cuDNN has no engines, so it refuses every graph and the call falls back
+// to qk's kernels, as on a GPU whose cuDNN has no engine for a shape. What
+// this checks without a GPU: cudnn-frontend accepts qk's graphs (a layout
+// or uid mistake fails its validation, which the log line would name) for
+// 4-D and grouped 5-D queries, GQA, causal or not, T != S; cuDNN is asked
+// once per shape and direction; dropout and f32 never reach it.
+TEST(FakeCuda, FlashAttentionAsksCudnnOncePerShapeThenFallsBack) {
+  auto dev = [](const qk::Shape& s, qk::DType t) { return qk::ops::to_device(qk::ops::cast(qk::randn(s), t), kGpu); };
+  struct Case {
+    const char* name;
+    qk::Shape q, kv, out;
+    qk::DType t;
+    bool causal;
+  };
+  const Case cases[] = {
+      {"4-D q, GQA, causal", {2, 96, 4, 64}, {2, 96, 2, 64}, {2, 96, 4, 64}, qk::DType::bf16, true},
+      {"grouped 5-D q", {1, 80, 2, 3, 64}, {1, 80, 2, 64}, {1, 80, 6, 64}, qk::DType::bf16, true},
+      {"f16, D 128, T != S, not causal", {1, 48, 2, 128}, {1, 112, 2, 128}, {1, 48, 2, 128}, qk::DType::f16, false}};
+  const qk::logging::Level level = qk::logging::level();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const qk::Tensor q = dev(c.q, c.t), k = dev(c.kv, c.t), v = dev(c.kv, c.t), g = dev(c.out, c.t);
+    qk::ops::FlashAttentionParams p;
+    p.causal = c.causal;
+    auto both = [&] {
+      const qk::ops::FlashAttentionResult r = qk::ops::flash_attention(q, k, v, p);
+      (void)qk::ops::flash_attention_backward(g, q, k, v, r.out, r.lse, p);
+    };
+    qk::logging::set_level(qk::logging::Level::debug);
+    testing::internal::CaptureStderr();
+    const Counts c0 = qk::fake_cuda::counts();
+    both();
+    const Counts first = qk::fake_cuda::counts() - c0;
+    const std::string log = testing::internal::GetCapturedStderr();
+    qk::logging::set_level(level);
+    EXPECT_NE(log.find("cuDNN refused the forward graph"), std::string::npos) << log;
+    EXPECT_NE(log.find("cuDNN refused the backward graph"), std::string::npos) << log;
+    EXPECT_EQ(log.find("rejects"), std::string::npos) << "cudnn-frontend finds qk's graph invalid:\n" << log;
+    EXPECT_GT(first.cudnn_setup, 0) << "cuDNN's graph API was not asked";
+    EXPECT_GT(first.cudnn_algorithm_queries, 0) << "cuDNN's heuristics were not asked";
+    EXPECT_EQ(first.cudnn_calls, 0);
+    EXPECT_GT(launches_of(first, "tiled_fwd<"), 0) << "the refused call falls back to qk's tensor-core kernels";
+    const Counts c1 = qk::fake_cuda::counts();
+    both();
+    const Counts again = qk::fake_cuda::counts() - c1;
+    EXPECT_EQ(again.cudnn_setup, 0) << "the refusal is kept per shape";
+    EXPECT_EQ(again.cudnn_algorithm_queries, 0);
+    EXPECT_EQ(launches_of(again, "tiled_fwd<"), launches_of(first, "tiled_fwd<"));
+  }
+  // Never offered to cuDNN: dropout (qk's own Philox stream) and f32.
+  for (const auto& [t, dropout] : {std::pair{qk::DType::bf16, 0.1}, std::pair{qk::DType::f32, 0.0}}) {
+    const qk::Tensor q = dev({1, 72, 2, 64}, t);
+    qk::ops::FlashAttentionParams p;
+    p.dropout_p = dropout;
+    p.seed = 1;
+    const Counts c0 = qk::fake_cuda::counts();
+    const qk::ops::FlashAttentionResult r = qk::ops::flash_attention(q, q, q, p);
+    (void)qk::ops::flash_attention_backward(q, q, q, q, r.out, r.lse, p);
+    EXPECT_EQ((qk::fake_cuda::counts() - c0).cudnn_setup, 0) << qk::dtype_name(t) << " dropout " << dropout;
   }
 }
 

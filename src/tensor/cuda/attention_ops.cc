@@ -1,32 +1,61 @@
 // The CUDA backend's flash-attention kernel-table entries: the shapes and
 // strides of the front's tensors (last dim contiguous, scale resolved) as an
 // AttentionShape, outputs from the caching allocator, kernels on the
-// current stream (attention.cu).
+// current stream. Three implementations, the first that takes a call runs
+// it: cuDNN's fused attention (attention_cudnn.cc, where cuDNN is built in),
+// qk's tensor-core kernels (attention_tiled.cu), the simple ones
+// (attention.cu) for everything else.
 #include <cmath>
+#include <string>
 
 #include "attention_kernels.h"
 #include "stream_handle.h"
 #include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "qk/tensor/ops/attention.h"
+#include "attention_cudnn.h"
 
 namespace qk::cuda {
 
 namespace {
 
 QK_ENV_STRING(env_attention, "QK_CUDA_ATTENTION", "auto",
-              "Which CUDA flash-attention kernels run: auto (the tensor-core ones where they fit: f16/bf16, one "
-              "head dim of 32, 64 or 128, rows 16-byte aligned; the simple ones elsewhere), simple (the simple "
-              "ones everywhere, for comparison).");
+              "Which CUDA flash-attention kernels run: auto (cuDNN's fused attention where it takes the call: "
+              "f16/bf16, no dropout, a shape this cuDNN and GPU support; else qk's tensor-core kernels where they "
+              "fit: f16/bf16, one head dim of 32, 64 or 128, rows 16-byte aligned; else the simple ones), cudnn "
+              "(cuDNN's, an error where it does not take the call), tiled (qk's tensor-core kernels where they "
+              "fit, else the simple ones), simple (the simple ones everywhere). For comparisons.");
+
+enum class AttentionPath { automatic, cudnn, tiled, simple };
+
+AttentionPath attention_path() {
+  static const AttentionPath path = [] {
+    const std::string s = env_attention.get();
+    if (s == "auto") return AttentionPath::automatic;
+    if (s == "cudnn") return AttentionPath::cudnn;
+    if (s == "tiled") return AttentionPath::tiled;
+    QK_CHECK(s == "simple", "QK_CUDA_ATTENTION=", s, ": expected auto, cudnn, tiled or simple");
+    return AttentionPath::simple;
+  }();
+  return path;
+}
+
+// Runs `cudnn` (true when cuDNN took the call) where the path allows it;
+// false leaves the call to qk's kernels.
+template <typename Cudnn>
+bool by_cudnn(Cudnn&& cudnn, const char* what) {
+  const AttentionPath path = attention_path();
+  if (path != AttentionPath::automatic && path != AttentionPath::cudnn) return false;
+  std::string why;
+  if (cudnn(&why)) return true;
+  QK_CHECK(path != AttentionPath::cudnn, "QK_CUDA_ATTENTION=cudnn: cuDNN's fused attention does not take this ",
+           what, ": ", why);
+  return false;
+}
 
 // Whether the tensor-core kernels take this call (attention_tiled.cu).
 bool use_tiled(const AttentionShape& a, DType t, std::initializer_list<const void*> ptrs) {
-  static const bool simple = [] {
-    const std::string s = env_attention.get();
-    QK_CHECK(s == "auto" || s == "simple", "QK_CUDA_ATTENTION=", s, ": expected auto or simple");
-    return s == "simple";
-  }();
-  return !simple && tiled_attention_fits(a, static_cast<int>(t), ptrs);
+  return attention_path() != AttentionPath::simple && tiled_attention_fits(a, static_cast<int>(t), ptrs);
 }
 
 TensorOptions on(const Tensor& like, DType t) { return TensorOptions().dtype(t).device(like.device()); }
@@ -73,6 +102,9 @@ ops::FlashAttentionResult attention_forward(const Tensor& q, const Tensor& k, co
   Tensor out = empty({a.B, a.T, a.Hq, a.Dv}, on(q, q.dtype()));
   Tensor lse = empty({a.B, a.Hq, a.T}, on(q, DType::f32));
   DeviceStream ds(q.device().index);
+  if (by_cudnn([&](std::string* why) { return cudnn_attention_forward(a, q, k, v, out, lse, ds.stream(), why); },
+               "forward"))
+    return {out, lse};
   const auto launch = use_tiled(a, q.dtype(), {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data()})
                           ? &launch_tiled_attention_forward
                           : &launch_attention_forward;
@@ -91,8 +123,14 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& dout, const 
   Tensor dq = empty(q.shape(), on(q, q.dtype()));
   Tensor dk = empty(k.shape(), on(k, k.dtype()));
   Tensor dv = empty(v.shape(), on(v, v.dtype()));
-  Tensor delta = empty({a.B * a.Hq * a.T}, on(q, DType::f32));
   DeviceStream ds(q.device().index);
+  if (by_cudnn(
+          [&](std::string* why) {
+            return cudnn_attention_backward(a, dout, q, k, v, out, lse, dq, dk, dv, ds.stream(), why);
+          },
+          "backward"))
+    return {dq, dk, dv};
+  Tensor delta = empty({a.B * a.Hq * a.T}, on(q, DType::f32));
   // (out is read only by the delta pass, element by element.)
   const auto launch = use_tiled(a, q.dtype(), {dout.raw_data(), q.raw_data(), k.raw_data(), v.raw_data(),
                                               dq.raw_data(), dk.raw_data(), dv.raw_data()})

@@ -7,8 +7,9 @@
 // (plan_cache.h) with the descriptors.
 //
 // cuDNN 9 marks this API deprecated in favour of its graph API; it is still
-// shipped and is what PyTorch's cuDNN v7 path calls. The graph API (through
-// cudnn-frontend, not a Debian package) is the way on, hence the pragma.
+// shipped and is what PyTorch's cuDNN v7 path calls, hence the pragma. (The
+// graph API, through cudnn-frontend, runs the fused attention:
+// attention_cudnn.cc.)
 #include <cudnn.h>
 
 #include <memory>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "cudnn_handle.h"
 #include "graph.h"
 #include "plan_cache.h"
 #include "qk/base/error.h"
@@ -31,26 +33,7 @@ namespace qk::cuda {
 
 namespace {
 
-[[noreturn]] void throw_cudnn_error(cudnnStatus_t st, const char* call, const char* file, int line) {
-  throw DeviceError(std::string("cuDNN call ") + call + " failed: " + cudnnGetErrorString(st), file, line);
-}
-#define QK_CUDNN_CHECK(call)                                                                     \
-  do {                                                                                           \
-    cudnnStatus_t qk_dnn_st_ = (call);                                                           \
-    if (qk_dnn_st_ != CUDNN_STATUS_SUCCESS) throw_cudnn_error(qk_dnn_st_, #call, __FILE__, __LINE__); \
-  } while (0)
-
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
-
-// One handle per thread and device: a call sets the handle's stream, so
-// threads on different streams must not share one. (Kept for the thread's
-// life: destroying them at thread exit could race the driver's teardown.)
-cudnnHandle_t handle(int device) {
-  thread_local std::vector<cudnnHandle_t> handles;
-  if (static_cast<size_t>(device) >= handles.size()) handles.resize(device + 1, nullptr);
-  if (!handles[device]) QK_CUDNN_CHECK(cudnnCreate(&handles[device]));
-  return handles[device];
-}
 
 cudnnDataType_t data_type(DType t) {
   switch (t) {
@@ -172,7 +155,7 @@ struct Scale {
 Tensor conv2d_on_device(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   const int device = x.device().index;
   DeviceStream ds(device);
-  cudnnHandle_t h = handle(device);
+  cudnnHandle_t h = cudnn_handle(device);
   QK_CUDNN_CHECK(cudnnSetStream(h, ds.stream()));
   const DType t = x.dtype();
   if (x.numel() == 0) {  // cuDNN refuses empty descriptors: the output shape by the usual rule
@@ -223,7 +206,7 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_on_device(const Tensor& gy, c
                                                              bool need_db) {
   const int device = x.device().index;
   DeviceStream ds(device);
-  cudnnHandle_t h = handle(device);
+  cudnnHandle_t h = cudnn_handle(device);
   QK_CUDNN_CHECK(cudnnSetStream(h, ds.stream()));
   const DType t = x.dtype();
   TensorOptions opts = TensorOptions().dtype(t).device(x.device());

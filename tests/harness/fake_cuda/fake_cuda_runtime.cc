@@ -56,6 +56,10 @@ struct cudnnFilterStruct {
 struct cudnnConvolutionStruct {
   int pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1;
 };
+// A descriptor of cuDNN's graph API (cudnnBackendDescriptor_t is a void*).
+struct FakeBackendDescriptor {
+  cudnnBackendDescriptorType_t type;
+};
 
 namespace qk::fake_cuda {
 
@@ -837,6 +841,48 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void*, const c
 }
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t, const void*, const void*,
                              const cudnnTensorDescriptor_t, void*) {
+  count(&Counts::cudnn_calls);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// cuDNN's graph API, as cudnn-frontend calls it for the fused attention:
+// descriptors are made, set and finalized, but the fake has no engines, so
+// a heuristics query finds none and every graph is refused, as a GPU's cuDNN
+// refuses a shape it has no engine for (the callers then take qk's kernels).
+cudnnStatus_t cudnnGetStream(cudnnHandle_t, cudaStream_t* s) {
+  count();
+  *s = nullptr;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t* d) {
+  count(&Counts::cudnn_setup);
+  *d = new FakeBackendDescriptor{type};
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d) {
+  count();
+  delete static_cast<FakeBackendDescriptor*>(d);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t,
+                                       cudnnBackendAttributeType_t, int64_t, const void*) {
+  count(&Counts::cudnn_setup);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t) {
+  count(&Counts::cudnn_setup);
+  return CUDNN_STATUS_SUCCESS;
+}
+// Every attribute reads back as none (zero elements): no engine configurations, no engines.
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t,
+                                       cudnnBackendAttributeType_t, int64_t, int64_t* element_count, void*) {
+  count(static_cast<FakeBackendDescriptor*>(d)->type == CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR
+            ? &Counts::cudnn_algorithm_queries
+            : nullptr);
+  if (element_count) *element_count = 0;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t) {
   count(&Counts::cudnn_calls);
   return CUDNN_STATUS_SUCCESS;
 }
