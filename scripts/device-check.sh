@@ -163,9 +163,11 @@ step "attention cuda" speed.log 60 "$BIN/cuda_attention"
 step "attention cuda (cudnn)" speed.log 60 env QK_CUDA_ATTENTION=cudnn "$BIN/cuda_attention"
 step "attention cuda (qk's kernels)" speed.log 60 env QK_CUDA_ATTENTION=tiled "$BIN/cuda_attention"
 step "torch sdpa" speed.log 60 python3 bench/sdpa_cuda_peer.py
+# No dropout, as the peer has none (Megatron's default is 0.1 for both; the
+# first run's figures had it, and attention dropout keeps cuDNN out).
 LLM_COMMON=(--seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 16 --global-batch-size 16
             --train-iters 20 --mock-data --tokenizer-type NullTokenizer --bf16 --use-flash-attn --log-interval 5
-            --eval-iters 0 --log-throughput)
+            --eval-iters 0 --log-throughput --attention-dropout 0 --hidden-dropout 0)
 GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --vocab-size 50257 --lr 6e-4)
 PRACTICE=(--num-layers 6 --hidden-size 512 --num-attention-heads 8 --position-embedding-type rope
           --normalization RMSNorm --swiglu --disable-bias-linear --untie-embeddings-and-output-weights
