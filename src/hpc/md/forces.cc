@@ -14,9 +14,10 @@
 
 namespace qk::md {
 
-// The pair-list buffers (nm) beyond the cut-off; see pair_list.h for why they are exact. The list is
-// built with the outer one and pruned to the inner one, which the kernel runs over (GROMACS's dynamic
-// pruning); boxes under 2 (rc + outer) get what fits below half the box. On 2 fs SPC water (3 nm box):
+// The exact lists' buffers (nm) beyond the cut-off (PairListSetup::exact; GROMACS's schedule takes its
+// own, verlet_buffer.h); see pair_list.h for why they are exact. The list is built with the outer one and
+// pruned to the inner one, which the kernel runs over (GROMACS's dynamic pruning); boxes under
+// 2 (rc + outer) get what fits below half the box. On 2 fs SPC water (3 nm box):
 // a build every ~33 steps and a prune every ~2; outer 0.2-0.4 and inner 0.03-0.1 nm all ran within 5%
 // (a prune is a bounding-box test per cluster pair, much cheaper than the kernel's 16 pairs).
 constexpr double kOuterBuffer = 0.4;
@@ -34,11 +35,13 @@ struct ForceCalculator::Impl {
   DispersionCorrection disp;
   double epsilon_r;
   double buffer, inner;
+  PairListSetup lists;
+  int64_t calls = 0;
   std::vector<int> exclusion_chunks;  // fixed (not per thread count): the sums do not depend on threads
   ForceTimes times;
 
-  Impl(const Topology& t, const MdpOptions& mdp, const Vec3& b, Precision precision)
-      : top(t), box(b), disp(t, mdp.disp_corr, mdp.rvdw), epsilon_r(mdp.epsilon_r) {
+  Impl(const Topology& t, const MdpOptions& mdp, const Vec3& b, Precision precision, const PairListSetup& l)
+      : top(t), box(b), disp(t, mdp.disp_corr, mdp.rvdw), epsilon_r(mdp.epsilon_r), lists(l) {
     nb.rc = mdp.rcoulomb;
     nb.ewald = mdp.coulomb_type == CoulombType::kPme;
     nb.epsilon_r = mdp.epsilon_r;
@@ -59,6 +62,15 @@ struct ForceCalculator::Impl {
     inner = std::min(kInnerBuffer, buffer);
     QK_CHECK(buffer > 0, mdp.source, ": the cut-off ", nb.rc, " nm is not below half the box (", half_box,
              " nm); use a larger box or a shorter cut-off");
+    if (!lists.exact) {
+      QK_CHECK(lists.nstlist >= 1 && lists.rlist_inner >= nb.rc && lists.rlist_outer >= lists.rlist_inner &&
+                   lists.rlist_outer < half_box && lists.nstlist_prune >= 0,
+               "ForceCalculator: an inconsistent pair-list setup (nstlist ", lists.nstlist, ", rlist ",
+               lists.rlist_outer, " and ", lists.rlist_inner, " nm, prune every ", lists.nstlist_prune,
+               " steps) for a cut-off of ", nb.rc, " nm in a box of half-side ", half_box, " nm");
+      buffer = lists.rlist_outer - nb.rc;
+      inner = lists.nstlist_prune > 0 ? lists.rlist_inner - nb.rc : buffer;
+    }
   }
 
   // A pair can have come closer by at most the sum of the two largest displacements since x0.
@@ -74,6 +86,24 @@ struct ForceCalculator::Impl {
       }
     }
     return std::sqrt(first) + std::sqrt(second) >= buf;
+  }
+
+  // GROMACS's schedule: a build at the first call and every nstlist steps, a prune every nstlist_prune.
+  void update_list_on_schedule(const std::vector<Vec3>& x, int64_t step) {
+    auto t = Clock::now();
+    const int64_t since = step % lists.nstlist;
+    if (builds == 0 || since == 0) {
+      list.build(x, box, nb.rc + buffer, top.exclusions);
+      ++builds;
+      times.list_build += lap(&t);
+    } else if (lists.nstlist_prune == 0 || since % lists.nstlist_prune != 0) {
+      return;
+    }
+    if (inner < buffer) {
+      list.prune(x, nb.rc + inner);
+      ++prunes;
+    }
+    times.list_prune += lap(&t);
   }
 
   // Builds the list when the outer buffer is used up, prunes it when the inner one is.
@@ -104,15 +134,22 @@ struct ForceCalculator::Impl {
   }
 };
 
-ForceCalculator::ForceCalculator(const Topology& top, const MdpOptions& mdp, const Vec3& box, Precision precision)
-    : impl_(std::make_unique<Impl>(top, mdp, box, precision)) {}
+ForceCalculator::ForceCalculator(const Topology& top, const MdpOptions& mdp, const Vec3& box, Precision precision,
+                                 const PairListSetup& lists)
+    : impl_(std::make_unique<Impl>(top, mdp, box, precision, lists)) {}
 ForceCalculator::~ForceCalculator() = default;
 
-PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<Vec3>* f, bool energies) {
+PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<Vec3>* f, bool energies,
+                                        int64_t step) {
   Impl& m = *impl_;
   QK_CHECK(static_cast<int>(x.size()) == m.top.num_atoms(), "ForceCalculator: ", x.size(),
            " positions for a topology of ", m.top.num_atoms(), " atoms");
-  m.update_list(x);
+  if (m.lists.exact) {
+    m.update_list(x);
+  } else {
+    m.update_list_on_schedule(x, step >= 0 ? step : m.calls);
+  }
+  ++m.calls;
   auto t = Impl::Clock::now();
   f->assign(x.size(), Vec3{0, 0, 0});
   PotentialTerms e;

@@ -23,6 +23,7 @@
 #include "lincs.h"
 #include "md_checkpoint.h"
 #include "settle.h"
+#include "verlet_buffer.h"
 #include "vrescale.h"
 
 namespace qk::md {
@@ -69,6 +70,17 @@ void generate_velocities(std::vector<Vec3>* v, const std::vector<double>& mass, 
       for (int d = 0; d < 3; ++d) vi[d] *= std::sqrt(t / now);
 }
 
+// The temperature the pair list's buffer is sized for (grompp): the thermostat's reference; without one
+// the start's, gen-temp or the .gro's velocities.
+double buffer_temperature(const Topology& top, const MdpOptions& mdp, const GroFile& conf, double ndf) {
+  if (mdp.tcoupl != Thermostat::kNo) return mdp.ref_t;
+  if (mdp.gen_vel && !mdp.continuation) return mdp.gen_temp;
+  if (!conf.has_velocities || ndf <= 0) return 0;
+  std::vector<Vec3> v(conf.atoms.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = conf.atoms[i].v;
+  return 2 * trace(kinetic_tensor(v, top.mass)) / (ndf * units::kBoltz);
+}
+
 GroFile conf_with(const GroFile& start, const std::vector<Vec3>& x, const std::vector<Vec3>* v) {
   GroFile out = start;
   out.precision = 3;
@@ -96,7 +108,9 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   const std::vector<BondConstraint> h_bonds =
       mdp.constraints == Constraints::kHBonds ? h_bond_constraints(top) : std::vector<BondConstraint>{};
   const Topology force_top = h_bonds.empty() ? Topology{} : without_bonds(top, h_bonds);
-  ForceCalculator ff(h_bonds.empty() ? top : force_top, mdp, conf.box, opt.precision);
+  const double ndf = degrees_of_freedom(top, mdp);
+  const PairListSetup lists = pair_list_setup(top, mdp, conf);
+  ForceCalculator ff(h_bonds.empty() ? top : force_top, mdp, conf.box, opt.precision, lists);
   SettleConstraints settle(top);
   const Lincs lincs(top, h_bonds);
   // Both act on their own atoms; a step that either cannot solve stops the run.
@@ -107,7 +121,6 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
              ": it rotated too far in one step (the simulation is unstable: check the time step and the start "
              "structure)");
   };
-  const double ndf = degrees_of_freedom(top, mdp);
   // A resumed run takes x, v and the rest from the checkpoint: no generated velocities, no first constraining.
   const std::optional<MdCheckpoint> resumed =
       opt.resume_from.empty() ? std::nullopt : latest_md_checkpoint(opt.resume_from);
@@ -231,7 +244,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     }
     const bool energy_step = (mdp.nstenergy > 0 && step % mdp.nstenergy == 0) || step == nsteps;
     lap(&result.output_seconds);  // checkpoints and progress
-    PotentialTerms pot = ff.compute(x, &f, energy_step);  // forces only on steps that report nothing
+    PotentialTerms pot = ff.compute(x, &f, energy_step, step);  // forces only on steps that report nothing
     lap(&ignored);                                        // ff.times() has the parts
     if (trajectory && (at(mdp.nstxout, step) || at(mdp.nstvout, step) || at(mdp.nstfout, step))) {
       TrrFrame fr;
@@ -438,6 +451,34 @@ RunResult run_steep(const Topology& top, const MdpOptions& mdp, const GroFile& c
 }
 
 }  // namespace
+
+PairListSetup pair_list_setup(const Topology& top, const MdpOptions& mdp, const GroFile& conf) {
+  const std::vector<BondConstraint> h_bonds =
+      mdp.constraints == Constraints::kHBonds ? h_bond_constraints(top) : std::vector<BondConstraint>{};
+  return gromacs_pair_list_setup(top, h_bonds, mdp, conf.box,
+                                 buffer_temperature(top, mdp, conf, degrees_of_freedom(top, mdp)));
+}
+
+std::string describe_pair_lists(const PairListSetup& lists, const MdpOptions& mdp) {
+  const double rc = std::max(mdp.rvdw, mdp.rcoulomb);
+  char buf[512];
+  if (lists.exact) {
+    std::snprintf(buf, sizeof buf, "  pair list: %s\n", lists.note.c_str());
+  } else if (lists.nstlist_prune > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "  pair list (%s), nstlist %d -> %d:\n"
+                  "    outer list: updated every %d steps, buffer %.3f nm, rlist %.3f nm\n"
+                  "    inner list: updated every %d steps, buffer %.3f nm, rlist %.3f nm\n",
+                  lists.note.c_str(), mdp.nstlist, lists.nstlist, lists.nstlist, lists.rlist_outer - rc,
+                  lists.rlist_outer, lists.nstlist_prune, lists.rlist_inner - rc, lists.rlist_inner);
+  } else {
+    std::snprintf(buf, sizeof buf,
+                  "  pair list (%s), nstlist %d -> %d: updated every %d steps, buffer %.3f nm, rlist %.3f nm\n",
+                  lists.note.c_str(), mdp.nstlist, lists.nstlist, lists.nstlist, lists.rlist_outer - rc,
+                  lists.rlist_outer);
+  }
+  return buf;
+}
 
 double degrees_of_freedom(const Topology& top, const MdpOptions& mdp) {
   double ndf = 3.0 * top.num_atoms() - top.num_constraints();

@@ -1,6 +1,7 @@
 // .mdp parsing (what is accepted: include/qk/hpc/md/mdp.h).
 #include "qk/hpc/md/mdp.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -81,6 +82,18 @@ const std::map<std::string, Handler>& handlers() {
          choose(l, {"potential-shift-verlet", "potential-shift"}, "Potential-shift(-Verlet), GROMACS's default");
        }},
       {"rvdw", [](MdpOptions& o, const Line& l) { o.rvdw = number(l); }},
+      {"nstlist",
+       [](MdpOptions& o, const Line& l) {
+         const long long n = integer(l);
+         if (n < 1) bad_value(l, "a positive number of steps");
+         o.nstlist = static_cast<int>(std::min<long long>(n, 1 << 30));
+       }},
+      {"verlet-buffer-tolerance",
+       [](MdpOptions& o, const Line& l) {
+         const double t = number(l);
+         if (!(t > 0 || t == -1)) bad_value(l, "a drift in kJ/mol/ps per atom above 0, or -1 (no estimate)");
+         o.verlet_buffer_tolerance = t;
+       }},
       {"dispcorr",
        [](MdpOptions& o, const Line& l) {
          static constexpr DispCorr kinds[] = {DispCorr::kNo, DispCorr::kEnerPres, DispCorr::kEner};
@@ -154,10 +167,8 @@ const std::vector<IgnoredMdpKey>& mdp_keys_without_effect() {
   static const std::vector<IgnoredMdpKey> keys = {
       {"title", "a label only"},
       {"include", "qk md searches the including file's folder and GROMACS's top directory"},
-      {"rlist", "with the Verlet scheme the list radius comes from the buffer (GROMACS ignores it too)"},
-      {"nstlist", "the pair list is rebuilt (and pruned) when two atoms may have closed its buffer, which misses no pair"},
-      {"verlet-buffer-tolerance", "the list buffers are fixed (0.4 nm built, 0.04 nm pruned; less in small boxes) and "
-                                  "exact, not estimated"},
+      {"rlist", "the list radius comes from verlet-buffer-tolerance (as GROMACS); with -1 qk md keeps exact lists "
+                "instead of using rlist"},
       {"nstlog", "md.log's energy blocks follow nstenergy"},
       {"nstcalcenergy", "energies are computed on the steps that report them"},
       {"energygrps", "only one energy group (System) is reported"},

@@ -161,21 +161,20 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
                   "qk md: %s, %d atoms (%s), box %.5f x %.5f x %.5f nm\n"
                   "  inputs: -f %s -c %s -p %s\n"
                   "  integrator %s, %lld steps of %g ps, %d threads, %s precision\n"
-                  "  cut-off %g nm, pair list %g nm; %s",
+                  "  cut-off %g nm; %s",
                   top.system_name.c_str(), top.num_atoms(), args.conf.c_str(), conf.box[0], conf.box[1],
                   conf.box[2], args.mdp.c_str(), args.conf.c_str(), args.top.c_str(),
                   mdp.integrator == Integrator::kMd ? "md (leap-frog)" : "steep",
                   static_cast<long long>(args.nsteps >= 0 ? args.nsteps : mdp.nsteps), mdp.dt, num_threads(),
                   args.precision == Precision::kDouble ? "double" : "mixed",
-                  probe.cutoff(), probe.rlist(),
-                  mdp.coulomb_type == CoulombType::kPme ? "PME" : "reaction-field");
+                  probe.cutoff(), mdp.coulomb_type == CoulombType::kPme ? "PME" : "reaction-field");
     std::string header = buf;
     if (grid[0] > 0) {
       std::snprintf(buf, sizeof buf, ", fourier grid %dx%dx%d, order %d, 1/beta %.6f nm", grid[0], grid[1], grid[2],
                     mdp.pme_order, 1 / probe.ewald_beta());
       header += buf;
     }
-    header += "\n";
+    header += "\n" + describe_pair_lists(pair_list_setup(top, mdp, conf), mdp);
     if (mdp.disp_corr != DispCorr::kNo) {
       std::snprintf(buf, sizeof buf, "  Long Range LJ corr.: <C6> %10.4e\n", probe.average_c6());
       header += buf;

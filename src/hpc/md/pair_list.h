@@ -5,12 +5,13 @@
 // 4 x 4 atom pairs of a cluster pair at once, masked by the exact cut-off,
 // so energies do not depend on the buffer.
 //
-// rlist = cut-off + buffer. GROMACS sizes its buffer from
-// verlet-buffer-tolerance by an estimate of how far atoms diffuse in nstlist
-// steps; we instead rebuild (and prune, below) as soon as the two largest
-// displacements since the list was made add up to the buffer, so no pair
-// inside the cut-off is ever missed. Bounding-box distance is a lower bound of
-// every atom pair's distance, so the test is exact for clusters too.
+// rlist = cut-off + buffer. ForceCalculator (forces.cc) keeps the list on
+// GROMACS's schedule, its buffers sized from verlet-buffer-tolerance by an
+// estimate of how far atoms diffuse (verlet_buffer.h), or exactly: rebuilt
+// (and pruned, below) as soon as the two largest displacements since the
+// list was made add up to the buffer, so no pair inside the cut-off is ever
+// missed. Bounding-box distance is a lower bound of every atom pair's
+// distance, so that test is exact for clusters too.
 //
 // Dynamic pruning (GROMACS's "inner list"): prune() keeps, at the current
 // positions, only the cluster pairs of the built list within a shorter

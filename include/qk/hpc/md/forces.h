@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "qk/hpc/md/mdp.h"
@@ -50,10 +51,25 @@ struct ForceTimes {
 // short-range pair forces in float (nonbonded.h), sums, PME and the rest in double.
 enum class Precision { kDouble, kMixed };
 
+// How the pair list is kept through a run (GROMACS's Verlet buffer scheme; md::run sets it from the mdp,
+// src/hpc/md/verlet_buffer.h).
+struct PairListSetup {
+  // exact: rebuilt (and pruned) whenever two atoms may have closed the buffer, so no pair is ever missed
+  // (verlet-buffer-tolerance = -1, energy minimization). Otherwise GROMACS's fixed intervals below, their
+  // buffers sized so the pairs that may enter the cut-off unseen stay within the drift tolerance.
+  bool exact = true;
+  int nstlist = 10;        // steps between builds
+  double rlist_outer = 0;  // nm, the built list
+  int nstlist_prune = 0;   // steps between prunes to rlist_inner; 0: none
+  double rlist_inner = 0;  // nm
+  double temperature = 0;  // K, the estimate's
+  std::string note;        // how it was chosen, for md.log
+};
+
 class ForceCalculator {
  public:
   ForceCalculator(const Topology& top, const MdpOptions& mdp, const Vec3& box,
-                  Precision precision = Precision::kDouble);
+                  Precision precision = Precision::kDouble, const PairListSetup& lists = {});
   ~ForceCalculator();
   ForceCalculator(const ForceCalculator&) = delete;
   ForceCalculator& operator=(const ForceCalculator&) = delete;
@@ -61,8 +77,11 @@ class ForceCalculator {
   // Forces on every atom at positions x (f is resized and overwritten) and the energy terms. With
   // energies = false (MD steps that report nothing) the pair kernel computes forces only, and its
   // energies and virial are left out of the terms, which are then incomplete.
-  // The pair list is rebuilt when two atoms may have come closer by the buffer since the last build.
-  PotentialTerms compute(const std::vector<Vec3>& x, std::vector<Vec3>* f, bool energies = true);
+  // The pair list: exact lists are rebuilt when two atoms may have come closer by the buffer since the last
+  // build; fixed intervals build at the first call and at steps that are multiples of nstlist, and prune
+  // every nstlist_prune steps between (`step`: the MD step; -1 counts calls instead).
+  PotentialTerms compute(const std::vector<Vec3>& x, std::vector<Vec3>* f, bool energies = true,
+                         int64_t step = -1);
 
   double cutoff() const;
   double rlist() const;                 // cut-off + buffer

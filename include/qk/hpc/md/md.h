@@ -99,6 +99,12 @@ struct RunResult {
 
 RunResult run(const Topology& top, const MdpOptions& mdp, const GroFile& conf, const RunOptions& options = {});
 
+// The pair list run() keeps for these inputs: GROMACS's buffers and intervals from verlet-buffer-tolerance
+// (sized for the thermostat's reference temperature, or without one the start's), or exact lists.
+PairListSetup pair_list_setup(const Topology& top, const MdpOptions& mdp, const GroFile& conf);
+// As mdrun's log says it: the intervals and radii, one line each, indented by two spaces.
+std::string describe_pair_lists(const PairListSetup& lists, const MdpOptions& mdp);
+
 // Degrees of freedom for the temperature: 3N - constraints - 3 with centre-of-mass removal.
 double degrees_of_freedom(const Topology& top, const MdpOptions& mdp);
 

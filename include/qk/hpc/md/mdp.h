@@ -43,6 +43,10 @@ struct MdpOptions {
   double epsilon_r = 1.0;
   double epsilon_rf = 0.0;  // 0: infinity (conducting boundary), GROMACS's default
   double rvdw = 1.0;
+  // The pair list (verlet_buffer.h): its buffers from the drift tolerance (kJ/mol/ps per atom) for a list
+  // kept nstlist steps (raised with a thermostat, as mdrun does); -1: exact lists instead.
+  int nstlist = 10;
+  double verlet_buffer_tolerance = 0.005;
   DispCorr disp_corr = DispCorr::kNo;
   // PME.
   double fourier_spacing = 0.12;
