@@ -3,7 +3,8 @@
 # (tests/fixtures/md_peptide.py) through gmx pdb2gmx (AMBER99SB-ILDN, hydrogens
 # added), centred in a cube and solvated with SPC water by gmx solvate (gmx only
 # prepares the files), then minimized by `qk md` (steep) and run by `qk md`
-# (2 fs, h-bonds by LINCS, SETTLE water, V-rescale at 300 K). Prints the
+# (2 fs, h-bonds by LINCS, SETTLE water, V-rescale at 300 K on Protein and
+# Non-Protein, as GROMACS's tutorials couple them). Prints the
 # energy blocks' Temperature and Conserved En. and the Performance line.
 #
 #   bench/md_peptide_water.sh [BUILD_DIR] [NSTEPS] [BOX_NM]     # build/release 500 3
@@ -28,7 +29,7 @@ rvdw = 1.0
 DispCorr = EnerPres
 nstenergy = 100'
 printf 'integrator = steep\nnsteps = 500\nemtol = 1000\nconstraints = none\n%s\n' "$common" > em.mdp
-printf 'integrator = md\ndt = 0.002\nnsteps = %s\ntcoupl = V-rescale\ntc-grps = System\ntau_t = 0.1\nref_t = 300\ngen_vel = yes\ngen_temp = 300\ngen_seed = 3\nconstraints = h-bonds\n%s\n' \
+printf 'integrator = md\ndt = 0.002\nnsteps = %s\ntcoupl = V-rescale\ntc-grps = Protein Non-Protein\ntau_t = 0.1 0.1\nref_t = 300 300\ngen_vel = yes\ngen_temp = 300\ngen_seed = 3\nconstraints = h-bonds\n%s\n' \
   "$NSTEPS" "$common" > md.mdp
 echo "# $(sed -n 2p solv.gro | tr -d ' ') atoms ($(awk '/^SOL/{print $2}' topol.top) waters), box $BOX nm"
 "$QK" md -f em.mdp -c solv.gro -p topol.top -deffnm em | grep -E "converged|did not"

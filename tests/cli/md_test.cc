@@ -112,3 +112,36 @@ TEST(CliMd, HelpAndBadInput) {
 }
 
 }  // namespace
+
+namespace {
+
+// tc-grps naming the groups of an index file (-n): each group coupled on its own, its degrees of freedom in
+// the header; a group that does not exist is named with the groups there are.
+TEST(CliMd, IndexFileGroupsAreTemperatureCouplingGroups) {
+  const std::string dir = kScratch.fresh("tcgroups");
+  std::string text = qk::read_file(kWater + "run.mdp");
+  text.replace(text.find("tcoupl          = no"), 20,
+               "tcoupl = V-rescale\ntc-grps = First Second\ntau-t = 0.1 0.1\nref-t = 300 250");
+  qk::atomic_write_file(dir + "/run.mdp", text);
+  std::string ndx = "[ First ]\n";
+  for (int a = 1; a <= 765; ++a) ndx += std::to_string(a) + "\n";  // the first 255 waters of 510
+  ndx += "[ Second ]\n";
+  for (int a = 766; a <= 1530; ++a) ndx += std::to_string(a) + "\n";
+  qk::atomic_write_file(dir + "/index.ndx", ndx);
+  const std::string inputs = "md -f " + dir + "/run.mdp -c " + kWater + "conf.gro -p " + kWater + "topol.top ";
+  const auto r = run_qk(inputs + "-n " + dir + "/index.ndx -deffnm " + dir + "/w -nsteps 2 -nt 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 765 atoms under SETTLE: 2 x 765 degrees of freedom, less half of the centre of mass's 3.
+  EXPECT_NE(r.output.find("T-coupling group First: 765 atoms, 1528.50 degrees of freedom, ref-t 300 K"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("T-coupling group Second: 765 atoms, 1528.50 degrees of freedom, ref-t 250 K"),
+            std::string::npos)
+      << r.output;
+  const auto missing = run_qk(inputs + "-deffnm " + dir + "/m -nsteps 2 -nt 1");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("no group named 'First'"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("-n"), std::string::npos) << missing.output;
+}
+
+}  // namespace

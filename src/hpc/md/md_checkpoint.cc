@@ -47,7 +47,10 @@ void save_md_checkpoint(const std::string& dir, const MdCheckpoint& c) {
   for (const Vec3& row : c.half_step_kinetic)
     for (double e : row) ke.push_back(hex(e));  // exact: the resumed run continues bit for bit
   meta["half_step_kinetic"] = ke;
-  meta["thermostat"] = c.thermostat;
+  nlohmann::json group_ke = nlohmann::json::array();
+  for (double e : c.half_step_group_kinetic) group_ke.push_back(hex(e));
+  meta["half_step_group_kinetic"] = group_ke;
+  meta["thermostats"] = c.thermostats;
   meta["trr_bytes"] = c.trr_bytes;
   meta["xtc_bytes"] = c.xtc_bytes;
   meta["edr_bytes"] = c.edr_bytes;
@@ -82,7 +85,10 @@ std::optional<MdCheckpoint> latest_md_checkpoint(const std::string& dir) {
   const nlohmann::json& ke = meta.at("half_step_kinetic");
   QK_CHECK(ke.is_array() && ke.size() == 9, info->path, ": half_step_kinetic must hold 9 numbers");
   for (int k = 0; k < 9; ++k) c.half_step_kinetic[k / 3][k % 3] = std::strtod(ke[k].get<std::string>().c_str(), nullptr);
-  c.thermostat = meta.value("thermostat", "");
+  if (meta.contains("half_step_group_kinetic"))
+    for (const nlohmann::json& e : meta.at("half_step_group_kinetic"))
+      c.half_step_group_kinetic.push_back(std::strtod(e.get<std::string>().c_str(), nullptr));
+  if (meta.contains("thermostats")) c.thermostats = meta.at("thermostats").get<std::vector<std::string>>();
   c.trr_bytes = meta.value("trr_bytes", int64_t{-1});
   c.xtc_bytes = meta.value("xtc_bytes", int64_t{-1});
   c.edr_bytes = meta.value("edr_bytes", int64_t{-1});

@@ -23,7 +23,8 @@ struct MdCheckpoint {
   Vec3 box{};
   std::vector<Vec3> x, v;   // x(t), v(t - dt/2)
   Mat3 half_step_kinetic{};  // the loop's kinetic energy tensor at t - dt/2
-  std::string thermostat;    // VRescale::save(); empty without one
+  std::vector<double> half_step_group_kinetic;  // and each T-coupling group's kinetic energy then
+  std::vector<std::string> thermostats;         // VRescale::save() per coupled group; empty without coupling
   int64_t trr_bytes = -1, xtc_bytes = -1, edr_bytes = -1, log_bytes = -1;  // -1: that output is not written
 };
 

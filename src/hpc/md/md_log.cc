@@ -89,8 +89,14 @@ void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp,
         add(std::string("Pres-") + axes[a] + axes[b], "bar", e.pressure_tensor[a][b]);
     const Mat3& p = e.pressure_tensor;
     add("#Surf*SurfTen", "bar nm", e.box_z * (p[2][2] - 0.5 * (p[0][0] + p[1][1])));
-    // The temperature of the coupling group: "System" under a thermostat, "rest" (every atom) without.
-    add(mdp.tcoupl != Thermostat::kNo ? "T-System" : "T-rest", "K", e.temperature);
+    // The temperature of each coupling group ("rest", every atom, without a thermostat), then under V-rescale
+    // each group's scaling factor, as GROMACS.
+    if (mdp.tcoupl == Thermostat::kNo || e.group_names.empty()) {
+      add(mdp.tcoupl != Thermostat::kNo ? "T-System" : "T-rest", "K", e.temperature);
+    } else {
+      for (size_t g = 0; g < e.group_names.size(); ++g) add("T-" + e.group_names[g], "K", e.group_temperature[g]);
+      for (size_t g = 0; g < e.group_names.size(); ++g) add("Lamb-" + e.group_names[g], "", e.group_lambda[g]);
+    }
   }
 }
 

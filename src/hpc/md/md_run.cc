@@ -23,6 +23,8 @@
 #include "lincs.h"
 #include "md_checkpoint.h"
 #include "settle.h"
+#include "index_groups.h"
+#include "tc_groups.h"
 #include "verlet_buffer.h"
 #include "vrescale.h"
 
@@ -70,10 +72,10 @@ void generate_velocities(std::vector<Vec3>* v, const std::vector<double>& mass, 
       for (int d = 0; d < 3; ++d) vi[d] *= std::sqrt(t / now);
 }
 
-// The temperature the pair list's buffer is sized for (grompp): the thermostat's reference; without one
+// The temperature the pair list's buffer is sized for (grompp): the thermostats' highest reference; without one
 // the start's, gen-temp or the .gro's velocities.
 double buffer_temperature(const Topology& top, const MdpOptions& mdp, const GroFile& conf, double ndf) {
-  if (mdp.tcoupl != Thermostat::kNo) return mdp.ref_t;
+  if (mdp.tcoupl != Thermostat::kNo) return *std::max_element(mdp.ref_t.begin(), mdp.ref_t.end());  // the hottest
   if (mdp.gen_vel && !mdp.continuation) return mdp.gen_temp;
   if (!conf.has_velocities || ndf <= 0) return 0;
   std::vector<Vec3> v(conf.atoms.size());
@@ -108,7 +110,10 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   const std::vector<BondConstraint> h_bonds =
       mdp.constraints == Constraints::kHBonds ? h_bond_constraints(top) : std::vector<BondConstraint>{};
   const Topology force_top = h_bonds.empty() ? Topology{} : without_bonds(top, h_bonds);
-  const double ndf = degrees_of_freedom(top, mdp);
+  // The temperature-coupling groups: each atom's, each group's degrees of freedom (their sum is ndf).
+  const TcGroups tc = tc_groups(top, h_bonds, mdp, run_groups(top, opt.index_file));
+  const int ngroups = static_cast<int>(tc.names.size());
+  const double ndf = tc.total_ndf();
   const PairListSetup lists = pair_list_setup(top, mdp, conf);
   ForceCalculator ff(h_bonds.empty() ? top : force_top, mdp, conf.box, opt.precision, lists);
   SettleConstraints settle(top);
@@ -151,17 +156,41 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       for (int d = 0; d < 3; ++d) v[i][d] -= (back[i][d] - back0[i][d]) / dt;
   }
   const int nsttcouple = mdp.nsttcouple > 0 ? mdp.nsttcouple : 10;  // GROMACS's default
-  std::unique_ptr<VRescale> thermostat;
+  // One V-rescale per coupled group (tau-t -1 leaves a group uncoupled), each with its own random stream.
+  std::vector<std::unique_ptr<VRescale>> thermostats(ngroups);
+  int coupled_groups = 0;
   if (mdp.tcoupl == Thermostat::kVRescale) {
     const int64_t seed = mdp.gen_seed >= 0 ? mdp.gen_seed + 1 : static_cast<int64_t>(std::random_device{}());
-    thermostat = std::make_unique<VRescale>(mdp.ref_t, mdp.tau_t, dt * nsttcouple, ndf, static_cast<uint64_t>(seed));
+    for (int g = 0; g < ngroups; ++g)
+      if (tc.tau_t[g] > 0) {
+        thermostats[g] = std::make_unique<VRescale>(tc.ref_t[g], tc.tau_t[g], dt * nsttcouple, tc.ndf[g],
+                                                    static_cast<uint64_t>(seed + g));
+        ++coupled_groups;
+      }
   }
   if (resumed) {
-    QK_CHECK(resumed->thermostat.empty() == !thermostat, resumed->path, ": the checkpoint was written ",
-             thermostat ? "without" : "with", " a thermostat, the mdp now has ", thermostat ? "one" : "none",
-             " (resume with the run's own mdp)");
-    if (thermostat) thermostat->restore(resumed->thermostat);
+    QK_CHECK(static_cast<int>(resumed->thermostats.size()) == coupled_groups &&
+                 static_cast<int>(resumed->half_step_group_kinetic.size()) == ngroups,
+             resumed->path, ": the checkpoint was written with ", resumed->thermostats.size(),
+             " coupled T-coupling group(s) of ", resumed->half_step_group_kinetic.size(), ", the mdp now has ",
+             coupled_groups, " of ", ngroups, " (resume with the run's own mdp)");
+    for (int g = 0, k = 0; g < ngroups; ++g)
+      if (thermostats[g]) thermostats[g]->restore(resumed->thermostats[k++]);
   }
+  auto thermostat_integral = [&] {
+    double s = 0;
+    for (const auto& t : thermostats)
+      if (t) s += t->integral();
+    return s;
+  };
+  // Kinetic energy per group (kJ/mol).
+  auto group_kinetic = [&](const std::vector<Vec3>& vel) {
+    std::vector<double> ke(ngroups, 0.0);
+    for (int i = 0; i < n; ++i)
+      ke[tc.group_of_atom[i]] +=
+          0.5 * top.mass[i] * (vel[i][0] * vel[i][0] + vel[i][1] * vel[i][1] + vel[i][2] * vel[i][2]);
+    return ke;
+  };
   std::vector<double> inv_mass(n);
   for (int i = 0; i < n; ++i) inv_mass[i] = top.mass[i] > 0 ? 1 / top.mass[i] : 0;
 
@@ -183,6 +212,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
 
   RunResult result;
   Mat3 half_step_old = resumed ? resumed->half_step_kinetic : kinetic_tensor(v, top.mass);  // KE at t - dt/2
+  std::vector<double> group_half_step_old = resumed ? resumed->half_step_group_kinetic : group_kinetic(v);
   const int64_t first_step = resumed ? resumed->step : 0;
   const auto start = std::chrono::steady_clock::now();
   auto last_checkpoint = start, last_progress = start;
@@ -213,7 +243,9 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         c.x = x;
         c.v = v;
         c.half_step_kinetic = half_step_old;
-        c.thermostat = thermostat ? thermostat->save() : std::string();
+        c.half_step_group_kinetic = group_half_step_old;
+        for (const auto& t : thermostats)
+          if (t) c.thermostats.push_back(t->save());
         c.trr_bytes = trajectory ? static_cast<int64_t>(trajectory->bytes()) : -1;
         c.xtc_bytes = compressed ? static_cast<int64_t>(compressed->bytes()) : -1;
         c.edr_bytes = energy_file ? static_cast<int64_t>(energy_file->bytes()) : -1;
@@ -266,13 +298,14 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     }
     lap(&result.output_seconds);
     // GROMACS couples on steps where (step + nsttcouple - 1) is a multiple of nsttcouple, from the last half-step KE.
-    double lambda = 1;
-    if (thermostat && (nsttcouple == 1 || (step + nsttcouple - 1) % nsttcouple == 0))
-      lambda = thermostat->lambda(trace(half_step_old));
+    std::vector<double> lambda(ngroups, 1.0);
+    if (coupled_groups > 0 && (nsttcouple == 1 || (step + nsttcouple - 1) % nsttcouple == 0))
+      for (int g = 0; g < ngroups; ++g)
+        if (thermostats[g]) lambda[g] = thermostats[g]->lambda(group_half_step_old[g]);
     qk::parallel_for(0, n, 16384, [&](int64_t lo, int64_t hi) {  // threads only where they pay
       for (int64_t i = lo; i < hi; ++i)
         for (int d = 0; d < 3; ++d) {
-          vnew[i][d] = lambda * v[i][d] + f[i][d] * inv_mass[i] * dt;
+          vnew[i][d] = lambda[tc.group_of_atom[i]] * v[i][d] + f[i][d] * inv_mass[i] * dt;
           xnew[i][d] = x[i][d] + vnew[i][d] * dt;
         }
     });
@@ -281,6 +314,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     constrain(x, &xnew, &vnew, 1 / dt, &r_m_dx, "step " + std::to_string(step));
     lap(&result.constraint_seconds);
     const Mat3 half_step_new = kinetic_tensor(vnew, top.mass);
+    const std::vector<double> group_half_step_new = group_kinetic(vnew);
     lap(&result.update_seconds);
     if (energy_step) {
       EnergyFrame e;
@@ -297,8 +331,14 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       e.box_z = box.length[2];
       e.kinetic = trace(ekin);
       e.total = pot.potential() + e.kinetic;
-      e.conserved = e.total + (thermostat ? thermostat->integral() : 0);
+      e.conserved = e.total + thermostat_integral();
       e.temperature = ndf > 0 ? 2 * e.kinetic / (ndf * units::kBoltz) : 0;
+      for (int g = 0; g < ngroups; ++g) {
+        const double ke = 0.5 * (group_half_step_old[g] + group_half_step_new[g]);
+        e.group_temperature.push_back(tc.ndf[g] > 0 ? 2 * ke / (tc.ndf[g] * units::kBoltz) : 0);
+      }
+      e.group_lambda = lambda;
+      e.group_names = tc.names;
       const double fac = 2 * units::kPresFac / box.volume();
       for (int a = 0; a < 3; ++a)
         for (int b = 0; b < 3; ++b) e.pressure_tensor[a][b] = fac * (ekin[a][b] - virial[a][b]);
@@ -329,6 +369,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     std::swap(x, xnew);
     std::swap(v, vnew);
     half_step_old = half_step_new;
+    group_half_step_old = group_half_step_new;
   }
   lap(&ignored);
   result.steps = nsteps;

@@ -32,6 +32,14 @@ struct Line {
   QK_THROW(ValueError, where(l.file, l.line), l.key, " = ", l.value, ": qk md supports only ", accepted);
 }
 
+// The value as whitespace-separated numbers (tau-t, ref-t: one per tc group).
+std::vector<double> numbers(const Line& l) {
+  std::vector<double> v;
+  for (std::string_view tok : split_whitespace(l.value)) v.push_back(parse_double(tok, l.file, l.line, l.key));
+  if (v.empty()) bad_value(l, "one number per tc-grps group");
+  return v;
+}
+
 // value must be one of `choices` (case-insensitive); returns its index.
 int choose(const Line& l, std::initializer_list<const char*> choices, std::string_view accepted) {
   int i = 0;
@@ -115,13 +123,14 @@ const std::map<std::string, Handler>& handlers() {
          o.tcoupl = choose(l, {"no", "v-rescale"}, "no and V-rescale") == 0 ? Thermostat::kNo : Thermostat::kVRescale;
        }},
       {"nsttcouple", [](MdpOptions& o, const Line& l) { o.nsttcouple = static_cast<int>(integer(l)); }},
-      {"tc-grps", [](MdpOptions&, const Line& l) {
-         choose(l, {"system"},
-                "one group, System (couple the whole system: tc-grps = System with one tau-t and one ref-t; "
-                "coupling groups such as Protein Non-Protein separately is not implemented yet)");
+      {"tc-grps",
+       [](MdpOptions& o, const Line& l) {
+         o.tc_grps.clear();
+         for (std::string_view tok : split_whitespace(l.value)) o.tc_grps.emplace_back(tok);
+         if (o.tc_grps.empty()) bad_value(l, "one or more group names (System, Protein Non-Protein, ...)");
        }},
-      {"tau-t", [](MdpOptions& o, const Line& l) { o.tau_t = number(l); }},
-      {"ref-t", [](MdpOptions& o, const Line& l) { o.ref_t = number(l); }},
+      {"tau-t", [](MdpOptions& o, const Line& l) { o.tau_t = numbers(l); }},
+      {"ref-t", [](MdpOptions& o, const Line& l) { o.ref_t = numbers(l); }},
       {"pcoupl", [](MdpOptions&, const Line& l) { choose(l, {"no"}, "no (constant volume)"); }},
       {"gen-vel", [](MdpOptions& o, const Line& l) { o.gen_vel = yes_no(l); }},
       {"gen-temp", [](MdpOptions& o, const Line& l) { o.gen_temp = number(l); }},
@@ -223,7 +232,16 @@ MdpOptions parse_mdp(std::string_view text, const std::string& name) {
     QK_CHECK(v >= 0, where(name, 0), key, " must be >= 0 (0: never), got ", v);
   QK_CHECK(o.compressed_x_precision > 0, where(name, 0), "compressed-x-precision must be positive, got ",
            o.compressed_x_precision);
-  QK_CHECK(o.tcoupl == Thermostat::kNo || o.tau_t > 0, where(name, 0), "V-rescale needs tau-t > 0, got ", o.tau_t);
+  if (o.tcoupl != Thermostat::kNo) {
+    QK_CHECK(o.tau_t.size() == o.tc_grps.size() && o.ref_t.size() == o.tc_grps.size(), where(name, 0), "tc-grps names ",
+             o.tc_grps.size(), " group(s), tau-t has ", o.tau_t.size(), " value(s) and ref-t ", o.ref_t.size(),
+             "; give one of each per group, in the same order");
+    for (size_t g = 0; g < o.tau_t.size(); ++g) {
+      QK_CHECK(o.tau_t[g] > 0 || o.tau_t[g] == -1, where(name, 0), "tau-t of group ", o.tc_grps[g],
+               " must be > 0 (ps), or -1 for a group left uncoupled; got ", o.tau_t[g]);
+      QK_CHECK(o.ref_t[g] >= 0, where(name, 0), "ref-t of group ", o.tc_grps[g], " must be >= 0 K, got ", o.ref_t[g]);
+    }
+  }
   return o;
 }
 

@@ -9,11 +9,14 @@
 #include <optional>
 #include <set>
 
+#include "index_groups.h"
+#include "lincs.h"
 #include "md_checkpoint.h"
 #include "md_log.h"
 #include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
 #include "qk/hpc/md/units.h"
+#include "tc_groups.h"
 
 namespace qk::md {
 
@@ -75,6 +78,8 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
       a.conf = value;
     } else if (opt == "-p") {
       a.top = value;
+    } else if (opt == "-n") {
+      a.index = value;
     } else if (opt == "-deffnm") {
       deffnm = value;
     } else if (opt == "-cpi") {
@@ -90,7 +95,7 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
       a.threads = static_cast<int>(nt);
     } else {
       QK_THROW(ValueError, "unknown option '", opt,
-               "' (qk md reads -f -c -p -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; qk md -h explains them)");
+               "' (qk md reads -f -c -p -n -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; qk md -h explains them)");
     }
   }
   if (!deffnm.empty())
@@ -109,6 +114,8 @@ std::string mdrun_help(const std::string& program) {
          "  -c FILE       start coordinates (.gro)              [conf.gro]\n"
          "  -p FILE       topology (.top; #include from the file's folder, then $GMXDATA/top or\n"
          "                /usr/share/gromacs/top)               [topol.top]\n"
+         "  -n FILE       index file (.ndx, from gmx make_ndx): groups for tc-grps beside the\n"
+         "                default ones (System, Protein, non-Protein, Water, SOL, Ion, ...)\n"
          "  -deffnm NAME  write NAME.log, NAME.edr, NAME.gro, NAME.trr, NAME.xtc and NAME.cpt\n"
          "  -g FILE       the log (energy blocks every nstenergy steps, Performance) [md.log]\n"
          "  -e FILE       energies every nstenergy steps, for gmx energy [ener.edr]\n"
@@ -182,6 +189,24 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
     if (mdp.integrator == Integrator::kMd) {
       std::snprintf(buf, sizeof buf, "  degrees of freedom %.0f\n", degrees_of_freedom(top, mdp));
       header += buf;
+      if (mdp.tcoupl != Thermostat::kNo) {  // each T-coupling group, as grompp tells them
+        const std::vector<BondConstraint> h_bonds =
+            mdp.constraints == Constraints::kHBonds ? h_bond_constraints(top) : std::vector<BondConstraint>{};
+        const TcGroups tc = tc_groups(top, h_bonds, mdp, run_groups(top, args.index));
+        for (size_t g = 0; g < tc.names.size(); ++g) {
+          char coupling[96];
+          if (tc.tau_t[g] > 0) {
+            std::snprintf(coupling, sizeof coupling, "ref-t %g K, tau-t %g ps", tc.ref_t[g], tc.tau_t[g]);
+          } else {
+            std::snprintf(coupling, sizeof coupling, "not coupled (tau-t -1)");
+          }
+          std::snprintf(buf, sizeof buf, "  T-coupling group %s: %lld atoms, %.2f degrees of freedom, %s\n",
+                        tc.names[g].c_str(),
+                        static_cast<long long>(std::count(tc.group_of_atom.begin(), tc.group_of_atom.end(), int(g))),
+                        tc.ndf[g], coupling);
+          header += buf;
+        }
+      }
     }
     if (mdp.integrator == Integrator::kSteep &&
         (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0 || mdp.nstxout_compressed > 0))
@@ -197,6 +222,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
   opt.nsteps = args.nsteps;
   opt.log = &log;
   opt.precision = args.precision;
+  opt.index_file = args.index;
   if (mdp.integrator == Integrator::kMd && args.checkpoint_minutes >= 0) {
     opt.checkpoint_dir = args.checkpoint;
     opt.checkpoint_every_minutes = args.checkpoint_minutes;

@@ -135,7 +135,7 @@ TEST(Mdp, ReadsKeysWithDashOrUnderscoreAndComments) {
   EXPECT_EQ(o.pme_order, 6);
   EXPECT_EQ(o.disp_corr, qk::md::DispCorr::kEnerPres);
   EXPECT_EQ(o.tcoupl, qk::md::Thermostat::kVRescale);
-  EXPECT_DOUBLE_EQ(o.ref_t, 300);
+  EXPECT_EQ(o.ref_t, std::vector<double>{300});
   EXPECT_EQ(o.defines, (std::vector<std::string>{"FLEXIBLE", "POSRES=2"}));
 }
 
@@ -155,10 +155,18 @@ TEST(Mdp, UnsupportedValueAndMalformedLineAreErrors) {
   EXPECT_NE(msg.find("c.mdp:1:"), std::string::npos) << msg;
   msg = error_of([] { qk::md::parse_mdp("nsteps = 1\nnsteps = 2\n", "d.mdp"); });
   EXPECT_NE(msg.find("d.mdp:2:"), std::string::npos) << msg;
-  // A protein run's usual coupling groups: refused with what to write instead.
-  msg = error_of([] { qk::md::parse_mdp("tc-grps = Protein Non-Protein\n", "e.mdp"); });
-  EXPECT_NE(msg.find("e.mdp:1:"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("tc-grps = System with one tau-t and one ref-t"), std::string::npos) << msg;
+  // Two coupling groups need two tau-t and two ref-t values; tau-t is positive or -1 (uncoupled).
+  msg = error_of([] {
+    qk::md::parse_mdp("tcoupl = V-rescale\ntc-grps = Protein Non-Protein\ntau-t = 0.1\nref-t = 300 300\n", "e.mdp");
+  });
+  EXPECT_NE(msg.find("give one of each per group"), std::string::npos) << msg;
+  msg = error_of([] { qk::md::parse_mdp("tcoupl = V-rescale\ntau-t = 0\nref-t = 300\n", "f.mdp"); });
+  EXPECT_NE(msg.find("tau-t of group System must be > 0"), std::string::npos) << msg;
+  const qk::md::MdpOptions two = qk::md::parse_mdp(
+      "tcoupl = V-rescale\ntc-grps = Protein Non-Protein\ntau-t = 0.1 -1\nref-t = 300 310\n", "g.mdp");
+  EXPECT_EQ(two.tc_grps, (std::vector<std::string>{"Protein", "Non-Protein"}));
+  EXPECT_EQ(two.tau_t, (std::vector<double>{0.1, -1}));
+  EXPECT_EQ(two.ref_t, (std::vector<double>{300, 310}));
 }
 
 TEST(Top, ReadsTheSpcFixtureThroughItsPreprocessor) {

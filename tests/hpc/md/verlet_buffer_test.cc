@@ -46,7 +46,7 @@ qk::md::MdpOptions mdp_for(const std::string& system, bool thermostat) {
   qk::md::MdpOptions mdp = qk::md::read_mdp(kFixtures + system + "/run.mdp");
   if (thermostat) {
     mdp.tcoupl = qk::md::Thermostat::kVRescale;
-    mdp.ref_t = 300;
+    mdp.ref_t = {300};
     mdp.gen_vel = false;
   } else {
     mdp.tcoupl = qk::md::Thermostat::kNo;

@@ -46,12 +46,18 @@ struct EnergyFrame {
   Mat3 pressure_tensor{};
   Mat3 virial{};  // MD: -1/2 sum r (x) F, constraints and dispersion correction included (kJ/mol)
   double box_z = 0;  // nm (GROMACS's #Surf*SurfTen term)
+  // MD: per T-coupling group (the mdp's tc-grps): its temperature and the V-rescale factor of this step's
+  // update (1 when it did not couple), as the .edr's T-<group> and Lamb-<group>.
+  std::vector<std::string> group_names;
+  std::vector<double> group_temperature, group_lambda;
   double fmax = 0;  // minimization: the largest force, kJ mol^-1 nm^-1
   int fmax_atom = -1;
 };
 
 struct RunOptions {
   int64_t nsteps = -1;          // -1: the mdp's nsteps
+  // A GROMACS index file (.ndx, mdrun's -n): its groups join the default ones for tc-grps. Empty: none.
+  std::string index_file;
   std::ostream* log = nullptr;  // md.log text: energy blocks every nstenergy steps, the performance lines
   // MD: a line "step N (x%), will finish at HH:MM:SS" every progress_seconds of wall time (and at the end), as
   // mdrun prints to its terminal. Null: none.

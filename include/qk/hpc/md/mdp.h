@@ -53,11 +53,13 @@ struct MdpOptions {
   int fourier_nx = 0, fourier_ny = 0, fourier_nz = 0;  // 0: from fourier_spacing
   int pme_order = 4;
   double ewald_rtol = 1e-5;
-  // Temperature coupling (one group: System).
+  // Temperature coupling: groups by name (GROMACS's default groups, or an index file's), and per group the
+  // time constant (ps; -1: not coupled) and the reference temperature (K).
   Thermostat tcoupl = Thermostat::kNo;
   int nsttcouple = -1;      // -1: GROMACS's default (10)
-  double tau_t = 0.1;
-  double ref_t = 0.0;
+  std::vector<std::string> tc_grps{"System"};
+  std::vector<double> tau_t{0.1};
+  std::vector<double> ref_t{0.0};
   // Initial velocities.
   bool gen_vel = false;
   double gen_temp = 300.0;

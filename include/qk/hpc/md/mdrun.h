@@ -27,6 +27,7 @@ struct MdrunArgs {
   std::string mdp = "grompp.mdp";
   std::string conf = "conf.gro";
   std::string top = "topol.top";
+  std::string index;  // -n: an index file whose groups join the default ones (tc-grps)
   std::string log = "md.log";
   std::string confout = "confout.gro";
   std::string trajectory = "traj.trr";  // written when the mdp's nstxout / nstvout / nstfout ask
