@@ -45,9 +45,37 @@ EdrWriter::EdrWriter(const std::string& path, std::vector<EdrTerm> terms, bool d
   file_.write(o.bytes());
 }
 
+void EdrSums::add(const std::vector<double>& e) {
+  if (esum_run.empty()) esum_run.assign(e.size(), 0.0);
+  QK_CHECK(esum_run.size() == e.size(), "EdrSums: ", e.size(), " values after ", esum_run.size());
+  if (nsum == 0) {
+    esum = e;
+    eav.assign(e.size(), 0.0);
+  } else {  // the deviations first, then the sum (Welford's update, as GROMACS)
+    const double m = static_cast<double>(nsum), invmm = (1.0 / m) / (m + 1.0);
+    for (size_t i = 0; i < e.size(); ++i) {
+      const double diff = esum[i] - m * e[i];
+      eav[i] += diff * diff * invmm;
+      esum[i] += e[i];
+    }
+  }
+  for (size_t i = 0; i < e.size(); ++i) esum_run[i] += e[i];
+  ++nsum;
+  ++nsum_run;
+}
+
+void EdrSums::take(EdrFrame* frame) {
+  frame->nsum = nsum;
+  frame->esum = nsum > 0 ? esum : std::vector<double>{};
+  frame->eav = nsum > 0 ? eav : std::vector<double>{};
+  nsum = 0;
+}
+
 void EdrWriter::write(const EdrFrame& fr) {
   QK_CHECK(fr.values.size() == terms_.size(), path(), ": a frame of ", fr.values.size(), " values for ",
            terms_.size(), " terms");
+  QK_CHECK(fr.nsum <= 1 || (fr.esum.size() == terms_.size() && fr.eav.size() == terms_.size()), path(),
+           ": a frame summing ", fr.nsum, " steps needs a sum and a deviation per term");
   const int32_t real = double_ ? 8 : 4;
   XdrOut o;
   o.real(kEnxFirstReal, double_);
@@ -55,7 +83,8 @@ void EdrWriter::write(const EdrFrame& fr) {
   o.i32(kEnxVersion);
   o.real(fr.time, /*dbl=*/true);
   i64(&o, fr.step);
-  o.i32(0);  // no sums: instantaneous values
+  const bool sums = fr.nsum > 1;  // as GROMACS: a sum of one step adds nothing to the value, so none is stored
+  o.i32(sums ? static_cast<int32_t>(fr.nsum) : 0);
   i64(&o, fr.nsteps);
   o.real(fr.dt, /*dbl=*/true);
   o.i32(static_cast<int32_t>(terms_.size()));
@@ -64,7 +93,13 @@ void EdrWriter::write(const EdrFrame& fr) {
   o.i32(static_cast<int32_t>(terms_.size()) * real * 4);  // e_size: GROMACS's sizeof(energy) = 4 reals
   o.i32(0);  // reserved
   o.i32(0);  // the old format's dummy
-  for (double v : fr.values) o.real(v, double_);
+  for (size_t k = 0; k < fr.values.size(); ++k) {
+    o.real(fr.values[k], double_);
+    if (sums) {
+      o.real(fr.eav[k], double_);
+      o.real(fr.esum[k], double_);
+    }
+  }
   file_.write(o.bytes());
 }
 
@@ -100,6 +135,8 @@ EdrFile read_edr(const std::string& path) {
     fr.time = in.real(true, "the time");
     fr.step = i64(in, "the step");
     const int32_t nsum = in.i32("the sum length");
+    QK_CHECK(nsum >= 0, where, ": negative sum length ", nsum);
+    fr.nsum = nsum;
     fr.nsteps = i64(in, "the steps");
     fr.dt = in.real(true, "dt");
     const int32_t n = in.i32("the term count");
@@ -122,9 +159,9 @@ EdrFile read_edr(const std::string& path) {
     in.i32("dummy");
     for (int32_t k = 0; k < n; ++k) {
       fr.values.push_back(in.real(dbl, "an energy"));
-      if (nsum > 0) {  // the average and sum over the frame's steps
-        in.real(dbl, "an average");
-        in.real(dbl, "a sum");
+      if (nsum > 0) {  // the squared deviations and the sum over the frame's steps
+        fr.eav.push_back(in.real(dbl, "a deviation sum"));
+        fr.esum.push_back(in.real(dbl, "a sum"));
       }
     }
     // Extra blocks (free energy, restraints): skipped. Types: 0 int, 1 float, 2 double, 3 int64, 4 char, 5 string.

@@ -51,6 +51,16 @@ void save_md_checkpoint(const std::string& dir, const MdCheckpoint& c) {
   for (double e : c.half_step_group_kinetic) group_ke.push_back(hex(e));
   meta["half_step_group_kinetic"] = group_ke;
   meta["thermostats"] = c.thermostats;
+  auto hexes = [&](const std::vector<double>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (double e : v) a.push_back(hex(e));
+    return a;
+  };
+  meta["energy_sums"] = {{"nsum", c.energy_sums.nsum},
+                         {"esum", hexes(c.energy_sums.esum)},
+                         {"eav", hexes(c.energy_sums.eav)},
+                         {"nsum_run", c.energy_sums.nsum_run},
+                         {"esum_run", hexes(c.energy_sums.esum_run)}};
   meta["trr_bytes"] = c.trr_bytes;
   meta["xtc_bytes"] = c.xtc_bytes;
   meta["edr_bytes"] = c.edr_bytes;
@@ -89,6 +99,19 @@ std::optional<MdCheckpoint> latest_md_checkpoint(const std::string& dir) {
     for (const nlohmann::json& e : meta.at("half_step_group_kinetic"))
       c.half_step_group_kinetic.push_back(std::strtod(e.get<std::string>().c_str(), nullptr));
   if (meta.contains("thermostats")) c.thermostats = meta.at("thermostats").get<std::vector<std::string>>();
+  if (meta.contains("energy_sums")) {
+    const nlohmann::json& es = meta.at("energy_sums");
+    auto numbers = [&](const char* key) {
+      std::vector<double> v;
+      for (const nlohmann::json& e : es.at(key)) v.push_back(std::strtod(e.get<std::string>().c_str(), nullptr));
+      return v;
+    };
+    c.energy_sums.nsum = es.at("nsum").get<int64_t>();
+    c.energy_sums.esum = numbers("esum");
+    c.energy_sums.eav = numbers("eav");
+    c.energy_sums.nsum_run = es.at("nsum_run").get<int64_t>();
+    c.energy_sums.esum_run = numbers("esum_run");
+  }
   c.trr_bytes = meta.value("trr_bytes", int64_t{-1});
   c.xtc_bytes = meta.value("xtc_bytes", int64_t{-1});
   c.edr_bytes = meta.value("edr_bytes", int64_t{-1});

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "qk/hpc/md/edr.h"
+
 #include "qk/hpc/md/units.h"
 
 namespace qk::md {
@@ -25,6 +27,7 @@ struct MdCheckpoint {
   Mat3 half_step_kinetic{};  // the loop's kinetic energy tensor at t - dt/2
   std::vector<double> half_step_group_kinetic;  // and each T-coupling group's kinetic energy then
   std::vector<std::string> thermostats;         // VRescale::save() per coupled group; empty without coupling
+  EdrSums energy_sums;                          // the energy sums since the last frame and over the run
   int64_t trr_bytes = -1, xtc_bytes = -1, edr_bytes = -1, log_bytes = -1;  // -1: that output is not written
 };
 

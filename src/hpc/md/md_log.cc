@@ -44,11 +44,11 @@ std::vector<std::pair<std::string, double>> energy_terms(const EnergyFrame& e, c
   return t;
 }
 
-void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology& top, const MdpOptions& mdp) {
+namespace {
+
+// Names over values, five a row, as mdrun's energy blocks.
+void write_terms(std::ostream& out, const std::vector<std::pair<std::string, double>>& t) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "%15s%15s\n%15lld%15.5f\n\n", "Step", "Time", static_cast<long long>(e.step), e.time);
-  out << buf << "   Energies (kJ/mol)\n";
-  std::vector<std::pair<std::string, double>> t = energy_terms(e, top, mdp);
   for (size_t row = 0; row < t.size(); row += 5) {
     std::string names, values;
     for (size_t k = row; k < std::min(t.size(), row + 5); ++k) {
@@ -59,7 +59,50 @@ void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology&
     }
     out << names << "\n" << values << "\n";
   }
+}
+
+}  // namespace
+
+void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology& top, const MdpOptions& mdp) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%15s%15s\n%15lld%15.5f\n\n", "Step", "Time", static_cast<long long>(e.step), e.time);
+  out << buf << "   Energies (kJ/mol)\n";
+  write_terms(out, energy_terms(e, top, mdp));
   out << "\n";
+}
+
+void write_averages(std::ostream& out, const std::vector<EdrTerm>& terms, const EdrSums& sums, int64_t steps,
+                    const Topology& top, const MdpOptions& mdp) {
+  if (sums.nsum_run == 0 || sums.esum_run.size() != terms.size()) return;
+  auto average = [&](size_t k) { return sums.esum_run[k] / static_cast<double>(sums.nsum_run); };
+  auto index_of = [&](const std::string& name) {
+    for (size_t k = 0; k < terms.size(); ++k)
+      if (terms[k].name == name) return k;
+    return terms.size();
+  };
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "\t<======  ###############  ==>\n\t<====  A V E R A G E S  ====>\n\t<==  ###############  ======>\n\n"
+                "\tStatistics over %lld steps using %lld frames\n\n",
+                static_cast<long long>(steps), static_cast<long long>(sums.nsum_run));
+  out << buf << "   Energies (kJ/mol)\n";
+  // md.log's terms lead the .edr's, in order (edr_terms), under their log names.
+  std::vector<std::pair<std::string, double>> t = energy_terms(EnergyFrame{}, top, mdp);
+  for (size_t k = 0; k < t.size() && k < terms.size(); ++k) t[k].second = average(k);
+  write_terms(out, t);
+  const char* axes = "XYZ";
+  for (const auto& [title, prefix] : {std::pair{"Total Virial (kJ/mol)", "Vir-"}, {"Pressure (bar)", "Pres-"}}) {
+    if (index_of(std::string(prefix) + "XX") == terms.size()) continue;
+    out << "\n   " << title << "\n";
+    for (int a = 0; a < 3; ++a) {
+      for (int b = 0; b < 3; ++b) {
+        std::snprintf(buf, sizeof buf, "%15.5e", average(index_of(std::string(prefix) + axes[a] + axes[b])));
+        out << buf;
+      }
+      out << "\n";
+    }
+  }
+  out << "\n\n";
 }
 
 void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp, std::vector<EdrTerm>* terms,

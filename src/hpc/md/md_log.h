@@ -22,6 +22,11 @@ void write_energy_block(std::ostream& out, const EnergyFrame& e, const Topology&
 // tensors (Vir-XX .. Vir-ZZ, Pres-XX .. Pres-ZZ), #Surf*SurfTen and the coupling group's temperature.
 void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp, std::vector<EdrTerm>* terms,
                std::vector<double>* values);
+// mdrun's closing "A V E R A G E S" section: "Statistics over <steps> steps using <frames> frames", then
+// the averages over every energy-computing step of the run (`sums`, of the .edr's `terms`): md.log's
+// energy terms, the total virial and the pressure tensor.
+void write_averages(std::ostream& out, const std::vector<EdrTerm>& terms, const EdrSums& sums, int64_t steps,
+                    const Topology& top, const MdpOptions& mdp);
 void write_performance(std::ostream& out, double wall_seconds, int threads, double ns_per_day, double hours_per_ns);
 // mdrun's "R E A L   C Y C L E   A N D   T I M E   A C C O U N T I N G" table: per part of the run, the
 // threads, how often it ran, its wall seconds and its share of the run.

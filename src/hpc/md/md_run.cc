@@ -1,5 +1,6 @@
 // run(): leap-frog MD and steepest-descent minimization (include/qk/hpc/md/md.h).
 #include <algorithm>
+#include <numeric>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -210,6 +211,13 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   int64_t last_energy_step = -1;
   auto at = [](int nst, int64_t step) { return nst > 0 && step % nst == 0; };
 
+  // Energies are computed every calc_every steps too, for the .edr's running sums and md.log's averages
+  // (as grompp: at most nstenergy apart, and nstenergy a multiple of it).
+  int calc_every = std::max(mdp.nstcalcenergy, 0);
+  if (mdp.nstenergy > 0 && calc_every > mdp.nstenergy) calc_every = mdp.nstenergy;
+  if (mdp.nstenergy > 0 && calc_every > 0) calc_every = std::gcd(calc_every, mdp.nstenergy);
+  EdrSums sums = resumed ? resumed->energy_sums : EdrSums{};
+  std::vector<EdrTerm> edr_names;  // the terms summed, for md.log's averages
   RunResult result;
   Mat3 half_step_old = resumed ? resumed->half_step_kinetic : kinetic_tensor(v, top.mass);  // KE at t - dt/2
   std::vector<double> group_half_step_old = resumed ? resumed->half_step_group_kinetic : group_kinetic(v);
@@ -244,6 +252,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         c.v = v;
         c.half_step_kinetic = half_step_old;
         c.half_step_group_kinetic = group_half_step_old;
+        c.energy_sums = sums;
         for (const auto& t : thermostats)
           if (t) c.thermostats.push_back(t->save());
         c.trr_bytes = trajectory ? static_cast<int64_t>(trajectory->bytes()) : -1;
@@ -275,8 +284,10 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       }
     }
     const bool energy_step = (mdp.nstenergy > 0 && step % mdp.nstenergy == 0) || step == nsteps;
+    const bool sum_step = calc_every > 0 && step % calc_every == 0;  // into the .edr's and md.log's averages
+    const bool calc_step = energy_step || sum_step;
     lap(&result.output_seconds);  // checkpoints and progress
-    PotentialTerms pot = ff.compute(x, &f, energy_step, step);  // forces only on steps that report nothing
+    PotentialTerms pot = ff.compute(x, &f, calc_step, step);  // forces only on steps that compute no energies
     lap(&ignored);                                        // ff.times() has the parts
     if (trajectory && (at(mdp.nstxout, step) || at(mdp.nstvout, step) || at(mdp.nstfout, step))) {
       TrrFrame fr;
@@ -316,7 +327,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     const Mat3 half_step_new = kinetic_tensor(vnew, top.mass);
     const std::vector<double> group_half_step_new = group_kinetic(vnew);
     lap(&result.update_seconds);
-    if (energy_step) {
+    if (calc_step) {
       EnergyFrame e;
       e.step = step;
       e.time = mdp.tinit + step * dt;
@@ -343,11 +354,14 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       for (int a = 0; a < 3; ++a)
         for (int b = 0; b < 3; ++b) e.pressure_tensor[a][b] = fac * (ekin[a][b] - virial[a][b]);
       e.pressure = trace(e.pressure_tensor) / 3;
-      if (opt.log) write_energy_block(*opt.log, e, top, mdp);
-      if (!opt.energy_file.empty()) {
-        std::vector<EdrTerm> terms;
-        EdrFrame fr;
-        edr_terms(e, top, mdp, &terms, &fr.values);
+      std::vector<EdrTerm> terms;
+      EdrFrame fr;
+      edr_terms(e, top, mdp, &terms, &fr.values);
+      if (sum_step) sums.add(fr.values);
+      if (edr_names.empty()) edr_names = terms;
+      if (energy_step && opt.log) write_energy_block(*opt.log, e, top, mdp);
+      if (energy_step) sums.take(&fr);
+      if (energy_step && !opt.energy_file.empty()) {
         if (!energy_file)
           energy_file = std::make_unique<EdrWriter>(opt.energy_file, std::move(terms), opt.precision == Precision::kDouble,
                                                     kept(resumed ? resumed->edr_bytes : -1));
@@ -358,7 +372,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         energy_file->write(fr);
         last_energy_step = step;
       }
-      result.frames.push_back(e);
+      if (energy_step) result.frames.push_back(e);
     }
     lap(&result.output_seconds);
     if (step == nsteps) {
@@ -399,6 +413,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
                   ff.rlist() - ff.cutoff(), static_cast<long long>(ff.pair_list_prunes()),
                   ff.rlist_inner() - ff.cutoff(), static_cast<long long>(result.pairs_in_list));
     *opt.log << buf;
+    if (sums.nsum_run > 0) write_averages(*opt.log, edr_names, sums, nsteps + 1, top, mdp);
     write_time_accounting(*opt.log, result, num_threads());
     write_performance(*opt.log, result.wall_seconds, num_threads(), result.ns_per_day, result.hours_per_ns);
   }

@@ -151,6 +151,12 @@ const std::map<std::string, Handler>& handlers() {
       {"nstcomm", [](MdpOptions& o, const Line& l) { o.nstcomm = static_cast<int>(integer(l)); }},
       {"comm-grps", [](MdpOptions&, const Line& l) { choose(l, {"system"}, "one group, System"); }},
       {"nstenergy", [](MdpOptions& o, const Line& l) { o.nstenergy = static_cast<int>(integer(l)); }},
+      {"nstcalcenergy",
+       [](MdpOptions& o, const Line& l) {
+         const long long n = integer(l);
+         if (n < -1) bad_value(l, "a number of steps (0: only the nstenergy steps; -1: GROMACS's default, 100)");
+         o.nstcalcenergy = n == -1 ? 100 : static_cast<int>(std::min<long long>(n, 1 << 30));
+       }},
       {"nstxout", [](MdpOptions& o, const Line& l) { o.nstxout = static_cast<int>(integer(l)); }},
       {"nstvout", [](MdpOptions& o, const Line& l) { o.nstvout = static_cast<int>(integer(l)); }},
       {"nstfout", [](MdpOptions& o, const Line& l) { o.nstfout = static_cast<int>(integer(l)); }},
@@ -179,7 +185,6 @@ const std::vector<IgnoredMdpKey>& mdp_keys_without_effect() {
       {"rlist", "the list radius comes from verlet-buffer-tolerance (as GROMACS); with -1 qk md keeps exact lists "
                 "instead of using rlist"},
       {"nstlog", "md.log's energy blocks follow nstenergy"},
-      {"nstcalcenergy", "energies are computed on the steps that report them"},
       {"energygrps", "only one energy group (System) is reported"},
       {"cpp", "the preprocessor is built in"},
   };
@@ -230,6 +235,12 @@ MdpOptions parse_mdp(std::string_view text, const std::string& name) {
   for (auto [key, v] : {std::pair{"nstenergy", o.nstenergy}, {"nstxout", o.nstxout}, {"nstvout", o.nstvout},
                         {"nstfout", o.nstfout}, {"nstxout-compressed", o.nstxout_compressed}})
     QK_CHECK(v >= 0, where(name, 0), key, " must be >= 0 (0: never), got ", v);
+  // As grompp: energies are computed at most as often as they are written, and the written steps are
+  // among the computed ones (so the .edr's sums are exact).
+  if (o.nstenergy > 0 && o.nstcalcenergy > o.nstenergy) o.nstcalcenergy = o.nstenergy;
+  QK_CHECK(o.nstcalcenergy <= 0 || o.nstenergy % o.nstcalcenergy == 0, where(name, 0), "nstenergy (", o.nstenergy,
+           ") must be a multiple of nstcalcenergy (", o.nstcalcenergy, "), so that the energy file's averages are "
+           "exact; set nstenergy = ", (o.nstenergy / o.nstcalcenergy + 1) * o.nstcalcenergy, " (grompp rounds it up)");
   QK_CHECK(o.compressed_x_precision > 0, where(name, 0), "compressed-x-precision must be positive, got ",
            o.compressed_x_precision);
   if (o.tcoupl != Thermostat::kNo) {

@@ -80,12 +80,55 @@ TEST(Edr, MdRunWritesGromacsTermsAndValues) {
   fs::remove(path);
 }
 
+qk::md::EdrFrame frame(int64_t step, double time, std::vector<double> values) {
+  qk::md::EdrFrame f;
+  f.step = step;
+  f.time = time;
+  f.dt = 0.002;
+  f.nsteps = 1;
+  f.values = std::move(values);
+  return f;
+}
+
+// GROMACS's running sums: the sum and the squared deviations of the steps since the last frame, a sum of
+// one step not stored, and the whole run's sums kept across frames.
+TEST(Edr, RunningSumsAreGromacssAndRoundTrip) {
+  qk::md::EdrSums sums;
+  sums.add({1.0, 10.0});
+  qk::md::EdrFrame first = frame(0, 0, {1.0, 10.0});
+  sums.take(&first);
+  EXPECT_EQ(first.nsum, 1);
+  for (double v : {2.0, 4.0, 9.0}) sums.add({v, 10 * v});
+  qk::md::EdrFrame second = frame(3, 0.006, {9.0, 90.0});
+  sums.take(&second);
+  ASSERT_EQ(second.nsum, 3);
+  EXPECT_DOUBLE_EQ(second.esum[0], 15.0);
+  EXPECT_DOUBLE_EQ(second.eav[0], 26.0);  // (2-5)^2 + (4-5)^2 + (9-5)^2
+  EXPECT_DOUBLE_EQ(second.eav[1], 2600.0);
+  EXPECT_EQ(sums.nsum_run, 4);
+  EXPECT_DOUBLE_EQ(sums.esum_run[0], 16.0);
+  const fs::path path = fs::temp_directory_path() / ("qk_edr_s_" + std::to_string(::getpid()) + ".edr");
+  {
+    qk::md::EdrWriter w(path.string(), {{"A", "kJ/mol"}, {"B", "K"}}, /*double_precision=*/true);
+    w.write(first);
+    w.write(second);
+  }
+  const qk::md::EdrFile f = qk::md::read_edr(path.string());
+  ASSERT_EQ(f.frames.size(), 2u);
+  EXPECT_EQ(f.frames[0].nsum, 0) << "a sum of one step is not stored (GROMACS's enxio)";
+  EXPECT_TRUE(f.frames[0].esum.empty());
+  EXPECT_EQ(f.frames[1].nsum, 3);
+  EXPECT_EQ(f.frames[1].esum, second.esum);
+  EXPECT_EQ(f.frames[1].eav, second.eav);
+  fs::remove(path);
+}
+
 TEST(Edr, DoublePrecisionRoundTripAndBadFiles) {
   const fs::path path = fs::temp_directory_path() / ("qk_edr_d_" + std::to_string(::getpid()) + ".edr");
   {
     qk::md::EdrWriter w(path.string(), {{"Potential", "kJ/mol"}, {"Temperature", "K"}}, /*double_precision=*/true);
-    w.write({7, 0.014, 0.002, 1, {-1234.5678901234, 300.000000001}});
-    w.write({8, 0.016, 0.002, 1, {-1234.0, 299.5}});
+    w.write(frame(7, 0.014, {-1234.5678901234, 300.000000001}));
+    w.write(frame(8, 0.016, {-1234.0, 299.5}));
   }
   const qk::md::EdrFile f = qk::md::read_edr(path.string());
   EXPECT_TRUE(f.double_precision);
@@ -93,7 +136,7 @@ TEST(Edr, DoublePrecisionRoundTripAndBadFiles) {
   EXPECT_EQ(f.frames[0].values[0], -1234.5678901234);
   EXPECT_EQ(f.frames[0].values[1], 300.000000001);
   EXPECT_EQ(f.frames[1].step, 8);
-  EXPECT_THROW(qk::md::EdrWriter(path.string(), {{"A", "kJ/mol"}}, false).write({0, 0, 0, 1, {1, 2}}), qk::Error);
+  EXPECT_THROW(qk::md::EdrWriter(path.string(), {{"A", "kJ/mol"}}, false).write(frame(0, 0, {1, 2})), qk::Error);
   const std::string g = qk::read_file(kArgon + "traj_reference.edr");
   qk::atomic_write_file(path.string(), g.substr(0, g.size() - 7));  // the last frame cut short: dropped
   EXPECT_EQ(qk::md::read_edr(path.string()).frames.size(), 2u);

@@ -8,9 +8,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <unistd.h>
 
 #include "pbc.h"
 #include "qk/base/thread_pool.h"
+#include "qk/hpc/md/edr.h"
 #include "qk/hpc/md/md.h"
 #include "reference_energies.h"
 
@@ -180,6 +182,47 @@ TEST(Md, LogHasGromacsEnergyBlocksAndPerformance) {
 }
 
 // mdrun's time accounting: every part of the step, how often it ran, and parts that add up to the run.
+// Energies computed every nstcalcenergy steps between the written ones: each .edr frame carries GROMACS's
+// sums over them (the sum equal to the values a run writing every such step reports) and md.log closes
+// with their averages, as mdrun's "A V E R A G E S".
+TEST(Md, EnergyFileSumsEveryComputedStepAndTheLogAveragesThem) {
+  Fixture fx("water_pme");
+  qk::md::MdpOptions mdp = fx.mdp;
+  mdp.nsteps = 20;
+  mdp.nstcalcenergy = 2;
+  mdp.nstenergy = 10;
+  const std::string dir = ::testing::TempDir();
+  std::ostringstream log;
+  qk::md::RunOptions opt;
+  opt.log = &log;
+  opt.energy_file = dir + "/qk_sums_" + std::to_string(::getpid()) + ".edr";
+  opt.precision = qk::md::Precision::kDouble;
+  qk::md::run(fx.top, mdp, fx.conf, opt);
+  const qk::md::EdrFile f = qk::md::read_edr(opt.energy_file);
+  ASSERT_EQ(f.frames.size(), 3u);  // steps 0, 10, 20
+  EXPECT_EQ(f.frames[0].nsum, 0);  // step 0 alone: not stored
+  ASSERT_EQ(f.frames[1].nsum, 5);  // steps 2, 4, 6, 8, 10
+  ASSERT_EQ(f.frames[2].nsum, 5);
+  // The same run writing every second step.
+  mdp.nstenergy = 2;
+  qk::md::RunOptions double_only;
+  double_only.precision = qk::md::Precision::kDouble;
+  const qk::md::RunResult every = qk::md::run(fx.top, mdp, fx.conf, double_only);
+  ASSERT_EQ(every.frames.size(), 11u);
+  size_t potential = 0;
+  while (f.terms[potential].name != "Potential") ++potential;
+  double want = 0;
+  for (const qk::md::EnergyFrame& e : every.frames)
+    if (e.step >= 12) want += e.potential.potential();
+  EXPECT_NEAR(f.frames[2].esum[potential], want, 1e-9 * std::abs(want));
+  const std::string s = log.str();
+  EXPECT_NE(s.find("\t<====  A V E R A G E S  ====>\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("\tStatistics over 21 steps using 11 frames\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("   Total Virial (kJ/mol)\n"), std::string::npos) << s;
+  EXPECT_LT(s.find("A V E R A G E S"), s.find("Performance:"));
+  std::remove(opt.energy_file.c_str());
+}
+
 TEST(Md, TimeAccountingCoversTheRun) {
   Fixture fx("water_pme");
   qk::md::MdpOptions mdp = fx.mdp;

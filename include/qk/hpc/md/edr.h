@@ -8,10 +8,10 @@
 // Layout (XDR, enxio version 5): once, magic -55555, the version, the number
 // of terms and each term's name and unit; per frame, a marker real (-2e10),
 // magic -7777777, the version, time (double), step (int64), the number of
-// summed steps (0 here: frames hold instantaneous values, from which gmx
-// energy averages), the steps since the previous frame (int64), dt (double),
-// the term count, no extra blocks, and one real per term (float, or double
-// for a double-precision run).
+// summed steps (nsum), the steps since the previous frame (int64), dt
+// (double), the term count, no extra blocks, and per term one real (float,
+// or double for a double-precision run), followed when nsum > 0 by the sum
+// of squared deviations and the sum over the summed steps.
 #pragma once
 
 #include <cstdint>
@@ -33,12 +33,30 @@ struct EdrFrame {
   double time = 0, dt = 0;  // ps
   int64_t nsteps = 0;       // steps since the previous frame
   std::vector<double> values;  // one per term
+  // GROMACS's exact sums over the energy steps since the previous frame (nstcalcenergy apart; 0: none):
+  // per term the sum and the sum of squared deviations from the mean, so gmx energy averages every
+  // computed step, not only the frames.
+  int64_t nsum = 0;
+  std::vector<double> esum, eav;
 };
 
 struct EdrFile {
   std::vector<EdrTerm> terms;
   std::vector<EdrFrame> frames;
   bool double_precision = false;
+};
+
+// GROMACS's running energy sums (ebin.cpp add_ebin): each energy-computing step's values added to the sums
+// since the last frame (the frame's esum and eav, then reset) and to the whole run's (md.log's averages).
+struct EdrSums {
+  int64_t nsum = 0;
+  std::vector<double> esum, eav;
+  int64_t nsum_run = 0;
+  std::vector<double> esum_run;
+
+  void add(const std::vector<double>& values);
+  // Moves the sums since the last frame into `frame` and starts them again.
+  void take(EdrFrame* frame);
 };
 
 class EdrWriter {
@@ -57,8 +75,8 @@ class EdrWriter {
   OutputFile file_;
 };
 
-// The terms and every frame; files GROMACS wrote with energy sums or extra blocks are read too (the sums
-// and blocks skipped). Malformed or truncated files are errors naming the frame and byte.
+// The terms and every frame with its sums; files GROMACS wrote with extra blocks are read too (the blocks
+// skipped). Malformed or truncated files are errors naming the frame and byte.
 EdrFile read_edr(const std::string& path);
 
 }  // namespace qk::md

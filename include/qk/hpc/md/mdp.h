@@ -70,6 +70,9 @@ struct MdpOptions {
   int nstcomm = 100;
   // Output: md.log's energy blocks; the .trr's positions, velocities and forces; the .xtc (0: never).
   int nstenergy = 1000;
+  // Energies are also computed every nstcalcenergy steps (0: only on nstenergy's), for the .edr's exact
+  // averages (GROMACS's default 100).
+  int nstcalcenergy = 100;
   int nstxout = 0, nstvout = 0, nstfout = 0;
   int nstxout_compressed = 0;            // the .xtc's positions (compressed-x-grps: System only)
   double compressed_x_precision = 1000;  // 1/nm
