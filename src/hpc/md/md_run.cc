@@ -27,6 +27,7 @@
 #include "index_groups.h"
 #include "tc_groups.h"
 #include "verlet_buffer.h"
+#include "vsite.h"
 #include "vrescale.h"
 
 namespace qk::md {
@@ -156,6 +157,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     for (int i = 0; i < n; ++i)
       for (int d = 0; d < 3; ++d) v[i][d] -= (back[i][d] - back0[i][d]) / dt;
   }
+  construct_virtual_sites(top, box, &x);  // from the (constrained) atoms, as mdrun before step 0
   const int nsttcouple = mdp.nsttcouple > 0 ? mdp.nsttcouple : 10;  // GROMACS's default
   // One V-rescale per coupled group (tau-t -1 leaves a group uncoupled), each with its own random stream.
   std::vector<std::unique_ptr<VRescale>> thermostats(ngroups);
@@ -288,6 +290,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     const bool calc_step = energy_step || sum_step;
     lap(&result.output_seconds);  // checkpoints and progress
     PotentialTerms pot = ff.compute(x, &f, calc_step, step);  // forces only on steps that compute no energies
+    spread_virtual_site_forces(top, &f);
     lap(&ignored);                                        // ff.times() has the parts
     if (trajectory && (at(mdp.nstxout, step) || at(mdp.nstvout, step) || at(mdp.nstfout, step))) {
       TrrFrame fr;
@@ -323,6 +326,10 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     lap(&result.update_seconds);
     Mat3 r_m_dx{};
     constrain(x, &xnew, &vnew, 1 / dt, &r_m_dx, "step " + std::to_string(step));
+    if (!top.vsites3.empty()) {
+      construct_virtual_sites(top, box, &xnew);
+      virtual_site_velocities(top, box, x, xnew, dt, &vnew);
+    }
     lap(&result.constraint_seconds);
     const Mat3 half_step_new = kinetic_tensor(vnew, top.mass);
     const std::vector<double> group_half_step_new = group_kinetic(vnew);
@@ -451,9 +458,11 @@ RunResult run_steep(const Topology& top, const MdpOptions& mdp, const GroFile& c
   // Forces without their components along the constraints, as GROMACS minimizes (and measures Fmax).
   auto forces = [&](const std::vector<Vec3>& at, std::vector<Vec3>* out) {
     PotentialTerms e = ff.compute(at, out);
+    spread_virtual_site_forces(top, out);
     if (!settle.empty()) settle.project(box, at, out);
     return e;
   };
+  construct_virtual_sites(top, box, &x);
   PotentialTerms pot = forces(x, &f);
   auto [fmax, fmax_atom] = max_force(f);
   auto record = [&](int64_t step) {
@@ -477,6 +486,7 @@ RunResult run_steep(const Topology& top, const MdpOptions& mdp, const GroFile& c
       for (int d = 0; d < 3; ++d) xnew[i][d] = x[i][d] + scale * f[i][d];
     // A step that distorts a water past what SETTLE can solve counts as uphill (GROMACS: invalid step).
     const bool valid = settle.empty() || settle.apply(box, x, &xnew, nullptr, 0, nullptr);
+    construct_virtual_sites(top, box, &xnew);
     PotentialTerms trial;
     if (valid) trial = forces(xnew, &fnew);
     if (valid && trial.potential() < pot.potential()) {  // accept and take a longer step next
@@ -537,7 +547,9 @@ std::string describe_pair_lists(const PairListSetup& lists, const MdpOptions& md
 }
 
 double degrees_of_freedom(const Topology& top, const MdpOptions& mdp) {
-  double ndf = 3.0 * top.num_atoms() - top.num_constraints();
+  // 3 per atom with a mass (virtual sites have none), less the constraints and the centre of mass's.
+  double ndf = 3.0 * static_cast<double>(std::count_if(top.mass.begin(), top.mass.end(), [](double m) { return m > 0; })) -
+               top.num_constraints();
   if (mdp.constraints == Constraints::kHBonds) ndf -= static_cast<double>(h_bond_constraints(top).size());
   if (mdp.comm_mode == CommMode::kLinear && mdp.nstcomm > 0) ndf -= 3;
   return ndf;

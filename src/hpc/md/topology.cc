@@ -33,6 +33,8 @@ struct MoleculeType {
   std::vector<std::pair<int, int>> pairs_to_look_up;  // [pairs] lines without parameters
   std::vector<Dihedral> dihedrals;
   std::vector<Settle> settles;
+  std::vector<VirtualSite3> vsites3;
+  std::vector<char> ptype;  // per atom: A (atom), D or V (virtual site)
   std::vector<std::pair<int, int>> exclusions;
 };
 
@@ -181,11 +183,13 @@ void TopReader::atom(const SourceLine& l, const std::vector<std::string_view>& f
                 std::string(f[0]));
   auto t = type_index_.find(std::string(f[1]));
   if (t == type_index_.end()) fail(l, "atom type '" + std::string(f[1]) + "' is not in any [ atomtypes ]");
-  if (type_ptype_[t->second] != 'A')
-    fail(l, "atom type '" + std::string(f[1]) + "' has particle type " + std::string(1, type_ptype_[t->second]) +
-                "; qk md supports only atoms (A), not virtual sites or shells");
+  const char ptype = type_ptype_[t->second];
+  if (ptype != 'A' && ptype != 'D' && ptype != 'V')
+    fail(l, "atom type '" + std::string(f[1]) + "' has particle type " + std::string(1, ptype) +
+                "; qk md supports atoms (A) and virtual sites (D, V), not shells");
   const AtomType& at = top_->atom_types[t->second];
   m.type.push_back(t->second);
+  m.ptype.push_back(ptype);
   m.residue_number.push_back(static_cast<int>(parse_int(f[2], *l.file, l.line, "the residue number")));
   m.residue_name.emplace_back(f[3]);
   m.atom_name.emplace_back(f[4]);
@@ -217,7 +221,7 @@ void TopReader::line(const SourceLine& l) {
     static const std::set<std::string> known = {
         "defaults",  "atomtypes", "bondtypes",  "angletypes", "pairtypes", "constrainttypes", "dihedraltypes",
         "moleculetype", "atoms",  "bonds",      "angles",     "pairs",     "dihedrals",       "settles",
-        "exclusions",
+        "exclusions", "virtual_sites3",
         "system",    "molecules"};
     if (!known.count(directive_))
       fail(l, "directive [ " + directive_ +
@@ -343,6 +347,14 @@ void TopReader::line(const SourceLine& l) {
     m.settles.push_back(Settle{ow, num(l, f[2], "doh"), num(l, f[3], "dhh")});
     m.connections.emplace_back(ow, ow + 1);
     m.connections.emplace_back(ow, ow + 2);
+  } else if (d == "virtual_sites3") {
+    need_fields(l, f, 7, "site ai aj ak funct a b");
+    const int fn = static_cast<int>(parse_int(f[4], *l.file, l.line, "the function type"));
+    if (fn != 1)
+      fail(l, "[ virtual_sites3 ] function type " + std::to_string(fn) +
+                  " is not supported by qk md (1: the site in the plane of three atoms, as TIP4P's M)");
+    molecule(l).vsites3.push_back(VirtualSite3{atom_index(l, f[0]), atom_index(l, f[1]), atom_index(l, f[2]),
+                                               atom_index(l, f[3]), num(l, f[5], "a"), num(l, f[6], "b")});
   } else if (d == "exclusions") {
     need_fields(l, f, 2, "ai aj [ak ...]");
     int i = atom_index(l, f[0]);
@@ -502,6 +514,25 @@ void TopReader::finish(const std::string& path) {
                                  top.fudge_lj * top.c12(m.type[i], m.type[j])});
       }
     }
+  // Virtual sites: each one built by exactly one [ virtual_sites3 ] line, massless, from real atoms.
+  for (const MoleculeType& m : moltypes_) {
+    std::vector<int> built(m.type.size(), 0);
+    for (const VirtualSite3& v : m.vsites3) {
+      QK_CHECK(m.ptype[v.site] != 'A', where(m.file, m.line), "molecule ", m.name, ": atom ", v.site + 1,
+               " is built by [ virtual_sites3 ] but its type's particle type is A (a virtual site has D or V)");
+      for (int c : {v.i, v.j, v.k})
+        QK_CHECK(m.ptype[c] == 'A', where(m.file, m.line), "molecule ", m.name, ": virtual site ", v.site + 1,
+                 " is built from atom ", c + 1, ", itself a virtual site (qk md builds sites from atoms only)");
+      ++built[v.site];
+    }
+    for (size_t a = 0; a < m.type.size(); ++a) {
+      if (m.ptype[a] == 'A') continue;
+      QK_CHECK(built[a] == 1, where(m.file, m.line), "molecule ", m.name, ": virtual site ", a + 1, " (",
+               m.atom_name[a], ") is built by ", built[a], " [ virtual_sites3 ] lines; it needs exactly one");
+      QK_CHECK(m.mass[a] == 0, where(m.file, m.line), "molecule ", m.name, ": virtual site ", a + 1, " (",
+               m.atom_name[a], ") has mass ", m.mass[a], "; a virtual site is massless");
+    }
+  }
   // Expand the molecules.
   for (auto [mt, count] : molecule_list_) {
     const MoleculeType& m = moltypes_[mt];
@@ -532,6 +563,7 @@ void TopReader::finish(const std::string& path) {
         top.dihedrals.push_back(d);
       }
       for (Settle s : m.settles) top.settles.push_back({s.ow + off, s.doh, s.dhh});
+      for (VirtualSite3 v : m.vsites3) top.vsites3.push_back({v.site + off, v.i + off, v.j + off, v.k + off, v.a, v.b});
     }
   }
 }

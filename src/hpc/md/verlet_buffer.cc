@@ -49,11 +49,18 @@ std::vector<TypeCount> kinetic_types(const Topology& top, const std::vector<Bond
     p[s.ow + 1].con_mass = top.mass[s.ow], p[s.ow + 1].con_len = s.doh;
     p[s.ow + 2].con_mass = top.mass[s.ow], p[s.ow + 2].con_len = s.doh;
   }
+  // A virtual site moves with its atoms: it gets the mass whose thermal displacement is the site's
+  // (exact for the linear three-atom site).
+  std::vector<double> mass = top.mass;
+  for (const VirtualSite3& v : top.vsites3) {
+    const double mi = top.mass[v.i], mj = top.mass[v.j], mk = top.mass[v.k], c = 1 - v.a - v.b;
+    mass[v.site] = mi * mj * mk / (mj * mk * c * c + mi * mk * v.a * v.a + mi * mj * v.b * v.b);
+  }
   std::vector<TypeCount> types;
   std::map<decltype(KineticType{}.key()), size_t> index;
   for (int a = 0; a < n; ++a) {
-    if (top.mass[a] == 0) continue;  // massless particles do not move on their own
-    p[a].mass = top.mass[a];
+    if (mass[a] == 0) continue;  // massless particles that are not sites do not move on their own
+    p[a].mass = mass[a];
     p[a].type = top.type[a];
     p[a].q = top.charge[a];
     // Two degrees of freedom when constrained to an atom of more than 0.4 times its mass.

@@ -89,6 +89,10 @@ void check_potential_terms(const std::string& system, std::vector<std::string> e
 TEST(Energies, WaterPmeStepZeroPotentialMatchesGromacs) {
   check_potential_terms("water_pme", {"LJ (SR)", "Disper. corr.", "Coulomb (SR)", "Coul. recip.", "Potential"});
 }
+// TIP4P: the charge sits on the massless M site of [ virtual_sites3 ] (vsite.h).
+TEST(Energies, Tip4pWaterStepZeroPotentialMatchesGromacs) {
+  check_potential_terms("water_tip4p", {"LJ (SR)", "Disper. corr.", "Coulomb (SR)", "Coul. recip.", "Potential"});
+}
 TEST(Energies, WaterReactionFieldStepZeroPotentialMatchesGromacs) {
   check_potential_terms("water_rf", {"LJ (SR)", "Disper. corr.", "Coulomb (SR)", "Potential"});
 }
@@ -163,6 +167,7 @@ void check_step_zero_dynamics(const std::string& system) {
 }  // namespace
 
 TEST(Energies, WaterPmeStepZeroKineticTemperaturePressureMatchGromacs) { check_step_zero_dynamics("water_pme"); }
+TEST(Energies, Tip4pWaterStepZeroKineticTemperaturePressureMatchGromacs) { check_step_zero_dynamics("water_tip4p"); }
 TEST(Energies, WaterReactionFieldStepZeroKineticTemperaturePressureMatchGromacs) {
   check_step_zero_dynamics("water_rf");
 }

@@ -7,8 +7,10 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "pbc.h"
 #include "qk/hpc/md/forces.h"
 #include "reference_energies.h"
+#include "vsite.h"
 
 namespace {
 
@@ -134,4 +136,39 @@ TEST(Forces, DihedralsOfEveryKindAreEnergyGradients) {
                          {0.66, 0.74, 0.42}, {1.40, 1.10, 0.90}, {1.52, 1.18, 0.95}, {1.55, 1.30, 1.05},
                          {1.69, 1.33, 1.10}, {1.50, 1.42, 1.02}};
   check_forces_are_gradients(top, mdp, Vec3{2.1, 2.1, 2.1}, x, {0, 1, 2, 3, 4, 7});
+}
+
+// TIP4P: the energy as a function of the real atoms (the M sites built from them); their forces after the
+// sites' are spread back are its gradient, the sites' own forces zero.
+TEST(Forces, Tip4pSiteForcesSpreadToTheEnergyGradientOfItsAtoms) {
+  qk::md::test::Fixture fx("water_tip4p");
+  std::string dir = temp_dir();
+  std::ofstream(dir + "/small.top") << "#include \"" << QK_SOURCE_DIR
+                                    << "/tests/fixtures/md/water_tip4p/tip4p_ff.itp\"\n[ system ]\nsmall\n"
+                                       "[ molecules ]\nSOL 40\n";
+  const qk::md::Topology top = qk::md::read_top(dir + "/small.top");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(top.vsites3.size(), 40u);
+  const qk::md::RectBox box(fx.conf.box);
+  std::vector<Vec3> x = first_atoms(fx, 160), f, scratch;
+  qk::md::ForceCalculator ff(top, fx.mdp, fx.conf.box);
+  auto energy = [&](std::vector<Vec3> at) {
+    qk::md::construct_virtual_sites(top, box, &at);
+    return ff.compute(at, &scratch).potential();
+  };
+  qk::md::construct_virtual_sites(top, box, &x);
+  ff.compute(x, &f);
+  const Vec3 site_force = f[3];
+  qk::md::spread_virtual_site_forces(top, &f);
+  EXPECT_GT(std::abs(site_force[0]) + std::abs(site_force[1]) + std::abs(site_force[2]), 1.0);
+  EXPECT_EQ(f[3], (Vec3{0, 0, 0}));
+  const double h = 1e-5;
+  for (int a : {0, 1, 2, 81})
+    for (int d = 0; d < 3; ++d) {
+      std::vector<Vec3> p = x, m = x;
+      p[a][d] += h;
+      m[a][d] -= h;
+      const double fd = (energy(m) - energy(p)) / (2 * h);
+      EXPECT_NEAR(f[a][d], fd, 1e-4 * std::abs(fd) + 2e-3) << "atom " << a << " dim " << d;
+    }
 }

@@ -56,8 +56,8 @@ qk::md::MdpOptions mdp_for(const std::string& system, bool thermostat) {
   return mdp;
 }
 
-TEST(VerletBuffer, ListSetupsEqualGromacsForWaterAndArgon) {
-  for (const std::string system : {"water_pme", "water_rf", "water_hbonds", "argon"}) {
+TEST(VerletBuffer, ListSetupsEqualGromacsForWaterAndArgon) {  // TIP4P: its M site moves with an effective mass
+  for (const std::string system : {"water_pme", "water_rf", "water_hbonds", "water_tip4p", "argon"}) {
     qk::md::TopOptions opts;
     opts.defines = qk::md::read_mdp(kFixtures + system + "/run.mdp").defines;
     const qk::md::Topology top = qk::md::read_top(kFixtures + system + "/topol.top", opts);

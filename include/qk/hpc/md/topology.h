@@ -57,6 +57,10 @@ struct Dihedral {
   int multiplicity = 0;        // funct 1, 4, 9
   std::array<double, 6> rb{};  // funct 3: C0..C5
 };
+struct VirtualSite3 {  // [virtual_sites3] funct 1: x_site = x_i + a (x_j - x_i) + b (x_k - x_i) (TIP4P's M)
+  int site = 0, i = 0, j = 0, k = 0;
+  double a = 0, b = 0;
+};
 struct Settle {  // rigid water: atoms ow, ow+1, ow+2 (O, H, H)
   int ow = 0;
   double doh = 0, dhh = 0;
@@ -82,6 +86,7 @@ struct Topology {
   std::vector<LjPair> pairs;
   std::vector<Dihedral> dihedrals;
   std::vector<Settle> settles;
+  std::vector<VirtualSite3> vsites3;  // massless sites built from their atoms (vsite.h)
   struct MoleculeBlock {
     std::string name;
     int count = 0, atoms_per_molecule = 0;
