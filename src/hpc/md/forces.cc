@@ -181,8 +181,20 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   e.disp_corr = dc.energy;
   e.pres_dc = dc.pressure;
   for (int a = 0; a < 3; ++a) e.virial[a][a] += dc.virial;
+  e.disp_corr_virial = dc.virial;
   m.times.other += Impl::lap(&t);
   return e;
+}
+
+void ForceCalculator::set_box(const Vec3& b) {
+  Impl& m = *impl_;
+  const double half_box = 0.5 * std::min({b[0], b[1], b[2]});
+  QK_CHECK(m.nb.rc + m.buffer < half_box, "the box shrank to ", b[0], " x ", b[1], " x ", b[2],
+           " nm: the pair list's radius ", m.nb.rc + m.buffer, " nm is no longer below half of it (the pressure "
+           "coupling compressed the system too far: check ref-p, compressibility and the start structure)");
+  m.box = RectBox(b);
+  if (m.builds > 0) m.list.set_box(m.box);
+  if (m.pme) m.pme->set_box(b);
 }
 
 double ForceCalculator::cutoff() const { return impl_->nb.rc; }

@@ -51,6 +51,7 @@ void save_md_checkpoint(const std::string& dir, const MdCheckpoint& c) {
   for (double e : c.half_step_group_kinetic) group_ke.push_back(hex(e));
   meta["half_step_group_kinetic"] = group_ke;
   meta["thermostats"] = c.thermostats;
+  meta["baros_integral"] = hex(c.baros_integral);
   auto hexes = [&](const std::vector<double>& v) {
     nlohmann::json a = nlohmann::json::array();
     for (double e : v) a.push_back(hex(e));
@@ -99,6 +100,8 @@ std::optional<MdCheckpoint> latest_md_checkpoint(const std::string& dir) {
     for (const nlohmann::json& e : meta.at("half_step_group_kinetic"))
       c.half_step_group_kinetic.push_back(std::strtod(e.get<std::string>().c_str(), nullptr));
   if (meta.contains("thermostats")) c.thermostats = meta.at("thermostats").get<std::vector<std::string>>();
+  if (meta.contains("baros_integral"))
+    c.baros_integral = std::strtod(meta.at("baros_integral").get<std::string>().c_str(), nullptr);
   if (meta.contains("energy_sums")) {
     const nlohmann::json& es = meta.at("energy_sums");
     auto numbers = [&](const char* key) {

@@ -28,6 +28,7 @@ struct MdCheckpoint {
   std::vector<double> half_step_group_kinetic;  // and each T-coupling group's kinetic energy then
   std::vector<std::string> thermostats;         // VRescale::save() per coupled group; empty without coupling
   EdrSums energy_sums;                          // the energy sums since the last frame and over the run
+  double baros_integral = 0;                    // the pressure coupling's work (the conserved energy's share)
   int64_t trr_bytes = -1, xtc_bytes = -1, edr_bytes = -1, log_bytes = -1;  // -1: that output is not written
 };
 

@@ -90,6 +90,11 @@ void write_averages(std::ostream& out, const std::vector<EdrTerm>& terms, const 
   std::vector<std::pair<std::string, double>> t = energy_terms(EnergyFrame{}, top, mdp);
   for (size_t k = 0; k < t.size() && k < terms.size(); ++k) t[k].second = average(k);
   write_terms(out, t);
+  // The box's average under pressure coupling, as mdrun.
+  if (const size_t bx = index_of("Box-X"); bx + 2 < terms.size()) {
+    out << "\n";
+    write_terms(out, {{"Box-X", average(bx)}, {"Box-Y", average(bx + 1)}, {"Box-Z", average(bx + 2)}});
+  }
   const char* axes = "XYZ";
   for (const auto& [title, prefix] : {std::pair{"Total Virial (kJ/mol)", "Vir-"}, {"Pressure (bar)", "Pres-"}}) {
     if (index_of(std::string(prefix) + "XX") == terms.size()) continue;
@@ -121,8 +126,21 @@ void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp,
       add(name, name == "Temperature" ? "K" : "kJ/mol", v);
     }
   }
-  // Then GROMACS's tensors, the surface-tension term and the coupling group's temperature (Box-X/Y/Z, Volume
-  // and Density it adds only when the box can change, under pressure coupling, which qk md does not do yet).
+  // Under pressure coupling GROMACS then adds the box, its volume, the density, pV (at the reference
+  // pressure) and the enthalpy; then its tensors, the surface-tension term and the coupling groups' terms.
+  if (mdp.integrator == Integrator::kMd && mdp.pcoupl != Barostat::kNo) {
+    double mass = 0;
+    for (double m : top.mass) mass += m;
+    const double volume = e.box[0] * e.box[1] * e.box[2];
+    const double pv = volume * mdp.ref_p / units::kPresFac;
+    add("Box-X", "nm", e.box[0]);
+    add("Box-Y", "nm", e.box[1]);
+    add("Box-Z", "nm", e.box[2]);
+    add("Volume", "nm^3", volume);
+    add("Density", "kg/m^3", mass * units::kAmu * 1e27 / volume);  // amu / nm^3 in kg / m^3
+    add("pV", "kJ/mol", pv);
+    add("Enthalpy", "kJ/mol", e.total + pv);
+  }
   if (mdp.integrator == Integrator::kMd) {
     const char* axes = "XYZ";
     for (int a = 0; a < 3; ++a)

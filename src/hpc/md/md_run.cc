@@ -28,6 +28,7 @@
 #include "tc_groups.h"
 #include "verlet_buffer.h"
 #include "vsite.h"
+#include "c_rescale.h"
 #include "vrescale.h"
 
 namespace qk::md {
@@ -100,7 +101,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   const int n = top.num_atoms();
   const int64_t nsteps = opt.nsteps >= 0 ? opt.nsteps : mdp.nsteps;
   const double dt = mdp.dt;
-  const RectBox box(conf.box);
+  RectBox box(conf.box);  // scaled by the pressure coupling
   const bool com_removal = mdp.comm_mode == CommMode::kLinear && mdp.nstcomm > 0;
   std::vector<Vec3> x(n), v(n), f, xnew(n), vnew(n);
   for (int i = 0; i < n; ++i) {
@@ -136,9 +137,12 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
              " atoms, the topology ", n, " (resume with the run's own inputs)");
     QK_CHECK(resumed->step <= nsteps, resumed->path, " is at step ", resumed->step, ", past the run's ", nsteps,
              " steps (raise -nsteps to go on)");
-    for (int d = 0; d < 3; ++d)
-      QK_CHECK(std::abs(resumed->box[d] - box.length[d]) <= 1e-9 * box.length[d], resumed->path,
-               ": its box differs from the .gro's (resume with the run's own inputs)");
+    if (mdp.pcoupl == Barostat::kNo)
+      for (int d = 0; d < 3; ++d)
+        QK_CHECK(std::abs(resumed->box[d] - box.length[d]) <= 1e-9 * box.length[d], resumed->path,
+                 ": its box differs from the .gro's (resume with the run's own inputs)");
+    box = RectBox(resumed->box);
+    ff.set_box(resumed->box);
     x = resumed->x;
     v = resumed->v;
   } else if (mdp.gen_vel && !mdp.continuation) {
@@ -219,6 +223,12 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   if (mdp.nstenergy > 0 && calc_every > mdp.nstenergy) calc_every = mdp.nstenergy;
   if (mdp.nstenergy > 0 && calc_every > 0) calc_every = std::gcd(calc_every, mdp.nstenergy);
   EdrSums sums = resumed ? resumed->energy_sums : EdrSums{};
+  // C-rescale: every nstpcouple steps, from that step's pressure (its virial is computed then too).
+  const bool barostat = mdp.pcoupl == Barostat::kCRescale;
+  const int nstpcouple = mdp.nstpcouple > 0 ? mdp.nstpcouple : 10;  // GROMACS's default
+  const uint64_t barostat_seed =
+      mdp.ld_seed >= 0 ? static_cast<uint64_t>(mdp.ld_seed) : static_cast<uint64_t>(std::random_device{}());
+  double baros_integral = resumed ? resumed->baros_integral : 0;  // the barostat's work, for the conserved energy
   std::vector<EdrTerm> edr_names;  // the terms summed, for md.log's averages
   RunResult result;
   Mat3 half_step_old = resumed ? resumed->half_step_kinetic : kinetic_tensor(v, top.mass);  // KE at t - dt/2
@@ -254,6 +264,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         c.v = v;
         c.half_step_kinetic = half_step_old;
         c.half_step_group_kinetic = group_half_step_old;
+        c.baros_integral = baros_integral;
         c.energy_sums = sums;
         for (const auto& t : thermostats)
           if (t) c.thermostats.push_back(t->save());
@@ -285,9 +296,11 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         *opt.progress << line << std::flush;
       }
     }
+    const Vec3 box_of_x = box.length;  // x(t)'s box (the pressure coupling may scale it below)
     const bool energy_step = (mdp.nstenergy > 0 && step % mdp.nstenergy == 0) || step == nsteps;
     const bool sum_step = calc_every > 0 && step % calc_every == 0;  // into the .edr's and md.log's averages
-    const bool calc_step = energy_step || sum_step;
+    const bool pcouple_step = barostat && step % nstpcouple == 0;
+    const bool calc_step = energy_step || sum_step || pcouple_step;
     lap(&result.output_seconds);  // checkpoints and progress
     PotentialTerms pot = ff.compute(x, &f, calc_step, step);  // forces only on steps that compute no energies
     spread_virtual_site_forces(top, &f);
@@ -349,7 +362,6 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       e.box_z = box.length[2];
       e.kinetic = trace(ekin);
       e.total = pot.potential() + e.kinetic;
-      e.conserved = e.total + thermostat_integral();
       e.temperature = ndf > 0 ? 2 * e.kinetic / (ndf * units::kBoltz) : 0;
       for (int g = 0; g < ngroups; ++g) {
         const double ke = 0.5 * (group_half_step_old[g] + group_half_step_new[g]);
@@ -361,6 +373,23 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       for (int a = 0; a < 3; ++a)
         for (int b = 0; b < 3; ++b) e.pressure_tensor[a][b] = fac * (ekin[a][b] - virial[a][b]);
       e.pressure = trace(e.pressure_tensor) / 3;
+      e.box = box.length;
+      if (pcouple_step) {
+        // C-rescale scales x(t + dt), v(t + dt/2) and the box from this step's pressure (the kinetic energy
+        // of this half step was taken before, as mdrun's).
+        const double kt = mdp.tcoupl != Thermostat::kNo ? mdp.ref_t[0] * units::kBoltz : 0.0;
+        const double mu = c_rescale_factor(mdp, nstpcouple * dt, e.pressure, box.volume(), kt, barostat_seed, step);
+        for (int d = 0; d < 3; ++d)  // the work on the system: the force and constraint virial, no dispersion
+          baros_integral -= 2 * (mu - 1) * (virial[d][d] - pot.disp_corr_virial);
+        for (int i = 0; i < n; ++i)
+          for (int d = 0; d < 3; ++d) {
+            xnew[i][d] *= mu;
+            vnew[i][d] /= mu;
+          }
+        box = RectBox(Vec3{box.length[0] * mu, box.length[1] * mu, box.length[2] * mu});
+        ff.set_box(box.length);
+      }
+      e.conserved = e.total + thermostat_integral() + baros_integral;
       std::vector<EdrTerm> terms;
       EdrFrame fr;
       edr_terms(e, top, mdp, &terms, &fr.values);
@@ -384,6 +413,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     lap(&result.output_seconds);
     if (step == nsteps) {
       result.final_conf = conf_with(conf, x, &v);  // as mdrun's confout: x(t), v(t - dt/2)
+      result.final_conf.box = box_of_x;
       break;
     }
     if (com_removal && step % mdp.nstcomm == 0) remove_com_velocity(&vnew, top.mass);

@@ -131,7 +131,24 @@ const std::map<std::string, Handler>& handlers() {
        }},
       {"tau-t", [](MdpOptions& o, const Line& l) { o.tau_t = numbers(l); }},
       {"ref-t", [](MdpOptions& o, const Line& l) { o.ref_t = numbers(l); }},
-      {"pcoupl", [](MdpOptions&, const Line& l) { choose(l, {"no"}, "no (constant volume)"); }},
+      {"pcoupl",
+       [](MdpOptions& o, const Line& l) {
+         o.pcoupl = choose(l, {"no", "c-rescale"}, "no and C-rescale (Berendsen and Parrinello-Rahman: use C-rescale, "
+                                                   "which samples the same ensemble as the latter)") == 0
+                        ? Barostat::kNo
+                        : Barostat::kCRescale;
+       }},
+      {"pcoupltype", [](MdpOptions&, const Line& l) { choose(l, {"isotropic"}, "isotropic"); }},
+      {"nstpcouple", [](MdpOptions& o, const Line& l) { o.nstpcouple = static_cast<int>(integer(l)); }},
+      {"tau-p", [](MdpOptions& o, const Line& l) { o.tau_p = number(l); }},
+      {"compressibility", [](MdpOptions& o, const Line& l) { o.compressibility = number(l); }},
+      {"ref-p",
+       [](MdpOptions& o, const Line& l) {
+         o.ref_p = number(l);
+         o.ref_p_given = true;
+       }},
+      {"refcoord-scaling", [](MdpOptions&, const Line& l) { choose(l, {"no"}, "no (there are no position restraints)"); }},
+      {"ld-seed", [](MdpOptions& o, const Line& l) { o.ld_seed = integer(l); }},
       {"gen-vel", [](MdpOptions& o, const Line& l) { o.gen_vel = yes_no(l); }},
       {"gen-temp", [](MdpOptions& o, const Line& l) { o.gen_temp = number(l); }},
       {"gen-seed", [](MdpOptions& o, const Line& l) { o.gen_seed = integer(l); }},
@@ -243,6 +260,17 @@ MdpOptions parse_mdp(std::string_view text, const std::string& name) {
            "exact; set nstenergy = ", (o.nstenergy / o.nstcalcenergy + 1) * o.nstcalcenergy, " (grompp rounds it up)");
   QK_CHECK(o.compressed_x_precision > 0, where(name, 0), "compressed-x-precision must be positive, got ",
            o.compressed_x_precision);
+  if (o.integrator != Integrator::kMd) o.pcoupl = Barostat::kNo;  // as grompp: a minimization keeps the box
+  if (o.pcoupl != Barostat::kNo) {
+    QK_CHECK(o.compressibility > 0 && o.ref_p_given, where(name, 0),
+             "pcoupl = C-rescale needs compressibility (1/bar, 4.5e-5 for water) and ref-p (bar)");
+    QK_CHECK(o.tau_p > 0, where(name, 0), "tau-p must be positive (ps), got ", o.tau_p);
+    QK_CHECK(o.tcoupl != Thermostat::kNo, where(name, 0),
+             "pcoupl = C-rescale needs temperature coupling (tcoupl = V-rescale): its noise is at the "
+             "thermostat's temperature (grompp refuses it too)");
+    QK_CHECK(o.nstpcouple == -1 || o.nstpcouple > 0, where(name, 0), "nstpcouple must be positive or -1, got ",
+             o.nstpcouple);
+  }
   if (o.tcoupl != Thermostat::kNo) {
     QK_CHECK(o.tau_t.size() == o.tc_grps.size() && o.ref_t.size() == o.tc_grps.size(), where(name, 0), "tc-grps names ",
              o.tc_grps.size(), " group(s), tau-t has ", o.tau_t.size(), " value(s) and ref-t ", o.ref_t.size(),

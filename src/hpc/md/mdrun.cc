@@ -189,6 +189,13 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
     if (mdp.integrator == Integrator::kMd) {
       std::snprintf(buf, sizeof buf, "  degrees of freedom %.0f\n", degrees_of_freedom(top, mdp));
       header += buf;
+      if (mdp.pcoupl == Barostat::kCRescale) {
+        std::snprintf(buf, sizeof buf,
+                      "  pressure coupling C-rescale, isotropic: ref-p %g bar, tau-p %g ps, compressibility %g "
+                      "1/bar, every %d steps\n",
+                      mdp.ref_p, mdp.tau_p, mdp.compressibility, mdp.nstpcouple > 0 ? mdp.nstpcouple : 10);
+        header += buf;
+      }
       if (mdp.tcoupl != Thermostat::kNo) {  // each T-coupling group, as grompp tells them
         const std::vector<BondConstraint> h_bonds =
             mdp.constraints == Constraints::kHBonds ? h_bond_constraints(top) : std::vector<BondConstraint>{};

@@ -241,6 +241,16 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
   mask_ = all_mask_;
 }
 
+void PairList::set_box(const RectBox& box) {
+  Vec3 scale;
+  for (int d = 0; d < 3; ++d) scale[d] = box.length[d] * box_.inverse[d];
+  for (Vec3& o : slot_offset_)
+    for (int d = 0; d < 3; ++d) o[d] *= scale[d];  // an offset is a whole number of box lengths
+  for (int s = 0; s < static_cast<int>(shifts_.size()); ++s)
+    shifts_[s] = {(s / 9 - 1) * box.length[0], (s / 3 % 3 - 1) * box.length[1], (s % 3 - 1) * box.length[2]};
+  box_ = box;
+}
+
 void PairList::prune_range(const std::vector<Box>& bb, double r, int64_t e0, int64_t e1, std::vector<Entry>* entries,
                            std::vector<int>* cj, std::vector<uint16_t>* mask) const {
   // Boxes in float, 8 to a cluster (lo xyz, hi xyz, 2 unused): half the memory of the doubles. Rounding

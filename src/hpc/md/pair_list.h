@@ -50,6 +50,9 @@ class PairList {
              const std::vector<std::vector<int>>& exclusions);
   // Keeps the built list's cluster pairs whose bounding boxes are closer than r at positions x.
   void prune(const std::vector<Vec3>& x, double r);
+  // The box scaled while the list stands (pressure coupling): the shifts and the offsets of the wrapped
+  // positions follow it; the cluster pairs stay, the buffer covering the scaling as GROMACS's does.
+  void set_box(const RectBox& box);
 
   int num_clusters() const { return static_cast<int>(slot_atom_.size()) / kClusterSize; }
   // Atom in cluster slot s = kClusterSize * cluster + k; -1 for padding.

@@ -156,24 +156,7 @@ Pme::Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, doubl
   plans_->grid.assign(nreal, 0);
   plans_->kspace = fftw_alloc_complex(ncomplex);
   plans_->eterm.assign(ncomplex, 0.0);
-  {
-    const double fac = units::kPi * units::kPi / (beta_ * beta_);
-    const int nzc = n_[2] / 2 + 1;
-    for (int kx = 0; kx < n_[0]; ++kx) {
-      const double mx = (kx < (n_[0] + 1) / 2 ? kx : kx - n_[0]) * box_.inverse[0];
-      for (int ky = 0; ky < n_[1]; ++ky) {
-        const double my = (ky < (n_[1] + 1) / 2 ? ky : ky - n_[1]) * box_.inverse[1];
-        for (int kz = 0; kz < nzc; ++kz) {
-          const double mz = kz * box_.inverse[2];
-          const double m2 = mx * mx + my * my + mz * mz;
-          if (m2 == 0) continue;
-          const double denom = units::kPi * box_.volume() * m2 * bsp_mod_[0][kx] * bsp_mod_[1][ky] * bsp_mod_[2][kz];
-          const size_t c = (static_cast<size_t>(kx) * n_[1] + ky) * nzc + kz;
-          plans_->eterm[c] = coulomb_factor_ * std::exp(-fac * m2) / denom;
-        }
-      }
-    }
-  }
+  set_box(box);
   QK_CHECK(plans_->kspace != nullptr, "PME: cannot allocate the ", ncomplex, "-point complex grid");
   // Planned once (FFTW's planner is not thread-safe and costs more than the transforms at these sizes).
   plan_on_pool_threads();
@@ -181,6 +164,28 @@ Pme::Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, doubl
   plans_->backward = fftw_plan_dft_c2r_3d(n_[0], n_[1], n_[2], plans_->kspace, plans_->grid.data(), FFTW_ESTIMATE);
   QK_CHECK(plans_->forward && plans_->backward, "PME: FFTW could not plan a ", n_[0], "x", n_[1], "x", n_[2],
            " transform");
+}
+
+// The influence function follows the box (kept per box: pressure coupling changes it every nstpcouple steps).
+void Pme::set_box(const Vec3& box) {
+  box_ = RectBox(box);
+  std::fill(plans_->eterm.begin(), plans_->eterm.end(), 0.0);
+  const double fac = units::kPi * units::kPi / (beta_ * beta_);
+  const int nzc = n_[2] / 2 + 1;
+  for (int kx = 0; kx < n_[0]; ++kx) {
+    const double mx = (kx < (n_[0] + 1) / 2 ? kx : kx - n_[0]) * box_.inverse[0];
+    for (int ky = 0; ky < n_[1]; ++ky) {
+      const double my = (ky < (n_[1] + 1) / 2 ? ky : ky - n_[1]) * box_.inverse[1];
+      for (int kz = 0; kz < nzc; ++kz) {
+        const double mz = kz * box_.inverse[2];
+        const double m2 = mx * mx + my * my + mz * mz;
+        if (m2 == 0) continue;
+        const double denom = units::kPi * box_.volume() * m2 * bsp_mod_[0][kx] * bsp_mod_[1][ky] * bsp_mod_[2][kz];
+        const size_t c = (static_cast<size_t>(kx) * n_[1] + ky) * nzc + kz;
+        plans_->eterm[c] = coulomb_factor_ * std::exp(-fac * m2) / denom;
+      }
+    }
+  }
 }
 
 Pme::~Pme() = default;

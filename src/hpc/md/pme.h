@@ -35,6 +35,8 @@ class Pme {
   // with virial == nullptr only the forces (the energy returned is 0).
   double compute(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f, Mat3* virial);
   std::array<int, 3> grid() const { return n_; }
+  // A new box (pressure coupling): the grid stays, the influence function is made again.
+  void set_box(const Vec3& box);
 
  private:
   struct Plans;

@@ -32,6 +32,7 @@ struct PotentialTerms {
   double proper_dih = 0, rb_dih = 0, improper_dih = 0, periodic_improper_dih = 0;
   double pres_dc = 0;  // bar
   Mat3 virial{};       // kJ/mol
+  double disp_corr_virial = 0;  // the dispersion correction's share of virial's diagonal (kJ/mol)
   double potential() const {
     return lj_sr + disp_corr + coulomb_sr + coul_recip + bond + angle + proper_dih + rb_dih + improper_dih +
            periodic_improper_dih + lj14 + coulomb14;
@@ -83,6 +84,9 @@ class ForceCalculator {
   PotentialTerms compute(const std::vector<Vec3>& x, std::vector<Vec3>* f, bool energies = true,
                          int64_t step = -1);
 
+  // A new box (pressure coupling scales it every nstpcouple steps): PME's influence function, the pair
+  // list's shifts and the dispersion correction's volume follow. The list radius must stay below half of it.
+  void set_box(const Vec3& box);
   double cutoff() const;
   double rlist() const;                 // cut-off + buffer
   std::array<int, 3> pme_grid() const;  // zeros without PME

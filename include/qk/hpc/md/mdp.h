@@ -25,6 +25,7 @@ enum class Integrator { kMd, kSteep };
 enum class CoulombType { kPme, kReactionField };
 enum class DispCorr { kNo, kEnerPres, kEner };
 enum class Thermostat { kNo, kVRescale };
+enum class Barostat { kNo, kCRescale };
 enum class Constraints { kNone, kHBonds };
 enum class CommMode { kLinear, kNone };
 
@@ -60,6 +61,16 @@ struct MdpOptions {
   std::vector<std::string> tc_grps{"System"};
   std::vector<double> tau_t{0.1};
   std::vector<double> ref_t{0.0};
+  // Pressure coupling (pcoupl = C-rescale, Bernetti and Bussi 2020, isotropic): every nstpcouple steps
+  // the box and positions scale toward ref-p (bar) with time constant tau-p (ps) and the compressibility
+  // (1/bar); its noise draws from ld-seed (-1: the clock).
+  Barostat pcoupl = Barostat::kNo;
+  int nstpcouple = -1;          // -1: GROMACS's default (10)
+  double tau_p = 1.0;
+  double compressibility = 0;   // must be given with pcoupl
+  double ref_p = 0;             // must be given with pcoupl
+  bool ref_p_given = false;
+  long long ld_seed = -1;
   // Initial velocities.
   bool gen_vel = false;
   double gen_temp = 300.0;
