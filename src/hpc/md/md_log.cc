@@ -30,6 +30,7 @@ std::vector<std::pair<std::string, double>> energy_terms(const EnergyFrame& e, c
   if (mdp.disp_corr != DispCorr::kNo) t.emplace_back("Disper. corr.", p.disp_corr);
   t.emplace_back("Coulomb (SR)", p.coulomb_sr);
   if (mdp.coulomb_type == CoulombType::kPme) t.emplace_back("Coul. recip.", p.coul_recip);
+  if (!top.posres.empty()) t.emplace_back("Position Rest.", p.posres);
   t.emplace_back("Potential", p.potential());
   if (mdp.integrator == Integrator::kMd) {
     t.emplace_back("Kinetic En.", e.kinetic);

@@ -29,6 +29,7 @@
 #include "verlet_buffer.h"
 #include "vsite.h"
 #include "c_rescale.h"
+#include "position_restraints.h"
 #include "vrescale.h"
 
 namespace qk::md {
@@ -75,6 +76,22 @@ void generate_velocities(std::vector<Vec3>* v, const std::vector<double>& mass, 
       for (int d = 0; d < 3; ++d) vi[d] *= std::sqrt(t / now);
 }
 
+// The position restraints of the topology, to the reference structure's positions (grompp's -r, else the
+// start's); none when the topology has none.
+std::optional<PositionRestraints> position_restraints(const Topology& top, const MdpOptions& mdp, const GroFile& conf,
+                                                      const RunOptions& opt) {
+  if (top.posres.empty()) return std::nullopt;
+  const GroFile& ref = opt.restraint_reference ? *opt.restraint_reference : conf;
+  QK_CHECK(static_cast<int>(ref.atoms.size()) == top.num_atoms(), "the restraint reference has ", ref.atoms.size(),
+           " atoms but the topology ", top.num_atoms(), " (-r must be the system's structure)");
+  QK_CHECK(mdp.pcoupl == Barostat::kNo || mdp.refcoord_scaling != RefCoordScaling::kNo, mdp.source,
+           ": position restraints to fixed references under pressure coupling give artifacts (grompp warns); "
+           "set refcoord-scaling = com");
+  std::vector<Vec3> x(ref.atoms.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = ref.atoms[i].x;
+  return PositionRestraints(top, x, ref.box, mdp.refcoord_scaling);
+}
+
 // The temperature the pair list's buffer is sized for (grompp): the thermostats' highest reference; without one
 // the start's, gen-temp or the .gro's velocities.
 double buffer_temperature(const Topology& top, const MdpOptions& mdp, const GroFile& conf, double ndf) {
@@ -119,6 +136,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   const double ndf = tc.total_ndf();
   const PairListSetup lists = pair_list_setup(top, mdp, conf);
   ForceCalculator ff(h_bonds.empty() ? top : force_top, mdp, conf.box, opt.precision, lists);
+  const std::optional<PositionRestraints> posres = position_restraints(top, mdp, conf, opt);
   SettleConstraints settle(top);
   const Lincs lincs(top, h_bonds);
   // Both act on their own atoms; a step that either cannot solve stops the run.
@@ -303,6 +321,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     const bool calc_step = energy_step || sum_step || pcouple_step;
     lap(&result.output_seconds);  // checkpoints and progress
     PotentialTerms pot = ff.compute(x, &f, calc_step, step);  // forces only on steps that compute no energies
+    if (posres) pot.posres = posres->apply(x, box, &f, &pot.virial);
     spread_virtual_site_forces(top, &f);
     lap(&ignored);                                        // ff.times() has the parts
     if (trajectory && (at(mdp.nstxout, step) || at(mdp.nstvout, step) || at(mdp.nstfout, step))) {
@@ -486,8 +505,10 @@ RunResult run_steep(const Topology& top, const MdpOptions& mdp, const GroFile& c
   RunResult result;
   const auto start = std::chrono::steady_clock::now();
   // Forces without their components along the constraints, as GROMACS minimizes (and measures Fmax).
+  const std::optional<PositionRestraints> posres = position_restraints(top, mdp, conf, opt);
   auto forces = [&](const std::vector<Vec3>& at, std::vector<Vec3>* out) {
     PotentialTerms e = ff.compute(at, out);
+    if (posres) e.posres = posres->apply(at, box, out, &e.virial);
     spread_virtual_site_forces(top, out);
     if (!settle.empty()) settle.project(box, at, out);
     return e;

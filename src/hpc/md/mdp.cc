@@ -147,7 +147,10 @@ const std::map<std::string, Handler>& handlers() {
          o.ref_p = number(l);
          o.ref_p_given = true;
        }},
-      {"refcoord-scaling", [](MdpOptions&, const Line& l) { choose(l, {"no"}, "no (there are no position restraints)"); }},
+      {"refcoord-scaling",
+       [](MdpOptions& o, const Line& l) {
+         o.refcoord_scaling = choose(l, {"no", "com"}, "no and com") == 0 ? RefCoordScaling::kNo : RefCoordScaling::kCom;
+       }},
       {"ld-seed", [](MdpOptions& o, const Line& l) { o.ld_seed = integer(l); }},
       {"gen-vel", [](MdpOptions& o, const Line& l) { o.gen_vel = yes_no(l); }},
       {"gen-temp", [](MdpOptions& o, const Line& l) { o.gen_temp = number(l); }},

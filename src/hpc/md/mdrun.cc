@@ -80,6 +80,8 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
       a.top = value;
     } else if (opt == "-n") {
       a.index = value;
+    } else if (opt == "-r") {
+      a.restraint = value;
     } else if (opt == "-deffnm") {
       deffnm = value;
     } else if (opt == "-cpi") {
@@ -95,7 +97,7 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
       a.threads = static_cast<int>(nt);
     } else {
       QK_THROW(ValueError, "unknown option '", opt,
-               "' (qk md reads -f -c -p -n -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; qk md -h explains them)");
+               "' (qk md reads -f -c -p -n -r -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; qk md -h explains them)");
     }
   }
   if (!deffnm.empty())
@@ -116,6 +118,7 @@ std::string mdrun_help(const std::string& program) {
          "                /usr/share/gromacs/top)               [topol.top]\n"
          "  -n FILE       index file (.ndx, from gmx make_ndx): groups for tc-grps beside the\n"
          "                default ones (System, Protein, non-Protein, Water, SOL, Ion, ...)\n"
+         "  -r FILE       the position restraints' reference structure (.gro)  [the -c file]\n"
          "  -deffnm NAME  write NAME.log, NAME.edr, NAME.gro, NAME.trr, NAME.xtc and NAME.cpt\n"
          "  -g FILE       the log (energy blocks every nstenergy steps, Performance) [md.log]\n"
          "  -e FILE       energies every nstenergy steps, for gmx energy [ener.edr]\n"
@@ -230,6 +233,11 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
   opt.log = &log;
   opt.precision = args.precision;
   opt.index_file = args.index;
+  std::optional<GroFile> reference;
+  if (!args.restraint.empty()) {
+    reference = read_gro(args.restraint);
+    opt.restraint_reference = &*reference;
+  }
   if (mdp.integrator == Integrator::kMd && args.checkpoint_minutes >= 0) {
     opt.checkpoint_dir = args.checkpoint;
     opt.checkpoint_every_minutes = args.checkpoint_minutes;

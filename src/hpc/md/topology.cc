@@ -34,6 +34,7 @@ struct MoleculeType {
   std::vector<Dihedral> dihedrals;
   std::vector<Settle> settles;
   std::vector<VirtualSite3> vsites3;
+  std::vector<PositionRestraint> posres;
   std::vector<char> ptype;  // per atom: A (atom), D or V (virtual site)
   std::vector<std::pair<int, int>> exclusions;
 };
@@ -221,7 +222,7 @@ void TopReader::line(const SourceLine& l) {
     static const std::set<std::string> known = {
         "defaults",  "atomtypes", "bondtypes",  "angletypes", "pairtypes", "constrainttypes", "dihedraltypes",
         "moleculetype", "atoms",  "bonds",      "angles",     "pairs",     "dihedrals",       "settles",
-        "exclusions", "virtual_sites3",
+        "exclusions", "virtual_sites3", "position_restraints",
         "system",    "molecules"};
     if (!known.count(directive_))
       fail(l, "directive [ " + directive_ +
@@ -355,6 +356,14 @@ void TopReader::line(const SourceLine& l) {
                   " is not supported by qk md (1: the site in the plane of three atoms, as TIP4P's M)");
     molecule(l).vsites3.push_back(VirtualSite3{atom_index(l, f[0]), atom_index(l, f[1]), atom_index(l, f[2]),
                                                atom_index(l, f[3]), num(l, f[5], "a"), num(l, f[6], "b")});
+  } else if (d == "position_restraints") {
+    need_fields(l, f, 5, "ai funct fcx fcy fcz");
+    const int fn = static_cast<int>(parse_int(f[1], *l.file, l.line, "the function type"));
+    if (fn != 1)
+      fail(l, "[ position_restraints ] function type " + std::to_string(fn) +
+                  " is not supported by qk md (1: harmonic; flat-bottomed restraints are not)");
+    molecule(l).posres.push_back(PositionRestraint{
+        atom_index(l, f[0]), Vec3{num(l, f[2], "fcx"), num(l, f[3], "fcy"), num(l, f[4], "fcz")}});
   } else if (d == "exclusions") {
     need_fields(l, f, 2, "ai aj [ak ...]");
     int i = atom_index(l, f[0]);
@@ -564,6 +573,7 @@ void TopReader::finish(const std::string& path) {
       }
       for (Settle s : m.settles) top.settles.push_back({s.ow + off, s.doh, s.dhh});
       for (VirtualSite3 v : m.vsites3) top.vsites3.push_back({v.site + off, v.i + off, v.j + off, v.k + off, v.a, v.b});
+      for (PositionRestraint r : m.posres) top.posres.push_back({r.atom + off, r.k});
     }
   }
 }

@@ -198,3 +198,37 @@ TEST(Energies, OddPmeGridFromGromacssList) {
   EXPECT_EQ(ff.pme_grid(), (std::array<int, 3>{25, 25, 25}));
   EXPECT_NEAR(ff.average_c6(), 7.2592e-03, 5e-8);  // md.log: "Long Range LJ corr.: <C6> 7.2592e-03"
 }
+
+// Position restraints (-DPOSRES: pdb2gmx's heavy-atom restraints of the peptide in water) to the structure
+// before minimization (grompp's -r), with fixed references and with their centre scaled by the box
+// (refcoord-scaling com: the same positions here, another virial): step 0 against gmx_d
+// (tests/fixtures/gen_md.sh peptide_water: posres_<no|com>_reference.txt).
+TEST(Energies, PositionRestraintsStepZeroMatchGromacs) {
+  if (!std::filesystem::exists(qk::md::gromacs_top_dir() + "/amber99sb-ildn.ff/forcefield.itp"))
+    QK_MISSING_REFERENCE_TOOL("GROMACS's amber99sb-ildn.ff in " + qk::md::gromacs_top_dir() +
+                              " (Debian: gromacs-data, installed with gromacs)");
+  const std::string dir = std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/peptide_water/";
+  const qk::md::GroFile conf = qk::md::read_gro(dir + "conf.gro");
+  const qk::md::GroFile reference = qk::md::read_gro(dir + "restraint.gro");
+  for (const auto& [scaling, mode] : {std::pair{"no", qk::md::RefCoordScaling::kNo}, {"com", qk::md::RefCoordScaling::kCom}}) {
+    SCOPED_TRACE(std::string("refcoord-scaling ") + scaling);
+    qk::md::MdpOptions mdp = qk::md::read_mdp(dir + "run.mdp");
+    mdp.defines.push_back("POSRES");
+    mdp.refcoord_scaling = mode;
+    const qk::md::Topology top = qk::md::read_top(dir + "topol.top", qk::md::TopOptions{mdp.defines, {}});
+    ASSERT_EQ(top.posres.size(), 25u);  // the peptide's heavy atoms (pdb2gmx's posre.itp)
+    std::map<std::string, double> want;
+    std::ifstream in(dir + "posres_" + scaling + "_reference.txt");
+    for (std::string line; std::getline(in, line);)
+      want[line.substr(0, line.find('\t'))] = std::stod(line.substr(line.find('\t') + 1));
+    qk::md::RunOptions opt;
+    opt.precision = qk::md::Precision::kDouble;
+    opt.restraint_reference = &reference;
+    const qk::md::RunResult r = qk::md::run(top, mdp, conf, opt);
+    ASSERT_EQ(r.frames.size(), 1u);
+    const qk::md::EnergyFrame& e = r.frames[0];
+    expect_close("Position Rest.", e.potential.posres, want.at("Position Rest."));
+    expect_close("Potential", e.potential.potential(), want.at("Potential"));
+    expect_close("Pressure", e.pressure, want.at("Pressure"));
+  }
+}

@@ -30,12 +30,13 @@ struct PotentialTerms {
   double lj_sr = 0, disp_corr = 0, coulomb_sr = 0, coul_recip = 0;
   double bond = 0, angle = 0, lj14 = 0, coulomb14 = 0;
   double proper_dih = 0, rb_dih = 0, improper_dih = 0, periodic_improper_dih = 0;
+  double posres = 0;   // "Position Rest." (added by md::run, not ForceCalculator)
   double pres_dc = 0;  // bar
   Mat3 virial{};       // kJ/mol
   double disp_corr_virial = 0;  // the dispersion correction's share of virial's diagonal (kJ/mol)
   double potential() const {
     return lj_sr + disp_corr + coulomb_sr + coul_recip + bond + angle + proper_dih + rb_dih + improper_dih +
-           periodic_improper_dih + lj14 + coulomb14;
+           periodic_improper_dih + lj14 + coulomb14 + posres;
   }
 };
 

@@ -59,6 +59,8 @@ struct RunOptions {
   int64_t nsteps = -1;          // -1: the mdp's nsteps
   // A GROMACS index file (.ndx, mdrun's -n): its groups join the default ones for tc-grps. Empty: none.
   std::string index_file;
+  // The position restraints' reference structure (grompp's -r); null: the start coordinates.
+  const GroFile* restraint_reference = nullptr;
   std::ostream* log = nullptr;  // md.log text: energy blocks every nstenergy steps, the performance lines
   // MD: a line "step N (x%), will finish at HH:MM:SS" every progress_seconds of wall time (and at the end), as
   // mdrun prints to its terminal. Null: none.

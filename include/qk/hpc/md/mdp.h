@@ -26,6 +26,7 @@ enum class CoulombType { kPme, kReactionField };
 enum class DispCorr { kNo, kEnerPres, kEner };
 enum class Thermostat { kNo, kVRescale };
 enum class Barostat { kNo, kCRescale };
+enum class RefCoordScaling { kNo, kCom };
 enum class Constraints { kNone, kHBonds };
 enum class CommMode { kLinear, kNone };
 
@@ -71,6 +72,9 @@ struct MdpOptions {
   double ref_p = 0;             // must be given with pcoupl
   bool ref_p_given = false;
   long long ld_seed = -1;
+  // Position restraints' reference under pressure coupling: fixed (no), or their centre of mass scaled with
+  // the box (com).
+  RefCoordScaling refcoord_scaling = RefCoordScaling::kNo;
   // Initial velocities.
   bool gen_vel = false;
   double gen_temp = 300.0;

@@ -28,6 +28,7 @@ struct MdrunArgs {
   std::string conf = "conf.gro";
   std::string top = "topol.top";
   std::string index;  // -n: an index file whose groups join the default ones (tc-grps)
+  std::string restraint;  // -r: the position restraints' reference structure (default: -c's)
   std::string log = "md.log";
   std::string confout = "confout.gro";
   std::string trajectory = "traj.trr";  // written when the mdp's nstxout / nstvout / nstfout ask

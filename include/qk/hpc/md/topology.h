@@ -61,6 +61,10 @@ struct VirtualSite3 {  // [virtual_sites3] funct 1: x_site = x_i + a (x_j - x_i)
   int site = 0, i = 0, j = 0, k = 0;
   double a = 0, b = 0;
 };
+struct PositionRestraint {  // [position_restraints] funct 1: V = sum_d k_d/2 (x_d - x_ref,d)^2
+  int atom = 0;
+  Vec3 k{};  // kJ mol^-1 nm^-2 per dimension
+};
 struct Settle {  // rigid water: atoms ow, ow+1, ow+2 (O, H, H)
   int ow = 0;
   double doh = 0, dhh = 0;
@@ -87,6 +91,7 @@ struct Topology {
   std::vector<Dihedral> dihedrals;
   std::vector<Settle> settles;
   std::vector<VirtualSite3> vsites3;  // massless sites built from their atoms (vsite.h)
+  std::vector<PositionRestraint> posres;  // to reference positions (position_restraints.h)
   struct MoleculeBlock {
     std::string name;
     int count = 0, atoms_per_molecule = 0;
