@@ -1,12 +1,12 @@
 // run(): leap-frog MD and steepest-descent minimization (include/qk/hpc/md/md.h).
 #include <algorithm>
-#include <numeric>
 #include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -21,16 +21,16 @@
 #include "qk/hpc/md/md.h"
 #include "qk/hpc/md/trr.h"
 #include "qk/hpc/md/xtc.h"
+#include "c_rescale.h"
+#include "index_groups.h"
 #include "lincs.h"
 #include "md_checkpoint.h"
+#include "position_restraints.h"
 #include "settle.h"
-#include "index_groups.h"
 #include "tc_groups.h"
 #include "verlet_buffer.h"
-#include "vsite.h"
-#include "c_rescale.h"
-#include "position_restraints.h"
 #include "vrescale.h"
+#include "vsite.h"
 
 namespace qk::md {
 namespace {
