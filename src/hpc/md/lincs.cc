@@ -16,12 +16,23 @@ std::vector<BondConstraint> h_bond_constraints(const Topology& top) {
   return out;
 }
 
+std::vector<BondConstraint> bond_constraints(const Topology& top, const MdpOptions& mdp) {
+  switch (mdp.constraints) {
+    case Constraints::kNone: return {};
+    case Constraints::kHBonds: return h_bond_constraints(top);
+    case Constraints::kAllBonds: break;
+  }
+  std::vector<BondConstraint> out;
+  for (const HarmonicBond& b : top.bonds) out.push_back(BondConstraint{b.i, b.j, b.b0});
+  return out;
+}
+
 Topology without_bonds(const Topology& top, const std::vector<BondConstraint>& constrained) {
   Topology t = top;
   t.bonds.clear();
   size_t k = 0;
   for (const HarmonicBond& b : top.bonds) {
-    // h_bond_constraints keeps the bonds' order, so one pass finds them.
+    // bond_constraints keeps the bonds' order, so one pass finds them.
     if (k < constrained.size() && constrained[k].i == b.i && constrained[k].j == b.j) {
       ++k;
       continue;

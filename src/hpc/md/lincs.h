@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "pbc.h"
+#include "qk/hpc/md/mdp.h"
 #include "qk/hpc/md/topology.h"
 
 namespace qk::md {
@@ -27,6 +28,8 @@ struct BondConstraint {
 
 // GROMACS's h-bonds: the bonds with an atom whose name starts with H (case-insensitive).
 std::vector<BondConstraint> h_bond_constraints(const Topology& top);
+// The bonds the mdp's constraints turn into constraints: none, h-bonds, or all-bonds (every harmonic bond).
+std::vector<BondConstraint> bond_constraints(const Topology& top, const MdpOptions& mdp);
 // top without those bonds: they no longer contribute to Bond.
 Topology without_bonds(const Topology& top, const std::vector<BondConstraint>& constrained);
 

@@ -159,9 +159,9 @@ const std::map<std::string, Handler>& handlers() {
       {"unconstrained-start", [](MdpOptions& o, const Line& l) { o.continuation = yes_no(l); }},
       {"constraints",
        [](MdpOptions& o, const Line& l) {
-         o.constraints = choose(l, {"none", "h-bonds"}, "none and h-bonds (SETTLE for [ settles ] water, LINCS for other bonds to hydrogens)") == 0
-                             ? Constraints::kNone
-                             : Constraints::kHBonds;
+         static constexpr Constraints kinds[] = {Constraints::kNone, Constraints::kHBonds, Constraints::kAllBonds};
+         o.constraints = kinds[choose(l, {"none", "h-bonds", "all-bonds"},
+                                      "none, h-bonds and all-bonds (SETTLE for [ settles ] water, LINCS for the bonds)")];
        }},
       {"constraint-algorithm", [](MdpOptions&, const Line& l) { choose(l, {"lincs"}, "lincs (for h-bonds)"); }},
       {"comm-mode",

@@ -232,3 +232,30 @@ TEST(Energies, PositionRestraintsStepZeroMatchGromacs) {
     expect_close("Pressure", e.pressure, want.at("Pressure"));
   }
 }
+
+// constraints = all-bonds: every bond of the chains a LINCS constraint; the start constrained first and one
+// step taken, as gmx_d's (tests/fixtures/gen_md.sh chains_allbonds: chains/allbonds_reference.txt).
+TEST(Energies, AllBondsConstrainedStepZeroMatchesGromacs) {
+  const std::string dir = std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/chains/";
+  qk::md::MdpOptions mdp = qk::md::read_mdp(dir + "run.mdp");
+  mdp.constraints = qk::md::Constraints::kAllBonds;
+  const qk::md::Topology top = qk::md::read_top(dir + "topol.top");
+  const qk::md::GroFile conf = qk::md::read_gro(dir + "conf.gro");
+  ASSERT_EQ(qk::md::bond_constraints(top, mdp).size(), top.bonds.size());
+  std::map<std::string, double> want;
+  std::ifstream in(dir + "allbonds_reference.txt");
+  for (std::string line; std::getline(in, line);)
+    want[line.substr(0, line.find('\t'))] = std::stod(line.substr(line.find('\t') + 1));
+  ASSERT_EQ(want.count("Bond"), 0u) << "GROMACS has no bond terms left";
+  qk::md::RunOptions opt;
+  opt.precision = qk::md::Precision::kDouble;
+  const qk::md::RunResult r = qk::md::run(top, mdp, conf, opt);
+  ASSERT_EQ(r.frames.size(), 1u);
+  const qk::md::EnergyFrame& e = r.frames[0];
+  EXPECT_EQ(e.potential.bond, 0.0);
+  expect_close("Angle", e.potential.angle, want.at("Angle"));
+  expect_close("Potential", e.potential.potential(), want.at("Potential"));
+  expect_close("Pressure", e.pressure, want.at("Pressure"));
+  // 3 per atom, less one per bond and the centre of mass's 3.
+  EXPECT_DOUBLE_EQ(qk::md::degrees_of_freedom(top, mdp), 3.0 * 600 - 450 - 3);
+}

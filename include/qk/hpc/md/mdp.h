@@ -27,7 +27,7 @@ enum class DispCorr { kNo, kEnerPres, kEner };
 enum class Thermostat { kNo, kVRescale };
 enum class Barostat { kNo, kCRescale };
 enum class RefCoordScaling { kNo, kCom };
-enum class Constraints { kNone, kHBonds };
+enum class Constraints { kNone, kHBonds, kAllBonds };
 enum class CommMode { kLinear, kNone };
 
 struct MdpOptions {
