@@ -27,6 +27,12 @@ std::vector<BondConstraint> bond_constraints(const Topology& top, const MdpOptio
   return out;
 }
 
+std::vector<BondConstraint> lincs_constraints(const Topology& top, const MdpOptions& mdp) {
+  std::vector<BondConstraint> out = bond_constraints(top, mdp);
+  for (const Topology::FixedDistance& c : top.constraints) out.push_back(BondConstraint{c.i, c.j, c.length});
+  return out;
+}
+
 Topology without_bonds(const Topology& top, const std::vector<BondConstraint>& constrained) {
   Topology t = top;
   t.bonds.clear();

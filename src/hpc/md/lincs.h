@@ -30,6 +30,8 @@ struct BondConstraint {
 std::vector<BondConstraint> h_bond_constraints(const Topology& top);
 // The bonds the mdp's constraints turn into constraints: none, h-bonds, or all-bonds (every harmonic bond).
 std::vector<BondConstraint> bond_constraints(const Topology& top, const MdpOptions& mdp);
+// Those and the topology's [ constraints ]: everything LINCS holds.
+std::vector<BondConstraint> lincs_constraints(const Topology& top, const MdpOptions& mdp);
 // top without those bonds: they no longer contribute to Bond.
 Topology without_bonds(const Topology& top, const std::vector<BondConstraint>& constrained);
 

@@ -129,15 +129,16 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   // the bonded forces (water under [ settles ] has no bonds and goes to SETTLE).
   const std::vector<BondConstraint> constrained_bonds = bond_constraints(top, mdp);
   const Topology force_top = constrained_bonds.empty() ? Topology{} : without_bonds(top, constrained_bonds);
+  const std::vector<BondConstraint> constraints = lincs_constraints(top, mdp);  // and the [ constraints ]
   // The temperature-coupling groups: each atom's, each group's degrees of freedom (their sum is ndf).
-  const TcGroups tc = tc_groups(top, constrained_bonds, mdp, run_groups(top, opt.index_file));
+  const TcGroups tc = tc_groups(top, constraints, mdp, run_groups(top, opt.index_file));
   const int ngroups = static_cast<int>(tc.names.size());
   const double ndf = tc.total_ndf();
   const PairListSetup lists = pair_list_setup(top, mdp, conf);
   ForceCalculator ff(constrained_bonds.empty() ? top : force_top, mdp, conf.box, opt.precision, lists);
   const std::optional<PositionRestraints> posres = position_restraints(top, mdp, conf, opt);
   SettleConstraints settle(top);
-  const Lincs lincs(top, constrained_bonds);
+  const Lincs lincs(top, constraints);
   // Both act on their own atoms; a step that either cannot solve stops the run.
   auto constrain = [&](const std::vector<Vec3>& ref, std::vector<Vec3>* xp, std::vector<Vec3>* vel, double invdt,
                        Mat3* r_m_dx, const std::string& where) {
@@ -569,8 +570,7 @@ RunResult run_steep(const Topology& top, const MdpOptions& mdp, const GroFile& c
 }  // namespace
 
 PairListSetup pair_list_setup(const Topology& top, const MdpOptions& mdp, const GroFile& conf) {
-  const std::vector<BondConstraint> constrained_bonds = bond_constraints(top, mdp);
-  return gromacs_pair_list_setup(top, constrained_bonds, mdp, conf.box,
+  return gromacs_pair_list_setup(top, lincs_constraints(top, mdp), mdp, conf.box,
                                  buffer_temperature(top, mdp, conf, degrees_of_freedom(top, mdp)));
 }
 
@@ -599,7 +599,7 @@ double degrees_of_freedom(const Topology& top, const MdpOptions& mdp) {
   // 3 per atom with a mass (virtual sites have none), less the constraints and the centre of mass's.
   double ndf = 3.0 * static_cast<double>(std::count_if(top.mass.begin(), top.mass.end(), [](double m) { return m > 0; })) -
                top.num_constraints();
-  ndf -= static_cast<double>(bond_constraints(top, mdp).size());
+  ndf -= static_cast<double>(lincs_constraints(top, mdp).size());
   if (mdp.comm_mode == CommMode::kLinear && mdp.nstcomm > 0) ndf -= 3;
   return ndf;
 }
@@ -612,7 +612,7 @@ RunResult run(const Topology& top, const MdpOptions& mdp, const GroFile& conf, c
   // saves a 10-30 us wake-up each (qk/base/pool_spin.h).
   const ScopedPoolSpin spin(100);
   if (mdp.integrator == Integrator::kSteep) {
-    QK_CHECK(bond_constraints(top, mdp).empty(), mdp.source,
+    QK_CHECK(lincs_constraints(top, mdp).empty(), mdp.source,
              ": steepest descent with bond constraints (LINCS) is not written yet; minimize with constraints = none "
              "(rigid water through [ settles ] works)");
     return run_steep(top, mdp, conf, options);

@@ -200,7 +200,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
         header += buf;
       }
       if (mdp.tcoupl != Thermostat::kNo) {  // each T-coupling group, as grompp tells them
-        const TcGroups tc = tc_groups(top, bond_constraints(top, mdp), mdp, run_groups(top, args.index));
+        const TcGroups tc = tc_groups(top, lincs_constraints(top, mdp), mdp, run_groups(top, args.index));
         for (size_t g = 0; g < tc.names.size(); ++g) {
           char coupling[96];
           if (tc.tau_t[g] > 0) {

@@ -35,6 +35,7 @@ struct MoleculeType {
   std::vector<Settle> settles;
   std::vector<VirtualSite3> vsites3;
   std::vector<PositionRestraint> posres;
+  std::vector<Topology::FixedDistance> constraints;
   std::vector<char> ptype;  // per atom: A (atom), D or V (virtual site)
   std::vector<std::pair<int, int>> exclusions;
 };
@@ -108,6 +109,7 @@ class TopReader {
   std::map<std::string, int> type_index_;
   std::vector<char> type_ptype_;
   std::map<std::pair<std::string, std::string>, BondParams> bondtypes_;
+  std::map<std::pair<std::string, std::string>, double> constrainttypes_;  // b0
   std::map<std::tuple<std::string, std::string, std::string>, AngleParams> angletypes_;
   std::map<std::pair<std::string, std::string>, PairParams> pairtypes_;
   std::vector<DihedralType> dihedraltypes_;
@@ -222,7 +224,7 @@ void TopReader::line(const SourceLine& l) {
     static const std::set<std::string> known = {
         "defaults",  "atomtypes", "bondtypes",  "angletypes", "pairtypes", "constrainttypes", "dihedraltypes",
         "moleculetype", "atoms",  "bonds",      "angles",     "pairs",     "dihedrals",       "settles",
-        "exclusions", "virtual_sites3", "position_restraints",
+        "exclusions", "virtual_sites3", "position_restraints", "constraints",
         "system",    "molecules"};
     if (!known.count(directive_))
       fail(l, "directive [ " + directive_ +
@@ -266,7 +268,9 @@ void TopReader::line(const SourceLine& l) {
     for (size_t k = first; k < f.size(); ++k) t.params.push_back(num(l, f[k], "a dihedral parameter"));
     dihedraltypes_.push_back(std::move(t));
   } else if (d == "constrainttypes") {
-    // The parameter table of molecules with [ constraints ], which qk md refuses.
+    need_fields(l, f, 3, "bt1 bt2 funct [b0]");
+    const int fn = static_cast<int>(parse_int(f[2], *l.file, l.line, "the function type"));
+    if ((fn == 1 || fn == 2) && f.size() >= 4) constrainttypes_[{std::string(f[0]), std::string(f[1])}] = num(l, f[3], "b0");
   } else if (d == "moleculetype") {
     need_fields(l, f, 2, "name nrexcl");
     MoleculeType m;
@@ -356,6 +360,25 @@ void TopReader::line(const SourceLine& l) {
                   " is not supported by qk md (1: the site in the plane of three atoms, as TIP4P's M)");
     molecule(l).vsites3.push_back(VirtualSite3{atom_index(l, f[0]), atom_index(l, f[1]), atom_index(l, f[2]),
                                                atom_index(l, f[3]), num(l, f[5], "a"), num(l, f[6], "b")});
+  } else if (d == "constraints") {
+    need_fields(l, f, 3, "ai aj funct [b0]");
+    MoleculeType& m = molecule(l);
+    const int i = atom_index(l, f[0]), j = atom_index(l, f[1]);
+    const int fn = funct(l, f[2], {1, 2}, "1 (and a bond for the exclusions) and 2 (no exclusions)");
+    if (fn == 1) m.connections.emplace_back(i, j);
+    double b0 = 0;
+    if (f.size() >= 4) {
+      b0 = num(l, f[3], "b0");
+    } else {
+      const std::string& bi = top_->atom_types[m.type[i]].bond_type;
+      const std::string& bj = top_->atom_types[m.type[j]].bond_type;
+      auto p = constrainttypes_.find({bi, bj});
+      if (p == constrainttypes_.end()) p = constrainttypes_.find({bj, bi});
+      if (p == constrainttypes_.end()) fail(l, "no [ constrainttypes ] entry for " + bi + "-" + bj);
+      b0 = p->second;
+    }
+    if (!(b0 > 0)) fail(l, "a constraint length must be positive (flexible constraints are not supported)");
+    m.constraints.push_back({i, j, b0});
   } else if (d == "position_restraints") {
     need_fields(l, f, 5, "ai funct fcx fcy fcz");
     const int fn = static_cast<int>(parse_int(f[1], *l.file, l.line, "the function type"));
@@ -574,6 +597,7 @@ void TopReader::finish(const std::string& path) {
       for (Settle s : m.settles) top.settles.push_back({s.ow + off, s.doh, s.dhh});
       for (VirtualSite3 v : m.vsites3) top.vsites3.push_back({v.site + off, v.i + off, v.j + off, v.k + off, v.a, v.b});
       for (PositionRestraint r : m.posres) top.posres.push_back({r.atom + off, r.k});
+      for (Topology::FixedDistance c : m.constraints) top.constraints.push_back({c.i + off, c.j + off, c.length});
     }
   }
 }

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <unistd.h>
 #include <map>
 #include <string>
 
@@ -257,5 +259,44 @@ TEST(Energies, AllBondsConstrainedStepZeroMatchesGromacs) {
   expect_close("Potential", e.potential.potential(), want.at("Potential"));
   expect_close("Pressure", e.pressure, want.at("Pressure"));
   // 3 per atom, less one per bond and the centre of mass's 3.
+  EXPECT_DOUBLE_EQ(qk::md::degrees_of_freedom(top, mdp), 3.0 * 600 - 450 - 3);
+}
+
+// [ constraints ] (funct 1: a bond for the exclusions too) in place of the chains' [ bonds ], at the bonds'
+// lengths: the same system as all-bonds above, so GROMACS's same step 0, with the mdp's constraints = none.
+TEST(Energies, TopologyConstraintsHoldLikeAllBonds) {
+  const std::string dir = std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/chains/";
+  const qk::md::Topology bonded = qk::md::read_top(dir + "topol.top");
+  std::string text;
+  {
+    std::ifstream in(dir + "topol.top");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string bonds = "[ bonds ]\n1 2 1\n2 3 1\n3 4 1\n";
+  ASSERT_NE(text.find(bonds), std::string::npos);
+  char constraints[256];
+  std::snprintf(constraints, sizeof constraints, "[ constraints ]\n1 2 1 %.17g\n2 3 1 %.17g\n3 4 1 %.17g\n",
+                bonded.bonds[0].b0, bonded.bonds[1].b0, bonded.bonds[2].b0);
+  text.replace(text.find(bonds), bonds.size(), constraints);
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("qk_constraints_" + std::to_string(::getpid()) + ".top");
+  { std::ofstream(path) << text; }
+  const qk::md::Topology top = qk::md::read_top(path.string());
+  std::filesystem::remove(path);
+  ASSERT_TRUE(top.bonds.empty());
+  ASSERT_EQ(top.constraints.size(), 450u);
+  EXPECT_EQ(top.exclusions, bonded.exclusions) << "funct 1 counts as a bond for nrexcl";
+  qk::md::MdpOptions mdp = qk::md::read_mdp(dir + "run.mdp");
+  ASSERT_EQ(mdp.constraints, qk::md::Constraints::kNone);
+  std::map<std::string, double> want;
+  std::ifstream in(dir + "allbonds_reference.txt");
+  for (std::string line; std::getline(in, line);)
+    want[line.substr(0, line.find('\t'))] = std::stod(line.substr(line.find('\t') + 1));
+  qk::md::RunOptions opt;
+  opt.precision = qk::md::Precision::kDouble;
+  const qk::md::RunResult r = qk::md::run(top, mdp, qk::md::read_gro(dir + "conf.gro"), opt);
+  ASSERT_EQ(r.frames.size(), 1u);
+  expect_close("Potential", r.frames[0].potential.potential(), want.at("Potential"));
+  expect_close("Pressure", r.frames[0].pressure, want.at("Pressure"));
   EXPECT_DOUBLE_EQ(qk::md::degrees_of_freedom(top, mdp), 3.0 * 600 - 450 - 3);
 }

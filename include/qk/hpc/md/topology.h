@@ -92,6 +92,11 @@ struct Topology {
   std::vector<Settle> settles;
   std::vector<VirtualSite3> vsites3;  // massless sites built from their atoms (vsite.h)
   std::vector<PositionRestraint> posres;  // to reference positions (position_restraints.h)
+  struct FixedDistance {  // [constraints]: held by LINCS whatever the mdp's constraints
+    int i = 0, j = 0;
+    double length = 0;  // nm
+  };
+  std::vector<FixedDistance> constraints;
   struct MoleculeBlock {
     std::string name;
     int count = 0, atoms_per_molecule = 0;
