@@ -157,9 +157,9 @@ for size in 4096 8192; do
   step "torch gemm bf16 $size" speed.log 60 python3 -c "$TORCH_GEMM" "$size" bf16
 done
 # Flash attention three ways: the default (cuDNN's fused attention where it
-# takes the call), cuDNN required (an error names what it refused), qk's own
-# tensor-core kernels.
-step "attention cuda" speed.log 60 "$BIN/cuda_attention"
+# takes the call; at debug level the log names each shape cuDNN refused),
+# cuDNN required (an error names what it refused), qk's own tensor-core kernels.
+step "attention cuda" speed.log 60 env QK_LOG_LEVEL=debug "$BIN/cuda_attention"
 step "attention cuda (cudnn)" speed.log 60 env QK_CUDA_ATTENTION=cudnn "$BIN/cuda_attention"
 step "attention cuda (qk's kernels)" speed.log 60 env QK_CUDA_ATTENTION=tiled "$BIN/cuda_attention"
 step "torch sdpa" speed.log 60 python3 bench/sdpa_cuda_peer.py
