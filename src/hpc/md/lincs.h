@@ -42,6 +42,8 @@ class Lincs {
   int size() const { return static_cast<int>(c_.size()); }
   // False when a bond rotated too far within the step to be corrected (GROMACS's LINCS warning: the
   // simulation is unstable); the positions are then not trustworthy.
+  // GROMACS's "Constr. rmsd": the root mean square of |r_ij| / d_ij - 1 over the constraints at x.
+  double rms_deviation(const RectBox& box, const std::vector<Vec3>& x) const;
   [[nodiscard]] bool apply(const RectBox& box, const std::vector<Vec3>& x, std::vector<Vec3>* xprime,
                            std::vector<Vec3>* v, double invdt, Mat3* r_m_dx) const;
 

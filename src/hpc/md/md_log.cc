@@ -39,6 +39,7 @@ std::vector<std::pair<std::string, double>> energy_terms(const EnergyFrame& e, c
     t.emplace_back("Temperature", e.temperature);
     if (mdp.disp_corr == DispCorr::kEnerPres) t.emplace_back("Pres. DC (bar)", p.pres_dc);
     t.emplace_back("Pressure (bar)", e.pressure);
+    if (e.constr_rmsd) t.emplace_back("Constr. rmsd", *e.constr_rmsd);  // as GROMACS: LINCS's, not SETTLE's
   } else {
     if (mdp.disp_corr == DispCorr::kEnerPres) t.emplace_back("Pres. DC (bar)", p.pres_dc);
   }
@@ -88,7 +89,9 @@ void write_averages(std::ostream& out, const std::vector<EdrTerm>& terms, const 
                 static_cast<long long>(steps), static_cast<long long>(sums.nsum_run));
   out << buf << "   Energies (kJ/mol)\n";
   // md.log's terms lead the .edr's, in order (edr_terms), under their log names.
-  std::vector<std::pair<std::string, double>> t = energy_terms(EnergyFrame{}, top, mdp);
+  EnergyFrame names_only;  // the terms this run's frames had
+  if (index_of("Constr. rmsd") < terms.size()) names_only.constr_rmsd = 0;
+  std::vector<std::pair<std::string, double>> t = energy_terms(names_only, top, mdp);
   for (size_t k = 0; k < t.size() && k < terms.size(); ++k) t[k].second = average(k);
   write_terms(out, t);
   // The box's average under pressure coupling, as mdrun.

@@ -393,6 +393,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         for (int b = 0; b < 3; ++b) e.pressure_tensor[a][b] = fac * (ekin[a][b] - virial[a][b]);
       e.pressure = trace(e.pressure_tensor) / 3;
       e.box = box.length;
+      if (!lincs.empty()) e.constr_rmsd = lincs.rms_deviation(box, xnew);  // before any pressure scaling
       if (pcouple_step) {
         // C-rescale scales x(t + dt), v(t + dt/2) and the box from this step's pressure (the kinetic energy
         // of this half step was taken before, as mdrun's).

@@ -260,6 +260,10 @@ TEST(Energies, AllBondsConstrainedStepZeroMatchesGromacs) {
   expect_close("Pressure", e.pressure, want.at("Pressure"));
   // 3 per atom, less one per bond and the centre of mass's 3.
   EXPECT_DOUBLE_EQ(qk::md::degrees_of_freedom(top, mdp), 3.0 * 600 - 450 - 3);
+  // LINCS's "Constr. rmsd", as GROMACS reports it (both at rounding level after one double-precision step).
+  ASSERT_TRUE(e.constr_rmsd.has_value());
+  EXPECT_LT(*e.constr_rmsd, 1e-8);
+  EXPECT_LT(want.at("Constr. rmsd"), 1e-8);
 }
 
 // [ constraints ] (funct 1: a bond for the exclusions too) in place of the chains' [ bonds ], at the bonds'

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,7 @@ struct EnergyFrame {
   Mat3 virial{};  // MD: -1/2 sum r (x) F, constraints and dispersion correction included (kJ/mol)
   double box_z = 0;  // nm (GROMACS's #Surf*SurfTen term)
   Vec3 box{};        // nm, the step's box (it changes under pressure coupling)
+  std::optional<double> constr_rmsd;  // with LINCS constraints: their RMS relative deviation after the step
   // MD: per T-coupling group (the mdp's tc-grps): its temperature and the V-rescale factor of this step's
   // update (1 when it did not couple), as the .edr's T-<group> and Lamb-<group>.
   std::vector<std::string> group_names;
