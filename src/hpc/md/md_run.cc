@@ -40,11 +40,18 @@ void require_settled(bool ok, const std::string& where) {
            ": it is too distorted (the simulation is unstable: check the time step and the start structure)");
 }
 
-Mat3 kinetic_tensor(const std::vector<Vec3>& v, const std::vector<double>& mass) {
+// The kinetic energy tensor; given each atom's T-coupling group, also each group's kinetic energy (kJ/mol)
+// in the same pass over v.
+Mat3 kinetic_tensor(const std::vector<Vec3>& v, const std::vector<double>& mass,
+                    const std::vector<int>* group_of_atom = nullptr, std::vector<double>* group_ke = nullptr) {
   Mat3 k{};
-  for (size_t i = 0; i < v.size(); ++i)
+  if (group_ke) std::fill(group_ke->begin(), group_ke->end(), 0.0);
+  for (size_t i = 0; i < v.size(); ++i) {
     for (int a = 0; a < 3; ++a)
       for (int b = 0; b < 3; ++b) k[a][b] += 0.5 * mass[i] * v[i][a] * v[i][b];
+    if (group_ke)
+      (*group_ke)[(*group_of_atom)[i]] += 0.5 * mass[i] * (v[i][0] * v[i][0] + v[i][1] * v[i][1] + v[i][2] * v[i][2]);
+  }
   return k;
 }
 double trace(const Mat3& m) { return m[0][0] + m[1][1] + m[2][2]; }
@@ -208,14 +215,6 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       if (t) s += t->integral();
     return s;
   };
-  // Kinetic energy per group (kJ/mol).
-  auto group_kinetic = [&](const std::vector<Vec3>& vel) {
-    std::vector<double> ke(ngroups, 0.0);
-    for (int i = 0; i < n; ++i)
-      ke[tc.group_of_atom[i]] +=
-          0.5 * top.mass[i] * (vel[i][0] * vel[i][0] + vel[i][1] * vel[i][1] + vel[i][2] * vel[i][2]);
-    return ke;
-  };
   std::vector<double> inv_mass(n);
   for (int i = 0; i < n; ++i) inv_mass[i] = top.mass[i] > 0 ? 1 / top.mass[i] : 0;
 
@@ -249,8 +248,14 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   double baros_integral = resumed ? resumed->baros_integral : 0;  // the barostat's work, for the conserved energy
   std::vector<EdrTerm> edr_names;  // the terms summed, for md.log's averages
   RunResult result;
-  Mat3 half_step_old = resumed ? resumed->half_step_kinetic : kinetic_tensor(v, top.mass);  // KE at t - dt/2
-  std::vector<double> group_half_step_old = resumed ? resumed->half_step_group_kinetic : group_kinetic(v);
+  // The kinetic energy at t - dt/2: the tensor and per T-coupling group.
+  std::vector<double> group_half_step_old(ngroups), group_half_step_new(ngroups);
+  Mat3 half_step_old = kinetic_tensor(v, top.mass, &tc.group_of_atom, &group_half_step_old);
+  if (resumed) {
+    half_step_old = resumed->half_step_kinetic;
+    group_half_step_old = resumed->half_step_group_kinetic;
+  }
+  std::vector<double> lambda(ngroups);  // this step's V-rescale factor per group
   const int64_t first_step = resumed ? resumed->step : 0;
   const auto start = std::chrono::steady_clock::now();
   auto last_checkpoint = start, last_progress = start;
@@ -344,7 +349,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     }
     lap(&result.output_seconds);
     // GROMACS couples on steps where (step + nsttcouple - 1) is a multiple of nsttcouple, from the last half-step KE.
-    std::vector<double> lambda(ngroups, 1.0);
+    std::fill(lambda.begin(), lambda.end(), 1.0);
     if (coupled_groups > 0 && (nsttcouple == 1 || (step + nsttcouple - 1) % nsttcouple == 0))
       for (int g = 0; g < ngroups; ++g)
         if (thermostats[g]) lambda[g] = thermostats[g]->lambda(group_half_step_old[g]);
@@ -363,8 +368,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       virtual_site_velocities(top, box, x, xnew, dt, &vnew);
     }
     lap(&result.constraint_seconds);
-    const Mat3 half_step_new = kinetic_tensor(vnew, top.mass);
-    const std::vector<double> group_half_step_new = group_kinetic(vnew);
+    const Mat3 half_step_new = kinetic_tensor(vnew, top.mass, &tc.group_of_atom, &group_half_step_new);
     lap(&result.update_seconds);
     if (calc_step) {
       EnergyFrame e;
@@ -440,7 +444,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     std::swap(x, xnew);
     std::swap(v, vnew);
     half_step_old = half_step_new;
-    group_half_step_old = group_half_step_new;
+    std::swap(group_half_step_old, group_half_step_new);
   }
   lap(&ignored);
   result.steps = nsteps;
@@ -597,12 +601,13 @@ std::string describe_pair_lists(const PairListSetup& lists, const MdpOptions& md
 }
 
 double degrees_of_freedom(const Topology& top, const MdpOptions& mdp) {
-  // 3 per atom with a mass (virtual sites have none), less the constraints and the centre of mass's.
-  double ndf = 3.0 * static_cast<double>(std::count_if(top.mass.begin(), top.mass.end(), [](double m) { return m > 0; })) -
-               top.num_constraints();
-  ndf -= static_cast<double>(lincs_constraints(top, mdp).size());
-  if (mdp.comm_mode == CommMode::kLinear && mdp.nstcomm > 0) ndf -= 3;
-  return ndf;
+  // grompp's count (tc_groups.h) with the whole system as one group.
+  MdpOptions whole = mdp;
+  whole.tcoupl = Thermostat::kNo;
+  whole.tc_grps = {"System"};
+  std::vector<int> all(top.num_atoms());
+  std::iota(all.begin(), all.end(), 0);
+  return tc_groups(top, lincs_constraints(top, mdp), whole, {AtomGroup{"System", std::move(all)}}).total_ndf();
 }
 
 RunResult run(const Topology& top, const MdpOptions& mdp, const GroFile& conf, const RunOptions& options) {

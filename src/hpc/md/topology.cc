@@ -40,6 +40,13 @@ struct MoleculeType {
   std::vector<std::pair<int, int>> exclusions;
 };
 
+// A two-type table's entry for (a, b) written either way round, or the table's end.
+template <typename Table>
+auto find_either_way(const Table& table, const std::string& a, const std::string& b) {
+  auto p = table.find({a, b});
+  return p != table.end() ? p : table.find({b, a});
+}
+
 // A whole number as a field: the two-type [dihedraltypes] form has its function type third.
 bool is_integer(std::string_view t) {
   if (!t.empty() && (t.front() == '-' || t.front() == '+')) t.remove_prefix(1);
@@ -297,8 +304,7 @@ void TopReader::line(const SourceLine& l) {
     } else {
       const std::string& bi = top_->atom_types[m.type[i]].bond_type;
       const std::string& bj = top_->atom_types[m.type[j]].bond_type;
-      auto p = bondtypes_.find({bi, bj});
-      if (p == bondtypes_.end()) p = bondtypes_.find({bj, bi});
+      const auto p = find_either_way(bondtypes_, bi, bj);
       if (p == bondtypes_.end()) fail(l, "no [ bondtypes ] entry for " + bi + "-" + bj + " (funct 1)");
       b.b0 = p->second.b0;
       b.kb = p->second.kb;
@@ -372,8 +378,7 @@ void TopReader::line(const SourceLine& l) {
     } else {
       const std::string& bi = top_->atom_types[m.type[i]].bond_type;
       const std::string& bj = top_->atom_types[m.type[j]].bond_type;
-      auto p = constrainttypes_.find({bi, bj});
-      if (p == constrainttypes_.end()) p = constrainttypes_.find({bj, bi});
+      const auto p = find_either_way(constrainttypes_, bi, bj);
       if (p == constrainttypes_.end()) fail(l, "no [ constrainttypes ] entry for " + bi + "-" + bj);
       b0 = p->second;
     }
@@ -533,8 +538,7 @@ void TopReader::finish(const std::string& path) {
   for (MoleculeType& m : moltypes_)
     for (auto [i, j] : m.pairs_to_look_up) {
       const std::string &ni = top.atom_types[m.type[i]].bond_type, &nj = top.atom_types[m.type[j]].bond_type;
-      auto p = pairtypes_.find({ni, nj});
-      if (p == pairtypes_.end()) p = pairtypes_.find({nj, ni});
+      const auto p = find_either_way(pairtypes_, ni, nj);
       if (p != pairtypes_.end()) {
         double v = p->second.v, w = p->second.w;
         m.pairs.push_back(top.comb_rule == 1 ? LjPair{i, j, v, w}

@@ -43,10 +43,11 @@ std::vector<Vec3> first_atoms(const qk::md::test::Fixture& fx, int n) {
   return x;
 }
 
-qk::md::Topology water_topology(int molecules, const std::vector<std::string>& defines, const std::string& dir) {
-  // The fixture's force field with fewer molecules.
-  std::ofstream(dir + "/small.top") << "#include \"" << QK_SOURCE_DIR
-                                    << "/tests/fixtures/md/water_pme/spc_ff.itp\"\n[ system ]\nsmall\n"
+qk::md::Topology water_topology(int molecules, const std::vector<std::string>& defines, const std::string& dir,
+                                const std::string& force_field = "water_pme/spc_ff.itp") {
+  // A fixture's force field with fewer molecules.
+  std::ofstream(dir + "/small.top") << "#include \"" << QK_SOURCE_DIR << "/tests/fixtures/md/" << force_field
+                                    << "\"\n[ system ]\nsmall\n"
                                        "[ molecules ]\nSOL "
                                     << molecules << "\n";
   return qk::md::read_top(dir + "/small.top", qk::md::TopOptions{defines, {}});
@@ -143,10 +144,7 @@ TEST(Forces, DihedralsOfEveryKindAreEnergyGradients) {
 TEST(Forces, Tip4pSiteForcesSpreadToTheEnergyGradientOfItsAtoms) {
   qk::md::test::Fixture fx("water_tip4p");
   std::string dir = temp_dir();
-  std::ofstream(dir + "/small.top") << "#include \"" << QK_SOURCE_DIR
-                                    << "/tests/fixtures/md/water_tip4p/tip4p_ff.itp\"\n[ system ]\nsmall\n"
-                                       "[ molecules ]\nSOL 40\n";
-  const qk::md::Topology top = qk::md::read_top(dir + "/small.top");
+  const qk::md::Topology top = water_topology(40, {}, dir, "water_tip4p/tip4p_ff.itp");
   std::filesystem::remove_all(dir);
   ASSERT_EQ(top.vsites3.size(), 40u);
   const qk::md::RectBox box(fx.conf.box);

@@ -116,7 +116,8 @@ PairListSetup pair_list_setup(const Topology& top, const MdpOptions& mdp, const 
 // As mdrun's log says it: the intervals and radii, one line each, indented by two spaces.
 std::string describe_pair_lists(const PairListSetup& lists, const MdpOptions& mdp);
 
-// Degrees of freedom for the temperature: 3N - constraints - 3 with centre-of-mass removal.
+// Degrees of freedom for the temperature, as grompp counts them (tc_groups, the system as one group): 3 per
+// atom with a mass, less the constraints, less 3 with centre-of-mass removal.
 double degrees_of_freedom(const Topology& top, const MdpOptions& mdp);
 
 }  // namespace qk::md
