@@ -51,6 +51,16 @@ class PlanCache {
 
   // The plan for `key`, built by build() (a std::unique_ptr<Plan>) on the
   // first call with it. A build that throws leaves nothing behind.
+  // The plan for `key` if one was built; nullptr otherwise (nothing is built: e.g. during a graph capture,
+  // where a library's set-up must not run).
+  const Plan* find(const PlanKey& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = plans_.find(key);
+    if (it == plans_.end()) return nullptr;
+    counters_.hits.fetch_add(1, std::memory_order_relaxed);
+    return it->second.get();
+  }
+
   template <typename Build>
   const Plan& get(const PlanKey& key, Build&& build) {
     std::lock_guard<std::mutex> lock(mu_);

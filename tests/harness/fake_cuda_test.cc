@@ -445,6 +445,30 @@ TEST(FakeCuda, FlashAttentionAsksCudnnOncePerShapeThenFallsBack) {
   }
 }
 
+// Inside a CUDA-graph capture cuDNN's set-up must not run: a shape first met there goes to qk's kernels
+// (cuDNN not asked, nothing set up during the capture); met eagerly first, its graph (here its refusal)
+// is only looked up.
+TEST(FakeCuda, FlashAttentionBuildsNoCudnnGraphInsideACapture) {
+  const qk::Tensor q = qk::ops::to_device(qk::ops::cast(qk::randn({1, 104, 2, 64}), qk::DType::bf16), kGpu);
+  const qk::ops::FlashAttentionParams p;
+  Counts during{};
+  auto g = qk::capture_graph(kGpu, [&] {
+    const Counts c0 = qk::fake_cuda::counts();
+    const qk::ops::FlashAttentionResult r = qk::ops::flash_attention(q, q, q, p);
+    (void)qk::ops::flash_attention_backward(q, q, q, q, r.out, r.lse, p);
+    during = qk::fake_cuda::counts() - c0;
+  });
+  EXPECT_EQ(during.cudnn_setup, 0) << "cuDNN was set up inside the capture";
+  EXPECT_EQ(during.cudnn_algorithm_queries, 0);
+  const Counts r0 = qk::fake_cuda::counts();
+  g->replay();
+  EXPECT_EQ(launches_of(qk::fake_cuda::counts() - r0, "tiled_fwd<__nv_bfloat16, 64>"), 1);
+  // Eagerly the same shape builds (asks cuDNN) as usual.
+  const Counts e0 = qk::fake_cuda::counts();
+  (void)qk::ops::flash_attention(q, q, q, p);
+  EXPECT_GT((qk::fake_cuda::counts() - e0).cudnn_setup, 0);
+}
+
 // Host time per kernel of ResNet inference at batch 1 (the first GPU run:
 // 27 ms a step for 1.4 ms of GPU work): with the fake, launches cost
 // nothing, so what is timed is qianka's own host work per kernel. Printed,

@@ -85,3 +85,13 @@ TEST(PlanCache, ThreadsAskingAtOnceShareOneBuild) {
 
 }  // namespace
 }  // namespace qk
+
+// find() looks a plan up without building one (a graph capture must not run a library's set-up).
+TEST(PlanCache, FindReturnsOnlyWhatWasBuilt) {
+  qk::PlanCache<int> cache("test_find");
+  EXPECT_EQ(cache.find({1, 2}), nullptr);
+  const int& built = cache.get({1, 2}, [] { return std::make_unique<int>(7); });
+  ASSERT_NE(cache.find({1, 2}), nullptr);
+  EXPECT_EQ(cache.find({1, 2}), &built);
+  EXPECT_EQ(cache.find({2, 1}), nullptr);
+}

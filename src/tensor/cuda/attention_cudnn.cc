@@ -18,6 +18,7 @@
 #include <cudnn_frontend.h>
 
 #include "cudnn_handle.h"
+#include "graph.h"
 #include "plan_cache.h"
 #include "qk/base/error.h"
 #include "qk/base/log.h"
@@ -140,9 +141,13 @@ void causal_options(const AttentionShape& a, auto& opts) {
   if (a.causal) opts.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
 }
 
-const AttentionGraph& forward_graph(const AttentionShape& a, int device, DType t) {
+// The graph for the call (built on first use), or nullptr inside a CUDA-graph capture when none was built
+// before it: cuDNN's set-up must not run in a capture (an eager step first builds it).
+const AttentionGraph* forward_graph(const AttentionShape& a, int device, DType t) {
   static PlanCache<AttentionGraph> cache("cudnn_attention_forward");
-  return cache.get(key_of(a, device, t, false), [&] {
+  const PlanKey key = key_of(a, device, t, false);
+  if (capturing(device)) return cache.find(key);
+  return &cache.get(key, [&] {
     auto g = new_graph(t);
     const Qkv in = qkv_inputs(*g, a);
     auto opts = fe::graph::SDPA_attributes().set_name("qk_attention").set_generate_stats(true).set_attn_scale(
@@ -156,9 +161,11 @@ const AttentionGraph& forward_graph(const AttentionShape& a, int device, DType t
   });
 }
 
-const AttentionGraph& backward_graph(const AttentionShape& a, int device, DType t) {
+const AttentionGraph* backward_graph(const AttentionShape& a, int device, DType t) {
   static PlanCache<AttentionGraph> cache("cudnn_attention_backward");
-  return cache.get(key_of(a, device, t, true), [&] {
+  const PlanKey key = key_of(a, device, t, true);
+  if (capturing(device)) return cache.find(key);
+  return &cache.get(key, [&] {
     auto g = new_graph(t);
     const Qkv in = qkv_inputs(*g, a);
     TensorRef o = input(*g, "O", kO, {a.B, a.Hq, a.T, a.Dv}, {a.o_sb, a.o_sh, a.o_st, 1});
@@ -187,10 +194,10 @@ bool run(const AttentionShape& a, const Tensor& q, std::unordered_map<int64_t, v
   const char* no = outside_cudnn(a, q.dtype());
   const int device = q.device().index;
   const AttentionGraph* plan = no ? nullptr
-                               : backward ? &backward_graph(a, device, q.dtype())
-                                          : &forward_graph(a, device, q.dtype());
+                               : backward ? backward_graph(a, device, q.dtype())
+                                          : forward_graph(a, device, q.dtype());
   if (!plan || !plan->graph) {
-    if (why) *why = no ? no : plan->refusal;
+    if (why) *why = no ? no : plan ? plan->refusal : "no cuDNN graph was built for this shape before the capture";
     return false;
   }
   cudnnHandle_t h = cudnn_handle(device);
