@@ -5,7 +5,7 @@
 //
 //   simple_cnn_step --model simple_cnn --threads 2 --batch 64 --steps 30 --warmup 5
 //                   [--mode train|infer] [--optimizer sgd|adam] [--amp off|bf16] [--device cpu|cuda]
-//                   [--cudnn-benchmark 0|1] [--cuda-graph 0|1]
+//                   [--cudnn-benchmark 0|1] [--cuda-graph 0|1] [--channels-last 0|1]
 //
 // train: forward + loss + backward + optimizer step in train mode (dropout on).
 // infer: forward only, eval mode, no autograd graph (as `qk infer cifar10`);
@@ -35,11 +35,12 @@
 #include "qk/optim/sgd.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/cuda.h"
+#include "qk/tensor/ops/memory_format.h"
 
 int main(int argc, char** argv) {
   int threads = 1, batch = 64, steps = 30, warmup = 5;
   std::string model = "simple_cnn", mode = "train", optimizer = "sgd", amp = "off", device = "cpu";
-  bool cudnn_benchmark = false, cuda_graph = false;
+  bool cudnn_benchmark = false, cuda_graph = false, channels_last = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--threads") threads = std::atoi(argv[i + 1]);
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
     else if (k == "--device") device = argv[i + 1];
     else if (k == "--cudnn-benchmark") cudnn_benchmark = std::string(argv[i + 1]) == "1";
     else if (k == "--cuda-graph") cuda_graph = std::string(argv[i + 1]) == "1";
+    else if (k == "--channels-last") channels_last = std::string(argv[i + 1]) == "1";
     else {
       fmt::print(stderr, "unknown flag {}\n", k);
       return 2;
@@ -96,6 +98,8 @@ int main(int argc, char** argv) {
     opt = std::make_unique<qk::optim::Adam>(net->parameters(), qk::optim::AdamOptions(1e-3));
   }
   qk::Tensor x = qk::randn({batch, 3, 32, 32}).to(dev);
+  // As the peer's x.to(memory_format=torch.channels_last): converted once.
+  if (channels_last) x = qk::ops::contiguous(x, qk::ops::MemoryFormat::channels_last);
   qk::Tensor y = qk::randint(0, 10, {batch}).to(dev);
   double loss_val = 0;
   std::function<void()> step;
@@ -137,8 +141,9 @@ int main(int argc, char** argv) {
   qk::Timer t;
   for (int i = 0; i < steps; ++i) step();
   double s = t.seconds();
-  const std::string impl = fmt::format("{}{}{}{}", amp == "bf16" ? "qianka-bf16" : "qianka", dev.is_cpu() ? "" : "-",
-                                       dev.is_cpu() ? "" : dev.str(), cuda_graph ? "-graph" : "");
+  const std::string impl =
+      fmt::format("{}{}{}{}{}", amp == "bf16" ? "qianka-bf16" : "qianka", dev.is_cpu() ? "" : "-",
+                  dev.is_cpu() ? "" : dev.str(), cuda_graph ? "-graph" : "", channels_last ? "-cl" : "");
   fmt::print("{{\"impl\": \"{}\", \"model\": \"{}\", \"mode\": \"{}\", \"optimizer\": \"{}\", \"threads\": {}, "
              "\"batch\": {}, \"images_per_s\": {:.1f}, \"ms_per_step\": {:.3f}, \"peak_rss_mb\": {:.1f}, "
              "\"peak_tensor_mb\": {:.1f}, \"loss\": {:.4f}}}\n",

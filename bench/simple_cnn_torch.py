@@ -27,7 +27,7 @@ class SimpleCNN(nn.Module):  # the seed's model.py
         x = self.pool(F.relu(self.conv1(x)))
         x = self.pool(F.relu(self.conv2(x)))
         x = self.pool(F.relu(self.conv3(x)))
-        x = x.view(-1, 128 * 4 * 4)
+        x = x.reshape(-1, 128 * 4 * 4)  # a copy when x is channels last
         x = self.dropout(F.relu(self.fc1(x)))
         x = self.dropout(F.relu(self.fc2(x)))
         return self.fc3(x)
@@ -78,6 +78,7 @@ def main():
     p.add_argument("--device", default="cpu", help="cpu or cuda (the GPU peer of simple_cnn_step --device cuda)")
     p.add_argument("--mode", default="train", choices=["train", "infer"])
     p.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
+    p.add_argument("--channels-last", action="store_true", help="model and input in torch.channels_last")
     a = p.parse_args()
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
     torch.set_num_threads(a.threads)
@@ -85,6 +86,9 @@ def main():
     net = (SimpleCNN() if a.model == "simple_cnn" else SimpleResNet()).to(a.device)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(a.batch, 3, 32, 32).to(a.device)
+    if a.channels_last:
+        net = net.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (a.batch,)).to(a.device)
     dev_type = "cuda" if a.device.startswith("cuda") else "cpu"
 
@@ -110,7 +114,8 @@ def main():
     s = time.perf_counter() - t
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     peak = torch.cuda.max_memory_allocated() / 1048576.0 if dev_type == "cuda" else 0.0
-    print(json.dumps({"impl": ("pytorch-bf16" if a.bf16 else "pytorch") + ("" if dev_type == "cpu" else "-" + a.device),
+    print(json.dumps({"impl": ("pytorch-bf16" if a.bf16 else "pytorch") + ("" if dev_type == "cpu" else "-" + a.device)
+                      + ("-cl" if a.channels_last else ""),
                       "model": a.model, "mode": a.mode, "threads": a.threads, "peak_tensor_mb": round(peak, 1),
                       "batch": a.batch, "images_per_s": round(a.steps * a.batch / s, 1),
                       "ms_per_step": round(1e3 * s / a.steps, 2), "peak_rss_mb": round(rss, 1),

@@ -190,6 +190,9 @@ for model in simple_cnn simple_resnet; do
   # bf16 autocast (issue 31 part 6: faster than f32)
   step "$model train b256 bf16" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --batch 256 --steps 30 --warmup 5 --device cuda --cudnn-benchmark 1 --amp bf16
   step "torch $model train b256 bf16" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --batch 256 --steps 30 --warmup 5 --device cuda --cudnn-benchmark --bf16
+  # channels last (NHWC convolutions; part 6), both sides
+  step "$model train b256 bf16 channels-last" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --batch 256 --steps 30 --warmup 5 --device cuda --cudnn-benchmark 1 --amp bf16 --channels-last 1
+  step "torch $model train b256 bf16 channels-last" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --batch 256 --steps 30 --warmup 5 --device cuda --cudnn-benchmark --bf16 --channels-last
   for b in 1 256; do
     step "$model infer b$b" cnn.log 60 "$BIN/simple_cnn_step" --model "$model" --mode infer --batch "$b" --steps 50 --warmup 5 --device cuda --cudnn-benchmark 1
     step "torch $model infer b$b" cnn.log 60 python3 bench/simple_cnn_torch.py --model "$model" --mode infer --batch "$b" --steps 50 --warmup 5 --device cuda --cudnn-benchmark

@@ -3,6 +3,7 @@
 #include "qk/autograd/autocast.h"
 #include "qk/autograd/functions.h"
 #include "qk/tensor/ops/conv.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
 
 namespace qk {
@@ -17,6 +18,9 @@ namespace {
 Tensor shape_of(const Tensor& x) {
   return ops::expand(zeros({1, 1, 1, 1}, TensorOptions(x.dtype()).device(x.device())), x.shape());
 }
+// dx in x's memory format (the stand-in above has none): a channels-last
+// activation's gradient stays channels last for the ops before it.
+Tensor in_format(const Tensor& dx, ops::MemoryFormat f) { return ops::contiguous(dx, f); }
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const ops::Conv2dParams& p) {
@@ -40,8 +44,9 @@ Tensor max_pool2d(const Tensor& x, const ops::Pool2dParams& p) {
   // x [N,C,H,W] -> y [N,C,Ho,Wo]; indices pick the input of each output.
   auto [y, indices] = ops::max_pool2d(x, p);
   if (autograd::needs_grad({x})) {
-    record("MaxPool2dBackward", {x}, {y}, [xs = shape_of(x), indices](const V& g) -> V {
-      return {ops::max_pool2d_backward(g[0], xs, indices)};
+    record("MaxPool2dBackward", {x}, {y},
+           [xs = shape_of(x), f = ops::suggest_memory_format(x), indices](const V& g) -> V {
+      return {in_format(ops::max_pool2d_backward(g[0], xs, indices), f)};
     });
   }
   return y;
@@ -50,8 +55,8 @@ Tensor max_pool2d(const Tensor& x, const ops::Pool2dParams& p) {
 Tensor avg_pool2d(const Tensor& x, const ops::Pool2dParams& p) {
   Tensor y = ops::avg_pool2d(x, p);
   if (autograd::needs_grad({x})) {
-    record("AvgPool2dBackward", {x}, {y}, [xs = shape_of(x), p](const V& g) -> V {
-      return {ops::avg_pool2d_backward(g[0], xs, p)};
+    record("AvgPool2dBackward", {x}, {y}, [xs = shape_of(x), f = ops::suggest_memory_format(x), p](const V& g) -> V {
+      return {in_format(ops::avg_pool2d_backward(g[0], xs, p), f)};
     });
   }
   return y;
@@ -60,8 +65,9 @@ Tensor avg_pool2d(const Tensor& x, const ops::Pool2dParams& p) {
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> out_size) {
   Tensor y = ops::adaptive_avg_pool2d(x, out_size);
   if (autograd::needs_grad({x})) {
-    record("AdaptiveAvgPool2dBackward", {x}, {y}, [xs = shape_of(x)](const V& g) -> V {
-      return {ops::adaptive_avg_pool2d_backward(g[0], xs)};
+    record("AdaptiveAvgPool2dBackward", {x}, {y},
+           [xs = shape_of(x), f = ops::suggest_memory_format(x)](const V& g) -> V {
+      return {in_format(ops::adaptive_avg_pool2d_backward(g[0], xs), f)};
     });
   }
   return y;

@@ -84,6 +84,9 @@ void setup_train(CLI::App& app) {
   c->add_option("--grad-compress", o->grad_compress, "DDP gradients on the wire: none, bf16 or fp16 (half the bytes)")
       ->check(CLI::IsMember({"none", "bf16", "fp16"}))
       ->capture_default_str();
+  c->add_flag("--channels-last", o->channels_last,
+              "Activations stored NHWC (PyTorch's channels_last): cuDNN's NHWC convolutions on a GPU, "
+              "oneDNN's on the CPU");
   c->add_flag("--cuda-graph", o->cuda_graph,
               "Record each step's forward and backward as a CUDA graph and replay it (one GPU)");
   auto benchmark = std::make_shared<bool>(false);

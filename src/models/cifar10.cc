@@ -37,6 +37,15 @@ CifarModel make_cifar_model(const std::string& name) {
   return m;
 }
 
+void use_channels_last(CifarModel& m) {
+  auto inner = m.forward;
+  // [N, C, H, W] stored [N, H, W, C], through differentiable views and one copy.
+  m.forward = [inner](const Tensor& x) {
+    QK_CHECK(x.dim() == 4, "channels last: expected images [N, C, H, W], got ", shape_str(x.shape()));
+    return inner(x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}));
+  };
+}
+
 int64_t count_parameters(const nn::Module& m) {
   int64_t n = 0;
   for (const Tensor& p : m.parameters()) n += p.numel();

@@ -21,7 +21,7 @@ Tensor SimpleCNNImpl::forward(const Tensor& x) {
   Tensor h = pool(relu(conv1(x)));   // [N, 32, 16, 16]
   h = pool(relu(conv2(h)));          // [N, 64, 8, 8]
   h = pool(relu(conv3(h)));          // [N, 128, 4, 4]
-  h = h.view({-1, 128 * 4 * 4});     // [N, 2048]
+  h = h.reshape({-1, 128 * 4 * 4});  // [N, 2048] (a copy when h is channels last)
   h = dropout(relu(fc1(h)));         // [N, 512]
   h = dropout(relu(fc2(h)));         // [N, 256]
   return fc3(h);                     // [N, classes]

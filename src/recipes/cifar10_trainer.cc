@@ -498,6 +498,7 @@ void Cifar10Training::setup_model_and_optimizer() {
   const bool lead = s.rt.lead();
   manual_seed(o.seed);
   s.m = models::make_cifar_model(o.model);
+  if (o.channels_last) models::use_channels_last(s.m);
   const Device dev = training_device(o);
   if (!dev.is_cpu()) s.m.module->to(dev);  // before the optimizer takes its parameters
   // No clipping (the seed's script has none); inf/NaN gradients skip the step.
@@ -582,10 +583,10 @@ void Cifar10Training::build_data_loader() {
   s.bar = lead && o.progress && ::isatty(STDOUT_FILENO);
   if (lead) {
     fmt::print("model {} ({} parameters), optimizer {} lr {} weight decay {}, batch {}, augment {}, seed {}, "
-               "{} threads, {} loader workers{}\n",
+               "{} threads, {} loader workers{}{}\n",
                s.m.name, models::count_parameters(*s.m.module), o.optimizer, o.lr, o.weight_decay, s.batch_size,
                o.augment ? "on" : "off", o.seed, num_threads(), o.num_workers,
-               s.rt.amp ? fmt::format(", amp {}", o.amp) : "");
+               s.rt.amp ? fmt::format(", amp {}", o.amp) : "", o.channels_last ? ", channels last" : "");
     if (s.rt.world > 1)
       fmt::print("data-parallel: {} ranks, batch {} per rank (global {}), DDP {} buckets of <= {} MB, gradients on "
                  "the wire: {}\n",

@@ -3,6 +3,7 @@
 
 #include "qk/tensor/kernel_tables.h"
 #include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/conv.h"
 
@@ -67,6 +68,9 @@ Shape check_conv(const char* op, const Tensor& x, const Tensor& w, const Tensor&
   return out;
 }
 
+// The kernels take x (and grad_out) contiguous or channels last, and give
+// results in x's format; w and b are contiguous (memory_format.h).
+Tensor input_in_format(const Tensor& x) { return is_channels_last(x) ? x : contiguous(x); }
 
 }  // namespace
 
@@ -75,7 +79,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dPar
   // Backends take f16/bf16 as they are: each decides whether it has native
   // kernels or computes in f32 (the CPU one does both, see cpu/conv.cc).
   auto& kernel = *conv2d_fwd_kernel.get(x.device());
-  return kernel(contiguous(x), contiguous(w), contiguous(b), p);
+  return kernel(input_in_format(x), contiguous(w), contiguous(b), p);
 }
 
 Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
@@ -95,7 +99,8 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& w, const Tensor& b, const Con
     QK_CHECK(residual.shape() == out, "conv2d_fused: residual must be ", shape_str(out),
              " (the conv2d output), got ", shape_str(residual.shape()));
   }
-  if (x.device().type == DeviceType::cpu)
+  // Channels last: op by op below (each op keeps the format).
+  if (x.device().type == DeviceType::cpu && !is_channels_last(x))
     return cpu::conv2d_fused(contiguous(x), contiguous(w), contiguous(b), p, contiguous(scale), contiguous(shift),
                              contiguous(residual), relu);
   // Other devices: the same, op by op.
@@ -117,7 +122,8 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const
            " (the conv2d output for x ", shape_str(x.shape()), ", weight ", shape_str(w.shape()),
            "), got ", shape_str(grad_out.shape()));
   auto& kernel = *conv2d_bwd_kernel.get(x.device());
-  return kernel(contiguous(grad_out), contiguous(x), contiguous(w), p, need_dx, need_dw, need_db);
+  const MemoryFormat f = suggest_memory_format(x);
+  return kernel(contiguous(grad_out, f), input_in_format(x), contiguous(w), p, need_dx, need_dw, need_db);
 }
 
 }  // namespace qk::ops

@@ -1,6 +1,7 @@
 // Copies: strided to contiguous, dtype casts, fills, device transfers.
 #include "qk/tensor/backend.h"
 #include "qk/tensor/kernel_tables.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/kernels.h"
 
@@ -53,14 +54,14 @@ Tensor contiguous(const Tensor& a) {
 }
 
 Tensor clone(const Tensor& a) {
-  Tensor out = empty(a.shape(), TensorOptions().dtype(a.dtype()).device(a.device()));
+  Tensor out = empty(a.shape(), TensorOptions().dtype(a.dtype()).device(a.device()), suggest_memory_format(a));
   copy_(out, a);
   return out;
 }
 
 Tensor cast(const Tensor& a, DType t) {
   if (a.dtype() == t) return a;
-  Tensor out = empty(a.shape(), TensorOptions().dtype(t).device(a.device()));
+  Tensor out = empty(a.shape(), TensorOptions().dtype(t).device(a.device()), suggest_memory_format(a));
   copy_(out, a);
   return out;
 }

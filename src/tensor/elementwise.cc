@@ -2,6 +2,7 @@
 #include "qk/tensor/ops/elementwise.h"
 
 #include "qk/tensor/kernel_tables.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
 #include "op_kernel_tables.h"
 #include "cpu/kernels.h"
@@ -48,6 +49,10 @@ void check_same(const char* op, const Tensor& a, const Tensor& b) {
                 "; convert one with .to(dtype)");
 }
 TensorOptions like(const Tensor& t, DType dt) { return TensorOptions().dtype(dt).device(t.device()); }
+// A result of `shape` in a channels-last operand's layout (memory_format.h).
+Tensor empty_result(const Shape& shape, TensorOptions o, std::initializer_list<const Tensor*> operands) {
+  return empty(shape, o, result_format(shape, operands));
+}
 }  // namespace
 
 namespace {
@@ -66,7 +71,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_same(name, a, b);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   check_binary_dtype(op, a.dtype());
-  Tensor out = empty(shape, like(a, op >= BinaryOp::eq ? DType::boolean : a.dtype()));
+  Tensor out = empty_result(shape, like(a, op >= BinaryOp::eq ? DType::boolean : a.dtype()), {&a, &b});
   if (out.numel() > 0) binary_kernel.get(a.device())(op, out, a, b);
   return out;
 }
@@ -76,7 +81,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 Tensor binary_scalar(BinaryOp op, const Tensor& a, double b) {
   if (!binary_scalar_kernel.supports(a.device().type)) return binary(op, a, scalar_tensor(b, like(a, a.dtype())));
   check_binary_dtype(op, a.dtype());
-  Tensor out = empty(a.shape(), like(a, op >= BinaryOp::eq ? DType::boolean : a.dtype()));
+  Tensor out = empty_result(a.shape(), like(a, op >= BinaryOp::eq ? DType::boolean : a.dtype()), {&a});
   if (out.numel() > 0) binary_scalar_kernel.get(a.device())(op, out, a, b);
   return out;
 }
@@ -97,7 +102,7 @@ Tensor unary(UnaryOp op, const Tensor& a) {
                     op == UnaryOp::square || op == UnaryOp::relu;
   QK_CHECK_TYPE(is_floating(a.dtype()) || (integer_ok && a.dtype() != DType::boolean),
                 unary_op_name(op), ": expected a floating-point tensor, got ", dtype_name(a.dtype()));
-  Tensor out = empty(a.shape(), like(a, a.dtype()));
+  Tensor out = empty_result(a.shape(), like(a, a.dtype()), {&a});
   if (out.numel() > 0) unary_kernel.get(a.device())(op, out, a);
   return out;
 }
@@ -105,7 +110,7 @@ Tensor unary(UnaryOp op, const Tensor& a) {
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) {
   const Tensor& ref = x.defined() ? x : y;
   QK_CHECK(ref.defined(), unary_op_name(op), " backward: needs the input or the output");
-  Tensor dx = empty(ref.shape(), like(ref, grad.dtype()));
+  Tensor dx = empty_result(ref.shape(), like(ref, grad.dtype()), {&grad, &ref});
   if (dx.numel() > 0) unary_backward_kernel.get(grad.device())(op, dx, grad, x, y);
   return dx;
 }
@@ -113,14 +118,14 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Ten
 Tensor clamp(const Tensor& a, std::optional<double> lo, std::optional<double> hi) {
   QK_CHECK(lo || hi, "clamp: give at least one of min and max");
   QK_CHECK(!lo || !hi || *lo <= *hi, "clamp: min ", *lo, " is greater than max ", *hi);
-  Tensor out = empty(a.shape(), like(a, a.dtype()));
+  Tensor out = empty_result(a.shape(), like(a, a.dtype()), {&a});
   if (out.numel() > 0) clamp_kernel.get(a.device())(out, a, lo, hi);
   return out;
 }
 
 Tensor clamp_backward(const Tensor& grad, const Tensor& x, std::optional<double> lo,
                       std::optional<double> hi) {
-  Tensor dx = empty(x.shape(), like(x, grad.dtype()));
+  Tensor dx = empty_result(x.shape(), like(x, grad.dtype()), {&grad, &x});
   if (dx.numel() > 0) clamp_backward_kernel.get(x.device())(dx, grad, x, lo, hi);
   return dx;
 }
@@ -132,7 +137,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   QK_CHECK_DEVICE(cond.device() == a.device(), "where: condition on ", cond.device().str(),
                   ", values on ", a.device().str());
   Shape shape = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), "where"), cond.shape(), "where");
-  Tensor out = empty(shape, like(a, a.dtype()));
+  Tensor out = empty_result(shape, like(a, a.dtype()), {&a, &b, &cond});
   if (out.numel() > 0) where_kernel.get(a.device())(out, cond, a, b);
   return out;
 }

@@ -4,7 +4,9 @@
 #include <algorithm>
 
 #include "qk/tensor/dispatch.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
+#include "batch_norm_channels_last.h"
 #include "op_kernel_tables.h"
 #include "cpu/norm.h"
 
@@ -12,6 +14,8 @@ namespace qk::ops {
 
 QK_DEFINE_KERNEL(batch_norm_kernel, BatchNormFn);
 QK_DEFINE_KERNEL(batch_norm_backward_kernel, BatchNormBwdFn);
+QK_DEFINE_KERNEL(batch_norm_channels_last_kernel, BatchNormFn);
+QK_DEFINE_KERNEL(batch_norm_channels_last_backward_kernel, BatchNormBwdFn);
 QK_DEFINE_KERNEL(layer_norm_kernel, LayerNormFn);
 QK_DEFINE_KERNEL(layer_norm_backward_kernel, LayerNormBwdFn);
 QK_DEFINE_KERNEL(rms_norm_kernel, RmsNormFn);
@@ -87,8 +91,17 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
              "batch_norm: expected more than 1 value per channel when training, got input ",
              shape_str(x.shape()));
   }
-  auto r = batch_norm_kernel.get(x.device())(contiguous(x), weight, bias, running_mean, running_var,
-                                             training, momentum, eps);
+  // Channels last (memory_format.h): the device's kernels for it, else from
+  // column reductions; in that format either way.
+  BatchNormResult r;
+  if (!is_channels_last(x))
+    r = batch_norm_kernel.get(x.device())(contiguous(x), weight, bias, running_mean, running_var, training, momentum,
+                                          eps);
+  else if (batch_norm_channels_last_kernel.supports(x.device().type))
+    r = batch_norm_channels_last_kernel.get(x.device())(x, weight, bias, running_mean, running_var, training,
+                                                        momentum, eps);
+  else
+    r = batch_norm_channels_last(x, weight, bias, running_mean, running_var, training, momentum, eps);
   if (training && running_mean.defined()) {
     running_mean.bump_version();
     running_var.bump_version();
@@ -109,6 +122,12 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, c
   check_param("batch_norm_backward", "save_invstd", save_invstd, x, c_shape);
   QK_CHECK(save_mean.defined() && save_invstd.defined(),
            "batch_norm_backward: save_mean and save_invstd are required");
+  if (is_channels_last(x)) {
+    if (batch_norm_channels_last_backward_kernel.supports(x.device().type))
+      return batch_norm_channels_last_backward_kernel.get(x.device())(
+          contiguous(grad_out, MemoryFormat::channels_last), x, weight, save_mean, save_invstd, training);
+    return batch_norm_channels_last_backward(grad_out, x, weight, save_mean, save_invstd, training);
+  }
   return batch_norm_backward_kernel.get(x.device())(contiguous(grad_out), contiguous(x), weight, save_mean,
                                                     save_invstd, training);
 }

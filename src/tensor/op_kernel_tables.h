@@ -65,6 +65,11 @@ using BatchNormBwdFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor& grad_out
                                                           const Tensor& save_invstd, bool training);
 QK_DECLARE_KERNEL(batch_norm_kernel, BatchNormFn);
 QK_DECLARE_KERNEL(batch_norm_backward_kernel, BatchNormBwdFn);
+// The same for a channels-last x and grad_out (memory_format.h), giving
+// channels-last out and dx, where a device has kernels for that layout; the
+// front composes it from reductions on the others (batch_norm_channels_last.h).
+QK_DECLARE_KERNEL(batch_norm_channels_last_kernel, BatchNormFn);
+QK_DECLARE_KERNEL(batch_norm_channels_last_backward_kernel, BatchNormBwdFn);
 
 // Inverted dropout of contiguous x with Philox(seed, offset + i / 4):
 // (out, mask), the mask 0 or 1/(1-p) in x's dtype. offset_base, when

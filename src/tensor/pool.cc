@@ -1,6 +1,7 @@
 // Pooling fronts: validation, output sizes (PyTorch's rules), dispatch.
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/conv.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/pool.h"
 #include "op_kernel_tables.h"
@@ -79,11 +80,25 @@ void check_grad(const char* op, const Tensor& grad_out, const Tensor& x, const S
            " for x ", shape_str(x.shape()), ", got ", shape_str(grad_out.shape()));
 }
 
+// The device kernels read and write [N, C, H, W] planes: a channels-last x
+// is pooled through that layout and its results (y, dx) are given back
+// channels last, as the ops around them expect (memory_format.h); two
+// copies per call. The CPU has NHWC kernels for max and average pooling
+// (pool_nhwc.cc), taken for a channels-last x or grad_out.
+Tensor in_format_of(const Tensor& result, const Tensor& x) {
+  return is_channels_last(x) ? contiguous(result, MemoryFormat::channels_last) : result;
+}
+bool nhwc_on_cpu(const Tensor& t, const Tensor& also = Tensor()) {
+  return t.device().is_cpu() && (is_channels_last(t) || is_channels_last(also));
+}
+
 }  // namespace
 
 std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) {
   auto [ho, wo] = check_pool("max_pool2d", x, p, true);
-  return max_pool2d_kernel.get(x.device())(contiguous(x), p, ho, wo);
+  if (nhwc_on_cpu(x)) return cpu::max_pool2d_nhwc(x, p, ho, wo);
+  auto [y, indices] = max_pool2d_kernel.get(x.device())(contiguous(x), p, ho, wo);
+  return {in_format_of(y, x), indices};
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& indices) {
@@ -94,18 +109,21 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor
            shape_str(x.shape()), ", got ", indices.defined() ? dtype_name(indices.dtype()) : "none",
            " ", indices.defined() ? shape_str(indices.shape()) : "");
   check_grad("max_pool2d_backward", grad_out, x, indices.shape());
-  return max_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x, contiguous(indices));
+  if (nhwc_on_cpu(grad_out, x)) return cpu::max_pool2d_backward_nhwc(grad_out, x, indices);
+  return in_format_of(max_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x, contiguous(indices)), x);
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   auto [ho, wo] = check_pool("avg_pool2d", x, p, false);
-  return avg_pool2d_kernel.get(x.device())(contiguous(x), p, ho, wo);
+  if (nhwc_on_cpu(x)) return cpu::avg_pool2d_nhwc(x, p, ho, wo);
+  return in_format_of(avg_pool2d_kernel.get(x.device())(contiguous(x), p, ho, wo), x);
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Pool2dParams& p) {
   auto [ho, wo] = check_pool("avg_pool2d_backward", x, p, false);
   check_grad("avg_pool2d_backward", grad_out, x, {x.size(0), x.size(1), ho, wo});
-  return avg_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x, p);
+  if (nhwc_on_cpu(grad_out, x)) return cpu::avg_pool2d_backward_nhwc(grad_out, x, p);
+  return in_format_of(avg_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x, p), x);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> out_size) {
@@ -114,7 +132,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> out_size) {
            ">= 1, got [", out_size[0], ", ", out_size[1], "]");
   QK_CHECK(x.size(2) >= 1 && x.size(3) >= 1, "adaptive_avg_pool2d: input ", shape_str(x.shape()),
            " has an empty plane");
-  return adaptive_avg_pool2d_kernel.get(x.device())(contiguous(x), out_size);
+  return in_format_of(adaptive_avg_pool2d_kernel.get(x.device())(contiguous(x), out_size), x);
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& x) {
@@ -125,7 +143,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Tensor& x) {
              {x.size(0), x.size(1), grad_out.size(2), grad_out.size(3)});
   QK_CHECK(grad_out.size(2) >= 1 && grad_out.size(3) >= 1, "adaptive_avg_pool2d_backward: empty "
            "output plane ", shape_str(grad_out.shape()));
-  return adaptive_avg_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x);
+  return in_format_of(adaptive_avg_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x), x);
 }
 
 }  // namespace qk::ops

@@ -6,6 +6,7 @@
 
 #include "qk/tensor/dispatch.h"
 #include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/kernels.h"
 #include "op_kernel_tables.h"
@@ -57,6 +58,21 @@ Tensor reduce(cpu::ReduceOp op, const char* name, const Tensor& a, const Shape& 
     for (int64_t d : nd)
       QK_CHECK(a.shape()[d] > 0, name, ": cannot reduce an empty dim ", d, " of shape ",
                shape_str(a.shape()));
+  }
+  if (is_channels_last(a)) {
+    // Over the [N, H, W, C] storage as a contiguous tensor: a batch norm's or
+    // a bias gradient's sum over {0, 2, 3} is then one column reduction, not
+    // a copy to [N, C, H, W] first.
+    static constexpr int64_t kNhwcPosition[4] = {0, 3, 1, 2};
+    Shape md;
+    for (int64_t d : nd) md.push_back(kNhwcPosition[d]);
+    Tensor r = reduce(op, name, permute(a, {0, 2, 3, 1}), md, /*keepdim=*/true);
+    Tensor back = permute(r, {0, 3, 1, 2});
+    if (keepdim) return back;
+    Shape s;
+    for (int64_t d = 0; d < a.dim(); ++d)
+      if (std::find(nd.begin(), nd.end(), d) == nd.end()) s.push_back(a.shape()[d]);
+    return reshape(back, s);
   }
   // Integer sums are computed and returned in i64 (as PyTorch).
   Tensor src = integer_sum ? cast(a, DType::i64) : a;

@@ -184,6 +184,28 @@ TEST(TrainCifar10, BadInputsGiveClearErrors) {
 
 }  // namespace
 
+// --channels-last (activations stored NHWC) trains SimpleCNN as the
+// contiguous layout: the same losses, epoch by epoch. (The ResNet's tiny
+// run here is chaotic, its eval-mode losses in the tens after ten steps:
+// one step of it is compared in SimpleResNet.ChannelsLastTrainsAsTheContiguousLayout.)
+TEST(TrainCifar10, ChannelsLastTrainsAsTheContiguousLayout) {
+  const std::string dir = fresh_dir("channels_last");
+  const auto plain = run_qk(train_args(dir, 2, "", "plain"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const auto cl = run_qk(train_args(dir, 2, "--channels-last", "cl"));
+  ASSERT_EQ(cl.exit_code, 0) << cl.output;
+  EXPECT_NE(cl.output.find(", channels last"), std::string::npos) << cl.output;
+  const auto a = epoch_lines(plain.output), b = epoch_lines(cl.output);
+  ASSERT_EQ(a.size(), 2u) << plain.output;
+  ASSERT_EQ(b.size(), 2u) << cl.output;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(b[i].train_loss, a[i].train_loss, 2e-3) << "epoch " << i + 1;
+    EXPECT_NEAR(b[i].val_loss, a[i].val_loss, 2e-3) << "epoch " << i + 1;
+  }
+  const auto help = run_qk("train cifar10 --help");
+  EXPECT_NE(help.output.find("--channels-last"), std::string::npos) << help.output;
+}
+
 // bf16 autocast (convs and linears in bf16, AMX kernels where present)
 // learns like f32: both validation figures clearly beat chance.
 TEST(TrainCifar10, Bf16AutocastConverges) {

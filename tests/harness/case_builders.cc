@@ -55,6 +55,8 @@ const char* layout_name(Layout l) {
       return "slice";
     case Layout::expanded:
       return "expand";
+    case Layout::channels_last:
+      return "NHWC";
   }
   return "?";
 }
@@ -95,6 +97,12 @@ Input laid_out(const Shape& s, Layout layout, const Gen& gen, bool grad) {
       stored[0] = 1;
       in.value = gen(stored);
       in.view = {"expand", [s](const Tensor& t) { return t.expand(s); }};
+      break;
+    }
+    case Layout::channels_last: {
+      QK_CHECK(n == 4, "Layout::channels_last needs a 4-D shape, got ", shape_str(s));
+      in.value = gen({s[0], s[2], s[3], s[1]});
+      in.view = {"NHWC", [](const Tensor& t) { return t.permute({0, 3, 1, 2}); }};
       break;
     }
   }

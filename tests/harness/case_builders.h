@@ -50,8 +50,9 @@ enum class Layout {
   transposed,  // stored with the last two dims swapped, viewed through transpose
   sliced,      // every second element along the last dim of a value twice as long
   expanded,    // size 1 along dim 0, broadcast by expand (stride 0)
+  channels_last,  // 4-D [N, C, H, W] stored [N, H, W, C] (memory_format.h), viewed through permute
 };
-const char* layout_name(Layout l);  // "", "T", "slice", "expand"
+const char* layout_name(Layout l);  // "", "T", "slice", "expand", "NHWC"
 // The layouts that make sense for s (transposed needs 2 dims, expanded a dim 0 > 1).
 std::vector<Layout> layouts_for(const Shape& s);
 

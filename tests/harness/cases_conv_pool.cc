@@ -34,6 +34,11 @@ const std::vector<Conv> kConvs = {
     {{1, 3, 13, 11}, Layout::contiguous, {2, 3, 5, 3}, true, {.stride = {2, 1}, .padding = {2, 0}}},
     {{0, 3, 7, 7}, Layout::contiguous, {4, 3, 3, 3}, true, {}},
     {{2, 8, 17, 17}, Layout::contiguous, {16, 8, 3, 3}, true, {.padding = {1, 1}}},
+    // Channels last (cuDNN's NHWC path on CUDA).
+    {{2, 8, 9, 9}, Layout::channels_last, {16, 8, 3, 3}, true, {.padding = {1, 1}}},
+    {{2, 6, 10, 8}, Layout::channels_last, {4, 6, 3, 3}, false, {.stride = {2, 2}, .padding = {1, 1}}},
+    {{1, 8, 7, 7}, Layout::channels_last, {8, 4, 3, 3}, true, {.padding = {1, 1}, .groups = 2}},
+    {{2, 16, 5, 5}, Layout::channels_last, {8, 16, 1, 1}, true, {}},
 };
 
 struct Pool {
@@ -55,6 +60,7 @@ const std::vector<Pool> kPools = {
     {{1, 2, 13, 11},
      Layout::contiguous,
      {.kernel = {3, 2}, .stride = {1, 2}, .padding = {1, 0}, .count_include_pad = false}},
+    {{2, 3, 7, 7}, Layout::channels_last, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},
 };
 const Pool kDilatedPool = {
     {1, 2, 13, 13}, Layout::contiguous, {.kernel = {3, 3}, .stride = {1, 1}, .dilation = {2, 2}}};
@@ -150,7 +156,8 @@ void add_conv_pool_cases(std::vector<Case>& out) {
         {{2, 3, 7, 7}, Layout::contiguous, {3, 3}},
         {{2, 3, 7, 7}, Layout::transposed, {1, 1}},
         {{1, 2, 13, 13}, Layout::sliced, {5, 4}},
-        {{1, 2, 5, 5}, Layout::contiguous, {7, 7}}};
+        {{1, 2, 5, 5}, Layout::contiguous, {7, 7}},
+        {{2, 3, 7, 7}, Layout::channels_last, {2, 2}}};
     for (const auto& [x, lx, size] : adaptive) {
       for (bool autograd : {false, true}) {
         Case c;

@@ -38,6 +38,9 @@ const std::vector<BinaryShape> kBinaryShapes = {
     // Large enough for the kernels' threaded and vectorised paths.
     {{129, 67}, {67}},
     {{129, 67}, {129, 67}, Layout::transposed, Layout::contiguous},
+    // Channels last (memory_format.h): a per-channel operand, and a contiguous one.
+    {{2, 5, 3, 4}, {1, 5, 1, 1}, Layout::channels_last, Layout::contiguous},
+    {{2, 5, 3, 4}, {2, 5, 3, 4}, Layout::contiguous, Layout::channels_last},
 };
 
 // add/sub/mul/div go through their named wrappers, the rest through binary().
@@ -142,7 +145,7 @@ bool needs_positive(UnaryOp op) {
 const std::vector<std::pair<Shape, Layout>> kUnaryShapes = {
     {{7, 13}, Layout::contiguous},   {{7, 13}, Layout::transposed},   {{7, 13}, Layout::sliced},
     {{1031}, Layout::contiguous},    {{0}, Layout::contiguous},       {{}, Layout::contiguous},
-    {{129, 67}, Layout::contiguous}, {{129, 67}, Layout::transposed},
+    {{129, 67}, Layout::contiguous}, {{129, 67}, Layout::transposed}, {{2, 5, 3, 4}, Layout::channels_last},
 };
 
 void unary_cases(std::vector<Case>& out, Values& v) {

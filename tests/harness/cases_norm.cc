@@ -34,7 +34,9 @@ void batch_norms(std::vector<Case>& out, Values& v, DType t) {
                                {{7, 13}, Layout::contiguous, true, true, true},
                                {{2, 3, 7}, Layout::sliced, true, false, true},
                                {{2, 1031, 2}, Layout::contiguous, true, true, true},
-                               {{8, 16, 9, 9}, Layout::contiguous, true, true, true}};
+                               {{8, 16, 9, 9}, Layout::contiguous, true, true, true},
+                               {{4, 3, 5, 5}, Layout::channels_last, true, true, true},
+                               {{8, 16, 9, 9}, Layout::channels_last, true, false, true}};
   for (const Bn& b : bns) {
     const int64_t ch = b.x[1];
     const std::string sh = label({shape_label(b.x, b.layout), b.affine ? "affine" : "",

@@ -3,6 +3,7 @@
 // writes into strided destinations, casts between every pair of dtypes.
 #include "harness/case_builders.h"
 #include "qk/autograd/functions.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
 
 namespace qk::harness {
@@ -119,7 +120,18 @@ void view_cases(std::vector<Case>& out, Values& v) {
        {3, 5, 7},
        Layout::expanded,
        [](const Tensor& a) { return ops::contiguous(a); }},
+      {"ops::contiguous",
+       "channels_last",
+       {2, 5, 3, 4},
+       Layout::contiguous,
+       [](const Tensor& a) { return ops::contiguous(a, ops::MemoryFormat::channels_last); }},
+      {"ops::contiguous",
+       "from NHWC",
+       {2, 5, 3, 4},
+       Layout::channels_last,
+       [](const Tensor& a) { return ops::contiguous(a); }},
       {"ops::clone", "", {7, 13}, Layout::sliced, [](const Tensor& a) { return ops::clone(a); }},
+      {"ops::clone", "", {2, 5, 3, 4}, Layout::channels_last, [](const Tensor& a) { return ops::clone(a); }},
       {"ops::clone", "", {0, 3}, Layout::contiguous, [](const Tensor& a) { return ops::clone(a); }},
       {"ops::to_device",
        "via the CPU",

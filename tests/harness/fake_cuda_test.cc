@@ -31,6 +31,7 @@
 #include "qk/tensor/ops/attention.h"
 #include "qk/tensor/ops/elementwise.h"
 #include "qk/tensor/ops/linalg.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/nn.h"
 #include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
@@ -254,7 +255,7 @@ TEST(FakeCuda, FlashAttentionDropoutIsRecordedWithACounterBase) {
 
 // What the third step of the CIFAR-10 ResNet (batch 4, SGD) asks of the
 // runtime, under bf16 autocast or not.
-Counts warm_resnet_step(bool bf16_autocast) {
+Counts warm_resnet_step(bool bf16_autocast, bool channels_last = false) {
   qk::manual_seed(6);
   const qk::models::CifarModel m = qk::models::make_cifar_model("simple_resnet");
   m.module->to(kGpu);
@@ -262,7 +263,8 @@ Counts warm_resnet_step(bool bf16_autocast) {
                                          qk::optim::sgd(qk::optim::SGDOptions(0.01)), nullptr,
                                          {.clip_grad = 0, .skip_nonfinite = false});
   qk::train::StepRunner runner(opt, {}, {.num_microbatches = 1});
-  const qk::Tensor images = qk::ops::to_device(qk::randn({4, 3, 32, 32}), kGpu);
+  qk::Tensor images = qk::ops::to_device(qk::randn({4, 3, 32, 32}), kGpu);
+  if (channels_last) images = qk::ops::contiguous(images, qk::ops::MemoryFormat::channels_last);
   const qk::Tensor labels = qk::ops::to_device(qk::randint(0, 10, {4}), kGpu);
   auto forward = [&](int64_t) {
     qk::autocast::Guard low(qk::DType::bf16, bf16_autocast);
@@ -302,6 +304,29 @@ TEST(FakeCuda, AWarmCnnStepUnderBf16AutocastMakesNoAllocationsPlansOrExtraWaits)
   const Counts step = warm_resnet_step(true);
   print("ResNet step under bf16 autocast (batch 4)", step);
   expect_steady(step, 2);
+}
+
+// Channels last (qk train cifar10 --channels-last): every convolution of the
+// step, forward and both backwards, is described to cuDNN as NHWC (with the
+// filter as KRSC), and a warm step is as steady as the contiguous one.
+// Batch norm takes its NHWC kernels: three launches each way per layer.
+TEST(FakeCuda, AWarmChannelsLastCnnStepRunsEveryConvolutionNhwc) {
+  const Counts plain = warm_resnet_step(false);
+  EXPECT_EQ(plain.cudnn_nhwc_convolutions, 0);
+  const int64_t layers = launches_of(plain, "bn_train_forward");
+  EXPECT_EQ(layers, 20) << "SimpleResNet's batch norms";
+  for (bool bf16 : {false, true}) {
+    const Counts step = warm_resnet_step(bf16, /*channels_last=*/true);
+    print(bf16 ? "ResNet step, channels last, bf16 autocast" : "ResNet step, channels last", step);
+    expect_steady(step, 2);
+    // The ResNet's convolutions have no bias: every cuDNN call is a convolution.
+    EXPECT_GT(step.cudnn_calls, 0);
+    EXPECT_EQ(step.cudnn_nhwc_convolutions, step.cudnn_calls) << (bf16 ? "bf16" : "f32");
+    for (const char* k : {"bn_nhwc_moments", "bn_nhwc_train_finalize", "bn_nhwc_apply", "bn_nhwc_grad_sums",
+                          "bn_nhwc_backward_finalize", "bn_nhwc_backward_apply"})
+      EXPECT_EQ(launches_of(step, k), layers) << k;
+    EXPECT_EQ(launches_of(step, "bn_train_forward"), 0);
+  }
 }
 
 // An index out of range still raises the CPU's IndexError, from the next

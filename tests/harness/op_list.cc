@@ -242,6 +242,12 @@ const std::map<std::string, std::string>& not_ops() {
       {"ops::flash_attention_counters", "counts Philox counters"},
       {"ops::flash_attention_cpu_variants", "lists the CPU kernel's SIMD variants"},
       {"ops::set_flash_attention_cpu_variant", "picks the CPU kernel's SIMD variant"},
+      {"ops::memory_format_name", "a name for printing"},
+      {"ops::channels_last_strides", "a shape helper"},
+      {"ops::is_channels_last", "a stride test (memory_format_test.cc); the NHWC cases cover the formats"},
+      {"ops::empty", "uninitialised memory in a format (memory_format_test.cc)"},
+      {"ops::suggest_memory_format", "a stride test (memory_format_test.cc); the NHWC cases cover the formats"},
+      {"ops::result_format", "a stride test for elementwise results (memory_format_test.cc)"},
   };
   return names;
 }

@@ -33,6 +33,12 @@ struct CifarModel {
 // Builds a freshly initialised model (from the default generator); throws
 // ValueError for an unknown name.
 CifarModel make_cifar_model(const std::string& name);
+// Runs m channels last from now on (PyTorch's model and input
+// .to(memory_format=torch.channels_last)): forward converts each batch of
+// images to the format (differentiably) and every activation stays in it
+// (qk/tensor/ops/memory_format.h); the weights keep their layout. On a GPU
+// cuDNN then runs its NHWC convolutions.
+void use_channels_last(CifarModel& m);
 int64_t count_parameters(const nn::Module& m);
 // Where the model's parameters live (the CPU for a model without any).
 Device model_device(const CifarModel& m);

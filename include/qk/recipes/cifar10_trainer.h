@@ -86,6 +86,7 @@ struct TrainCifarOptions {
   // Each step's forward and backward recorded as a CUDA graph after two
   // eager steps and replayed (one rank).
   bool cuda_graph = false;
+  bool channels_last = false;      // activations stored NHWC (models::use_channels_last)
   double bucket_cap_mb = 25;       // DDP bucket size (distributed runs)
   std::string grad_compress = "none";  // none | bf16 | fp16: DDP gradients on the wire
   bool sync_bn = false;            // BatchNorm statistics over every rank (distributed runs)

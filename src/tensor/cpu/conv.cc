@@ -7,6 +7,7 @@
 #include "qk/base/env.h"
 #include "qk/base/thread_pool.h"
 #include "qk/tensor/ops/elementwise.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/onednn.h"
 
@@ -50,6 +51,8 @@ ConvAlgo conv_algo_for(const ConvGeom& g, DType dt, ConvPhase phase) {
 }
 
 Tensor conv2d_bias_grad(const Tensor& grad_out) {
+  // Channels last: a column sum over [N*Ho*Wo, O] (reduce.cc).
+  if (ops::is_channels_last(grad_out)) return ops::sum(grad_out, {0, 2, 3}, false);
   // [N,O,Ho,Wo] -> [O]: per-channel sums, f64 accumulation for every dtype.
   const int64_t n = grad_out.size(0), o = grad_out.size(1);
   const int64_t hw = grad_out.size(2) * grad_out.size(3);
@@ -89,10 +92,17 @@ Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b,
   if (via_f32(x.dtype()))
     return ops::cast(conv2d_forward(to_f32(x), to_f32(w), to_f32(b), p), x.dtype());
   ConvGeom g = conv_geom(x, w, p);
+  const bool cl = ops::is_channels_last(x);
   switch (conv_algo_for(g, x.dtype(), ConvPhase::forward)) {
-    case ConvAlgo::onednn: return onednn::conv2d_forward(x, w, b, g, onednn::Layout::blocked);
-    case ConvAlgo::onednn_plain: return onednn::conv2d_forward(x, w, b, g, onednn::Layout::plain);
-    default: return conv2d_forward_im2col(x, w, b, p);
+    case ConvAlgo::onednn:
+      return onednn::conv2d_forward(x, w, b, g, cl ? onednn::Layout::channels_last : onednn::Layout::blocked);
+    case ConvAlgo::onednn_plain:
+      return onednn::conv2d_forward(x, w, b, g, cl ? onednn::Layout::channels_last : onednn::Layout::plain);
+    default:
+      if (!cl) return conv2d_forward_im2col(x, w, b, p);
+      // im2col reads planes: through NCHW and back.
+      return ops::contiguous(conv2d_forward_im2col(ops::contiguous(x), w, b, p),
+                             ops::MemoryFormat::channels_last);
   }
 }
 
@@ -184,14 +194,21 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const
     return {from_f32(dx, x.dtype()), from_f32(dw, x.dtype()), from_f32(db, x.dtype())};
   }
   ConvGeom g = conv_geom(x, w, p);
+  // Channels last: x and grad_out both (the front sees to it), dx in it too.
+  const bool cl = ops::is_channels_last(x);
   switch (conv_algo_for(g, x.dtype(), ConvPhase::backward)) {
     case ConvAlgo::onednn:
       return onednn::conv2d_backward(grad_out, x, w, g, need_dx, need_dw, need_db,
-                                     onednn::Layout::blocked);
+                                     cl ? onednn::Layout::channels_last : onednn::Layout::blocked);
     case ConvAlgo::onednn_plain:
       return onednn::conv2d_backward(grad_out, x, w, g, need_dx, need_dw, need_db,
-                                     onednn::Layout::plain);
-    default: return conv2d_backward_im2col(grad_out, x, w, p, need_dx, need_dw, need_db);
+                                     cl ? onednn::Layout::channels_last : onednn::Layout::plain);
+    default: {
+      if (!cl) return conv2d_backward_im2col(grad_out, x, w, p, need_dx, need_dw, need_db);
+      auto [dx, dw, db] = conv2d_backward_im2col(ops::contiguous(grad_out), ops::contiguous(x), w, p,
+                                                 need_dx, need_dw, need_db);
+      return {ops::contiguous(dx, ops::MemoryFormat::channels_last), dw, db};
+    }
   }
 }
 

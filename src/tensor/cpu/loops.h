@@ -10,6 +10,7 @@
 // contiguous (or a scalar), a row covers the whole tensor in one call.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -41,11 +42,19 @@ StridedLayout<N> make_layout(const Shape& shape, const std::array<Tensor, N>& op
     L.base[k] = static_cast<char*>(ops[k].raw_data());
     L.itemsize[k] = static_cast<int64_t>(ops[k].itemsize());
   }
-  // Drop size-1 dims, then merge dim i into i+1 when contiguous for all operands.
+  // Drop size-1 dims; order the rest as operand 0 (the output) lies in
+  // memory, outermost first (a channels-last output is walked [N, H, W, C],
+  // not with a stride-C innermost loop; a contiguous one keeps its order);
+  // then merge dim i into i+1 when contiguous for all operands.
+  std::vector<size_t> order;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1) order.push_back(d);
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return L.strides[0][x] > L.strides[0][y];
+  });
   Shape sh;
   std::array<Shape, N> st;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
+  for (size_t d : order) {
     sh.push_back(shape[d]);
     for (int k = 0; k < N; ++k) st[k].push_back(L.strides[k][d]);
   }

@@ -27,11 +27,17 @@ bool supports(DType dt);
 
 // Layout of the tensors oneDNN computes on: `blocked` lets it choose (its
 // fastest kernels; inputs and outputs are reordered from and to NCHW),
-// `plain` forces NCHW/OIHW (no reorders, slower kernels).
-enum class Layout : uint8_t { blocked, plain };
+// `plain` forces NCHW/OIHW (no reorders, slower kernels), `channels_last`
+// takes x and grad_out and gives y and dx stored NHWC (memory_format.h),
+// reordered from and to oneDNN's choice as `blocked` is from NCHW. (Its
+// NHWC-native kernels, primitives made on nhwc, trained ResNet-18 25-30%
+// slower than its blocked ones with Winograd: oneDNN 2.6, 2 threads, the
+// development VM's Xeon, 2026-12-06, same run.)
+enum class Layout : uint8_t { blocked, plain, channels_last };
 
-// x [N,C,H,W], w [O,C/G,kh,kw], b [O] or undefined; all contiguous, one
-// dtype for which supports() holds.
+// x [N,C,H,W] (channels last with Layout::channels_last, else contiguous),
+// w [O,C/G,kh,kw], b [O] or undefined contiguous; one dtype for which
+// supports() holds.
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g,
                       Layout layout = Layout::blocked);
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const Tensor& x,

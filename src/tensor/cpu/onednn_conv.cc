@@ -22,6 +22,7 @@
 #include "qk/base/env.h"
 #include "qk/base/signal_mask.h"
 #include "qk/base/thread_pool.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/view.h"
 #include "cpu/conv.h"
 
@@ -173,7 +174,7 @@ QK_ENV_INT(env_winograd, "QK_CONV_WINOGRAD", 1,
 // Winograd does not pay or does not apply: strides, 1x1, post-ops, bf16).
 dnnl::algorithm conv_algorithm(const Problem& p, Layout layout) {
   bool wino = env_winograd.get() != 0 && p.dt == memory::data_type::f32 &&
-              layout == Layout::blocked && p.wei.size() == 4 && p.wei[2] == 3 && p.wei[3] == 3 &&
+              layout != Layout::plain && p.wei.size() == 4 && p.wei[2] == 3 && p.wei[3] == 3 &&
               p.strides == Dims{1, 1} && p.dilates == Dims{0, 0};
   return wino ? dnnl::algorithm::convolution_auto : dnnl::algorithm::convolution_direct;
 }
@@ -186,11 +187,15 @@ struct Descs {
   memory::desc src, wei, dst;
 };
 Descs descs(const Problem& p, Layout layout) {
-  const bool blocked = layout == Layout::blocked;
+  // channels_last: as blocked, oneDNN's choice (its user side is NHWC).
+  const bool blocked = layout != Layout::plain;
   return {md(p.src, blocked ? Tag::any : Tag::nchw, p.dt),
           md(p.wei, blocked ? Tag::any : (p.groups ? Tag::goihw : Tag::oihw), p.dt),
           md(p.dst, blocked ? Tag::any : Tag::nchw, p.dt)};
 }
+
+// How x, y, dx and grad_out are stored in qk's tensors.
+Tag activation_tag(Layout layout) { return layout == Layout::channels_last ? Tag::nhwc : Tag::nchw; }
 
 // Bits of a forward's fused epilogue (Epilogue), part of the cache key.
 constexpr int64_t kAffine = 1, kRelu = 2;
@@ -272,9 +277,9 @@ std::unique_ptr<Entry> build(const ConvGeom& g, DType dt, Kind kind, Layout layo
                              int64_t epi = 0) {
   Problem p = problem(g, dt);
   auto e = std::make_unique<Entry>();
-  auto user_src = md(p.src, Tag::nchw, p.dt);
+  auto user_src = md(p.src, activation_tag(layout), p.dt);
   auto user_wei = md(p.wei, p.groups ? Tag::goihw : Tag::oihw, p.dt);
-  auto user_dst = md(p.dst, Tag::nchw, p.dt);
+  auto user_dst = md(p.dst, activation_tag(layout), p.dt);
   auto& eng = runtime()->engine;
   auto algo = conv_algorithm(p, layout);
   if (kind == Kind::forward) {
@@ -396,7 +401,9 @@ Tensor conv2d_forward_fused(const Tensor& x, const Tensor& w, const Tensor& b, c
   const DType dt = x.dtype();
   QK_INTERNAL_ASSERT(supports(dt) && w.dtype() == dt && (!b.defined() || b.dtype() == dt));
   const int64_t bits = epi_bits(epi);
-  Tensor y = empty({g.n, g.o, g.ho, g.wo}, TensorOptions(dt).device(x.device()));
+  Tensor y = ops::empty({g.n, g.o, g.ho, g.wo}, TensorOptions(dt).device(x.device()),
+                        layout == Layout::channels_last ? ops::MemoryFormat::channels_last
+                                                        : ops::MemoryFormat::contiguous);
   if (y.numel() == 0) return y;
   try {
     Entry& e = entry(g, dt, Kind::forward, layout, b.defined(), bits);
@@ -432,7 +439,10 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad_out, const
   const DType dt = x.dtype();
   QK_INTERNAL_ASSERT(supports(dt) && w.dtype() == dt && grad_out.dtype() == dt);
   auto opts = TensorOptions(dt).device(x.device());
-  Tensor dx = need_dx ? empty(x.shape(), opts) : Tensor();
+  Tensor dx = need_dx ? ops::empty(x.shape(), opts, layout == Layout::channels_last
+                                                        ? ops::MemoryFormat::channels_last
+                                                        : ops::MemoryFormat::contiguous)
+                      : Tensor();
   Tensor dw = need_dw ? empty(w.shape(), opts) : Tensor();
   if (grad_out.numel() == 0) {
     if (need_dx) dx.zero_();

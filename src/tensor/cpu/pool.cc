@@ -30,18 +30,6 @@ void for_planes(int64_t planes, int64_t plane_work, F&& fn) {
   });
 }
 
-// Avg-pool window of output index o along one axis, as PyTorch computes it:
-// the padded extent (for count_include_pad) and the clipped one.
-struct Window {
-  int64_t start, end, padded;
-};
-inline Window avg_window(int64_t o, int64_t k, int64_t s, int64_t pad, int64_t in) {
-  int64_t start = o * s - pad;
-  int64_t end = std::min(start + k, in + pad);
-  int64_t padded = end - start;
-  return {std::max<int64_t>(start, 0), std::min(end, in), padded};
-}
-
 // Adaptive window: [floor(o*in/out), ceil((o+1)*in/out)).
 inline int64_t adaptive_start(int64_t o, int64_t out, int64_t in) { return (o * in) / out; }
 inline int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {

@@ -127,6 +127,37 @@ void reduce_impl(const Tensor& out, const Tensor& a, const Shape& dims, Acc init
     dst[0] = cast_value<T>(finish(r));
     return;
   }
+  // Leading dims reduced, the kept ones innermost ([rows, cols]: a bias
+  // gradient over the tokens, a channels-last batch norm's sums): whole rows
+  // added into cols accumulators, in chunks of rows in parallel and then the
+  // chunks in order (fixed chunks: the result does not depend on the thread
+  // count), instead of one strided walk down the rows per output.
+  bool leading = !dims.empty() && static_cast<int64_t>(dims.size()) < ac.dim();
+  for (size_t i = 0; leading && i < dims.size(); ++i) leading = dims[i] == static_cast<int64_t>(i);
+  const int64_t cols = g.num_out, rows = g.num_red;
+  if (leading && cols > 1 && cols <= 65536 && rows > 1) {
+    const int64_t chunk_rows = std::max<int64_t>(1, 32768 / cols);  // not measured
+    const int64_t nchunks = (rows + chunk_rows - 1) / chunk_rows;
+    std::vector<Acc> partial(static_cast<size_t>(nchunks * cols), init);
+    parallel_for(0, nchunks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        Acc* acc = partial.data() + c * cols;
+        const int64_t r1 = std::min(rows, (c + 1) * chunk_rows);
+        for (int64_t r = c * chunk_rows; r < r1; ++r) {
+          const T* row = src + r * cols;
+          for (int64_t j = 0; j < cols; ++j) acc[j] = comb(acc[j], cast_value<Acc>(row[j]));
+        }
+      }
+    });
+    parallel_for(0, cols, 1024, [&](int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j) {
+        Acc r = init;
+        for (int64_t c = 0; c < nchunks; ++c) r = comb(r, partial[static_cast<size_t>(c * cols + j)]);
+        dst[j] = cast_value<T>(finish(r));
+      }
+    });
+    return;
+  }
   // Grain: not measured (docs/tensor.md, "Threads").
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(g.num_red, 1));
   parallel_for(0, g.num_out, grain, [&](int64_t lo, int64_t hi) {

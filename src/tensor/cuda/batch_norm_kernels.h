@@ -33,4 +33,26 @@ void launch_batch_norm_backward(const BatchNormShape& s, int dtype, bool trainin
                                 const float* save_mean, const float* save_invstd, const float* weight, void* dx,
                                 float* dweight, float* dbias, cudaStream_t stream);
 
+// Channels last (memory_format.h): x, y, dy and dx stored [N, S, C], seen
+// as rows [M, C] (M = N S). Each call is three launches: per-channel sums
+// over `splits` parts of `span` rows in tiles of kReduceTileCols channels
+// (reduce_plan.h's column plan), a per-channel pass combining the parts in
+// order, and the elementwise pass. `work` holds nhwc_work_floats(C, splits)
+// f32 (the caller's, from the caching allocator).
+struct NhwcPlan {
+  int64_t splits = 1, span = 0;
+};
+inline int64_t nhwc_work_floats(int64_t C, int64_t splits) { return 2 * C * splits + 3 * C; }
+void launch_batch_norm_nhwc_train(const BatchNormShape& s, const NhwcPlan& p, int dtype, const void* x, void* y,
+                                  float* save_mean, float* save_invstd, float* running_mean, float* running_var,
+                                  const float* weight, const float* bias, float* work, cudaStream_t stream);
+void launch_batch_norm_nhwc_eval(const BatchNormShape& s, int dtype, const void* x, void* y,
+                                 const float* running_mean, const float* running_var, const float* weight,
+                                 const float* bias, float* save_mean, float* save_invstd, float* work,
+                                 cudaStream_t stream);
+void launch_batch_norm_nhwc_backward(const BatchNormShape& s, const NhwcPlan& p, int dtype, bool training,
+                                     const void* gy, const void* x, const float* save_mean, const float* save_invstd,
+                                     const float* weight, void* dx, float* dweight, float* dbias, float* work,
+                                     cudaStream_t stream);
+
 }  // namespace qk::cuda

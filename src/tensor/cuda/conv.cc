@@ -2,7 +2,10 @@
 // backward for data and filter; the bias is added by cuDNN and its gradient
 // is a sum over batch and space (the reduce kernel). f32 (TF32 only after
 // qk::cuda::set_matmul_allow_tf32(true)), f64, and f16/bf16 with f32
-// accumulation. Algorithms come from cuDNN's heuristics, the first whose
+// accumulation. Channels-last inputs (memory_format.h) are described to
+// cuDNN as NHWC, with the filter converted to KRSC for the call (cuDNN's
+// NHWC kernels want both; the parameter keeps its layout), and give
+// channels-last outputs: PyTorch's channels_last path. Algorithms come from cuDNN's heuristics, the first whose
 // workspace is at most kMaxWorkspace, chosen once per shape and direction
 // (plan_cache.h) with the descriptors.
 //
@@ -23,6 +26,7 @@
 #include "qk/base/error.h"
 #include "qk/tensor/cuda.h"
 #include "qk/tensor/kernel_tables.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
 #include "stream_handle.h"
@@ -46,20 +50,22 @@ cudnnDataType_t data_type(DType t) {
   QK_THROW(TypeError, "conv2d on CUDA: ", dtype_name(t), " is not supported (f32, f64, f16, bf16)");
 }
 
+// NCHW dims, stored NCHW or (nhwc) NHWC.
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(DType t, int64_t n, int64_t c, int64_t h, int64_t w) {
+  TensorDesc(DType t, int64_t n, int64_t c, int64_t h, int64_t w, bool nhwc) {
     QK_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-    QK_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, data_type(t), int(n), int(c), int(h), int(w)));
+    QK_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, data_type(t), int(n),
+                                              int(c), int(h), int(w)));
   }
   ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
 };
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  explicit FilterDesc(const Tensor& w) {
+  FilterDesc(const Tensor& w, bool nhwc) {
     QK_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
-    QK_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, data_type(w.dtype()), CUDNN_TENSOR_NCHW, int(w.size(0)),
-                                              int(w.size(1)), int(w.size(2)), int(w.size(3))));
+    QK_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, data_type(w.dtype()), nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                              int(w.size(0)), int(w.size(1)), int(w.size(2)), int(w.size(3))));
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
 };
@@ -94,8 +100,10 @@ struct ConvPlan {
   int64_t out[4] = {0, 0, 0, 0};  // the output's n, c, h, w (forward)
   int algo = 0;
   size_t memory = 0;
-  ConvPlan(const Tensor& x, const Tensor& w, const Conv2dParams& p)
-      : xd(x.dtype(), x.size(0), x.size(1), x.size(2), x.size(3)), wd(w), cd(p, x.dtype()) {}
+  bool nhwc;  // x, y and the filter as NHWC/KRSC (x channels last)
+  ConvPlan(const Tensor& x, const Tensor& w, const Conv2dParams& p, bool nhwc)
+      : xd(x.dtype(), x.size(0), x.size(1), x.size(2), x.size(3), nhwc), wd(w, nhwc), cd(p, x.dtype()),
+        nhwc(nhwc) {}
 };
 
 enum class ConvDirection : int64_t { forward, backward_data, backward_filter };
@@ -107,12 +115,16 @@ PlanCache<ConvPlan>& conv_plans(ConvDirection d) {
 }
 
 // What the descriptors and the algorithm depend on.
-PlanKey conv_key(int device, const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+PlanKey conv_key(int device, const Tensor& x, const Tensor& w, const Conv2dParams& p, bool nhwc) {
   return {device,        static_cast<int64_t>(x.dtype()), x.size(0),     x.size(1),     x.size(2),
           x.size(3),     w.size(0),     w.size(1),     w.size(2),     w.size(3),
           p.stride[0],   p.stride[1],   p.padding[0],  p.padding[1],  p.dilation[0],
-          p.dilation[1], p.groups,      matmul_allow_tf32(), cudnn_benchmark()};
+          p.dilation[1], p.groups,      matmul_allow_tf32(), cudnn_benchmark(), nhwc};
 }
+
+// The memory format of a call: channels last when x is (conv.cc's front
+// passes grad_out in x's format).
+ops::MemoryFormat format_of(const Tensor& x) { return ops::suggest_memory_format(x); }
 
 Tensor workspace(const Tensor& like, size_t bytes) {
   return empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, TensorOptions().dtype(DType::u8).device(like.device()));
@@ -158,25 +170,28 @@ Tensor conv2d_on_device(const Tensor& x, const Tensor& w, const Tensor& b, const
   cudnnHandle_t h = cudnn_handle(device);
   QK_CUDNN_CHECK(cudnnSetStream(h, ds.stream()));
   const DType t = x.dtype();
+  const ops::MemoryFormat fmt = format_of(x);
+  const bool nhwc = fmt == ops::MemoryFormat::channels_last;
+  const Tensor wk = nhwc ? ops::contiguous(w, fmt) : w;  // KRSC for NHWC
   if (x.numel() == 0) {  // cuDNN refuses empty descriptors: the output shape by the usual rule
     auto out = [&](int i) {
       return (x.size(2 + i) + 2 * p.padding[i] - p.dilation[i] * (w.size(2 + i) - 1) - 1) / p.stride[i] + 1;
     };
-    return empty({x.size(0), w.size(0), out(0), out(1)}, TensorOptions().dtype(t).device(x.device()));
+    return ops::empty({x.size(0), w.size(0), out(0), out(1)}, TensorOptions().dtype(t).device(x.device()), fmt);
   }
-  const ConvPlan& plan = conv_plans(ConvDirection::forward).get(conv_key(device, x, w, p), [&] {
-    auto pl = std::make_unique<ConvPlan>(x, w, p);
+  const ConvPlan& plan = conv_plans(ConvDirection::forward).get(conv_key(device, x, w, p, nhwc), [&] {
+    auto pl = std::make_unique<ConvPlan>(x, w, p, nhwc);
     int n = 0, c = 0, oh = 0, ow = 0;
     QK_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(pl->cd.d, pl->xd.d, pl->wd.d, &n, &c, &oh, &ow));
     pl->out[0] = n, pl->out[1] = c, pl->out[2] = oh, pl->out[3] = ow;
     if (int64_t(n) * c * oh * ow == 0) return pl;
-    pl->yd.emplace(t, n, c, oh, ow);
+    pl->yd.emplace(t, n, c, oh, ow, nhwc);
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int found = 0;
     if (timing_algorithms(device)) {
       FindScratch f(x, {n, c, oh, ow});
       QK_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-          h, pl->xd.d, x.raw_data(), pl->wd.d, w.raw_data(), pl->cd.d, pl->yd->d, f.out.raw_data(),
+          h, pl->xd.d, x.raw_data(), pl->wd.d, wk.raw_data(), pl->cd.d, pl->yd->d, f.out.raw_data(),
           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf, f.ws.raw_data(), kMaxWorkspace));
     } else {
       QK_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, pl->xd.d, pl->wd.d, pl->cd.d, pl->yd->d,
@@ -187,15 +202,15 @@ Tensor conv2d_on_device(const Tensor& x, const Tensor& w, const Tensor& b, const
     return pl;
   });
   const int64_t c = plan.out[1];
-  Tensor y = empty({plan.out[0], c, plan.out[2], plan.out[3]}, TensorOptions().dtype(t).device(x.device()));
+  Tensor y = ops::empty({plan.out[0], c, plan.out[2], plan.out[3]}, TensorOptions().dtype(t).device(x.device()), fmt);
   if (y.numel() == 0) return y;
   Tensor ws = workspace(x, plan.memory);
   Scale s(t);
-  QK_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(), plan.xd.d, x.raw_data(), plan.wd.d, w.raw_data(), plan.cd.d,
+  QK_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(), plan.xd.d, x.raw_data(), plan.wd.d, wk.raw_data(), plan.cd.d,
                                          static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), ws.raw_data(),
                                          plan.memory, s.zero(), plan.yd->d, y.raw_data()));
   if (b.defined()) {
-    TensorDesc bd(t, 1, c, 1, 1);
+    TensorDesc bd(t, 1, c, 1, 1, nhwc);
     QK_CUDNN_CHECK(cudnnAddTensor(h, s.one(), bd.d, b.raw_data(), s.one(), plan.yd->d, y.raw_data()));
   }
   return y;
@@ -210,6 +225,8 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_on_device(const Tensor& gy, c
   QK_CUDNN_CHECK(cudnnSetStream(h, ds.stream()));
   const DType t = x.dtype();
   TensorOptions opts = TensorOptions().dtype(t).device(x.device());
+  const ops::MemoryFormat fmt = format_of(x);
+  const bool nhwc = fmt == ops::MemoryFormat::channels_last;
   Tensor dx, dw, db;
   if (need_db) db = ops::sum(gy, {0, 2, 3}, false);
   if (!need_dx && !need_dw) return {dx, dw, db};
@@ -218,18 +235,19 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_on_device(const Tensor& gy, c
     if (need_dw) dw = zeros(w.shape(), opts);
     return {dx, dw, db};
   }
+  const Tensor wk = nhwc && need_dx ? ops::contiguous(w, fmt) : w;  // KRSC for NHWC (dx's only)
   // cuDNN writes every element (beta 0): no zero fill first.
   auto plan_of = [&](ConvDirection d) -> const ConvPlan& {
-    return conv_plans(d).get(conv_key(device, x, w, p), [&] {
-      auto pl = std::make_unique<ConvPlan>(x, w, p);
-      pl->yd.emplace(t, gy.size(0), gy.size(1), gy.size(2), gy.size(3));
+    return conv_plans(d).get(conv_key(device, x, w, p, nhwc), [&] {
+      auto pl = std::make_unique<ConvPlan>(x, w, p, nhwc);
+      pl->yd.emplace(t, gy.size(0), gy.size(1), gy.size(2), gy.size(3), nhwc);
       if (d == ConvDirection::backward_data) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         int found = 0;
         if (timing_algorithms(device)) {
           FindScratch f(x, x.shape());
           QK_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-              h, pl->wd.d, w.raw_data(), pl->yd->d, gy.raw_data(), pl->cd.d, pl->xd.d, f.out.raw_data(),
+              h, pl->wd.d, wk.raw_data(), pl->yd->d, gy.raw_data(), pl->cd.d, pl->xd.d, f.out.raw_data(),
               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf, f.ws.raw_data(), kMaxWorkspace));
         } else {
           QK_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, pl->wd.d, pl->yd->d, pl->cd.d, pl->xd.d,
@@ -260,19 +278,20 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_on_device(const Tensor& gy, c
   Scale s(t);
   if (need_dx) {
     const ConvPlan& plan = plan_of(ConvDirection::backward_data);
-    dx = empty(x.shape(), opts);
+    dx = ops::empty(x.shape(), opts, fmt);
     Tensor ws = workspace(x, plan.memory);
-    QK_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(), plan.wd.d, w.raw_data(), plan.yd->d, gy.raw_data(),
+    QK_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(), plan.wd.d, wk.raw_data(), plan.yd->d, gy.raw_data(),
                                                 plan.cd.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo),
                                                 ws.raw_data(), plan.memory, s.zero(), plan.xd.d, dx.raw_data()));
   }
   if (need_dw) {
     const ConvPlan& plan = plan_of(ConvDirection::backward_filter);
-    dw = empty(w.shape(), opts);
+    dw = ops::empty(w.shape(), opts, fmt);  // KRSC for NHWC, made OIHW below
     Tensor ws = workspace(x, plan.memory);
     QK_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(), plan.xd.d, x.raw_data(), plan.yd->d, gy.raw_data(),
                                                   plan.cd.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo),
                                                   ws.raw_data(), plan.memory, s.zero(), plan.wd.d, dw.raw_data()));
+    dw = ops::contiguous(dw);
   }
   return {dx, dw, db};
 }

@@ -8,10 +8,16 @@
 // The common case, contiguous f32/f16/bf16 input with f32 per-channel
 // tensors, runs the fused kernels of batch_norm.cu (one or two launches a
 // call); the composed form below, about twenty small launches, takes the rest.
+// Channels-last input has its own kernels (three launches each way), with
+// the front's composed form (batch_norm_channels_last.h) for the rest.
+#include "batch_norm_channels_last.h"
 #include "batch_norm_kernels.h"
+#include "multiprocessors.h"
 #include "op_kernel_tables.h"
+#include "reduce_plan.h"
 #include "stream_handle.h"
 #include "qk/base/error.h"
+#include "qk/tensor/ops/memory_format.h"
 #include "qk/tensor/ops/reduce.h"
 #include "qk/tensor/ops/view.h"
 
@@ -167,9 +173,73 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward_on_device(const Tensor& g
   return {as(dx, x.dtype()), dweight, as(sdy, pdt)};
 }
 
+// ---- channels last ----
+
+bool nhwc_input(const Tensor& x) {
+  return ops::is_channels_last(x) && (x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::bf16);
+}
+
+// The sums' parts: reduce_plan.h's plan for the columns of [M, C].
+NhwcPlan nhwc_plan(const BatchNormShape& s, int device) {
+  const ReducePlan r = plan_reduce(ReduceShape{1, s.N * s.S, s.C}, multiprocessors(device));
+  return NhwcPlan{r.splits, r.span};
+}
+
+ops::BatchNormResult batch_norm_nhwc_on_device(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                               const Tensor& running_mean, const Tensor& running_var, bool training,
+                                               double momentum, double eps) {
+  if (!(nhwc_input(x) && fused_channel(weight, true) && fused_channel(bias, true) &&
+        fused_channel(running_mean, !training) && fused_channel(running_var, !training)))
+    return ops::batch_norm_channels_last(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  const BatchNormShape s = shape_of(x, momentum, eps);
+  const TensorOptions f32 = TensorOptions().dtype(DType::f32).device(x.device());
+  Tensor out = ops::empty(x.shape(), TensorOptions().dtype(x.dtype()).device(x.device()),
+                          ops::MemoryFormat::channels_last);
+  Tensor mean = empty({s.C}, f32), invstd = empty({s.C}, f32);
+  DeviceStream ds(x.device().index);
+  if (training) {
+    const NhwcPlan p = nhwc_plan(s, x.device().index);
+    Tensor work = empty({nhwc_work_floats(s.C, p.splits)}, f32);  // the caching allocator's: no cudaMalloc once warm
+    launch_batch_norm_nhwc_train(s, p, static_cast<int>(x.dtype()), x.raw_data(), out.raw_data(),
+                                 mean.data_ptr<float>(), invstd.data_ptr<float>(), f32_or_null(running_mean),
+                                 f32_or_null(running_var), f32_or_null(weight), f32_or_null(bias),
+                                 work.data_ptr<float>(), ds.stream());
+  } else {
+    Tensor work = empty({nhwc_work_floats(s.C, 1)}, f32);
+    launch_batch_norm_nhwc_eval(s, static_cast<int>(x.dtype()), x.raw_data(), out.raw_data(),
+                                running_mean.data_ptr<float>(), running_var.data_ptr<float>(), f32_or_null(weight),
+                                f32_or_null(bias), mean.data_ptr<float>(), invstd.data_ptr<float>(),
+                                work.data_ptr<float>(), ds.stream());
+  }
+  return {out, mean, invstd};
+}
+
+std::tuple<Tensor, Tensor, Tensor> batch_norm_nhwc_backward_on_device(const Tensor& gy, const Tensor& x,
+                                                                      const Tensor& weight, const Tensor& save_mean,
+                                                                      const Tensor& save_invstd, bool training) {
+  if (!(nhwc_input(x) && ops::is_channels_last(gy) && gy.dtype() == x.dtype() && fused_channel(weight, false) &&
+        fused_channel(save_mean, false) && fused_channel(save_invstd, false)))
+    return ops::batch_norm_channels_last_backward(gy, x, weight, save_mean, save_invstd, training);
+  const BatchNormShape s = shape_of(x, 0.0, 0.0);
+  const TensorOptions f32 = TensorOptions().dtype(DType::f32).device(x.device());
+  Tensor dx = ops::empty(x.shape(), TensorOptions().dtype(x.dtype()).device(x.device()),
+                         ops::MemoryFormat::channels_last);
+  Tensor dweight = empty({s.C}, f32), dbias = empty({s.C}, f32);
+  const NhwcPlan p = nhwc_plan(s, x.device().index);
+  Tensor work = empty({nhwc_work_floats(s.C, p.splits)}, f32);
+  DeviceStream ds(x.device().index);
+  launch_batch_norm_nhwc_backward(s, p, static_cast<int>(x.dtype()), training, gy.raw_data(), x.raw_data(),
+                                  save_mean.data_ptr<float>(), save_invstd.data_ptr<float>(),
+                                  weight.data_ptr<float>(), dx.raw_data(), dweight.data_ptr<float>(),
+                                  dbias.data_ptr<float>(), work.data_ptr<float>(), ds.stream());
+  return {dx, dweight, dbias};
+}
+
 [[maybe_unused]] const bool registered = [] {
   ops::batch_norm_kernel.set(DeviceType::cuda, &batch_norm_on_device);
   ops::batch_norm_backward_kernel.set(DeviceType::cuda, &batch_norm_backward_on_device);
+  ops::batch_norm_channels_last_kernel.set(DeviceType::cuda, &batch_norm_nhwc_on_device);
+  ops::batch_norm_channels_last_backward_kernel.set(DeviceType::cuda, &batch_norm_nhwc_backward_on_device);
   return true;
 }();
 

@@ -3,12 +3,11 @@
 // contiguous tensor (else move them last in one copy) and reduce them in as
 // many parts as fill the device (reduce_plan.h, reduce.cu).
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <limits>
 
 #include "cuda_check.h"
 #include "kernels.h"
+#include "multiprocessors.h"
 #include "reduce_ops.h"
 #include "stream_handle.h"
 #include "op_kernel_tables.h"
@@ -24,18 +23,6 @@ namespace {
 void check_blocks(int64_t blocks, const char* op) {
   QK_CHECK_DEVICE(blocks <= std::numeric_limits<int32_t>::max(), op, " on CUDA: ", blocks,
                   " thread blocks, more than one launch takes (2^31 - 1)");
-}
-
-// Multiprocessors of each device, read once (the plan's size).
-int64_t multiprocessors(int device) {
-  static std::array<std::atomic<int>, 64> known{};
-  if (device < 0 || device >= static_cast<int>(known.size())) return 1;
-  int n = known[device].load(std::memory_order_relaxed);
-  if (n == 0) {
-    QK_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    known[device].store(n, std::memory_order_relaxed);
-  }
-  return n;
 }
 
 // The dtype the kernels accumulate `t` in, and so of the parts (reduce.cu's ReduceAcc).

@@ -49,9 +49,11 @@ struct CUgraphExec_st {
 };
 struct cudnnTensorStruct {
   int n = 0, c = 0, h = 0, w = 0;
+  bool nhwc = false;
 };
 struct cudnnFilterStruct {
   int k = 0, c = 0, h = 0, w = 0;
+  bool nhwc = false;  // KRSC
 };
 struct cudnnConvolutionStruct {
   int pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1;
@@ -96,7 +98,8 @@ bool unsafe_during_capture() {
 
 // The device's work, as opposed to the host's calls: recorded during a capture.
 bool is_device_work(int64_t Counts::*field) {
-  return field == &Counts::blaslt_matmuls || field == &Counts::cudnn_calls || field == &Counts::copies_on_device ||
+  return field == &Counts::blaslt_matmuls || field == &Counts::cudnn_calls ||
+         field == &Counts::cudnn_nhwc_convolutions || field == &Counts::copies_on_device ||
          field == &Counts::copies_to_device || field == &Counts::copies_to_host || field == &Counts::memsets;
 }
 
@@ -114,11 +117,12 @@ thread_local struct {
   cudaStream_t stream = nullptr;
 } pending_launch;
 
-// Counts one call; `field` the counter it adds to besides runtime_calls.
-void count(int64_t Counts::*field = nullptr) {
+// Counts one call; `field` the counter it adds to besides runtime_calls
+// (with `call` false, only that: a second counter of the same call).
+void count(int64_t Counts::*field = nullptr, bool call = true) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  ++s.c.runtime_calls;
+  if (call) ++s.c.runtime_calls;
   if (!field) return;
   if (recording && is_device_work(field)) ++(recording->work.*field);
   else if (!(recording && field == &Counts::syncs)) ++(s.c.*field);
@@ -169,6 +173,7 @@ Counts Counts::operator-(const Counts& b) const {
   d.attribute_calls = attribute_calls - b.attribute_calls;
   d.graph_launches = graph_launches - b.graph_launches;
   d.cudnn_finds = cudnn_finds - b.cudnn_finds;
+  d.cudnn_nhwc_convolutions = cudnn_nhwc_convolutions - b.cudnn_nhwc_convolutions;
   for (const auto& [k, n] : kernels) {
     auto it = b.kernels.find(k);
     const int64_t m = n - (it == b.kernels.end() ? 0 : it->second);
@@ -580,6 +585,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
     c.launches += w.launches;
     c.blaslt_matmuls += w.blaslt_matmuls;
     c.cudnn_calls += w.cudnn_calls;
+    c.cudnn_nhwc_convolutions += w.cudnn_nhwc_convolutions;
     c.copies_on_device += w.copies_on_device;
     c.memsets += w.memsets;
     for (const auto& [name, n] : w.kernels) c.kernels[name] += n;
@@ -694,10 +700,10 @@ cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
   delete d;
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t, cudnnDataType_t, int n, int c,
-                                         int h, int w) {
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t, int n,
+                                         int c, int h, int w) {
   count(&Counts::cudnn_setup);
-  *d = {n, c, h, w};
+  *d = {n, c, h, w, f == CUDNN_TENSOR_NHWC};
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* d) {
@@ -710,10 +716,10 @@ cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
   delete d;
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t, cudnnTensorFormat_t, int k, int c,
-                                         int h, int w) {
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t, cudnnTensorFormat_t f, int k,
+                                         int c, int h, int w) {
   count(&Counts::cudnn_setup);
-  *d = {k, c, h, w};
+  *d = {k, c, h, w, f == CUDNN_TENSOR_NHWC};
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* d) {
@@ -818,26 +824,32 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, con
   qk::fake_cuda::count(&Counts::cudnn_finds);
   return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, c, dw, requested, returned, perf);
 }
-cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t, const void*,
-                                      const cudnnFilterDescriptor_t, const void*, const cudnnConvolutionDescriptor_t,
+// A convolution's three operands in one format: NCHW/KCRS or NHWC/KRSC (a
+// mix is what qk never asks for; the fake refuses it). Counts the NHWC ones.
+static cudnnStatus_t fake_convolution(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
+                                      const cudnnTensorStruct* y) {
+  count(&Counts::cudnn_calls);
+  if (x->nhwc != w->nhwc || x->nhwc != y->nhwc) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (x->nhwc) count(&Counts::cudnn_nhwc_convolutions, /*call=*/false);
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t x, const void*,
+                                      const cudnnFilterDescriptor_t w, const void*, const cudnnConvolutionDescriptor_t,
                                       cudnnConvolutionFwdAlgo_t, void*, size_t, const void*,
-                                      const cudnnTensorDescriptor_t, void*) {
-  count(&Counts::cudnn_calls);
-  return CUDNN_STATUS_SUCCESS;
+                                      const cudnnTensorDescriptor_t y, void*) {
+  return fake_convolution(x, w, y);
 }
-cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void*, const cudnnFilterDescriptor_t, const void*,
-                                           const cudnnTensorDescriptor_t, const void*,
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void*, const cudnnFilterDescriptor_t w, const void*,
+                                           const cudnnTensorDescriptor_t dy, const void*,
                                            const cudnnConvolutionDescriptor_t, cudnnConvolutionBwdDataAlgo_t, void*,
-                                           size_t, const void*, const cudnnTensorDescriptor_t, void*) {
-  count(&Counts::cudnn_calls);
-  return CUDNN_STATUS_SUCCESS;
+                                           size_t, const void*, const cudnnTensorDescriptor_t dx, void*) {
+  return fake_convolution(dx, w, dy);
 }
-cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t, const void*,
-                                             const cudnnTensorDescriptor_t, const void*,
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t x, const void*,
+                                             const cudnnTensorDescriptor_t dy, const void*,
                                              const cudnnConvolutionDescriptor_t, cudnnConvolutionBwdFilterAlgo_t,
-                                             void*, size_t, const void*, const cudnnFilterDescriptor_t, void*) {
-  count(&Counts::cudnn_calls);
-  return CUDNN_STATUS_SUCCESS;
+                                             void*, size_t, const void*, const cudnnFilterDescriptor_t dw, void*) {
+  return fake_convolution(x, dw, dy);
 }
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t, const void*, const cudnnTensorDescriptor_t, const void*, const void*,
                              const cudnnTensorDescriptor_t, void*) {

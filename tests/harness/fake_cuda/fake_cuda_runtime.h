@@ -46,6 +46,7 @@ struct Counts {
   int64_t cudnn_setup = 0;     // cuDNN handles and descriptors made or set
   int64_t cudnn_algorithm_queries = 0, cudnn_calls = 0;
   int64_t cudnn_finds = 0;     // of the queries, timed searches (cudnnFind*: benchmark mode)
+  int64_t cudnn_nhwc_convolutions = 0;  // of cudnn_calls, convolutions on NHWC tensors (channels last)
   int64_t attribute_calls = 0; // device properties and attributes, function attributes, occupancy
   int64_t graph_launches = 0;  // cudaGraphLaunch: the graph's recorded work counts as run then
   std::map<std::string, int64_t> kernels;  // launches per kernel (demangled name)
