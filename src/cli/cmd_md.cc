@@ -2,6 +2,7 @@
 // step (docs/md.md). The options are GROMACS's, single-dash:
 //
 //   qk md -f run.mdp -c conf.gro -p topol.top [-deffnm NAME] [-nsteps N] [-nt THREADS]
+//   qk run --nproc-per-node 2 -- qk md ...      (the forces shared out over 2 processes)
 //
 // CLI11 only hands the arguments over; qk::md::parse_mdrun_args reads them
 // and qk::md::mdrun does the work (both tested in tests/hpc/md).
@@ -9,6 +10,8 @@
 #include <iostream>
 
 #include "command.h"
+#include "qk/dist/launch_env.h"
+#include "qk/dist/process_group.h"
 #include "qk/hpc/md/mdrun.h"
 
 namespace qk::cli {
@@ -25,7 +28,21 @@ void setup_md(CLI::App& app) {
       std::fputs(md::mdrun_help("qk md").c_str(), stdout);
       return;
     }
-    md::mdrun(args, std::cout);
+    // Under qk run (or mpirun, srun) with several ranks: the forces shared out over them (md::ForceShare),
+    // summed by an all-reduce of the process group; the first rank prints and writes.
+    md::ForceShare share;
+    std::ostream nowhere(nullptr);
+    std::ostream* out = &std::cout;
+    if (dist::launch_env().world_size > 1) {
+      dist::init();
+      share.rank = dist::rank();
+      share.size = dist::world_size();
+      share.allreduce_sum = [](double* data, int64_t count) {
+        dist::group().all_reduce(from_blob(data, {count}, DType::f64));
+      };
+      if (share.rank != 0) out = &nowhere;
+    }
+    md::mdrun(args, *out, share);
   });
 }
 

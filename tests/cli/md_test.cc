@@ -3,8 +3,11 @@
 // .gro and the Performance line; the .trr of a trajectory mdp; -h; bad input named.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include "cli/run_qk.h"
 #include "cli/scratch_dir.h"
@@ -29,6 +32,40 @@ TEST(CliMd, WaterBoxWritesGromacsLogAndFinalCoordinates) {
   EXPECT_NE(log.find("-1.98330e+04"), std::string::npos) << "GROMACS's step-0 Potential\n" << log;
   EXPECT_NE(log.find("Performance:"), std::string::npos) << log;
   EXPECT_TRUE(std::filesystem::exists(dir + "/w.gro")) << r.output;
+}
+
+// The numbers (d.ddddde+dd) of the last energy block before the averages.
+std::vector<double> last_energies(const std::string& log) {
+  const size_t end = log.find("A V E R A G E S");
+  const size_t at = log.rfind("   Energies (kJ/mol)", end);
+  std::vector<double> v;
+  if (at == std::string::npos) return v;
+  const std::string block = log.substr(at, log.find("\n\n", at) - at);
+  const std::regex number(R"(-?\d\.\d+e[+-]\d+)");
+  for (auto it = std::sregex_iterator(block.begin(), block.end(), number); it != std::sregex_iterator(); ++it)
+    v.push_back(std::stod(it->str()));
+  return v;
+}
+
+// `qk run --nproc-per-node 2 -- qk md`: the forces shared out over two
+// processes (md::ForceShare) run the one-process run, energies equal to the
+// log's digits after 20 steps; the first rank alone writes and prints.
+TEST(CliMd, TwoRanksRunTheOneRankRun) {
+  const std::string dir = kScratch.fresh("ranks");
+  const std::string inputs = " md -f " + kWater + "run.mdp -c " + kWater + "conf.gro -p " + kWater +
+                             "topol.top -nsteps 20 -nt 1 -deffnm " + dir;
+  const auto one = run_qk(inputs + "/one");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto two = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + inputs + "/two");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("1 threads on each of 2 ranks"), std::string::npos) << two.output;
+  EXPECT_EQ(two.output.find("[rank1]: qk md"), std::string::npos) << "the second rank printed\n" << two.output;
+  const std::vector<double> a = last_energies(qk::read_file(dir + "/one.log"));
+  const std::vector<double> b = last_energies(qk::read_file(dir + "/two.log"));
+  ASSERT_GE(a.size(), 8u);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 2e-5 * std::abs(a[i])) << "term " << i;
+  for (const char* f : {"/two.gro", "/two.edr"}) EXPECT_TRUE(std::filesystem::exists(dir + f)) << f;
 }
 
 // The argon trajectory mdp (positions every step, velocities and forces every second, compressed positions

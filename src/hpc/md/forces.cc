@@ -39,6 +39,8 @@ struct ForceCalculator::Impl {
   int64_t calls = 0;
   std::vector<int> exclusion_chunks;  // fixed (not per thread count): the sums do not depend on threads
   ForceTimes times;
+  ForceShare share;
+  std::vector<double> packed;  // a shared step's forces and terms, summed over the ranks at once
 
   Impl(const Topology& t, const MdpOptions& mdp, const Vec3& b, Precision precision, const PairListSetup& l)
       : top(t), box(b), disp(t, mdp.disp_corr, mdp.rvdw), epsilon_r(mdp.epsilon_r), lists(l) {
@@ -158,15 +160,35 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
       for (int b = 0; b < 3; ++b) (*to)[a][b] += v[a][b];
   };
   m.times.other += Impl::lap(&t);
-  NonbondedEnergies pairs = m.kernel->compute(m.list, x, energies, f);
-  NonbondedEnergies excl = coulomb_exclusions_and_self(x, m.box, m.top, m.nb, f, m.exclusion_chunks);
+  // Shared (ForceShare): this rank's part of each kind; the sum over the ranks below.
+  const ForceShare& sh = m.share;
+  const bool shared = sh.size > 1, lead = sh.rank == 0;
+  const EntryRange entries = shared ? entry_share(m.list, sh.rank, sh.size) : EntryRange{};
+  NonbondedEnergies pairs = m.kernel->compute(m.list, x, energies, f, entries);
+  std::vector<int> chunks = m.exclusion_chunks;
+  if (shared) {  // this rank's consecutive chunks (the bounds of chunks k0..k1)
+    const int n = static_cast<int>(chunks.size()) - 1, k0 = n * sh.rank / sh.size, k1 = n * (sh.rank + 1) / sh.size;
+    chunks.assign(m.exclusion_chunks.begin() + k0, m.exclusion_chunks.begin() + k1 + 1);
+  }
+  NonbondedEnergies excl;
+  if (!shared || chunks.size() >= 2) excl = coulomb_exclusions_and_self(x, m.box, m.top, m.nb, f, chunks);
   m.times.nonbonded += Impl::lap(&t);
   e.lj_sr = pairs.lj;
   e.coulomb_sr = pairs.coulomb + excl.coulomb;
   add(&e.virial, pairs.virial);
   add(&e.virial, excl.virial);
-  if (m.pme) e.coul_recip = m.pme->compute(x, m.top.charge, f, energies ? &e.virial : nullptr);
+  if (m.pme) {
+    const int n = m.top.num_atoms();
+    PmeShare ps{n * sh.rank / sh.size, n * (sh.rank + 1) / sh.size, sh.allreduce_sum, lead};
+    e.coul_recip = m.pme->compute(x, m.top.charge, f, energies ? &e.virial : nullptr, shared ? &ps : nullptr);
+  }
   m.times.pme += Impl::lap(&t);
+  if (shared && !lead) {  // the bonded terms and the dispersion correction: the first rank's
+    m.times.other += Impl::lap(&t);
+    sum_over_ranks(&e, f);
+    m.times.other += Impl::lap(&t);
+    return e;
+  }
   BondedEnergies b = bonded_forces(x, m.box, m.top, m.epsilon_r, f);
   e.bond = b.bond;
   e.angle = b.angle;
@@ -182,8 +204,41 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   e.pres_dc = dc.pressure;
   for (int a = 0; a < 3; ++a) e.virial[a][a] += dc.virial;
   e.disp_corr_virial = dc.virial;
+  if (shared) sum_over_ranks(&e, f);
   m.times.other += Impl::lap(&t);
   return e;
+}
+
+// The ranks' parts summed (one all-reduce of the forces and the terms): every rank then holds the totals.
+void ForceCalculator::sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f) {
+  Impl& m = *impl_;
+  double* terms[] = {&e->lj_sr,     &e->disp_corr,       &e->coulomb_sr,   &e->coul_recip,
+                     &e->bond,      &e->angle,           &e->lj14,         &e->coulomb14,
+                     &e->proper_dih, &e->rb_dih,         &e->improper_dih, &e->periodic_improper_dih,
+                     &e->pres_dc,   &e->disp_corr_virial};
+  constexpr size_t kTerms = sizeof(terms) / sizeof(terms[0]);
+  const size_t nf = 3 * f->size();
+  m.packed.resize(nf + kTerms + 9);
+  double* p = m.packed.data();
+  for (size_t i = 0; i < f->size(); ++i)
+    for (int c = 0; c < 3; ++c) p[3 * i + c] = (*f)[i][c];
+  for (size_t k = 0; k < kTerms; ++k) p[nf + k] = *terms[k];
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) p[nf + kTerms + 3 * a + b] = e->virial[a][b];
+  m.share.allreduce_sum(p, static_cast<int64_t>(m.packed.size()));
+  for (size_t i = 0; i < f->size(); ++i)
+    for (int c = 0; c < 3; ++c) (*f)[i][c] = p[3 * i + c];
+  for (size_t k = 0; k < kTerms; ++k) *terms[k] = p[nf + k];
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) e->virial[a][b] = p[nf + kTerms + 3 * a + b];
+}
+
+void ForceCalculator::set_share(const ForceShare& share) {
+  QK_CHECK(share.size >= 1 && share.rank >= 0 && share.rank < share.size, "ForceCalculator: rank ", share.rank,
+           " of ", share.size, " is not a rank of the share");
+  QK_CHECK(share.size == 1 || share.allreduce_sum, "ForceCalculator: a share over ", share.size,
+           " ranks needs its allreduce_sum");
+  impl_->share = share;
 }
 
 void ForceCalculator::set_box(const Vec3& b) {

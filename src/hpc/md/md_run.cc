@@ -143,6 +143,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   const double ndf = tc.total_ndf();
   const PairListSetup lists = pair_list_setup(top, mdp, conf);
   ForceCalculator ff(constrained_bonds.empty() ? top : force_top, mdp, conf.box, opt.precision, lists);
+  ff.set_share(opt.share);
   const std::optional<PositionRestraints> posres = position_restraints(top, mdp, conf, opt);
   SettleConstraints settle(top);
   const Lincs lincs(top, constraints);
@@ -502,6 +503,7 @@ RunResult run_steep(const Topology& top, const MdpOptions& mdp, const GroFile& c
   std::vector<Vec3> x(n), f, xnew(n), fnew;
   for (int i = 0; i < n; ++i) x[i] = conf.atoms[i].x;
   ForceCalculator ff(top, mdp, conf.box, opt.precision);
+  ff.set_share(opt.share);
   SettleConstraints settle(top, /*unit_masses=*/true);  // GROMACS minimizes with all masses 1
   if (!settle.empty()) {
     std::vector<Vec3> x0 = x;

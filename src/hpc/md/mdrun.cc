@@ -135,29 +135,37 @@ std::string mdrun_help(const std::string& program) {
          "  -nsteps N     steps to run (-1: the mdp's nsteps)   [-1]\n"
          "  -nt N         threads (0: QK_NUM_THREADS or one per core) [0]\n"
          "  -double       everything in double precision, as gmx_d (default: GROMACS's mixed\n"
-         "                precision, short-range pair forces in float)\n";
+         "                precision, short-range pair forces in float)\n"
+         "\n"
+         "Over several processes: qk run --nproc-per-node N -- " + program + " ... (or mpirun, srun):\n"
+         "every rank holds all atoms and computes a share of the forces, summed each step; the\n"
+         "first rank writes the files (-nt: threads per rank).\n";
 }
 
-RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
+RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& share) {
   if (args.threads > 0) set_num_threads(args.threads);
   const MdpOptions mdp = read_mdp(args.mdp);
   const Topology top = read_top(args.top, TopOptions{mdp.defines, {}});
   const GroFile conf = read_gro(args.conf);
   // Resuming: the log goes back to its size at the checkpoint and is appended to, as the trajectories are.
   const std::optional<MdCheckpoint> resume = args.resume.empty() ? std::nullopt : latest_md_checkpoint(args.resume);
-  std::ofstream log;
-  if (resume && resume->log_bytes >= 0) {
+  // Ranks after the first write nothing: their log is a stream without a buffer.
+  const bool writer = share.rank == 0;
+  std::ostream nowhere(nullptr);
+  std::ofstream log_file;
+  std::ostream& log = writer ? static_cast<std::ostream&>(log_file) : nowhere;
+  if (writer && resume && resume->log_bytes >= 0) {
     std::error_code ec;
     const uintmax_t size = std::filesystem::file_size(args.log, ec);
     QK_CHECK(!ec && size >= static_cast<uintmax_t>(resume->log_bytes), "cannot resume the log ", args.log,
              ": the checkpoint expects ", resume->log_bytes, " bytes written before it (restore the file or start "
              "without -cpi)");
     std::filesystem::resize_file(args.log, static_cast<uintmax_t>(resume->log_bytes));
-    log.open(args.log, std::ios::app);
-  } else {
-    log.open(args.log);
+    log_file.open(args.log, std::ios::app);
+  } else if (writer) {
+    log_file.open(args.log);
   }
-  QK_CHECK(log.good(), "cannot write the log ", args.log);
+  QK_CHECK(!writer || log_file.good(), "cannot write the log ", args.log);
   if (!args.resume.empty())
     out << (resume ? "qk md: going on from " + resume->path + " at step " + std::to_string(resume->step) + "\n"
                    : "qk md: no checkpoint in " + args.resume + ": starting at step 0\n");
@@ -170,12 +178,15 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
     std::snprintf(buf, sizeof buf,
                   "qk md: %s, %d atoms (%s), box %.5f x %.5f x %.5f nm\n"
                   "  inputs: -f %s -c %s -p %s\n"
-                  "  integrator %s, %lld steps of %g ps, %d threads, %s precision\n"
+                  "  integrator %s, %lld steps of %g ps, %d threads%s, %s precision\n"
                   "  cut-off %g nm; %s",
                   top.system_name.c_str(), top.num_atoms(), args.conf.c_str(), conf.box[0], conf.box[1],
                   conf.box[2], args.mdp.c_str(), args.conf.c_str(), args.top.c_str(),
                   mdp.integrator == Integrator::kMd ? "md (leap-frog)" : "steep",
                   static_cast<long long>(args.nsteps >= 0 ? args.nsteps : mdp.nsteps), mdp.dt, num_threads(),
+                  share.size > 1 ? (" on each of " + std::to_string(share.size) +
+                                    " ranks (forces shared out, every rank holding all atoms)").c_str()
+                                 : "",
                   args.precision == Precision::kDouble ? "double" : "mixed",
                   probe.cutoff(), mdp.coulomb_type == CoulombType::kPme ? "PME" : "reaction-field");
     std::string header = buf;
@@ -229,6 +240,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
   RunOptions opt;
   opt.nsteps = args.nsteps;
   opt.log = &log;
+  opt.share = share;
   opt.precision = args.precision;
   opt.index_file = args.index;
   std::optional<GroFile> reference;
@@ -236,19 +248,20 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out) {
     reference = read_gro(args.restraint);
     opt.restraint_reference = &*reference;
   }
-  if (mdp.integrator == Integrator::kMd && args.checkpoint_minutes >= 0) {
+  if (writer && mdp.integrator == Integrator::kMd && args.checkpoint_minutes >= 0) {
     opt.checkpoint_dir = args.checkpoint;
     opt.checkpoint_every_minutes = args.checkpoint_minutes;
   }
   if (resume) opt.resume_from = args.resume;
-  if (mdp.integrator == Integrator::kMd) opt.energy_file = args.energy_file;
+  if (writer && mdp.integrator == Integrator::kMd) opt.energy_file = args.energy_file;
   opt.progress = &out;  // "step N (x%), will finish at ..." every 10 s, as mdrun's terminal line
   const bool writes_trajectory =
-      mdp.integrator == Integrator::kMd && (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0);
+      writer && mdp.integrator == Integrator::kMd && (mdp.nstxout > 0 || mdp.nstvout > 0 || mdp.nstfout > 0);
   if (writes_trajectory) opt.trajectory = args.trajectory;
-  const bool writes_compressed = mdp.integrator == Integrator::kMd && mdp.nstxout_compressed > 0;
+  const bool writes_compressed = writer && mdp.integrator == Integrator::kMd && mdp.nstxout_compressed > 0;
   if (writes_compressed) opt.compressed_trajectory = args.compressed_trajectory;
   RunResult r = run(top, mdp, conf, opt);
+  if (!writer) return r;
   GroFile final_conf = r.final_conf;
   final_conf.title = top.system_name;
   write_gro(args.confout, final_conf);

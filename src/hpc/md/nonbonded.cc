@@ -178,7 +178,7 @@ struct NonbondedKernel::Impl {
 
   template <typename Real>
   NonbondedEnergies run(Data<Real>& d, const PairList& list, const std::vector<Vec3>& x, bool energies,
-                        std::vector<Vec3>* f);
+                        std::vector<Vec3>* f, EntryRange range);
   template <typename Real, bool kEwald, bool kEnergy, bool kGeometric>
   void kernel(const Data<Real>& d, const PairList& list, int64_t e0, int64_t e1, Real* F,
               ChunkSums* sums) const;
@@ -365,7 +365,7 @@ void NonbondedKernel::Impl::kernel(const Data<Real>& d, const PairList& list, in
 
 template <typename Real>
 NonbondedEnergies NonbondedKernel::Impl::run(Data<Real>& d, const PairList& list, const std::vector<Vec3>& x,
-                                             bool energies, std::vector<Vec3>* f) {
+                                             bool energies, std::vector<Vec3>* f, EntryRange range) {
   const std::vector<int>& slot_atom = list.slot_atom();
   const std::vector<Vec3>& offset = list.slot_offset();
   const int nclusters = list.num_clusters();
@@ -410,14 +410,18 @@ NonbondedEnergies NonbondedKernel::Impl::run(Data<Real>& d, const PairList& list
   // block order: the forces do not depend on which thread ran a block. Threads claim blocks as they come
   // free (a thread held up elsewhere on a shared machine does not hold the step up), so there are a few
   // per thread.
+  // Entries [r0, r1) only: this rank's share when several compute the forces (ForceShare).
   const std::vector<PairList::Entry>& entries = list.entries();
-  const int64_t ne = static_cast<int64_t>(entries.size()), npairs = list.num_cluster_pairs();
+  const int64_t all = static_cast<int64_t>(entries.size());
+  const int64_t r0 = std::clamp<int64_t>(range.begin, 0, all), r1 = std::clamp<int64_t>(range.end, r0, all);
+  const int64_t ne = r1 - r0, p0 = r0 < all ? entries[r0].begin : list.num_cluster_pairs();
+  const int64_t npairs = (r1 < all ? entries[r1].begin : list.num_cluster_pairs()) - p0;
   const int nthreads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ne, num_threads())));
   const int nchunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ne, nthreads == 1 ? 1 : 4 * nthreads)));
-  std::vector<int64_t> bounds(nchunks + 1, ne);
-  bounds[0] = 0;
-  for (int64_t e = 0, ch = 1; e < ne && ch < nchunks; ++e)
-    if (entries[e].begin >= npairs * ch / nchunks) bounds[ch++] = e;
+  std::vector<int64_t> bounds(nchunks + 1, r1);
+  bounds[0] = r0;
+  for (int64_t e = r0, ch = 1; e < r1 && ch < nchunks; ++e)
+    if (entries[e].begin - p0 >= npairs * ch / nchunks) bounds[ch++] = e;
   d.f.resize(nchunks);
   std::vector<ChunkSums> sums(nchunks);
   std::atomic<int> next_chunk{0};
@@ -480,8 +484,24 @@ NonbondedKernel::NonbondedKernel(const Topology& top, const NonbondedParams& p, 
 NonbondedKernel::~NonbondedKernel() = default;
 
 NonbondedEnergies NonbondedKernel::compute(const PairList& list, const std::vector<Vec3>& x, bool energies,
-                                           std::vector<Vec3>* f) {
-  return impl_->single ? impl_->run(impl_->d32, list, x, energies, f) : impl_->run(impl_->d64, list, x, energies, f);
+                                           std::vector<Vec3>* f, EntryRange range) {
+  return impl_->single ? impl_->run(impl_->d32, list, x, energies, f, range)
+                       : impl_->run(impl_->d64, list, x, energies, f, range);
+}
+
+EntryRange entry_share(const PairList& list, int rank, int size) {
+  const std::vector<PairList::Entry>& entries = list.entries();
+  const int64_t ne = static_cast<int64_t>(entries.size()), npairs = list.num_cluster_pairs();
+  // The first entry whose cluster pairs start at or past k/size of them.
+  auto start = [&](int k) -> int64_t {
+    if (k <= 0) return 0;
+    if (k >= size) return ne;
+    const int64_t target = npairs * k / size;
+    const auto it = std::lower_bound(entries.begin(), entries.end(), target,
+                                     [](const PairList::Entry& e, int64_t t) { return e.begin < t; });
+    return it - entries.begin();
+  };
+  return {start(rank), start(rank + 1)};
 }
 
 std::vector<int> exclusion_chunks(const Topology& top, int max_chunks) {

@@ -20,6 +20,7 @@
 // "Coulomb (SR)", so we do too. f = 1/(4 pi eps0 eps_r).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -45,6 +46,15 @@ struct NonbondedEnergies {
   Mat3 virial{};
 };
 
+// Entries [begin, end) of a pair list's entries() (the default: all of them).
+struct EntryRange {
+  int64_t begin = 0, end = INT64_MAX;
+};
+
+// Rank `rank` of `size`'s share of the list: consecutive entries with about
+// 1/size of the cluster pairs (ForceShare, forces.h).
+EntryRange entry_share(const PairList& list, int rank, int size);
+
 // The cluster kernel in double or in single precision (GROMACS's mixed
 // precision: float positions relative to the box, float pair forces; energies,
 // force totals and the virial summed in double). Threads over list entries,
@@ -56,8 +66,10 @@ class NonbondedKernel {
   NonbondedKernel(const NonbondedKernel&) = delete;
   NonbondedKernel& operator=(const NonbondedKernel&) = delete;
   // Adds the list's interactions' forces to f (size N) and returns energies and virial
-  // (without `energies`, only forces: the energies and virial returned are zero).
-  NonbondedEnergies compute(const PairList& list, const std::vector<Vec3>& x, bool energies, std::vector<Vec3>* f);
+  // (without `energies`, only forces: the energies and virial returned are zero). `range`: only
+  // those entries' interactions.
+  NonbondedEnergies compute(const PairList& list, const std::vector<Vec3>& x, bool energies, std::vector<Vec3>* f,
+                            EntryRange range = {});
 
  private:
   struct Impl;

@@ -232,8 +232,11 @@ void gather_atom(const double* tx, const double* ty, const double* tz, const dou
 }  // namespace
 
 double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f,
-                    Mat3* virial) {
+                    Mat3* virial, const PmeShare* share) {
   const int natoms = static_cast<int>(x.size()), p = order_;
+  // The atoms this call spreads and gathers (all, or a rank's share).
+  const int A0 = share ? std::clamp(share->a0, 0, natoms) : 0;
+  const int A1 = share ? std::clamp(share->a1, A0, natoms) : natoms;
   const int nx = n_[0], ny = n_[1], nz = n_[2], nzc = nz / 2 + 1;
   const int pnx = nx + p - 1, pny = ny + p - 1, pnz = nz + p - 1;
   const size_t npadded = static_cast<size_t>(pnx) * pny * pnz;
@@ -242,7 +245,7 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
   P.first.resize(natoms);
   P.theta.resize(static_cast<size_t>(natoms) * 3 * p);
   P.dtheta.resize(P.theta.size());
-  qk::parallel_for(0, natoms, 256, [&](int64_t lo, int64_t hi) {
+  qk::parallel_for(A0, A1, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t a = lo; a < hi; ++a) {
       for (int d = 0; d < 3; ++d) {
         double s = x[a][d] * box_.inverse[d];
@@ -258,14 +261,14 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
   });
   // Spread: atoms overlap on the grid, so each thread's share of the atoms goes to its own padded grid;
   // the grids are then folded (padding onto the periodic images) and summed in order, by x-planes.
-  const int nparts = std::max(1, std::min(natoms, num_threads()));
+  const int nparts = std::max(1, std::min(A1 - A0, num_threads()));
   if (static_cast<int>(P.padded.size()) < nparts) P.padded.resize(nparts);
   qk::parallel_for(0, nparts, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t part = lo; part < hi; ++part) {
       std::vector<double>& g = P.padded[part];
       g.assign(npadded, 0.0);
-      const int a0 = static_cast<int>(static_cast<int64_t>(natoms) * part / nparts);
-      const int a1 = static_cast<int>(static_cast<int64_t>(natoms) * (part + 1) / nparts);
+      const int a0 = A0 + static_cast<int>(static_cast<int64_t>(A1 - A0) * part / nparts);
+      const int a1 = A0 + static_cast<int>(static_cast<int64_t>(A1 - A0) * (part + 1) / nparts);
       for (int a = a0; a < a1; ++a) {
         const double q = charge[a];
         if (q == 0) continue;
@@ -293,6 +296,7 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
           }
     }
   });
+  if (share && share->sum_grid) share->sum_grid(grid.data(), static_cast<int64_t>(nx) * ny * nz);
   fftw_execute(plans_->forward);
   // Solve: S(m) times the influence function (fixed with the box: computed once), and on energy steps the
   // energy and virial from |S(m)|^2.
@@ -336,7 +340,8 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
     }
   }
   energy *= 0.5;
-  if (virial != nullptr)
+  if (share && !share->energy) energy = 0;  // another rank reports it
+  if (virial != nullptr && (!share || share->energy))
     for (int a = 0; a < 3; ++a)
       for (int b = 0; b < 3; ++b) (*virial)[a][b] += 0.25 * vir[a][b];
   fftw_execute(plans_->backward);  // grid = the potential at the grid points
@@ -353,7 +358,7 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
       }
   });
   const double scale[3] = {nx * box_.inverse[0], ny * box_.inverse[1], nz * box_.inverse[2]};
-  qk::parallel_for(0, natoms, 256, [&](int64_t lo, int64_t hi) {
+  qk::parallel_for(A0, A1, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t a = lo; a < hi; ++a) {
       const double q = charge[a];
       if (q == 0) continue;

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,6 +26,17 @@ double ewald_coefficient(double rc, double rtol);
 // FFT-friendly sizes with spacing <= `spacing` and at least 2 (order - 1) points.
 std::array<int, 3> pme_grid_size(const Vec3& box, double spacing, int order);
 
+// One rank's part when several compute the forces (ForceShare, forces.h):
+// it spreads and gathers atoms [a0, a1) only; the charge grid is summed over
+// the ranks by `sum_grid` (in place, every rank the total) before the FFT,
+// which every rank then does; only the rank with `energy` reports the energy
+// and virial.
+struct PmeShare {
+  int a0 = 0, a1 = 0;
+  std::function<void(double* data, int64_t count)> sum_grid;
+  bool energy = true;
+};
+
 class Pme {
  public:
   Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, double epsilon_r);
@@ -33,7 +46,8 @@ class Pme {
 
   // Adds the reciprocal-space forces to f and virial (GROMACS's convention) and returns the energy;
   // with virial == nullptr only the forces (the energy returned is 0).
-  double compute(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f, Mat3* virial);
+  double compute(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f, Mat3* virial,
+                 const PmeShare* share = nullptr);
   std::array<int, 3> grid() const { return n_; }
   // A new box (pressure coupling): the grid stays, the influence function is made again.
   void set_box(const Vec3& box);

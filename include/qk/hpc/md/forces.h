@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,21 @@ struct PairListSetup {
   std::string note;        // how it was chosen, for md.log
 };
 
+// Several processes computing one system's forces together (`qk run
+// --nproc-per-node N -- qk md`): every rank holds all the atoms; each
+// computes its share of the pair list's cluster pairs, of the excluded
+// pairs' corrections and of PME's spreading and gathering (the charge grid
+// summed over the ranks, the FFTs on each), the first rank also the bonded
+// terms and the dispersion correction; allreduce_sum (in place, over all
+// the ranks, each given the same count) then sums the forces and terms, so
+// that every rank has the totals and integrates the same way. Force
+// decomposition over replicated data: one all-reduce of 3N values a step,
+// not GROMACS's domain decomposition.
+struct ForceShare {
+  int rank = 0, size = 1;
+  std::function<void(double* data, int64_t count)> allreduce_sum;
+};
+
 class ForceCalculator {
  public:
   ForceCalculator(const Topology& top, const MdpOptions& mdp, const Vec3& box,
@@ -98,8 +114,11 @@ class ForceCalculator {
   double rlist_inner() const;
   int64_t num_pairs() const;            // atom pairs the kernel visits: cluster pairs x 16
   const ForceTimes& times() const;
+  // Computes only this rank's share from now on (ForceShare; size 1: everything).
+  void set_share(const ForceShare& share);
 
  private:
+  void sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -84,6 +84,9 @@ struct RunOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 0;
   double checkpoint_every_minutes = 0;
+  // Several processes computing the forces together (forces.h's ForceShare; size 1: this one alone). Every
+  // rank runs the same steps on the same totals; give the outputs (log, files, checkpoints) to one rank only.
+  ForceShare share;
   // Resume from the newest valid checkpoint in this folder (none there, or empty: start afresh). The
   // trajectories are cut back to their sizes at the checkpoint and appended to; the log is the caller's
   // stream (qk md's mdrun cuts md.log back the same way). The run then equals one that was never stopped.

@@ -48,6 +48,8 @@ std::string mdrun_help(const std::string& program);
 
 // Reads the inputs, runs, writes the log and the final coordinates; prints
 // a short account (the inputs, then mdrun's closing Performance lines) to `out`.
-RunResult mdrun(const MdrunArgs& args, std::ostream& out);
+// With a share over several ranks (ForceShare, forces.h; `qk run ... -- qk md`)
+// every rank runs and only rank 0 writes files (each reads a -cpi checkpoint).
+RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& share = {});
 
 }  // namespace qk::md

@@ -1,0 +1,102 @@
+// Forces shared out over ranks (ForceShare): ranks played by threads, each
+// with its own ForceCalculator and an in-process all-reduce, give the forces
+// and every energy term of one calculator alone, on every rank.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "qk/base/error.h"
+#include "qk/hpc/md/forces.h"
+#include "reference_energies.h"
+
+namespace {
+
+using qk::md::PotentialTerms;
+using qk::md::Vec3;
+
+// A sum over `n` threads: each publishes its buffer, all add them up in rank order (the same sums on every
+// rank), then each writes the total back.
+class ThreadAllReduce {
+ public:
+  explicit ThreadAllReduce(int n) : n_(n), sync_(n), bufs_(n) {}
+  void operator()(int rank, double* data, int64_t count) {
+    bufs_[rank] = data;
+    sync_.arrive_and_wait();
+    std::vector<double> total(static_cast<size_t>(count), 0.0);
+    for (int r = 0; r < n_; ++r)
+      for (int64_t i = 0; i < count; ++i) total[i] += bufs_[r][i];
+    sync_.arrive_and_wait();  // every rank has read every buffer
+    std::copy(total.begin(), total.end(), data);
+    sync_.arrive_and_wait();
+  }
+
+ private:
+  int n_;
+  std::barrier<> sync_;
+  std::vector<double*> bufs_;
+};
+
+std::vector<double> terms_of(const PotentialTerms& e) {
+  std::vector<double> t = {e.lj_sr,  e.disp_corr,   e.coulomb_sr, e.coul_recip,   e.bond,         e.angle,
+                           e.lj14,   e.coulomb14,   e.proper_dih, e.rb_dih,       e.improper_dih, e.periodic_improper_dih,
+                           e.pres_dc, e.disp_corr_virial};
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) t.push_back(e.virial[a][b]);
+  return t;
+}
+
+// Each fixture's forces and terms at its start, two steps' worth of calls (the list built, then reused),
+// alone and shared over `ranks`.
+void expect_shared_equals_alone(const std::string& system, int ranks) {
+  SCOPED_TRACE(system + " over " + std::to_string(ranks) + " ranks");
+  const qk::md::test::Fixture fx(system);
+  std::vector<Vec3> x = fx.x();
+  qk::md::ForceCalculator alone(fx.top, fx.mdp, fx.conf.box, qk::md::Precision::kDouble);
+  std::vector<Vec3> f_alone;
+  PotentialTerms e_alone;
+  for (int call = 0; call < 2; ++call) e_alone = alone.compute(x, &f_alone, true, call);
+  ThreadAllReduce reduce(ranks);
+  std::vector<std::vector<Vec3>> f(ranks);
+  std::vector<PotentialTerms> e(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      qk::md::ForceCalculator ff(fx.top, fx.mdp, fx.conf.box, qk::md::Precision::kDouble);
+      ff.set_share({r, ranks, [&reduce, r](double* p, int64_t n) { reduce(r, p, n); }});
+      for (int call = 0; call < 2; ++call) e[r] = ff.compute(x, &f[r], true, call);
+    });
+  for (std::thread& t : threads) t.join();
+  const std::vector<double> want = terms_of(e_alone);
+  double fmax = 0;
+  for (const Vec3& v : f_alone) fmax = std::max({fmax, std::abs(v[0]), std::abs(v[1]), std::abs(v[2])});
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<double> got = terms_of(e[r]);
+    for (size_t k = 0; k < want.size(); ++k)
+      EXPECT_NEAR(got[k], want[k], 1e-9 * std::abs(want[k]) + 1e-9) << "rank " << r << " term " << k;
+    ASSERT_EQ(f[r].size(), f_alone.size());
+    for (size_t i = 0; i < f_alone.size(); ++i)
+      for (int d = 0; d < 3; ++d)
+        ASSERT_NEAR(f[r][i][d], f_alone[i][d], 1e-10 * fmax) << "rank " << r << " atom " << i << " dim " << d;
+    // Every rank holds the same totals, bit for bit (they integrate alike).
+    EXPECT_EQ(f[r], f[0]) << "rank " << r;
+  }
+}
+
+TEST(ForceShare, RanksSumToTheForcesAndTermsOfOneCalculator) {
+  expect_shared_equals_alone("water_pme", 2);      // PME: the grid summed over the ranks
+  expect_shared_equals_alone("water_rf", 3);       // reaction field
+  expect_shared_equals_alone("peptide_water", 2);  // bonded terms, 1-4 pairs, the dispersion correction
+}
+
+TEST(ForceShare, AShareNeedsItsSumAndAValidRank) {
+  const qk::md::test::Fixture fx("water_rf");
+  qk::md::ForceCalculator ff(fx.top, fx.mdp, fx.conf.box);
+  EXPECT_THROW(ff.set_share({2, 2, [](double*, int64_t) {}}), qk::Error);
+  EXPECT_THROW(ff.set_share({0, 2, {}}), qk::Error);
+  EXPECT_NO_THROW(ff.set_share({0, 1, {}}));
+}
+
+}  // namespace
