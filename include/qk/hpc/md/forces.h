@@ -76,7 +76,10 @@ struct PairListSetup {
 // summed over the ranks, the FFTs on each), the first rank also the bonded
 // terms and the dispersion correction; allreduce_sum (in place, over all
 // the ranks, each given the same count) then sums the forces and terms, so
-// that every rank has the totals and integrates the same way. Force
+// that every rank has the totals and integrates the same way. It must leave
+// the same bits on every rank (qk md: an all-reduce, then rank 0's result
+// broadcast), since the ranks decide pair-list rebuilds from their own
+// positions and must stay identical. Force
 // decomposition over replicated data: one all-reduce of 3N values a step,
 // not GROMACS's domain decomposition.
 struct ForceShare {
