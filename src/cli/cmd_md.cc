@@ -37,13 +37,13 @@ void setup_md(CLI::App& app) {
       dist::init();
       share.rank = dist::rank();
       share.size = dist::world_size();
-      // The sum, then rank 0's bits to every rank: an all-reduce may add in an order that depends on
-      // the rank, and the ranks must hold the same state to the bit (they integrate alike, and decide
-      // list rebuilds from it).
       share.allreduce_sum = [](double* data, int64_t count) {
-        const Tensor t = from_blob(data, {count}, DType::f64);
-        dist::group().all_reduce(t);
-        dist::group().broadcast(t, 0);
+        dist::group().all_reduce(from_blob(data, {count}, DType::f64));
+      };
+      // The step's sums then as rank 0 has them: an all-reduce may add in an order that depends on the
+      // rank, and the ranks must hold the same state to the bit.
+      share.broadcast_first = [](double* data, int64_t count) {
+        dist::group().broadcast(from_blob(data, {count}, DType::f64), 0);
       };
       if (share.rank != 0) out = &nowhere;
     }

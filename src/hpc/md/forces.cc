@@ -226,6 +226,7 @@ void ForceCalculator::sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f) {
   for (int a = 0; a < 3; ++a)
     for (int b = 0; b < 3; ++b) p[nf + kTerms + 3 * a + b] = e->virial[a][b];
   m.share.allreduce_sum(p, static_cast<int64_t>(m.packed.size()));
+  if (m.share.broadcast_first) m.share.broadcast_first(p, static_cast<int64_t>(m.packed.size()));
   for (size_t i = 0; i < f->size(); ++i)
     for (int c = 0; c < 3; ++c) (*f)[i][c] = p[3 * i + c];
   for (size_t k = 0; k < kTerms; ++k) *terms[k] = p[nf + k];

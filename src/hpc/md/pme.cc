@@ -3,6 +3,7 @@
 #include <fftw3.h>
 
 #include <algorithm>
+#include <mutex>
 #include <cmath>
 
 #include "qk/base/error.h"
@@ -106,6 +107,13 @@ void plan_on_pool_threads() {
 void plan_on_pool_threads() {}
 #endif
 
+// FFTW's planner and plan destruction are not thread-safe (fftw_execute is): every Pme of the process
+// plans and destroys under this lock (ranks played by threads, calculators made in parallel).
+std::mutex& fftw_planner_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 }  // namespace
 
 struct Pme::Plans {
@@ -120,6 +128,7 @@ struct Pme::Plans {
   fftw_complex* kspace = nullptr;  // nx * ny * (nz/2 + 1)
   fftw_plan forward = nullptr, backward = nullptr;
   ~Plans() {
+    const std::lock_guard<std::mutex> lock(fftw_planner_mutex());
     if (forward) fftw_destroy_plan(forward);
     if (backward) fftw_destroy_plan(backward);
     if (kspace) fftw_free(kspace);
@@ -159,6 +168,7 @@ Pme::Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, doubl
   set_box(box);
   QK_CHECK(plans_->kspace != nullptr, "PME: cannot allocate the ", ncomplex, "-point complex grid");
   // Planned once (FFTW's planner is not thread-safe and costs more than the transforms at these sizes).
+  const std::lock_guard<std::mutex> lock(fftw_planner_mutex());
   plan_on_pool_threads();
   plans_->forward = fftw_plan_dft_r2c_3d(n_[0], n_[1], n_[2], plans_->grid.data(), plans_->kspace, FFTW_ESTIMATE);
   plans_->backward = fftw_plan_dft_c2r_3d(n_[0], n_[1], n_[2], plans_->kspace, plans_->grid.data(), FFTW_ESTIMATE);

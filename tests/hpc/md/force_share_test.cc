@@ -65,7 +65,7 @@ void expect_shared_equals_alone(const std::string& system, int ranks) {
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       qk::md::ForceCalculator ff(fx.top, fx.mdp, fx.conf.box, qk::md::Precision::kDouble);
-      ff.set_share({r, ranks, [&reduce, r](double* p, int64_t n) { reduce(r, p, n); }});
+      ff.set_share({.rank = r, .size = ranks, .allreduce_sum = [&reduce, r](double* p, int64_t n) { reduce(r, p, n); }});
       for (int call = 0; call < 2; ++call) e[r] = ff.compute(x, &f[r], true, call);
     });
   for (std::thread& t : threads) t.join();
@@ -94,9 +94,9 @@ TEST(ForceShare, RanksSumToTheForcesAndTermsOfOneCalculator) {
 TEST(ForceShare, AShareNeedsItsSumAndAValidRank) {
   const qk::md::test::Fixture fx("water_rf");
   qk::md::ForceCalculator ff(fx.top, fx.mdp, fx.conf.box);
-  EXPECT_THROW(ff.set_share({2, 2, [](double*, int64_t) {}}), qk::Error);
-  EXPECT_THROW(ff.set_share({0, 2, {}}), qk::Error);
-  EXPECT_NO_THROW(ff.set_share({0, 1, {}}));
+  EXPECT_THROW(ff.set_share({.rank = 2, .size = 2, .allreduce_sum = [](double*, int64_t) {}}), qk::Error);
+  EXPECT_THROW(ff.set_share({.rank = 0, .size = 2}), qk::Error);
+  EXPECT_NO_THROW(ff.set_share({.rank = 0, .size = 1}));
 }
 
 }  // namespace

@@ -75,16 +75,17 @@ struct PairListSetup {
 // pairs' corrections and of PME's spreading and gathering (the charge grid
 // summed over the ranks, the FFTs on each), the first rank also the bonded
 // terms and the dispersion correction; allreduce_sum (in place, over all
-// the ranks, each given the same count) then sums the forces and terms, so
-// that every rank has the totals and integrates the same way. It must leave
-// the same bits on every rank (qk md: an all-reduce, then rank 0's result
-// broadcast), since the ranks decide pair-list rebuilds from their own
-// positions and must stay identical. Force
+// the ranks, each given the same count) then sums the forces and terms, and
+// broadcast_first (in place, rank 0's values to every rank) makes them the
+// same bits everywhere (an all-reduce may add in a rank-dependent order),
+// so that every rank integrates alike and decides pair-list rebuilds alike;
+// without it allreduce_sum itself must give every rank the same bits. Force
 // decomposition over replicated data: one all-reduce of 3N values a step,
 // not GROMACS's domain decomposition.
 struct ForceShare {
   int rank = 0, size = 1;
-  std::function<void(double* data, int64_t count)> allreduce_sum;
+  std::function<void(double* data, int64_t count)> allreduce_sum = {};
+  std::function<void(double* data, int64_t count)> broadcast_first = {};
 };
 
 class ForceCalculator {
