@@ -27,6 +27,7 @@ void edr_terms(const EnergyFrame& e, const Topology& top, const MdpOptions& mdp,
 // energy terms, the total virial and the pressure tensor.
 void write_averages(std::ostream& out, const std::vector<EdrTerm>& terms, const EdrSums& sums, int64_t steps,
                     const Topology& top, const MdpOptions& mdp);
+// mdrun's Performance lines; `threads`: the cores the run used (threads on every rank).
 void write_performance(std::ostream& out, double wall_seconds, int threads, double ns_per_day, double hours_per_ns);
 // mdrun's "R E A L   C Y C L E   A N D   T I M E   A C C O U N T I N G" table: per part of the run, the
 // threads, how often it ran, its wall seconds and its share of the run.

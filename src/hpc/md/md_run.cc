@@ -477,7 +477,8 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     *opt.log << buf;
     if (sums.nsum_run > 0) write_averages(*opt.log, edr_names, sums, nsteps + 1, top, mdp);
     write_time_accounting(*opt.log, result, num_threads());
-    write_performance(*opt.log, result.wall_seconds, num_threads(), result.ns_per_day, result.hours_per_ns);
+    write_performance(*opt.log, result.wall_seconds, num_threads() * opt.share.size, result.ns_per_day,
+                      result.hours_per_ns);
   }
   return result;
 }

@@ -266,7 +266,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
   final_conf.title = top.system_name;
   write_gro(args.confout, final_conf);
   if (mdp.integrator == Integrator::kMd) {
-    write_performance(out, r.wall_seconds, num_threads(), r.ns_per_day, r.hours_per_ns);
+    write_performance(out, r.wall_seconds, num_threads() * share.size, r.ns_per_day, r.hours_per_ns);
   } else {
     std::snprintf(buf, sizeof buf, "Steepest Descents %s in %lld steps: Epot %.6e kJ/mol, Fmax %.4e on atom %d\n",
                   r.converged ? "converged" : "did not converge", static_cast<long long>(r.steps),
