@@ -10,9 +10,8 @@
 #include <iostream>
 
 #include "command.h"
-#include "qk/dist/launch_env.h"
-#include "qk/dist/process_group.h"
 #include "qk/hpc/md/mdrun.h"
+#include "qk/hpc/md/process_share.h"
 
 namespace qk::cli {
 namespace {
@@ -28,25 +27,10 @@ void setup_md(CLI::App& app) {
       std::fputs(md::mdrun_help("qk md").c_str(), stdout);
       return;
     }
-    // Under qk run (or mpirun, srun) with several ranks: the forces shared out over them (md::ForceShare),
-    // summed by an all-reduce of the process group; the first rank prints and writes.
-    md::ForceShare share;
+    // Under qk run with several ranks: the forces shared out over them; the first prints and writes.
+    const md::ForceShare share = md::process_share();
     std::ostream nowhere(nullptr);
-    std::ostream* out = &std::cout;
-    if (dist::launch_env().world_size > 1) {
-      dist::init();
-      share.rank = dist::rank();
-      share.size = dist::world_size();
-      share.allreduce_sum = [](double* data, int64_t count) {
-        dist::group().all_reduce(from_blob(data, {count}, DType::f64));
-      };
-      // The step's sums then as rank 0 has them: an all-reduce may add in an order that depends on the
-      // rank, and the ranks must hold the same state to the bit.
-      share.broadcast_first = [](double* data, int64_t count) {
-        dist::group().broadcast(from_blob(data, {count}, DType::f64), 0);
-      };
-      if (share.rank != 0) out = &nowhere;
-    }
+    std::ostream* out = share.rank == 0 ? &std::cout : &nowhere;
     md::mdrun(args, *out, share);
   });
 }

@@ -52,6 +52,13 @@ QK_DECLARE_KERNEL(avg_pool2d_kernel, AvgPoolFn);
 QK_DECLARE_KERNEL(avg_pool2d_backward_kernel, AvgPoolBwdFn);
 QK_DECLARE_KERNEL(adaptive_avg_pool2d_kernel, AdaptivePoolFn);
 QK_DECLARE_KERNEL(adaptive_avg_pool2d_backward_kernel, AdaptivePoolBwdFn);
+// The same for a channels-last x or grad_out (memory_format.h; x of a
+// backward gives only the shape), giving channels-last results, where a
+// device has kernels for that layout; the front goes through NCHW on the others.
+QK_DECLARE_KERNEL(max_pool2d_channels_last_kernel, MaxPoolFn);
+QK_DECLARE_KERNEL(max_pool2d_channels_last_backward_kernel, MaxPoolBwdFn);
+QK_DECLARE_KERNEL(avg_pool2d_channels_last_kernel, AvgPoolFn);
+QK_DECLARE_KERNEL(avg_pool2d_channels_last_backward_kernel, AvgPoolBwdFn);
 
 // Batch norm of contiguous x [N, C, ...] (weight, bias, running stats [C]
 // or undefined): out, and the mean and 1/std backward needs (f32, f64 for

@@ -20,6 +20,14 @@ QK_REGISTER_KERNEL(avg_pool2d_kernel, cpu, cpu::avg_pool2d);
 QK_REGISTER_KERNEL(avg_pool2d_backward_kernel, cpu, cpu::avg_pool2d_backward);
 QK_REGISTER_KERNEL(adaptive_avg_pool2d_kernel, cpu, cpu::adaptive_avg_pool2d);
 QK_REGISTER_KERNEL(adaptive_avg_pool2d_backward_kernel, cpu, cpu::adaptive_avg_pool2d_backward);
+QK_DEFINE_KERNEL(max_pool2d_channels_last_kernel, MaxPoolFn);
+QK_DEFINE_KERNEL(max_pool2d_channels_last_backward_kernel, MaxPoolBwdFn);
+QK_DEFINE_KERNEL(avg_pool2d_channels_last_kernel, AvgPoolFn);
+QK_DEFINE_KERNEL(avg_pool2d_channels_last_backward_kernel, AvgPoolBwdFn);
+QK_REGISTER_KERNEL(max_pool2d_channels_last_kernel, cpu, cpu::max_pool2d_nhwc);
+QK_REGISTER_KERNEL(max_pool2d_channels_last_backward_kernel, cpu, cpu::max_pool2d_backward_nhwc);
+QK_REGISTER_KERNEL(avg_pool2d_channels_last_kernel, cpu, cpu::avg_pool2d_nhwc);
+QK_REGISTER_KERNEL(avg_pool2d_channels_last_backward_kernel, cpu, cpu::avg_pool2d_backward_nhwc);
 
 namespace {
 
@@ -80,23 +88,25 @@ void check_grad(const char* op, const Tensor& grad_out, const Tensor& x, const S
            " for x ", shape_str(x.shape()), ", got ", shape_str(grad_out.shape()));
 }
 
-// The device kernels read and write [N, C, H, W] planes: a channels-last x
-// is pooled through that layout and its results (y, dx) are given back
-// channels last, as the ops around them expect (memory_format.h); two
-// copies per call. The CPU has NHWC kernels for max and average pooling
-// (pool_nhwc.cc), taken for a channels-last x or grad_out.
+// A channels-last x (or grad_out) goes to the device's channels-last kernels
+// where it has them (the CPU's: pool_nhwc.cc); elsewhere it is pooled
+// through [N, C, H, W] planes and its results (y, dx) are given back
+// channels last, as the ops around them expect (memory_format.h): two
+// copies per call.
 Tensor in_format_of(const Tensor& result, const Tensor& x) {
   return is_channels_last(x) ? contiguous(result, MemoryFormat::channels_last) : result;
 }
-bool nhwc_on_cpu(const Tensor& t, const Tensor& also = Tensor()) {
-  return t.device().is_cpu() && (is_channels_last(t) || is_channels_last(also));
+template <typename Table>
+bool channels_last_kernel(const Table& table, const Tensor& t, const Tensor& also = Tensor()) {
+  return (is_channels_last(t) || is_channels_last(also)) && table.supports(t.device().type);
 }
 
 }  // namespace
 
 std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) {
   auto [ho, wo] = check_pool("max_pool2d", x, p, true);
-  if (nhwc_on_cpu(x)) return cpu::max_pool2d_nhwc(x, p, ho, wo);
+  if (channels_last_kernel(max_pool2d_channels_last_kernel, x))
+    return max_pool2d_channels_last_kernel.get(x.device())(x, p, ho, wo);
   auto [y, indices] = max_pool2d_kernel.get(x.device())(contiguous(x), p, ho, wo);
   return {in_format_of(y, x), indices};
 }
@@ -109,20 +119,23 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor
            shape_str(x.shape()), ", got ", indices.defined() ? dtype_name(indices.dtype()) : "none",
            " ", indices.defined() ? shape_str(indices.shape()) : "");
   check_grad("max_pool2d_backward", grad_out, x, indices.shape());
-  if (nhwc_on_cpu(grad_out, x)) return cpu::max_pool2d_backward_nhwc(grad_out, x, indices);
+  if (channels_last_kernel(max_pool2d_channels_last_backward_kernel, grad_out, x))
+    return max_pool2d_channels_last_backward_kernel.get(x.device())(grad_out, x, indices);
   return in_format_of(max_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x, contiguous(indices)), x);
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   auto [ho, wo] = check_pool("avg_pool2d", x, p, false);
-  if (nhwc_on_cpu(x)) return cpu::avg_pool2d_nhwc(x, p, ho, wo);
+  if (channels_last_kernel(avg_pool2d_channels_last_kernel, x))
+    return avg_pool2d_channels_last_kernel.get(x.device())(x, p, ho, wo);
   return in_format_of(avg_pool2d_kernel.get(x.device())(contiguous(x), p, ho, wo), x);
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Pool2dParams& p) {
   auto [ho, wo] = check_pool("avg_pool2d_backward", x, p, false);
   check_grad("avg_pool2d_backward", grad_out, x, {x.size(0), x.size(1), ho, wo});
-  if (nhwc_on_cpu(grad_out, x)) return cpu::avg_pool2d_backward_nhwc(grad_out, x, p);
+  if (channels_last_kernel(avg_pool2d_channels_last_backward_kernel, grad_out, x))
+    return avg_pool2d_channels_last_backward_kernel.get(x.device())(grad_out, x, p);
   return in_format_of(avg_pool2d_backward_kernel.get(x.device())(contiguous(grad_out), x, p), x);
 }
 

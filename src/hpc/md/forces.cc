@@ -40,7 +40,9 @@ struct ForceCalculator::Impl {
   std::vector<int> exclusion_chunks;  // fixed (not per thread count): the sums do not depend on threads
   ForceTimes times;
   ForceShare share;
-  std::vector<double> packed;  // a shared step's forces and terms, summed over the ranks at once
+  std::vector<int> share_chunks;  // this rank's exclusion chunks (their bounds), set with the share
+  PmeShare pme_share;             // this rank's PME atoms and the grid's sum
+  std::vector<double> packed;     // a shared step's forces and terms, summed over the ranks at once
 
   Impl(const Topology& t, const MdpOptions& mdp, const Vec3& b, Precision precision, const PairListSetup& l)
       : top(t), box(b), disp(t, mdp.disp_corr, mdp.rvdw), epsilon_r(mdp.epsilon_r), lists(l) {
@@ -165,11 +167,7 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   const bool shared = sh.size > 1, lead = sh.rank == 0;
   const EntryRange entries = shared ? entry_share(m.list, sh.rank, sh.size) : EntryRange{};
   NonbondedEnergies pairs = m.kernel->compute(m.list, x, energies, f, entries);
-  std::vector<int> chunks = m.exclusion_chunks;
-  if (shared) {  // this rank's consecutive chunks (the bounds of chunks k0..k1)
-    const int n = static_cast<int>(chunks.size()) - 1, k0 = n * sh.rank / sh.size, k1 = n * (sh.rank + 1) / sh.size;
-    chunks.assign(m.exclusion_chunks.begin() + k0, m.exclusion_chunks.begin() + k1 + 1);
-  }
+  const std::vector<int>& chunks = shared ? m.share_chunks : m.exclusion_chunks;
   NonbondedEnergies excl;
   if (!shared || chunks.size() >= 2) excl = coulomb_exclusions_and_self(x, m.box, m.top, m.nb, f, chunks);
   m.times.nonbonded += Impl::lap(&t);
@@ -177,11 +175,8 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   e.coulomb_sr = pairs.coulomb + excl.coulomb;
   add(&e.virial, pairs.virial);
   add(&e.virial, excl.virial);
-  if (m.pme) {
-    const int n = m.top.num_atoms();
-    PmeShare ps{n * sh.rank / sh.size, n * (sh.rank + 1) / sh.size, sh.allreduce_sum, lead};
-    e.coul_recip = m.pme->compute(x, m.top.charge, f, energies ? &e.virial : nullptr, shared ? &ps : nullptr);
-  }
+  if (m.pme)
+    e.coul_recip = m.pme->compute(x, m.top.charge, f, energies ? &e.virial : nullptr, shared ? &m.pme_share : nullptr);
   m.times.pme += Impl::lap(&t);
   if (shared && !lead) {  // the bonded terms and the dispersion correction: the first rank's
     m.times.other += Impl::lap(&t);
@@ -239,7 +234,15 @@ void ForceCalculator::set_share(const ForceShare& share) {
            " of ", share.size, " is not a rank of the share");
   QK_CHECK(share.size == 1 || share.allreduce_sum, "ForceCalculator: a share over ", share.size,
            " ranks needs its allreduce_sum");
-  impl_->share = share;
+  Impl& m = *impl_;
+  m.share = share;
+  // This rank's consecutive exclusion chunks (the bounds of chunks k0..k1) and PME atoms.
+  const int nchunks = static_cast<int>(m.exclusion_chunks.size()) - 1;
+  const int k0 = nchunks * share.rank / share.size, k1 = nchunks * (share.rank + 1) / share.size;
+  m.share_chunks.assign(m.exclusion_chunks.begin() + k0, m.exclusion_chunks.begin() + k1 + 1);
+  const int n = m.top.num_atoms();
+  m.pme_share = {n * share.rank / share.size, n * (share.rank + 1) / share.size, share.allreduce_sum,
+                 share.rank == 0};
 }
 
 void ForceCalculator::set_box(const Vec3& b) {

@@ -137,7 +137,8 @@ std::string mdrun_help(const std::string& program) {
          "  -double       everything in double precision, as gmx_d (default: GROMACS's mixed\n"
          "                precision, short-range pair forces in float)\n"
          "\n"
-         "Over several processes: qk run --nproc-per-node N -- " + program + " ... (or mpirun, srun):\n"
+         "Over several processes: qk run --nproc-per-node N -- " + program + " ... (or mpirun with\n"
+         "MASTER_ADDR and MASTER_PORT set):\n"
          "every rank holds all atoms and computes a share of the forces, summed each step; the\n"
          "first rank writes the files (-nt: threads per rank).\n";
 }

@@ -10,9 +10,9 @@
 // contiguous (or a scalar), a row covers the whole tensor in one call.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "qk/base/thread_pool.h"
@@ -46,18 +46,20 @@ StridedLayout<N> make_layout(const Shape& shape, const std::array<Tensor, N>& op
   // memory, outermost first (a channels-last output is walked [N, H, W, C],
   // not with a stride-C innermost loop; a contiguous one keeps its order);
   // then merge dim i into i+1 when contiguous for all operands.
-  std::vector<size_t> order;
-  for (size_t d = 0; d < shape.size(); ++d)
-    if (shape[d] != 1) order.push_back(d);
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    return L.strides[0][x] > L.strides[0][y];
-  });
   Shape sh;
   std::array<Shape, N> st;
-  for (size_t d : order) {
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
     sh.push_back(shape[d]);
     for (int k = 0; k < N; ++k) st[k].push_back(L.strides[k][d]);
   }
+  // A stable insertion sort by operand 0's strides, in place: nothing moves
+  // (and nothing is allocated) when they already descend, the usual case.
+  for (size_t i = 1; i < sh.size(); ++i)
+    for (size_t j = i; j > 0 && st[0][j - 1] < st[0][j]; --j) {
+      std::swap(sh[j - 1], sh[j]);
+      for (int k = 0; k < N; ++k) std::swap(st[k][j - 1], st[k][j]);
+    }
   Shape msh;
   std::array<Shape, N> mst;
   for (size_t d = 0; d < sh.size(); ++d) {

@@ -242,8 +242,7 @@ Tensor avg_pool2d(const Tensor& x, const ops::Pool2dParams& p, int64_t ho, int64
         Window wh = avg_window(oh, p.kernel[0], p.stride[0], p.padding[0], h);
         for (int64_t ow = 0; ow < wo; ++ow) {
           Window ww = avg_window(ow, p.kernel[1], p.stride[1], p.padding[1], w);
-          int64_t count = p.count_include_pad ? wh.padded * ww.padded
-                                              : (wh.end - wh.start) * (ww.end - ww.start);
+          int64_t count = avg_count(wh, ww, p.count_include_pad);
           C sum = 0;
           for (int64_t ih = wh.start; ih < wh.end; ++ih)
             for (int64_t iw = ww.start; iw < ww.end; ++iw) sum += static_cast<C>(xp[ih * w + iw]);
@@ -272,8 +271,7 @@ Tensor avg_pool2d_backward(const Tensor& grad_out, const Tensor& x, const ops::P
         Window wh = avg_window(oh, p.kernel[0], p.stride[0], p.padding[0], h);
         for (int64_t ow = 0; ow < wo; ++ow) {
           Window ww = avg_window(ow, p.kernel[1], p.stride[1], p.padding[1], w);
-          int64_t count = p.count_include_pad ? wh.padded * ww.padded
-                                              : (wh.end - wh.start) * (ww.end - ww.start);
+          int64_t count = avg_count(wh, ww, p.count_include_pad);
           if (count <= 0) continue;
           C g = static_cast<C>(gp[oh * wo + ow]) / static_cast<C>(count);
           for (int64_t ih = wh.start; ih < wh.end; ++ih)

@@ -22,6 +22,10 @@ inline Window avg_window(int64_t o, int64_t k, int64_t s, int64_t pad, int64_t i
   const int64_t end = std::min(start + k, in + pad);
   return {std::max<int64_t>(start, 0), std::min(end, in), end - start};
 }
+// The divisor of a 2-D average window: the padded extent or only the input it covers.
+inline int64_t avg_count(const Window& h, const Window& w, bool count_include_pad) {
+  return count_include_pad ? h.padded * w.padded : (h.end - h.start) * (w.end - w.start);
+}
 
 // out [N,C,Ho,Wo] and i64 indices (ih*W + iw within each plane; -1 for a
 // dilated window that misses the input, which backward skips).

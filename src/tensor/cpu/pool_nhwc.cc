@@ -145,8 +145,7 @@ Tensor avg_pool2d_nhwc(const Tensor& x, const ops::Pool2dParams& p, int64_t ho, 
         const Window sh = avg_window(oh, p.kernel[0], p.stride[0], p.padding[0], h);
         for (int64_t ow = 0; ow < wo; ++ow) {
           const Window sw = avg_window(ow, p.kernel[1], p.stride[1], p.padding[1], w);
-          const int64_t count =
-              p.count_include_pad ? sh.padded * sw.padded : (sh.end - sh.start) * (sw.end - sw.start);
+          const int64_t count = avg_count(sh, sw, p.count_include_pad);
           std::fill(sum.begin(), sum.end(), A(0));
           for (int64_t ih = sh.start; ih < sh.end; ++ih)
             for (int64_t iw = sw.start; iw < sw.end; ++iw) {
@@ -182,8 +181,7 @@ Tensor avg_pool2d_backward_nhwc(const Tensor& grad_out, const Tensor& x, const o
           const Window sh = avg_window(oh, p.kernel[0], p.stride[0], p.padding[0], h);
           for (int64_t ow = 0; ow < wo; ++ow) {
             const Window sw = avg_window(ow, p.kernel[1], p.stride[1], p.padding[1], w);
-            const int64_t count =
-                p.count_include_pad ? sh.padded * sw.padded : (sh.end - sh.start) * (sw.end - sw.start);
+            const int64_t count = avg_count(sh, sw, p.count_include_pad);
             if (count <= 0) continue;
             const T* gp = g + o.at(b, oh, ow);
             for (int64_t ih = sh.start; ih < sh.end; ++ih)

@@ -1,0 +1,24 @@
+#include "qk/hpc/md/process_share.h"
+
+#include "qk/dist/launch_env.h"
+#include "qk/dist/process_group.h"
+
+namespace qk::md {
+
+ForceShare process_share() {
+  ForceShare share;
+  if (dist::launch_env().world_size <= 1) return share;
+  if (!dist::is_initialized()) dist::init();
+  share.rank = dist::rank();
+  share.size = dist::world_size();
+  share.allreduce_sum = [](double* data, int64_t count) {
+    dist::group().all_reduce(from_blob(data, {count}, DType::f64));
+  };
+  // The step's sums as rank 0 has them: an all-reduce may add in an order that depends on the rank.
+  share.broadcast_first = [](double* data, int64_t count) {
+    dist::group().broadcast(from_blob(data, {count}, DType::f64), 0);
+  };
+  return share;
+}
+
+}  // namespace qk::md
