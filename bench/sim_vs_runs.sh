@@ -4,32 +4,28 @@
 # interleaved, EP (MoE), the distributed optimizer; 2 and 4 ranks -- trained
 # by `qk run ... qk pretrain-gpt` and predicted by `qk sim` from this
 # machine's calibration (`qk sim calibrate`, measured first). Prints one table
-# row per layout: the measured time per iteration (the mean over the last
-# half of the iterations, from metrics.jsonl), the predicted step time, and
-# the error. Long: a few minutes on 2 cores; not part of ctest.
+# row per layout: the measured time per iteration and the predicted step
+# time, and the error.
 #
-# On a machine other jobs share, a run gets only part of the cores while the
-# calibration (the fastest of several calls) measures what they do when
-# free. So each run is also timed by /usr/bin/time, and its share of the
-# cores -- CPU seconds over wall seconds over min(ranks, cores) -- is
-# printed; "measured x share" estimates the iteration on an idle machine
-# (meaningful while the run is compute-bound). Compare on an idle machine
-# for the real figure.
-#
-# On such a machine the same layout also varies from run to run (up to 30%
-# minutes apart on the 2-core VM): REPEAT=N trains each layout N times and
-# reports the median, with the runs' spread ((max - min) / median).
-#
-# The machine's own speed drifts too (a one-thread 1024^3 GEMM measured
-# 100-157 GFLOP/s within one minute there). So each run is bracketed by a
-# 0.3 s probe of that GEMM (bench/gemm_bench), and "at calibration speed"
-# scales the measured iteration by the probes' mean over the calibration's
-# rate for the same GEMM: what the run would have taken on the machine the
-# calibration saw (meaningful while the run is compute-bound).
+# The calibration measures what the machine does when nothing else runs
+# (each kernel the fastest of several calls). On a machine other jobs share
+# (the 2-core VM: a 1024^3 GEMM read 100-200 GFLOP/s within an hour, one
+# layout's runs minutes apart 30% apart) a run's mean is mostly the
+# neighbours. So each run logs every iteration and the first row compares
+# like with like: the fastest iteration (past two of warm-up) of REPEAT runs
+# of the layout, interleaved with the other layouts' runs -- what the
+# machine does when nothing else runs. The machine's speed also drifts over
+# minutes (two calibrations five minutes apart differed by 9-34%), so it is
+# calibrated before each round of runs and after the last, and a layout's
+# prediction is the median of those calibrations'. The median (over the runs of each
+# run's median iteration) is printed beside it, with the runs' spread
+# ((max - min) / median of those medians) and the runs' share of the cores
+# (CPU seconds over wall seconds over min(ranks, cores); below 1: others ran).
+# Long: a few minutes on 2 cores per repeat; not part of ctest.
 #
 # Usage: bench/sim_vs_runs.sh [build-dir] [iterations]
 #   bench/sim_vs_runs.sh build/release 8
-#   REPEAT=3 bench/sim_vs_runs.sh build/release 8       # the median of three runs per layout
+#   REPEAT=3 bench/sim_vs_runs.sh build/release 8       # three runs per layout, interleaved
 #   LAYERS=4 HIDDEN=256 SEQ=128 bench/sim_vs_runs.sh     # the model's size (these are the defaults)
 set -euo pipefail
 BUILD=${1:-build/release}
@@ -43,72 +39,80 @@ MODEL=(--num-layers $LAYERS --hidden-size $HIDDEN --num-attention-heads 8 --seq-
   --max-position-embeddings $SEQ --attention-dropout 0 --hidden-dropout 0 --vocab-size 4095
   --micro-batch-size $MICRO --global-batch-size $GBS)
 TRAIN=(--mock-data --tokenizer-type NullTokenizer --train-iters "$ITERS" --lr 3e-4
-  --log-interval $((ITERS / 2)) --eval-iters 0)
+  --log-interval 1 --eval-iters 0)
 MOE=(--num-experts 4 --moe-router-topk 2 --moe-token-dispatcher-type alltoall --moe-aux-loss-coeff 0.01)
 
 echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, load: $(uptime | sed 's/.*load average: //')"
-# The calibration `qk sim` predicts from: one compute thread per rank, as qk run gives
-# each of N ranks cores / N (at least one).
-"$QK" sim calibrate --threads 1 --output "$TMP/local.json" > "$TMP/calibrate.log"
-PROBE_BIN=$(realpath "$BUILD/bench/gemm_bench" 2>/dev/null || true)
-probe() {  # a one-thread 1024^3 GEMM's GFLOP/s now (0 without bench/gemm_bench)
-  [ -x "$PROBE_BIN" ] || { echo 0; return; }
-  QK_NUM_THREADS=1 "$PROBE_BIN" --benchmark_filter='BM_qk_mm/M:1024/N:1024/K:1024/T:0/' --benchmark_min_time=0.3 \
-    --benchmark_format=json 2>/dev/null | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["benchmarks"][0]["GFLOPS"])'
+# The calibrations `qk sim` predicts from: one compute thread per rank, as qk run gives
+# each of N ranks cores / N (at least one). One before each round of runs and one after
+# the last, so the calibrations span the runs' time; each layout's prediction is the
+# median of theirs.
+calibrate() {  # index
+  "$QK" sim calibrate --threads 1 --output "$TMP/local$1.json" > "$TMP/calibrate$1.log"
+  echo "# calibration $1 at $(date -u +%T):"
+  grep -E "gemm 1024x1024x1024 fp32|layer norm f32|AdamW|shortest|flash|qccl|^(gelu|softmax|cross_entropy):|ranks at once" \
+    "$TMP/calibrate$1.log" | sed 's/^/#   /'
 }
-CALIB_GEMM=$(sed -n 's/^gemm 1024x1024x1024 fp32: \([0-9.]*\) GFLOP.*/\1/p' "$TMP/calibrate.log")
-grep -E "gemm 1024x1024x1024 fp32|layer norm f32|AdamW|shortest|flash|qccl|^(gelu|softmax|cross_entropy):|ranks at once" "$TMP/calibrate.log" | sed 's/^/#   /'
-echo "| layout | ranks | measured s/iteration (median of $REPEAT) | spread | predicted s/step | error | share of the cores | measured x share | error against it | GEMM probe around the runs / calibration | at calibration speed | error against it | predicted: compute / comm / bubble / optimizer s |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-run() {  # name ranks flags...
-  local name=$1 n=$2 out="$TMP/${1// /_}"
-  shift 2
-  local measured="" predicted times="" probes=""
-  for ((r = 0; r < REPEAT; ++r)); do
-    probes+=" $(probe)"
-    rm -rf "$out"
+LAYOUTS=(
+  "DP|2|"
+  "TP|2|--tensor-model-parallel-size 2"
+  "TP+SP|2|--tensor-model-parallel-size 2 --sequence-parallel"
+  "PP 1F1B|2|--pipeline-model-parallel-size 2"
+  "PP interleaved|2|--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2"
+  "EP (MoE)|2|--expert-model-parallel-size 2 ${MOE[*]}"
+  "DP + distributed optimizer|2|--use-distributed-optimizer"
+  "DP|4|"
+  "TP 2 x DP 2|4|--tensor-model-parallel-size 2"
+  "TP 2 + SP x DP 2|4|--tensor-model-parallel-size 2 --sequence-parallel"
+  "PP 4 1F1B|4|--pipeline-model-parallel-size 4"
+  "PP 2 interleaved x DP 2|4|--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2"
+  "EP 4 (MoE)|4|--expert-model-parallel-size 4 ${MOE[*]}"
+  "DP 4 + distributed optimizer|4|--use-distributed-optimizer"
+)
+# Each layout's runs, interleaved: every layout once, then again, REPEAT times.
+for ((r = 0; r < REPEAT; ++r)); do
+  calibrate "$r"
+  for ((l = 0; l < ${#LAYOUTS[@]}; ++l)); do
+    IFS='|' read -r name n flags <<< "${LAYOUTS[$l]}"
+    out="$TMP/run$l.$r"
+    # shellcheck disable=SC2086
     /usr/bin/time -f "%e %U %S" -o "$out.time" "$QK" run --nproc-per-node "$n" -- "$QK" pretrain-gpt "${MODEL[@]}" \
-      "${TRAIN[@]}" "$@" --save "$out" --save-interval 100000 > "$out.log" 2>&1 || { tail -20 "$out.log" >&2; exit 1; }
-    measured+=" $(/usr/bin/python3 -c '
-import json, sys
-rec = [j for j in map(json.loads, open(sys.argv[1])) if j["kind"] == "train"][-1]
-print(rec["elapsed_ms_per_iteration"] / 1e3)' "$out/metrics.jsonl")"
-    times+=" $(cat "$out.time")"
-    probes+=" $(probe)"
+      "${TRAIN[@]}" $flags --save "$out" --save-interval 100000 > "$out.log" 2>&1 || { tail -20 "$out.log" >&2; exit 1; }
   done
-  predicted=$("$QK" sim --world-size "$n" --cluster "$TMP/local.json" "${MODEL[@]}" "$@" --json)
-  /usr/bin/python3 - "$name" "$n" "$measured" "$predicted" "$times" "$(nproc)" "$probes" "${CALIB_GEMM:-0}" <<'PY'
+done
+calibrate "$REPEAT"
+echo "| layout | ranks | fastest iteration of $REPEAT runs, s | predicted s/step (median of $((REPEAT + 1)) calibrations) | error | the calibrations' predictions | median iteration, s | error | spread of the runs | share of the cores | predicted: compute / comm / bubble / optimizer s |"
+echo "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"
+for ((l = 0; l < ${#LAYOUTS[@]}; ++l)); do
+  IFS='|' read -r name n flags <<< "${LAYOUTS[$l]}"
+  # shellcheck disable=SC2086
+  predicted="["
+  for ((c = 0; c <= REPEAT; ++c)); do
+    predicted+="$("$QK" sim --world-size "$n" --cluster "$TMP/local$c.json" "${MODEL[@]}" $flags --json)"
+    ((c < REPEAT)) && predicted+=","
+  done
+  predicted+="]"
+  /usr/bin/python3 - "$name" "$n" "$predicted" "$(nproc)" "$TMP/run$l" "$REPEAT" <<'PY'
 import json, statistics, sys
-name, n, predicted = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[4])
-probes, calib = [float(x) for x in sys.argv[7].split()], float(sys.argv[8])
-runs = [float(x) for x in sys.argv[3].split()]
-measured = statistics.median(runs)
-spread = (max(runs) - min(runs)) / measured
-t3 = [float(x) for x in sys.argv[5].split()]  # wall, user, system of each run
-wall, cpu = sum(t3[0::3]), sum(t3[1::3]) + sum(t3[2::3])
-share = min(1.0, cpu / wall / min(n, int(sys.argv[6])))
-p, t = predicted["step_time_s"], predicted["time_s"]
+name, n, cores, prefix, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+each = sorted(json.loads(sys.argv[3]), key=lambda j: j["step_time_s"])
+predicted = each[(len(each) - 1) // 2]  # the breakdown: the median calibration's (the lower one of an even count)
+fastest, medians, wall, cpu = [], [], 0.0, 0.0
+for r in range(repeat):
+    its = [j["elapsed_ms_per_iteration"] / 1e3 for j in map(json.loads, open(f"{prefix}.{r}/metrics.jsonl"))
+           if j["kind"] == "train"][2:]  # past two of warm-up
+    fastest.append(min(its))
+    medians.append(statistics.median(its))
+    t = [float(x) for x in open(f"{prefix}.{r}.time").read().split()]
+    wall, cpu = wall + t[0], cpu + t[1] + t[2]
+best, median = min(fastest), statistics.median(medians)
+spread = (max(medians) - min(medians)) / median
+share = min(1.0, cpu / wall / min(n, cores))
+p, t = statistics.median(j["step_time_s"] for j in each), predicted["time_s"]
 comm = t["tp_comm"] + t["ep_comm"] + t["pp_wait"] + t["dp_comm"]
-idle = measured * share
-speed = statistics.mean(probes) / calib if calib > 0 and min(probes) > 0 else 0
-at_calib = f"{measured * speed:.3f} | {100 * (p - measured * speed) / (measured * speed):+.1f}%" if speed else "- | -"
-print(f"| {name} | {n} | {measured:.3f} | {100 * spread:.0f}% | {p:.3f} | {100 * (p - measured) / measured:+.1f}% | {share:.2f} | "
-      f"{idle:.3f} | {100 * (p - idle) / idle:+.1f}% | {statistics.mean(probes):.0f} / {calib:.0f} | {at_calib} | "
-      f"{t['compute']:.3f} / {comm:.3f} / {t['bubble']:.3f} / {t['optimizer']:.3f} |")
+preds = " / ".join(f"{j['step_time_s']:.3f}" for j in each)
+print(f"| {name} | {n} | {best:.3f} | {p:.3f} | {100 * (p - best) / best:+.1f}% | {preds} | {median:.3f} | {100 * (p - median) / median:+.1f}% | "
+      f"{100 * spread:.0f}% | {share:.2f} | {t['compute']:.3f} / {comm:.3f} / {t['bubble']:.3f} / {t['optimizer']:.3f} |")
 PY
-}
-run "DP" 2
-run "TP" 2 --tensor-model-parallel-size 2
-run "TP+SP" 2 --tensor-model-parallel-size 2 --sequence-parallel
-run "PP 1F1B" 2 --pipeline-model-parallel-size 2
-run "PP interleaved" 2 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
-run "EP (MoE)" 2 --expert-model-parallel-size 2 "${MOE[@]}"
-run "DP + distributed optimizer" 2 --use-distributed-optimizer
-run "DP" 4
-run "TP 2 x DP 2" 4 --tensor-model-parallel-size 2
-run "TP 2 + SP x DP 2" 4 --tensor-model-parallel-size 2 --sequence-parallel
-run "PP 4 1F1B" 4 --pipeline-model-parallel-size 4
-run "PP 2 interleaved x DP 2" 4 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
-run "EP 4 (MoE)" 4 --expert-model-parallel-size 4 "${MOE[@]}"
-run "DP 4 + distributed optimizer" 4 --use-distributed-optimizer
+done
 echo "# after: load $(uptime | sed 's/.*load average: //')"

@@ -171,14 +171,16 @@ bool measure_link(Link& link, const std::function<void(const std::string&)>& say
 }
 
 // How much ranks sharing this host's cores slow each other (the caches and
-// memory bandwidth they share): a small layer's forward and backward
-// (layer norm, two GEMMs, GELU), run `iters` times alone and then in `ranks`
-// forked processes at once, one thread each. On a shared machine one such
-// pair is as noisy as the effect (a lucky "alone" run once gave 52% where
-// the rounds around it gave 94-100%), so the pair is repeated and the median
-// of the rounds' ratios taken. Returns a rank's rate shared over its rate
-// alone, or 0 when it could not be measured.
-double measure_sharing(int ranks, bool quick, Generator& gen, const std::function<void(const std::string&)>& say) {
+// memory bandwidth they share; with more ranks than cores, time slicing
+// too): a small layer's forward and backward (layer norm, two GEMMs, GELU),
+// run `iters` times alone and then in `ranks` forked processes at once, one
+// thread each. On a shared machine one such pair is as noisy as the effect
+// (a lucky "alone" run once gave 52% where the rounds around it gave
+// 94-100%), so the pair is repeated and the median of the rounds' ratios
+// taken. Returns a rank's rate shared over its fair share of its rate alone
+// (all of it up to `cores` ranks, cores / ranks beyond), or 0 when it could
+// not be measured.
+double measure_sharing(int ranks, int cores, bool quick, Generator& gen, const std::function<void(const std::string&)>& say) {
   const int64_t n = 512, h = 512, f = 2048;  // ~30 MB live: beyond a core's cache, as training is
   const Tensor x = randn({n, h}, {}, gen), w1 = randn({f, h}, {}, gen) * 0.02, w2 = randn({h, f}, {}, gen) * 0.02;
   const Tensor lw = ones({h}), lb = zeros({h}), g = randn({n, h}, {}, gen);
@@ -208,7 +210,7 @@ double measure_sharing(int ranks, bool quick, Generator& gen, const std::functio
   for (int r = 0; r < rounds; ++r) {
     const double alone = run(), shared = shared_run();
     if (shared <= 0) return 0;
-    ratios.push_back(alone / shared);
+    ratios.push_back(alone / shared * std::max(1.0, static_cast<double>(ranks) / cores));
     alone_sum += alone;
     shared_sum += shared;
   }
@@ -216,9 +218,12 @@ double measure_sharing(int ranks, bool quick, Generator& gen, const std::functio
   const double eff = std::clamp(ratios[ratios.size() / 2], 0.05, 1.0);
   std::string each;
   for (const double q : ratios) each += fmt::format("{}{:.0f}%", each.empty() ? "" : " ", 100 * q);
-  say(fmt::format("{} ranks at once: a small layer's step {:.2f} ms each, {:.2f} ms alone -> {:.0f}% of the rate "
-                  "(median of {} rounds: {})",
-                  ranks, 1e3 * shared_sum / rounds / iters, 1e3 * alone_sum / rounds / iters, 100 * eff, rounds, each));
+  say(fmt::format("{} ranks at once on {} cores: a small layer's step {:.2f} ms each, {:.2f} ms alone -> {:.0f}% of "
+                  "{} (median of {} rounds: {})",
+                  ranks, cores, 1e3 * shared_sum / rounds / iters, 1e3 * alone_sum / rounds / iters, 100 * eff,
+                  ranks > cores ? fmt::format("its share of the cores ({:.2f})", static_cast<double>(cores) / ranks)
+                                : std::string("the rate alone"),
+                  rounds, each));
   return eff;
 }
 
@@ -474,7 +479,12 @@ Cluster calibrate(const CalibrateOptions& o, const std::function<void(const std:
   d.gemm.efficiency = 1.0;  // the samples are what is reached
   d.gemm.units = 1;
 
-  // ---- GEMMs over the shapes a small transformer's layers run, from cold caches
+  // ---- GEMMs over the shapes a small transformer's layers run, from cold
+  // caches, in the three layouts a linear layer runs them: forward x w^T,
+  // backward g w and g^T x (one shape's layouts differ by up to 40% here, so
+  // the forward alone misprices the backward's two thirds of the FLOPs). A
+  // sample is the three's rate together: what the model's 2mnk forward and
+  // backward GEMMs of that size cost in all.
   CacheEvictor evict;
   std::vector<std::array<int64_t, 3>> shapes = {{128, 128, 128},   {256, 256, 128},    {256, 256, 256},
                                                 {256, 1024, 256},  {512, 512, 512},    {1024, 1024, 1024},
@@ -486,13 +496,18 @@ Cluster calibrate(const CalibrateOptions& o, const std::function<void(const std:
     const std::string name = dt == DType::f32 ? "fp32" : "bf16";
     double peak = 0;
     for (const auto& [m, n, k] : shapes) {
-      const Tensor a = randn({m, k}, {}, gen).to(dt).to(dev), w = randn({n, k}, {}, gen).to(dt).to(dev);
-      const double s = best_seconds([&] { ops::linear(a, w, Tensor()); }, dev, reps,
-                                    dev.is_cpu() ? std::function<void()>(std::ref(evict)) : nullptr);
-      const double rate = 2.0 * static_cast<double>(m * n * k) / s;
+      const Tensor x = randn({m, k}, {}, gen).to(dt).to(dev), w = randn({n, k}, {}, gen).to(dt).to(dev);
+      const Tensor g = randn({m, n}, {}, gen).to(dt).to(dev);
+      const std::function<void()> cold = dev.is_cpu() ? std::function<void()>(std::ref(evict)) : nullptr;
+      const double fwd = best_seconds([&] { ops::linear(x, w, Tensor()); }, dev, reps, cold);
+      const double dx = best_seconds([&] { ops::mm(g, w); }, dev, reps, cold);
+      const double dw = best_seconds([&] { ops::mm(g.t(), x); }, dev, reps, cold);
+      const double flops = 2.0 * static_cast<double>(m * n * k);
+      const double rate = 3 * flops / (fwd + dx + dw);
       d.gemm.samples.push_back({m, n, k, name, rate});
       peak = std::max(peak, rate);
-      say(fmt::format("gemm {}x{}x{} {}: {:.2f} GFLOP/s", m, n, k, name, rate / 1e9));
+      say(fmt::format("gemm {}x{}x{} {}: {:.2f} GFLOP/s (x w^T {:.1f}, g w {:.1f}, g^T x {:.1f})", m, n, k, name,
+                      rate / 1e9, flops / fwd / 1e9, flops / dx / 1e9, flops / dw / 1e9));
     }
     d.gemm.peak_flops[name] = peak;
   }
@@ -577,11 +592,21 @@ Cluster calibrate(const CalibrateOptions& o, const std::function<void(const std:
     // Ranks are forked only with one thread each (a forked child has no
     // thread pool); with more the sharing is not measured.
     const int ranks = cores / threads;
-    const double eff = ranks >= 2 && threads == 1 && o.measure_links ? measure_sharing(ranks, o.quick, gen, say) : 0;
+    const bool forks = threads == 1 && o.measure_links;
+    const double eff = ranks >= 2 && forks ? measure_sharing(ranks, cores, o.quick, gen, say) : 0;
     d.shared_efficiency = eff > 0 ? eff : 1.0;
     if (eff <= 0)
       say(ranks < 2 ? "ranks sharing the host: one rank fills it (not measured)"
                     : "ranks sharing the host: not measured (needs --threads 1); taken as no slowdown");
+    // Twice as many ranks as cores (qk run --nproc-per-node beyond the
+    // cores); not on big hosts, where nobody runs so and 2 x cores forks of
+    // ~30 MB each would be many gigabytes.
+    const bool small_host = cores <= 64;
+    const double over = forks && small_host ? measure_sharing(2 * cores, cores, o.quick, gen, say) : 0;
+    d.oversubscribed_efficiency = over > 0 ? over : 1.0;
+    if (over <= 0)
+      say(fmt::format("more ranks than cores: not measured ({}); taken as fair time slicing",
+                      small_host ? "needs --threads 1" : "a host of more than 64 cores"));
   } else {
     d.memory_gb = 80;
     say("device memory: not measured (the backend does not report its size); set device.memory_gb in the file");

@@ -241,6 +241,7 @@ Cluster parse_cluster(const std::string& text, const std::string& origin) {
     dev.cpu_cores = static_cast<int>(d.integer_or("cpu_cores", 0, 0));
     dev.threads_per_rank = static_cast<int>(d.integer_or("threads_per_rank", 0, 0));
     dev.shared_efficiency = d.number_or("shared_efficiency", 1.0, 0, true, 1.0);
+    dev.oversubscribed_efficiency = d.number_or("oversubscribed_efficiency", 1.0, 0, true, 1.0);
     d.done();
   }
   c.intra = parse_link(top.object("intra"), false);
@@ -301,6 +302,7 @@ std::string cluster_to_json(const Cluster& c) {
   if (d.cpu_cores > 0) dev["cpu_cores"] = d.cpu_cores;
   if (d.threads_per_rank > 0) dev["threads_per_rank"] = d.threads_per_rank;
   if (d.shared_efficiency < 1.0) dev["shared_efficiency"] = d.shared_efficiency;
+  if (d.oversubscribed_efficiency < 1.0) dev["oversubscribed_efficiency"] = d.oversubscribed_efficiency;
   json j = {{"name", c.name},
             {"description", c.description},
             {"gpus_per_node", c.gpus_per_node},

@@ -9,17 +9,31 @@
 
 namespace qk::sim {
 
+namespace {
+
+// The share of its rate alone that each of `ranks` ranks computing at once
+// on a node gets: the cores split among them, and what they cost each other
+// (shared caches and memory bandwidth; time slicing when they outnumber the
+// cores). 1 on an accelerator.
+double core_share(const Device& d, int64_t ranks) {
+  if (d.cpu_cores <= 0) return 1.0;
+  // Each rank as the calibration measured it: threads_per_rank threads.
+  const double want = static_cast<double>(std::max(1, d.threads_per_rank) * std::max<int64_t>(1, ranks));
+  const double cores = static_cast<double>(d.cpu_cores);
+  if (want > cores) return cores / want * (ranks > 1 ? d.oversubscribed_efficiency : 1.0);
+  return ranks > 1 ? d.shared_efficiency : 1.0;
+}
+
+}  // namespace
+
 DeviceRates::DeviceRates(const Cluster& c, std::string dtype, int64_t ranks_on_node)
     : c_(c), dtype_(std::move(dtype)) {
   peak_ = c.device.peak_flops(dtype_);
-  const Device& d = c.device;
-  if (d.cpu_cores > 0) {
-    // Ranks of a CPU host split its cores; each measured with threads_per_rank.
-    const double want = static_cast<double>(std::max(1, d.threads_per_rank) * std::max<int64_t>(1, ranks_on_node));
-    scale_ = std::min(1.0, static_cast<double>(d.cpu_cores) / want);
-    // More than one rank: they share the caches and the memory bandwidth too.
-    if (ranks_on_node > 1) scale_ *= d.shared_efficiency;
-  }
+  scale_ = core_share(c.device, ranks_on_node);
+}
+
+double DeviceRates::speed_with(int64_t computing_ranks) const {
+  return core_share(c_.device, std::max<int64_t>(1, computing_ranks)) / scale_;
 }
 
 double DeviceRates::kernel(double seconds) const { return std::max(seconds, c_.device.kernel_floor_us * 1e-6); }

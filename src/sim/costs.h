@@ -37,6 +37,11 @@ class DeviceRates {
   // Seconds of one kernel that would take `seconds` alone (the device's floor).
   double kernel(double seconds) const;
   double contention() const { return scale_; }
+  // How much faster than these rates a rank computes while only
+  // `computing_ranks` of the node's ranks compute (the others wait on a
+  // pipeline hand-over): 1 on an accelerator; on a CPU host whose ranks
+  // outnumber its cores, a waiting rank gives its core to the others.
+  double speed_with(int64_t computing_ranks) const;
 
  private:
   const Cluster& c_;

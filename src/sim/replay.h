@@ -1,12 +1,14 @@
 // The pipeline schedule's trace (qk/parallel/schedule_trace.h) replayed with
-// costs: each stage runs its operations in order on its own clock; a wait on
+// costs: each stage runs its operations in order; a wait on
 // a receive ends when the matching send (the k-th on that channel between
 // those two stages) has arrived, a send when it has arrived. Sends do not
 // wait for their receiver (buffered, as qccl's). So the idle time at the
 // pipeline's fill and drain, and any wait on a slow link, come out of the
-// schedule itself.
+// schedule itself. Stages share one clock, so a speed that depends on how
+// many stages compute at once (processor sharing) can be replayed too.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -31,10 +33,16 @@ struct StageReplay {
   std::vector<parallel::Span> spans;      // forward, backward, send, recv (when asked for)
 };
 
+// How fast the stages compute while `computing` of them do, relative to
+// their costs (which assume every stage computing): on a CPU host whose
+// ranks outnumber its cores a waiting stage gives its cores to the others.
+// Empty: always 1 (each stage has a device of its own).
+using StageSpeed = std::function<double(int computing)>;
+
 // ValueError when the trace and the costs disagree on the stages or chunks;
 // InternalError for a trace that cannot finish (a schedule bug).
 std::vector<StageReplay> replay(const std::vector<parallel::StageTrace>& trace, const std::vector<StageCosts>& costs,
-                                bool record_spans);
+                                bool record_spans, const StageSpeed& speed = {});
 
 // The trace for (p, m, v, overlap), made once per process and kept.
 std::shared_ptr<const std::vector<parallel::StageTrace>> cached_trace(const parallel::ScheduleTraceOptions& o);

@@ -221,12 +221,18 @@ SimResult simulate(const recipes::MegatronArgs& a, const Cluster& c, const SimOp
   to.num_model_chunks = static_cast<int>(L.vp);
   to.overlap_p2p_comm = a.overlap_p2p_comm && L.vp > 1;
   const auto trace = cached_trace(to);
-  const std::vector<StageReplay> rep = replay(*trace, costs, o.timelines);
+  // A pipeline on one CPU host: the stages' ranks share its cores, so while
+  // some wait on a hand-over the others compute faster (each stage's
+  // world / pp ranks compute and wait together).
+  StageSpeed speed;
+  if (c.device.cpu_cores > 0 && L.pp > 1 && !pp_cross)
+    speed = [&rates, per_stage = world / L.pp](int computing) { return rates.speed_with(computing * per_stage); };
+  const std::vector<StageReplay> rep = replay(*trace, costs, o.timelines, speed);
   std::vector<StageReplay> ideal;
   if (L.pp > 1) {
     std::vector<StageCosts> no_links = costs;
     for (auto& sc : no_links) sc.send_next = sc.send_prev = 0;
-    ideal = replay(*trace, no_links, false);
+    ideal = replay(*trace, no_links, false, speed);
   }
   double pipeline_end = 0, ideal_end = 0;
   for (size_t r = 0; r < rep.size(); ++r) {
@@ -303,10 +309,13 @@ SimResult simulate(const recipes::MegatronArgs& a, const Cluster& c, const SimOp
   const double m = static_cast<double>(L.num_microbatches);
   const Cost& pm = per_micro[worst];
   TimeBreakdown& tb = res.time;
-  tb.compute = pm.compute * m;
-  tb.tp_comm = pm.tp * m;
-  tb.cp_comm = pm.cp * m;
-  tb.ep_comm = pm.ep * m;
+  // Under processor sharing the stage computed faster than its costs while
+  // others waited: its pieces in the wall time they took.
+  const double shared = speed && pm.total() > 0 ? rep[worst].busy / (pm.total() * m) : 1.0;
+  tb.compute = pm.compute * m * shared;
+  tb.tp_comm = pm.tp * m * shared;
+  tb.cp_comm = pm.cp * m * shared;
+  tb.ep_comm = pm.ep * m * shared;
   const double idle = std::max(0.0, pipeline_end - rep[worst].busy);
   const double ideal_idle = ideal.empty() ? idle : std::max(0.0, ideal_end - ideal[worst].busy);
   tb.bubble = std::min(idle, ideal_idle);

@@ -95,7 +95,8 @@ TEST(CliMd, TrajectoryMdpWritesTheTrrAndXtc) {
   const std::string ours = qk::read_file(dir + "/a.trr"), theirs = qk::read_file(argon + "traj_reference.trr");
   EXPECT_EQ(ours.size(), theirs.size()) << "the same 3 frames and blocks as gmx mdrun's";
   const auto other = run_qk("md -f " + argon + "traj.mdp -c " + argon + "conf.gro -p " + argon + "topol.top -g " +
-                            dir + "/b.log -o " + dir + "/b.gro -trr " + dir + "/elsewhere.trr -nt 1");
+                            dir + "/b.log -o " + dir + "/b.gro -trr " + dir + "/elsewhere.trr -e " + dir + "/b.edr -x " +
+                            dir + "/b.xtc -cpo " + dir + "/b.cpt -nt 1");
   ASSERT_EQ(other.exit_code, 0) << other.output;
   EXPECT_TRUE(std::filesystem::exists(dir + "/elsewhere.trr")) << other.output;
 }

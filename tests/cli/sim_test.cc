@@ -2,6 +2,8 @@
 // the trace, reliability, calibration, and clear errors for bad input.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -97,10 +99,22 @@ TEST(QkSim, CalibrateWritesAClusterTheSimulatorReads) {
   ASSERT_EQ(cal.exit_code, 0) << cal.output;
   EXPECT_NE(cal.output.find("gemm "), std::string::npos) << cal.output;
   EXPECT_NE(cal.output.find("gelu: forward "), std::string::npos) << cal.output;
-  // Ranks sharing the host: measured with forked ranks where there are cores for two.
-  if (std::thread::hardware_concurrency() >= 2) {
-    EXPECT_NE(cal.output.find(" ranks at once: a small layer's step"), std::string::npos) << cal.output;
+  // Ranks sharing the host: measured with forked ranks where there are cores
+  // for two; twice as many ranks as cores wherever the host is not big.
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores >= 2) {
+    EXPECT_NE(cal.output.find(fmt::format("{} ranks at once on {} cores: a small layer's step", cores, cores)),
+              std::string::npos)
+        << cal.output;
   }
+  if (cores <= 64) {
+    EXPECT_NE(cal.output.find(fmt::format("{} ranks at once on {} cores: a small layer's step", 2 * cores, cores)),
+              std::string::npos)
+        << cal.output;
+  }
+  // Each GEMM in the three layouts of a linear layer's forward and backward.
+  EXPECT_NE(cal.output.find("gemm 256x256x256 fp32: "), std::string::npos) << cal.output;
+  EXPECT_NE(cal.output.find(" GFLOP/s (x w^T "), std::string::npos) << cal.output;
   // Every streaming kind the model prices, both passes, measured at each size.
   const nlohmann::json file = nlohmann::json::parse(read_file(dir + "/local.json"));
   const nlohmann::json& kinds = file["device"]["stream_kernels"];

@@ -86,8 +86,10 @@ TEST(ClusterFile, RoundTrip) {
   c.sources["device"] = "a test";
   c.device.stream_kernels["gelu.backward"].samples = {{1e6, 3}, {1e4, 2}};
   c.device.shared_efficiency = 0.75;
+  c.device.oversubscribed_efficiency = 0.9;
   const Cluster back = parse_cluster(cluster_to_json(c), "round trip");
   EXPECT_DOUBLE_EQ(back.device.shared_efficiency, 0.75);
+  EXPECT_DOUBLE_EQ(back.device.oversubscribed_efficiency, 0.9);
   ASSERT_EQ(back.device.stream_kernels.size(), 1u);
   const auto& gelu = back.device.stream_kernels.at("gelu.backward").samples;
   ASSERT_EQ(gelu.size(), 2u);

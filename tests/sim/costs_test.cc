@@ -90,10 +90,35 @@ TEST(DeviceRates, CpuRanksShareTheCores) {
   c.device.shared_efficiency = 0.8;
   EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 1).contention(), 1.0);
   EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 2).contention(), 0.8);
-  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 4).contention(), 0.4);
   EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 2).gemm_rate(8, 8, 8), 40e12);
+  // More ranks than cores: each its share of the cores at the calibrated
+  // time-slicing efficiency (which includes the sharing's).
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 4).contention(), 0.5);
+  c.device.oversubscribed_efficiency = 0.9;
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 4).contention(), 0.45);
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 8).contention(), 0.225);
   c.device.cpu_cores = 0;  // an accelerator: its own memory, no sharing
   EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 8).contention(), 1.0);
+}
+
+// While only some of the node's ranks compute (the others wait on a
+// pipeline hand-over), each gets the share of the cores that many would.
+TEST(DeviceRates, FewerRanksComputingRunFaster) {
+  Cluster c = test::round_cluster();
+  c.device.cpu_cores = 2;
+  c.device.threads_per_rank = 1;
+  c.device.shared_efficiency = 0.8;
+  c.device.oversubscribed_efficiency = 0.9;
+  const DeviceRates four(c, "bf16", 4);  // the rates assume all four computing: 0.45 each
+  EXPECT_DOUBLE_EQ(four.speed_with(4), 1.0);
+  EXPECT_DOUBLE_EQ(four.speed_with(3), (2.0 / 3.0 * 0.9) / 0.45);
+  EXPECT_DOUBLE_EQ(four.speed_with(2), 0.8 / 0.45);  // a core each, sharing the caches
+  EXPECT_DOUBLE_EQ(four.speed_with(1), 1.0 / 0.45);  // alone
+  const DeviceRates two(c, "bf16", 2);
+  EXPECT_DOUBLE_EQ(two.speed_with(2), 1.0);
+  EXPECT_DOUBLE_EQ(two.speed_with(1), 1.0 / 0.8);
+  c.device.cpu_cores = 0;  // accelerators: each rank has its own
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 8).speed_with(1), 1.0);
 }
 
 TEST(GroupPlacement, GroupsAcrossNodes) {

@@ -80,6 +80,39 @@ TEST(Replay, InterleavedBubbleEqualsTheory) {
 // A link of L seconds each way delays every hand-over of the fill and the
 // drain: 1F1B's critical path crosses 2(p-1) links, and the steady state
 // hides them behind the other direction's work.
+// Processor sharing: stages of one CPU host whose ranks outnumber its cores.
+// With one core for four one-thread stages, a cost assumes a quarter of the
+// core (all computing), and k computing get 1/k each: speed 4/k. The core
+// never idles while links are free, so the bubble disappears: the step is
+// all the stages' work on one core, m (f + b) = 24, where each stage on a
+// device of its own takes (m + p - 1)(f + b) = 33.
+TEST(Replay, SharedCoresFillTheBubble) {
+  const int p = 4, m = 8;
+  const auto t = parallel::trace_pipeline_schedule({.pipeline_size = p, .num_microbatches = m});
+  const auto own = replay(t, uniform(p, 1, 1.0, 2.0), false);
+  const auto one_core = replay(t, uniform(p, 1, 1.0, 2.0), false, [](int k) { return 4.0 / k; });
+  auto end = [](const std::vector<StageReplay>& r) {
+    double e = 0;
+    for (const auto& x : r) e = std::max(e, x.end);
+    return e;
+  };
+  EXPECT_NEAR(end(own), 33.0, 1e-12);
+  EXPECT_NEAR(end(one_core), 24.0, 1e-9);
+  // Two cores: the rate halves only beyond two computing (speed 2 min(1, 2/k)),
+  // so the step lies between the two cores' share of the work (24) and 33.
+  const auto two_cores = replay(t, uniform(p, 1, 1.0, 2.0), false, [](int k) { return 2.0 * std::min(1.0, 2.0 / k); });
+  EXPECT_GT(end(two_cores), 24.0 + 1e-6);
+  EXPECT_LT(end(two_cores), 33.0 - 1e-6);
+  // A speed of 1 throughout is the replay without one, to the bit.
+  const auto same = replay(t, uniform(p, 1, 1.0, 2.0, 0.25), true, [](int) { return 1.0; });
+  const auto plain = replay(t, uniform(p, 1, 1.0, 2.0, 0.25), true);
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(same[static_cast<size_t>(s)].end, plain[static_cast<size_t>(s)].end);
+    EXPECT_EQ(same[static_cast<size_t>(s)].busy, plain[static_cast<size_t>(s)].busy);
+    EXPECT_EQ(same[static_cast<size_t>(s)].spans.size(), plain[static_cast<size_t>(s)].spans.size());
+  }
+}
+
 TEST(Replay, LinksLengthenTheFillAndDrain) {
   const int p = 4, m = 8;
   const auto t = parallel::trace_pipeline_schedule({.pipeline_size = p, .num_microbatches = m});

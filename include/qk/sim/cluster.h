@@ -74,6 +74,11 @@ struct Device {
   // its rate alone (shared caches and memory bandwidth; a calibration
   // measures it with forked ranks). 1 for accelerators.
   double shared_efficiency = 1.0;
+  // CPU devices: a rank's rate while the node runs twice as many one-thread
+  // ranks as it has cores, over half its rate alone (time slicing: each
+  // switch refills the caches); applied whenever ranks outnumber the cores
+  // (in place of shared_efficiency, which it includes). 1: as fair sharing.
+  double oversubscribed_efficiency = 1.0;
 
   double peak_flops(const std::string& dtype) const;  // ValueError for a dtype the file does not give
 };
