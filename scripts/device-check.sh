@@ -20,11 +20,11 @@ BUILD=${QK_BUILD_DIR:-build/release}
 PACK=build/device-pack
 PROGRAMS=(src/cli/qk tests/harness/qk_op_harness tests/tensor/qk_tensor_cuda_tests
           tests/optim/qk_optim_cuda_tests tests/qccl/qk_qccl_backend_nccl_tests tests/dist/qk_dist_cuda_tests
-          bench/cuda_gemm bench/cuda_attention bench/simple_cnn_step)
+          tests/hpc/md/qk_md_tests bench/cuda_gemm bench/cuda_attention bench/simple_cnn_step)
 
 if [ "${1:-}" = "--pack" ]; then
   set -e
-  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_optim_cuda_tests qk_qccl_backend_nccl_tests qk_dist_cuda_tests cuda_gemm cuda_attention simple_cnn_step
+  ninja -C "$BUILD" qk qk_op_harness qk_tensor_cuda_tests qk_optim_cuda_tests qk_qccl_backend_nccl_tests qk_dist_cuda_tests qk_md_tests cuda_gemm cuda_attention simple_cnn_step
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
   mkdir -p "$stage/bin" "$stage/lib"
@@ -35,7 +35,9 @@ if [ "${1:-}" = "--pack" ]; then
     grep -Ev '^(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+)\.|^(libcu|libnccl|libnv)' |
     while read -r name path; do cp -L "$path" "$stage/lib/$name"; done
   mkdir -p "$PACK"
-  tar -C "$stage" -cf - bin lib | xz -6 -T0 > "$PACK/qianka.tar.xz"
+  # xz -9's 64 MiB window finds the programs' shared static code in each other (44 MB against -6's 69: the
+  # device tool carries 64 MiB at most); -T2 keeps the blocks large enough for it.
+  tar -C "$stage" -cf - bin lib | xz -9e -T2 > "$PACK/qianka.tar.xz"
   echo "packed $(du -h "$PACK/qianka.tar.xz" | cut -f1) into $PACK/qianka.tar.xz ($(ls "$stage/lib" | wc -l) libraries)"
   exit 0
 fi
@@ -134,6 +136,8 @@ step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda -
 # took them; these run them on qk's own tensor-core kernels.
 step "op harness (cuda), attention on qk's kernels" op_harness.log 60 env QK_CUDA_ATTENTION=tiled \
   "$BIN/qk_op_harness" --device cuda --no-gradcheck --filter attention
+# qk md's pair forces on the GPU against its CPU kernel (skipped where there is no GPU).
+step "md non-bonded on cuda" cuda_tests.log 60 env QK_SOURCE_DIR="$PWD" "$BIN/qk_md_tests" --gtest_filter='NonbondedGpu.*'
 step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
 step "dist on cuda (nccl)" nccl_tests.log 60 "$BIN/qk_dist_cuda_tests"
 fi
@@ -179,6 +183,14 @@ step "torch practice" speed.log 90 python3 bench/gpt_cuda_peer.py --llama --laye
   --vocab 32000 --batch 16
 step "practice cuda graph" speed.log 90 "$BIN/qk" pretrain-gpt --device cuda "${PRACTICE[@]}" "${LLM_COMMON[@]}" \
   --enable-cuda-graph
+# qk md with its pair forces on the GPU (-nb gpu, PME and the rest on the CPU) against the CPU kernel,
+# the PME water fixture: the Performance lines (ns/day) in speed.log.
+sed 's/^nstenergy .*/nstenergy = 1000/; s/^nstcalcenergy .*/nstcalcenergy = 100/' \
+  tests/fixtures/md/water_pme/run.mdp > "$ROOT/md.mdp"
+MD_IN=(-f "$ROOT/md.mdp" -c tests/fixtures/md/water_pme/conf.gro -p tests/fixtures/md/water_pme/topol.top
+       -nsteps 2000 -nt 8)
+step "md -nb gpu" speed.log 60 "$BIN/qk" md "${MD_IN[@]}" -deffnm "$ROOT/md-gpu" -nb gpu
+step "md -nb cpu" speed.log 60 "$BIN/qk" md "${MD_IN[@]}" -deffnm "$ROOT/md-cpu" -nb cpu
 # SimpleCNN and ResNet steps (SGD, f32) and inference against PyTorch's
 # eager mode on the same GPU, both with cuDNN's benchmark mode (algorithms
 # timed once per shape): images/s, ms per step, peak memory (JSON lines).

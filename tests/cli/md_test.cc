@@ -149,6 +149,28 @@ TEST(CliMd, HelpAndBadInput) {
   const auto bogus = run_qk("md -bogus");
   EXPECT_NE(bogus.exit_code, 0);
   EXPECT_NE(bogus.output.find("-bogus"), std::string::npos) << bogus.output;
+  const auto nb = run_qk("md -f " + kWater + "run.mdp -c " + kWater + "conf.gro -p " + kWater + "topol.top -nb tpu");
+  EXPECT_NE(nb.exit_code, 0);
+  EXPECT_NE(nb.output.find("-nb: expected cpu or gpu, got 'tpu'"), std::string::npos) << nb.output;
+}
+
+// -nb gpu: on a machine with a CUDA GPU the run says where its pair forces ran; without one (or with
+// -double) it stops before writing anything and says to use -nb cpu.
+TEST(CliMd, NonbondedOnTheGpuRunsThereOrSaysWhyNot) {
+  const std::string dir = kScratch.fresh("nb_gpu");
+  const std::string inputs = "md -f " + kWater + "run.mdp -c " + kWater + "conf.gro -p " + kWater + "topol.top -deffnm " +
+                             dir + "/g -nsteps 5 -nb gpu";
+  const auto r = run_qk(inputs);
+  if (r.exit_code == 0) {
+    EXPECT_NE(r.output.find("short-range pair forces on cuda:"), std::string::npos) << r.output;
+    EXPECT_NE(qk::read_file(dir + "/g.log").find("-1.98330e+04"), std::string::npos) << "GROMACS's step-0 Potential";
+  } else {
+    EXPECT_NE(r.output.find("run them on the CPU (-nb cpu)"), std::string::npos) << r.output;
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << "nothing written: " << r.output;
+  }
+  const auto dbl = run_qk(inputs + " -double");
+  EXPECT_NE(dbl.exit_code, 0);
+  EXPECT_NE(dbl.output.find("single precision"), std::string::npos) << dbl.output;
 }
 
 }  // namespace

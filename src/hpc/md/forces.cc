@@ -8,6 +8,7 @@
 #include "bonded.h"
 #include "dispersion_correction.h"
 #include "nonbonded.h"
+#include "nonbonded_gpu.h"
 #include "pair_list.h"
 #include "pme.h"
 #include "qk/base/error.h"
@@ -29,6 +30,8 @@ struct ForceCalculator::Impl {
   NonbondedParams nb;
   PairList list;
   std::unique_ptr<NonbondedKernel> kernel;
+  std::unique_ptr<NonbondedGpu> gpu_kernel;  // set_nonbonded_device: the pair list's interactions there
+  bool mixed = false;
   std::vector<Vec3> x_at_build, x_at_prune;
   int64_t builds = 0, prunes = 0;
   std::unique_ptr<Pme> pme;
@@ -59,7 +62,8 @@ struct ForceCalculator::Impl {
       pme = std::make_unique<Pme>(b, n, mdp.pme_order, nb.beta, mdp.epsilon_r);
     }
     nb.finish();
-    kernel = std::make_unique<NonbondedKernel>(t, nb, precision == Precision::kMixed);
+    mixed = precision == Precision::kMixed;
+    kernel = std::make_unique<NonbondedKernel>(t, nb, mixed);
     exclusion_chunks = md::exclusion_chunks(t, 16);
     const double half_box = 0.5 * std::min({b[0], b[1], b[2]});
     buffer = std::min(kOuterBuffer, 0.999 * (half_box - nb.rc));
@@ -166,7 +170,8 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   const ForceShare& sh = m.share;
   const bool shared = sh.size > 1, lead = sh.rank == 0;
   const EntryRange entries = shared ? entry_share(m.list, sh.rank, sh.size) : EntryRange{};
-  NonbondedEnergies pairs = m.kernel->compute(m.list, x, energies, f, entries);
+  NonbondedEnergies pairs = m.gpu_kernel ? m.gpu_kernel->compute(m.list, x, energies, f, entries)
+                                         : m.kernel->compute(m.list, x, energies, f, entries);
   const std::vector<int>& chunks = shared ? m.share_chunks : m.exclusion_chunks;
   NonbondedEnergies excl;
   if (!shared || chunks.size() >= 2) excl = coulomb_exclusions_and_self(x, m.box, m.top, m.nb, f, chunks);
@@ -227,6 +232,31 @@ void ForceCalculator::sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f) {
   for (size_t k = 0; k < kTerms; ++k) *terms[k] = p[nf + k];
   for (int a = 0; a < 3; ++a)
     for (int b = 0; b < 3; ++b) e->virial[a][b] = p[nf + kTerms + 3 * a + b];
+}
+
+void ForceCalculator::set_nonbonded_device(NonbondedDevice device) {
+  Impl& m = *impl_;
+  if (device == NonbondedDevice::kCpu) {
+    m.gpu_kernel.reset();
+    return;
+  }
+  check_nonbonded_device(device, m.mixed ? Precision::kMixed : Precision::kDouble);
+  m.gpu_kernel = std::make_unique<NonbondedGpu>(
+      m.top, m.nb, device == NonbondedDevice::kGpu ? gpu::cuda_nb_device() : gpu::host_nb_device());
+}
+
+void ForceCalculator::check_nonbonded_device(NonbondedDevice device, Precision precision) {
+  if (device == NonbondedDevice::kCpu) return;
+  QK_CHECK(precision == Precision::kMixed, "the non-bonded forces on a GPU are single precision (GROMACS's GPU "
+                                           "kernels are too): run them in mixed precision (without -double) or on "
+                                           "the CPU (-nb cpu)");
+  std::string why;
+  if (device == NonbondedDevice::kGpu && !gpu::cuda_nb_available(&why))
+    QK_THROW(DeviceError, "the non-bonded forces on a GPU: ", why, "; run them on the CPU (-nb cpu)");
+}
+
+std::string ForceCalculator::nonbonded_device_name() const {
+  return impl_->gpu_kernel ? impl_->gpu_kernel->device().name() : "cpu";
 }
 
 void ForceCalculator::set_share(const ForceShare& share) {

@@ -144,6 +144,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   const PairListSetup lists = pair_list_setup(top, mdp, conf);
   ForceCalculator ff(constrained_bonds.empty() ? top : force_top, mdp, conf.box, opt.precision, lists);
   ff.set_share(opt.share);
+  ff.set_nonbonded_device(opt.nonbonded);
   const std::optional<PositionRestraints> posres = position_restraints(top, mdp, conf, opt);
   SettleConstraints settle(top);
   const Lincs lincs(top, constraints);
@@ -505,6 +506,7 @@ RunResult run_steep(const Topology& top, const MdpOptions& mdp, const GroFile& c
   for (int i = 0; i < n; ++i) x[i] = conf.atoms[i].x;
   ForceCalculator ff(top, mdp, conf.box, opt.precision);
   ff.set_share(opt.share);
+  ff.set_nonbonded_device(opt.nonbonded);
   SettleConstraints settle(top, /*unit_masses=*/true);  // GROMACS minimizes with all masses 1
   if (!settle.empty()) {
     std::vector<Vec3> x0 = x;

@@ -91,13 +91,17 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     } else if (opt == "-nsteps") {
       a.nsteps = integer("a step count (-1: the mdp's)");
       QK_CHECK(a.nsteps >= -1, "-nsteps must be >= -1, got ", a.nsteps);
+    } else if (opt == "-nb") {
+      const std::string& v = value;
+      QK_CHECK(v == "cpu" || v == "gpu", "-nb: expected cpu or gpu, got '", v, "'");
+      a.nonbonded = v == "gpu" ? NonbondedDevice::kGpu : NonbondedDevice::kCpu;
     } else if (opt == "-nt") {
       long long nt = integer("a thread count");
       QK_CHECK(nt >= 0 && nt <= 4096, "-nt must be 0..4096, got ", nt);
       a.threads = static_cast<int>(nt);
     } else {
       QK_THROW(ValueError, "unknown option '", opt,
-               "' (qk md reads -f -c -p -n -r -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -double; qk md -h explains them)");
+               "' (qk md reads -f -c -p -n -r -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -nb -double; qk md -h explains them)");
     }
   }
   if (!deffnm.empty())
@@ -134,6 +138,10 @@ std::string mdrun_help(const std::string& program) {
          "  -cpt MIN      minutes between checkpoints (0: only before the last step; -1: none) [15]\n"
          "  -nsteps N     steps to run (-1: the mdp's nsteps)   [-1]\n"
          "  -nt N         threads (0: QK_NUM_THREADS or one per core) [0]\n"
+         "  -nb cpu|gpu   where the short-range pair forces run: gpu puts them on a CUDA GPU\n"
+         "                (single precision) while the CPU does PME, bonded forces, constraints\n"
+         "                and the update, as gmx mdrun -nb gpu -pme cpu; not yet measured on a\n"
+         "                GPU (docs/md.md) [cpu]\n"
          "  -double       everything in double precision, as gmx_d (default: GROMACS's mixed\n"
          "                precision, short-range pair forces in float)\n"
          "\n"
@@ -148,6 +156,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
   const MdpOptions mdp = read_mdp(args.mdp);
   const Topology top = read_top(args.top, TopOptions{mdp.defines, {}});
   const GroFile conf = read_gro(args.conf);
+  ForceCalculator::check_nonbonded_device(args.nonbonded, args.precision);  // before anything is written
   // Resuming: the log goes back to its size at the checkpoint and is appended to, as the trajectories are.
   const std::optional<MdCheckpoint> resume = args.resume.empty() ? std::nullopt : latest_md_checkpoint(args.resume);
   // Ranks after the first write nothing: their log is a stream without a buffer.
@@ -174,7 +183,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
   // What the run is, as grompp and mdrun's log headers tell it.
   char buf[512];
   {
-    ForceCalculator probe(top, mdp, conf.box);
+    ForceCalculator probe(top, mdp, conf.box, args.precision);
     const std::array<int, 3> grid = probe.pme_grid();
     std::snprintf(buf, sizeof buf,
                   "qk md: %s, %d atoms (%s), box %.5f x %.5f x %.5f nm\n"
@@ -197,6 +206,10 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
       header += buf;
     }
     header += "\n" + describe_pair_lists(pair_list_setup(top, mdp, conf), mdp);
+    if (args.nonbonded != NonbondedDevice::kCpu) {
+      probe.set_nonbonded_device(args.nonbonded);  // no GPU, or -double: the error here, before the run
+      header += "  short-range pair forces on " + probe.nonbonded_device_name() + " (-nb gpu, single precision)\n";
+    }
     if (mdp.disp_corr != DispCorr::kNo) {
       std::snprintf(buf, sizeof buf, "  Long Range LJ corr.: <C6> %10.4e\n", probe.average_c6());
       header += buf;
@@ -243,6 +256,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
   opt.log = &log;
   opt.share = share;
   opt.precision = args.precision;
+  opt.nonbonded = args.nonbonded;
   opt.index_file = args.index;
   std::optional<GroFile> reference;
   if (!args.restraint.empty()) {

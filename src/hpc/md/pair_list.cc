@@ -95,6 +95,7 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
   box_ = box;
   rlist_ = rlist;
   ++builds_;
+  ++version_;
   // Wrap into [0, L) and bin into columns about as wide as a cluster is tall (GROMACS: cubic clusters).
   std::vector<Vec3> xw(n), offset(n);
   for (int i = 0; i < n; ++i)
@@ -249,6 +250,7 @@ void PairList::set_box(const RectBox& box) {
   for (int s = 0; s < static_cast<int>(shifts_.size()); ++s)
     shifts_[s] = {(s / 9 - 1) * box.length[0], (s / 3 % 3 - 1) * box.length[1], (s % 3 - 1) * box.length[2]};
   box_ = box;
+  ++version_;
 }
 
 void PairList::prune_range(const std::vector<Box>& bb, double r, int64_t e0, int64_t e1, std::vector<Entry>* entries,
@@ -296,6 +298,7 @@ void PairList::prune_range(const std::vector<Box>& bb, double r, int64_t e0, int
 }
 
 void PairList::prune(const std::vector<Vec3>& x, double r) {
+  ++version_;
   std::vector<Box> bb;
   bounding_boxes(x, &bb);
   bbf_.assign(bb.size() * 8, 0.0f);

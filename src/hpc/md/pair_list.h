@@ -70,6 +70,9 @@ class PairList {
   int64_t num_built_cluster_pairs() const { return static_cast<int64_t>(all_cj_.size()); }
   double rlist() const { return rlist_; }
   int64_t build_count() const { return builds_; }  // changes whenever the cluster order may have
+  // Changes whenever entries(), j_clusters(), masks(), shifts() or slot_offset() may have (a build, a
+  // prune, a new box): a device copy of the list is current while this is.
+  int64_t version() const { return version_; }
 
  private:
   struct Box {
@@ -84,6 +87,7 @@ class PairList {
   RectBox box_{Vec3{1, 1, 1}};
   double rlist_ = 0;
   int64_t builds_ = 0;
+  int64_t version_ = 0;
   std::vector<int> slot_atom_;
   std::vector<Vec3> slot_offset_;
   std::vector<Vec3> shifts_;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
@@ -14,6 +15,13 @@
 #include "qk/hpc/md/topology.h"
 
 namespace qk::md::test {
+
+// The source tree: QK_SOURCE_DIR from the environment where set (a test program moved to another
+// machine with the tree, as scripts/device-check.sh does), else where it was built.
+inline std::string source_dir() {
+  const char* env = std::getenv("QK_SOURCE_DIR");
+  return env && *env ? std::string(env) : std::string(QK_SOURCE_DIR);
+}
 
 // Every step-0 term must equal GROMACS's to this relative error (issue 34).
 inline constexpr double kRelTol = 1e-4;
@@ -26,7 +34,7 @@ struct Fixture {
   std::map<std::string, double> reference;
 
   explicit Fixture(const std::string& system)
-      : dir(std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/" + system),
+      : dir(source_dir() + "/tests/fixtures/md/" + system),
         conf(read_gro(dir + "/conf.gro")),
         mdp(read_mdp(dir + "/run.mdp")),
         top(read_top(dir + "/topol.top", TopOptions{mdp.defines, {}})) {

@@ -88,6 +88,12 @@ struct ForceShare {
   std::function<void(double* data, int64_t count)> broadcast_first = {};
 };
 
+// Where the pair list's interactions are computed (mdrun's -nb): the CPU kernel; the GPU (CUDA: the
+// pair list goes to the device when it changes, positions up and forces back each step, as GROMACS's
+// -nb gpu; DeviceError where this build or machine has none); or the GPU kernel emulated on the host
+// (its arithmetic and data layout without a GPU: tests).
+enum class NonbondedDevice { kCpu, kGpu, kGpuEmulated };
+
 class ForceCalculator {
  public:
   ForceCalculator(const Topology& top, const MdpOptions& mdp, const Vec3& box,
@@ -120,6 +126,12 @@ class ForceCalculator {
   const ForceTimes& times() const;
   // Computes only this rank's share from now on (ForceShare; size 1: everything).
   void set_share(const ForceShare& share);
+  // The pair list's interactions on `device` from now on (kCpu at first). The GPU kernels are single
+  // precision, so kGpu and kGpuEmulated need Precision::kMixed (ValueError otherwise).
+  void set_nonbonded_device(NonbondedDevice device);
+  // The errors set_nonbonded_device would raise, without making anything (mdrun checks before it writes).
+  static void check_nonbonded_device(NonbondedDevice device, Precision precision);
+  std::string nonbonded_device_name() const;  // "cpu", or the GPU's name
 
  private:
   void sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f);

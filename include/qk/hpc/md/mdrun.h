@@ -40,6 +40,7 @@ struct MdrunArgs {
   int64_t nsteps = -1;
   int threads = 0;
   Precision precision = Precision::kMixed;  // -double: kDouble
+  NonbondedDevice nonbonded = NonbondedDevice::kCpu;  // -nb cpu|gpu
   bool help = false;
 };
 
