@@ -170,19 +170,28 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   const ForceShare& sh = m.share;
   const bool shared = sh.size > 1, lead = sh.rank == 0;
   const EntryRange entries = shared ? entry_share(m.list, sh.rank, sh.size) : EntryRange{};
-  NonbondedEnergies pairs = m.gpu_kernel ? m.gpu_kernel->compute(m.list, x, energies, f, entries)
-                                         : m.kernel->compute(m.list, x, energies, f, entries);
+  // On a GPU the pair forces run while the CPU does the excluded pairs' corrections and PME (finished below).
+  NonbondedEnergies pairs;
+  if (m.gpu_kernel) {
+    m.gpu_kernel->launch(m.list, x, energies, entries);
+  } else {
+    pairs = m.kernel->compute(m.list, x, energies, f, entries);
+  }
   const std::vector<int>& chunks = shared ? m.share_chunks : m.exclusion_chunks;
   NonbondedEnergies excl;
   if (!shared || chunks.size() >= 2) excl = coulomb_exclusions_and_self(x, m.box, m.top, m.nb, f, chunks);
   m.times.nonbonded += Impl::lap(&t);
+  if (m.pme)
+    e.coul_recip = m.pme->compute(x, m.top.charge, f, energies ? &e.virial : nullptr, shared ? &m.pme_share : nullptr);
+  m.times.pme += Impl::lap(&t);
+  if (m.gpu_kernel) {
+    pairs = m.gpu_kernel->finish(m.list, x, f);
+    m.times.nonbonded += Impl::lap(&t);  // the wait for the GPU
+  }
   e.lj_sr = pairs.lj;
   e.coulomb_sr = pairs.coulomb + excl.coulomb;
   add(&e.virial, pairs.virial);
   add(&e.virial, excl.virial);
-  if (m.pme)
-    e.coul_recip = m.pme->compute(x, m.top.charge, f, energies ? &e.virial : nullptr, shared ? &m.pme_share : nullptr);
-  m.times.pme += Impl::lap(&t);
   if (shared && !lead) {  // the bonded terms and the dispersion correction: the first rank's
     m.times.other += Impl::lap(&t);
     sum_over_ranks(&e, f);

@@ -14,6 +14,7 @@
 // GPUs, give each rank its own (CUDA_VISIBLE_DEVICES).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -141,6 +142,26 @@ struct DeviceArray {
   }
 };
 
+// Page-locked host memory, so the stream's copies run without the host waiting on them.
+template <typename T>
+struct PinnedArray {
+  T* ptr = nullptr;
+  size_t capacity = 0;
+  PinnedArray() = default;
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  ~PinnedArray() {
+    if (ptr) cudaFreeHost(ptr);
+  }
+  void reserve(size_t n) {
+    if (n <= capacity) return;
+    if (ptr) check(cudaFreeHost(ptr), "freeing pinned memory");
+    ptr = nullptr;
+    check(cudaMallocHost(&ptr, n * sizeof(T)), "allocating pinned memory");
+    capacity = n;
+  }
+};
+
 class CudaNbDevice final : public NbDevice {
  public:
   CudaNbDevice() { check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream"); }
@@ -174,22 +195,25 @@ class CudaNbDevice final : public NbDevice {
                    "uploading the shifts");
     sync();
   }
-  void run(const std::vector<float>& xq, int64_t e0, int64_t e1, bool energies, std::vector<float>* f,
-           std::vector<double>* sums) override {
-    const size_t nslots = xq.size() / 4;
-    f->assign(3 * nslots, 0.0f);
-    sums->assign(kNbSums, 0.0);
-    if (nslots == 0) return;
-    xq_.upload(reinterpret_cast<const float4*>(xq.data()), nslots, stream_, "uploading the positions");
-    f_.reserve(3 * nslots, "the forces");
+  // The positions go up, the kernel runs and the results come down into pinned buffers, all queued on the
+  // stream: the host returns at once and works until finish().
+  void launch(const std::vector<float>& xq, int64_t e0, int64_t e1, bool energies) override {
+    nslots_ = xq.size() / 4;
+    if (nslots_ == 0) return;
+    host_xq_.reserve(4 * nslots_);
+    std::copy(xq.begin(), xq.end(), host_xq_.ptr);
+    xq_.reserve(nslots_, "the positions");
+    check(cudaMemcpyAsync(xq_.ptr, host_xq_.ptr, 4 * nslots_ * sizeof(float), cudaMemcpyHostToDevice, stream_),
+          "uploading the positions");
+    f_.reserve(3 * nslots_, "the forces");
     sums_.reserve(kNbSums, "the energies");
-    check(cudaMemsetAsync(f_.ptr, 0, 3 * nslots * sizeof(float), stream_), "zeroing the forces");
+    check(cudaMemsetAsync(f_.ptr, 0, 3 * nslots_ * sizeof(float), stream_), "zeroing the forces");
     check(cudaMemsetAsync(sums_.ptr, 0, kNbSums * sizeof(double), stream_), "zeroing the energies");
     const int ne = static_cast<int>(e1 - e0);
     if (ne > 0) {
       constexpr int kThreads = 128;  // 4 warps, 4 entries a block
       const unsigned blocks = static_cast<unsigned>((static_cast<int64_t>(ne) * 32 + kThreads - 1) / kThreads);
-      const int n = static_cast<int>(nslots), first = static_cast<int>(e0);
+      const int n = static_cast<int>(nslots_), first = static_cast<int>(e0);
       (void)cudaGetLastError();  // an earlier call's error is not this launch's
       if (k_.ewald && energies) {
         nb_kernel<true, true><<<blocks, kThreads, 0, stream_>>>(k_, xq_.ptr, type_.ptr, c6_.ptr, c12_.ptr,
@@ -210,11 +234,20 @@ class CudaNbDevice final : public NbDevice {
       }
       check(cudaGetLastError(), "launching the kernel");
     }
-    check(cudaMemcpyAsync(f->data(), f_.ptr, 3 * nslots * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+    host_f_.reserve(3 * nslots_);
+    host_sums_.reserve(kNbSums);
+    check(cudaMemcpyAsync(host_f_.ptr, f_.ptr, 3 * nslots_ * sizeof(float), cudaMemcpyDeviceToHost, stream_),
           "downloading the forces");
-    check(cudaMemcpyAsync(sums->data(), sums_.ptr, kNbSums * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+    check(cudaMemcpyAsync(host_sums_.ptr, sums_.ptr, kNbSums * sizeof(double), cudaMemcpyDeviceToHost, stream_),
           "downloading the energies");
+  }
+  void finish(std::vector<float>* f, std::vector<double>* sums) override {
+    f->assign(3 * nslots_, 0.0f);
+    sums->assign(kNbSums, 0.0);
+    if (nslots_ == 0) return;
     check(cudaStreamSynchronize(stream_), "running the kernel");
+    std::copy(host_f_.ptr, host_f_.ptr + 3 * nslots_, f->data());
+    std::copy(host_sums_.ptr, host_sums_.ptr + kNbSums, sums->data());
   }
 
  private:
@@ -229,6 +262,9 @@ class CudaNbDevice final : public NbDevice {
   DeviceArray<float3> shifts_;
   DeviceArray<float4> xq_;
   DeviceArray<double> sums_;
+  PinnedArray<float> host_xq_, host_f_;
+  PinnedArray<double> host_sums_;
+  size_t nslots_ = 0;
 };
 
 }  // namespace

@@ -31,18 +31,22 @@ class HostNbDevice final : public NbDevice {
     mask_ = mask;
     shifts_ = shifts;
   }
-  void run(const std::vector<float>& xq, int64_t e0, int64_t e1, bool energies, std::vector<float>* f,
-           std::vector<double>* sums) override {
+  // The work is done at the launch (the host has nothing to overlap it with).
+  void launch(const std::vector<float>& xq, int64_t e0, int64_t e1, bool energies) override {
     const size_t nslots = xq.size() / 4;
-    f->assign(3 * nslots, 0.0f);
-    sums->assign(kNbSums, 0.0);
+    f_.assign(3 * nslots, 0.0f);
+    sums_.assign(kNbSums, 0.0);
     for (int64_t e = e0; e < e1; ++e) {
       if (k_.ewald) {
-        energies ? entry<true, true>(xq, e, f, sums) : entry<true, false>(xq, e, f, sums);
+        energies ? entry<true, true>(xq, e, &f_, &sums_) : entry<true, false>(xq, e, &f_, &sums_);
       } else {
-        energies ? entry<false, true>(xq, e, f, sums) : entry<false, false>(xq, e, f, sums);
+        energies ? entry<false, true>(xq, e, &f_, &sums_) : entry<false, false>(xq, e, &f_, &sums_);
       }
     }
+  }
+  void finish(std::vector<float>* f, std::vector<double>* sums) override {
+    *f = f_;
+    *sums = sums_;
   }
 
  private:
@@ -103,7 +107,8 @@ class HostNbDevice final : public NbDevice {
   }
 
   NbConsts k_;
-  std::vector<float> c6_, c12_, shifts_;
+  std::vector<float> c6_, c12_, shifts_, f_;
+  std::vector<double> sums_;
   std::vector<int> type_, cj_;
   std::vector<uint16_t> mask_;
   std::vector<NbEntry> entries_;
@@ -153,8 +158,7 @@ NonbondedGpu::NonbondedGpu(const Topology& top, const NonbondedParams& p, std::u
   device_->set_params(k, c6, c12);
 }
 
-NonbondedEnergies NonbondedGpu::compute(const PairList& list, const std::vector<Vec3>& x, bool energies,
-                                        std::vector<Vec3>* f, EntryRange range) {
+void NonbondedGpu::launch(const PairList& list, const std::vector<Vec3>& x, bool energies, EntryRange range) {
   const std::vector<int>& slot_atom = list.slot_atom();
   const std::vector<Vec3>& offset = list.slot_offset();
   const size_t nslots = slot_atom.size();
@@ -192,7 +196,19 @@ NonbondedEnergies NonbondedGpu::compute(const PairList& list, const std::vector<
   }
   const int64_t all = static_cast<int64_t>(list.entries().size());
   const int64_t e0 = std::clamp<int64_t>(range.begin, 0, all), e1 = std::clamp<int64_t>(range.end, e0, all);
-  device_->run(xq_, e0, e1, energies, &f_, &sums_);
+  device_->launch(xq_, e0, e1, energies);
+  launched_ = true;
+  energies_ = energies;
+}
+
+NonbondedEnergies NonbondedGpu::finish(const PairList& list, const std::vector<Vec3>& x, std::vector<Vec3>* f) {
+  QK_CHECK_AS(InternalError, launched_, "NonbondedGpu::finish without a launch");
+  launched_ = false;
+  const bool energies = energies_;
+  device_->finish(&f_, &sums_);
+  const std::vector<int>& slot_atom = list.slot_atom();
+  const std::vector<Vec3>& offset = list.slot_offset();
+  const size_t nslots = slot_atom.size();
   // Slot forces to atoms; the virial as the CPU kernel's: -1/2 (sum_slots x (x) F - sum_shifts S (x) F_S).
   NonbondedEnergies total;
   Mat3& vir = total.virial;
@@ -215,6 +231,12 @@ NonbondedEnergies NonbondedGpu::compute(const PairList& list, const std::vector<
         for (int c = 0; c < 3; ++c) vir[r][c] += 0.5 * list.shifts()[sh][r] * sums_[2 + 3 * sh + c];
   }
   return total;
+}
+
+NonbondedEnergies NonbondedGpu::compute(const PairList& list, const std::vector<Vec3>& x, bool energies,
+                                        std::vector<Vec3>* f, EntryRange range) {
+  launch(list, x, energies, range);
+  return finish(list, x, f);
 }
 
 }  // namespace qk::md

@@ -33,11 +33,12 @@ class NbDevice {
   // When the list changes: its entries, j-clusters, interaction masks and the 27 shifts (x, y, z each).
   virtual void set_list(const std::vector<NbEntry>& entries, const std::vector<int>& cj,
                         const std::vector<uint16_t>& mask, const std::vector<float>& shifts) = 0;
-  // A step: xq holds x, y, z, q per slot (positions less the slot's offset; padding q = 0); entries
-  // [e0, e1) run. f gets 3 x slots floats (all x, then y, then z), sums kNbSums doubles (energies and shift
-  // forces only with `energies`).
-  virtual void run(const std::vector<float>& xq, int64_t e0, int64_t e1, bool energies, std::vector<float>* f,
-                   std::vector<double>* sums) = 0;
+  // A step, started: xq holds x, y, z, q per slot (positions less the slot's offset; padding q = 0);
+  // entries [e0, e1) run. It may return before the device is done, so the CPU can work meanwhile.
+  virtual void launch(const std::vector<float>& xq, int64_t e0, int64_t e1, bool energies) = 0;
+  // Waits for the step: f gets 3 x slots floats (all x, then y, then z), sums kNbSums doubles (energies and
+  // shift forces only with `energies`).
+  virtual void finish(std::vector<float>* f, std::vector<double>* sums) = 0;
 };
 
 // Throws qk::DeviceError with `what` (the CUDA file reports through it: it does not include qk's C++20 headers).

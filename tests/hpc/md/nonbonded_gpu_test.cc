@@ -99,11 +99,11 @@ class CountingDevice final : public qk::md::gpu::NbDevice {
     ++*lists_;
     inner_->set_list(e, cj, m, s);
   }
-  void run(const std::vector<float>& xq, int64_t e0, int64_t e1, bool energies, std::vector<float>* f,
-           std::vector<double>* sums) override {
+  void launch(const std::vector<float>& xq, int64_t e0, int64_t e1, bool energies) override {
     ++*runs_;
-    inner_->run(xq, e0, e1, energies, f, sums);
+    inner_->launch(xq, e0, e1, energies);
   }
+  void finish(std::vector<float>* f, std::vector<double>* sums) override { inner_->finish(f, sums); }
 
  private:
   std::unique_ptr<qk::md::gpu::NbDevice> inner_;
