@@ -136,8 +136,9 @@ step "op harness (cuda)" op_harness.log 240 "$BIN/qk_op_harness" --device cuda -
 # took them; these run them on qk's own tensor-core kernels.
 step "op harness (cuda), attention on qk's kernels" op_harness.log 60 env QK_CUDA_ATTENTION=tiled \
   "$BIN/qk_op_harness" --device cuda --no-gradcheck --filter attention
-# qk md's pair forces on the GPU against its CPU kernel (skipped where there is no GPU).
-step "md non-bonded on cuda" cuda_tests.log 60 env QK_SOURCE_DIR="$PWD" "$BIN/qk_md_tests" --gtest_filter='NonbondedGpu.*'
+# qk md's pair forces and PME on the GPU against its CPU kernels (skipped where there is no GPU).
+step "md non-bonded and pme on cuda" cuda_tests.log 60 env QK_SOURCE_DIR="$PWD" "$BIN/qk_md_tests" \
+  --gtest_filter='NonbondedGpu.*:PmeGpu.*'
 step "nccl backend tests" nccl_tests.log 60 "$BIN/qk_qccl_backend_nccl_tests"
 step "dist on cuda (nccl)" nccl_tests.log 60 "$BIN/qk_dist_cuda_tests"
 fi
@@ -183,12 +184,13 @@ step "torch practice" speed.log 90 python3 bench/gpt_cuda_peer.py --llama --laye
   --vocab 32000 --batch 16
 step "practice cuda graph" speed.log 90 "$BIN/qk" pretrain-gpt --device cuda "${PRACTICE[@]}" "${LLM_COMMON[@]}" \
   --enable-cuda-graph
-# qk md with its pair forces on the GPU (-nb gpu, PME and the rest on the CPU) against the CPU kernel,
-# the PME water fixture: the Performance lines (ns/day) in speed.log.
+# qk md with its pair forces and PME on the GPU, its pair forces only (-nb gpu: PME and the rest on the
+# CPU), and all on the CPU, the PME water fixture: the Performance lines (ns/day) in speed.log.
 sed 's/^nstenergy .*/nstenergy = 1000/; s/^nstcalcenergy .*/nstcalcenergy = 100/' \
   tests/fixtures/md/water_pme/run.mdp > "$ROOT/md.mdp"
 MD_IN=(-f "$ROOT/md.mdp" -c tests/fixtures/md/water_pme/conf.gro -p tests/fixtures/md/water_pme/topol.top
        -nsteps 2000 -nt 8)
+step "md -nb gpu -pme gpu" speed.log 60 "$BIN/qk" md "${MD_IN[@]}" -deffnm "$ROOT/md-gpu2" -nb gpu -pme gpu
 step "md -nb gpu" speed.log 60 "$BIN/qk" md "${MD_IN[@]}" -deffnm "$ROOT/md-gpu" -nb gpu
 step "md -nb cpu" speed.log 60 "$BIN/qk" md "${MD_IN[@]}" -deffnm "$ROOT/md-cpu" -nb cpu
 # SimpleCNN and ResNet steps (SGD, f32) and inference against PyTorch's

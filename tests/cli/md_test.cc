@@ -154,8 +154,8 @@ TEST(CliMd, HelpAndBadInput) {
   EXPECT_NE(nb.output.find("-nb: expected cpu or gpu, got 'tpu'"), std::string::npos) << nb.output;
 }
 
-// -nb gpu: on a machine with a CUDA GPU the run says where its pair forces ran; without one (or with
-// -double) it stops before writing anything and says to use -nb cpu.
+// -nb gpu and -pme gpu: on a machine with a CUDA GPU the run says where its pair forces or PME ran;
+// without one (or with -double) it stops before writing anything and says to use the CPU.
 TEST(CliMd, NonbondedOnTheGpuRunsThereOrSaysWhyNot) {
   const std::string dir = kScratch.fresh("nb_gpu");
   const std::string inputs = "md -f " + kWater + "run.mdp -c " + kWater + "conf.gro -p " + kWater + "topol.top -deffnm " +
@@ -171,6 +171,18 @@ TEST(CliMd, NonbondedOnTheGpuRunsThereOrSaysWhyNot) {
   const auto dbl = run_qk(inputs + " -double");
   EXPECT_NE(dbl.exit_code, 0);
   EXPECT_NE(dbl.output.find("single precision"), std::string::npos) << dbl.output;
+  // -pme gpu alike.
+  const std::string pme_dir = kScratch.fresh("pme_gpu");
+  const auto pme = run_qk("md -f " + kWater + "run.mdp -c " + kWater + "conf.gro -p " + kWater + "topol.top -deffnm " +
+                          pme_dir + "/p -nsteps 5 -pme gpu");
+  if (pme.exit_code == 0) {
+    EXPECT_NE(pme.output.find("PME on cuda:"), std::string::npos) << pme.output;
+  } else {
+    EXPECT_NE(pme.output.find("run it on the CPU (-pme cpu)"), std::string::npos) << pme.output;
+    EXPECT_TRUE(std::filesystem::is_empty(pme_dir)) << "nothing written: " << pme.output;
+  }
+  const auto bad = run_qk("md -f " + kWater + "run.mdp -c " + kWater + "conf.gro -p " + kWater + "topol.top -pme tpu");
+  EXPECT_NE(bad.output.find("-pme: expected cpu or gpu, got 'tpu'"), std::string::npos) << bad.output;
 }
 
 }  // namespace

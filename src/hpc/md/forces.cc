@@ -9,6 +9,7 @@
 #include "dispersion_correction.h"
 #include "nonbonded.h"
 #include "nonbonded_gpu.h"
+#include "pme_gpu_device.h"
 #include "pair_list.h"
 #include "pme.h"
 #include "qk/base/error.h"
@@ -243,25 +244,52 @@ void ForceCalculator::sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f) {
     for (int b = 0; b < 3; ++b) e->virial[a][b] = p[nf + kTerms + 3 * a + b];
 }
 
-void ForceCalculator::set_nonbonded_device(NonbondedDevice device) {
+void ForceCalculator::set_nonbonded_device(MdDevice device) {
   Impl& m = *impl_;
-  if (device == NonbondedDevice::kCpu) {
+  if (device == MdDevice::kCpu) {
     m.gpu_kernel.reset();
     return;
   }
   check_nonbonded_device(device, m.mixed ? Precision::kMixed : Precision::kDouble);
   m.gpu_kernel = std::make_unique<NonbondedGpu>(
-      m.top, m.nb, device == NonbondedDevice::kGpu ? gpu::cuda_nb_device() : gpu::host_nb_device());
+      m.top, m.nb, device == MdDevice::kGpu ? gpu::cuda_nb_device() : gpu::host_nb_device());
 }
 
-void ForceCalculator::check_nonbonded_device(NonbondedDevice device, Precision precision) {
-  if (device == NonbondedDevice::kCpu) return;
+void ForceCalculator::check_nonbonded_device(MdDevice device, Precision precision) {
+  if (device == MdDevice::kCpu) return;
   QK_CHECK(precision == Precision::kMixed, "the non-bonded forces on a GPU are single precision (GROMACS's GPU "
                                            "kernels are too): run them in mixed precision (without -double) or on "
                                            "the CPU (-nb cpu)");
   std::string why;
-  if (device == NonbondedDevice::kGpu && !gpu::cuda_nb_available(&why))
+  if (device == MdDevice::kGpu && !gpu::cuda_nb_available(&why))
     QK_THROW(DeviceError, "the non-bonded forces on a GPU: ", why, "; run them on the CPU (-nb cpu)");
+}
+
+void ForceCalculator::check_pme_device(MdDevice device, Precision precision) {
+  if (device == MdDevice::kCpu) return;
+  QK_CHECK(precision == Precision::kMixed, "PME on a GPU is single precision (as GROMACS's): run it in mixed "
+                                           "precision (without -double) or on the CPU (-pme cpu)");
+  std::string why;
+  if (device == MdDevice::kGpu && !gpu::cuda_nb_available(&why))
+    QK_THROW(DeviceError, "PME on a GPU: ", why, "; run it on the CPU (-pme cpu)");
+}
+
+void ForceCalculator::set_pme_device(MdDevice device) {
+  Impl& m = *impl_;
+  QK_CHECK(device == MdDevice::kCpu || m.pme, "PME on a GPU: the mdp's coulombtype is not PME");
+  check_pme_device(device, m.mixed ? Precision::kMixed : Precision::kDouble);
+  QK_CHECK(device == MdDevice::kCpu || m.share.size == 1,
+           "PME on a GPU runs on one rank: run it on the CPU (-pme cpu) when the forces are shared over ", m.share.size,
+           " ranks");
+  if (!m.pme) return;
+  m.pme->set_device(device == MdDevice::kCpu  ? nullptr
+                    : device == MdDevice::kGpu ? gpu::cuda_pme_device()
+                                               : gpu::host_pme_device());
+}
+
+std::string ForceCalculator::pme_device_name() const {
+  if (!impl_->pme) return "none";
+  return impl_->pme->device() ? impl_->pme->device()->name() : "cpu";
 }
 
 std::string ForceCalculator::nonbonded_device_name() const {

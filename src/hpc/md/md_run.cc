@@ -145,6 +145,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   ForceCalculator ff(constrained_bonds.empty() ? top : force_top, mdp, conf.box, opt.precision, lists);
   ff.set_share(opt.share);
   ff.set_nonbonded_device(opt.nonbonded);
+  ff.set_pme_device(opt.pme);
   const std::optional<PositionRestraints> posres = position_restraints(top, mdp, conf, opt);
   SettleConstraints settle(top);
   const Lincs lincs(top, constraints);
@@ -507,6 +508,7 @@ RunResult run_steep(const Topology& top, const MdpOptions& mdp, const GroFile& c
   ForceCalculator ff(top, mdp, conf.box, opt.precision);
   ff.set_share(opt.share);
   ff.set_nonbonded_device(opt.nonbonded);
+  ff.set_pme_device(opt.pme);
   SettleConstraints settle(top, /*unit_masses=*/true);  // GROMACS minimizes with all masses 1
   if (!settle.empty()) {
     std::vector<Vec3> x0 = x;

@@ -91,17 +91,16 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     } else if (opt == "-nsteps") {
       a.nsteps = integer("a step count (-1: the mdp's)");
       QK_CHECK(a.nsteps >= -1, "-nsteps must be >= -1, got ", a.nsteps);
-    } else if (opt == "-nb") {
-      const std::string& v = value;
-      QK_CHECK(v == "cpu" || v == "gpu", "-nb: expected cpu or gpu, got '", v, "'");
-      a.nonbonded = v == "gpu" ? NonbondedDevice::kGpu : NonbondedDevice::kCpu;
+    } else if (opt == "-nb" || opt == "-pme") {
+      QK_CHECK(value == "cpu" || value == "gpu", opt, ": expected cpu or gpu, got '", value, "'");
+      (opt == "-nb" ? a.nonbonded : a.pme) = value == "gpu" ? MdDevice::kGpu : MdDevice::kCpu;
     } else if (opt == "-nt") {
       long long nt = integer("a thread count");
       QK_CHECK(nt >= 0 && nt <= 4096, "-nt must be 0..4096, got ", nt);
       a.threads = static_cast<int>(nt);
     } else {
       QK_THROW(ValueError, "unknown option '", opt,
-               "' (qk md reads -f -c -p -n -r -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -nb -double; qk md -h explains them)");
+               "' (qk md reads -f -c -p -n -r -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -nb -pme -double; qk md -h explains them)");
     }
   }
   if (!deffnm.empty())
@@ -142,6 +141,8 @@ std::string mdrun_help(const std::string& program) {
          "                (single precision) while the CPU does PME, bonded forces, constraints\n"
          "                and the update, as gmx mdrun -nb gpu -pme cpu; not yet measured on a\n"
          "                GPU (docs/md.md) [cpu]\n"
+         "  -pme cpu|gpu  where PME runs: gpu spreads, transforms (cuFFT), solves and gathers on\n"
+         "                a CUDA GPU (single precision, one rank); not yet measured on a GPU [cpu]\n"
          "  -double       everything in double precision, as gmx_d (default: GROMACS's mixed\n"
          "                precision, short-range pair forces in float)\n"
          "\n"
@@ -156,7 +157,13 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
   const MdpOptions mdp = read_mdp(args.mdp);
   const Topology top = read_top(args.top, TopOptions{mdp.defines, {}});
   const GroFile conf = read_gro(args.conf);
-  ForceCalculator::check_nonbonded_device(args.nonbonded, args.precision);  // before anything is written
+  // The devices asked for, before anything is written.
+  ForceCalculator::check_nonbonded_device(args.nonbonded, args.precision);
+  ForceCalculator::check_pme_device(args.pme, args.precision);
+  QK_CHECK(args.pme == MdDevice::kCpu || mdp.coulomb_type == CoulombType::kPme,
+           "-pme gpu: ", args.mdp, " has no PME (coulombtype)");
+  QK_CHECK(args.pme == MdDevice::kCpu || share.size == 1, "-pme gpu runs on one rank, not ", share.size,
+           ": run PME on the CPU (-pme cpu) when the forces are shared over ranks");
   // Resuming: the log goes back to its size at the checkpoint and is appended to, as the trajectories are.
   const std::optional<MdCheckpoint> resume = args.resume.empty() ? std::nullopt : latest_md_checkpoint(args.resume);
   // Ranks after the first write nothing: their log is a stream without a buffer.
@@ -206,9 +213,13 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
       header += buf;
     }
     header += "\n" + describe_pair_lists(pair_list_setup(top, mdp, conf), mdp);
-    if (args.nonbonded != NonbondedDevice::kCpu) {
-      probe.set_nonbonded_device(args.nonbonded);  // no GPU, or -double: the error here, before the run
+    if (args.nonbonded != MdDevice::kCpu) {
+      probe.set_nonbonded_device(args.nonbonded);
       header += "  short-range pair forces on " + probe.nonbonded_device_name() + " (-nb gpu, single precision)\n";
+    }
+    if (args.pme != MdDevice::kCpu) {
+      probe.set_pme_device(args.pme);
+      header += "  PME on " + probe.pme_device_name() + " (-pme gpu, single precision)\n";
     }
     if (mdp.disp_corr != DispCorr::kNo) {
       std::snprintf(buf, sizeof buf, "  Long Range LJ corr.: <C6> %10.4e\n", probe.average_c6());
@@ -257,6 +268,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
   opt.share = share;
   opt.precision = args.precision;
   opt.nonbonded = args.nonbonded;
+  opt.pme = args.pme;
   opt.index_file = args.index;
   std::optional<GroFile> reference;
   if (!args.restraint.empty()) {

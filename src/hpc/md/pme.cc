@@ -1,5 +1,7 @@
 #include "pme.h"
 
+#include "pme_gpu_device.h"
+
 #include <fftw3.h>
 
 #include <algorithm>
@@ -196,6 +198,46 @@ void Pme::set_box(const Vec3& box) {
       }
     }
   }
+  if (device_) push_grid();
+}
+
+void Pme::set_device(std::unique_ptr<gpu::PmeDevice> device) {
+  device_ = std::move(device);
+  if (device_) push_grid();
+}
+
+void Pme::push_grid() {
+  gpu::PmeGrid g;
+  g.nx = n_[0];
+  g.ny = n_[1];
+  g.nz = n_[2];
+  g.order = order_;
+  for (int d = 0; d < 3; ++d) g.inv[d] = static_cast<float>(box_.inverse[d]);
+  g.fac = static_cast<float>(units::kPi * units::kPi / (beta_ * beta_));
+  const std::vector<float> eterm(plans_->eterm.begin(), plans_->eterm.end());
+  device_->set_grid(g, eterm);
+}
+
+double Pme::compute_on_device(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f,
+                              Mat3* virial) {
+  const size_t natoms = x.size();
+  device_q_.assign(charge.begin(), charge.begin() + static_cast<int64_t>(natoms));
+  device_s_.resize(3 * natoms);
+  for (size_t a = 0; a < natoms; ++a)
+    for (int d = 0; d < 3; ++d) {
+      double s = x[a][d] * box_.inverse[d];
+      s -= std::floor(s);
+      device_s_[3 * a + d] = static_cast<float>(s);
+    }
+  device_->run(device_s_, device_q_, virial != nullptr, &device_f_, &device_sums_);
+  for (size_t a = 0; a < natoms; ++a)
+    for (int d = 0; d < 3; ++d) (*f)[a][d] += device_f_[3 * a + d];
+  if (virial == nullptr) return 0;
+  const double* v = &device_sums_[1];  // xx, yy, zz, xy, xz, yz
+  const double full[3][3] = {{v[0], v[3], v[4]}, {v[3], v[1], v[5]}, {v[4], v[5], v[2]}};
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) (*virial)[a][b] += 0.25 * full[a][b];
+  return 0.5 * device_sums_[0];
 }
 
 Pme::~Pme() = default;
@@ -243,6 +285,10 @@ void gather_atom(const double* tx, const double* ty, const double* tz, const dou
 
 double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f,
                     Mat3* virial, const PmeShare* share) {
+  if (device_) {
+    QK_CHECK(share == nullptr, "PME on a GPU runs on one rank: run PME on the CPU (-pme cpu) to share it over ranks");
+    return compute_on_device(x, charge, f, virial);
+  }
   const int natoms = static_cast<int>(x.size()), p = order_;
   // The atoms this call spreads and gathers (all, or a rank's share).
   const int A0 = share ? std::clamp(share->a0, 0, natoms) : 0;

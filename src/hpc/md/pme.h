@@ -37,6 +37,10 @@ struct PmeShare {
   bool energy = true;
 };
 
+namespace gpu {
+class PmeDevice;
+}
+
 class Pme {
  public:
   Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, double epsilon_r);
@@ -51,6 +55,10 @@ class Pme {
   std::array<int, 3> grid() const { return n_; }
   // A new box (pressure coupling): the grid stays, the influence function is made again.
   void set_box(const Vec3& box);
+  // From now on the spreading, FFTs, solve and gathering run on `device` (pme_gpu_device.h: CUDA's or its
+  // host emulation), in single precision; null: on the CPU again. One rank only (no PmeShare).
+  void set_device(std::unique_ptr<gpu::PmeDevice> device);
+  const gpu::PmeDevice* device() const { return device_.get(); }
 
  private:
   struct Plans;
@@ -60,6 +68,12 @@ class Pme {
   double beta_, coulomb_factor_;
   std::array<std::vector<double>, 3> bsp_mod_;  // |sum_k M_order(k+1) e^{2 pi i m k / n}|^2 per dimension
   std::unique_ptr<Plans> plans_;
+  std::unique_ptr<gpu::PmeDevice> device_;
+  std::vector<float> device_s_, device_q_, device_f_;  // a device step's fractional coordinates, charges, forces
+  std::vector<double> device_sums_;
+  void push_grid();  // the grid and influence function to the device
+  double compute_on_device(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f,
+                           Mat3* virial);
 };
 
 }  // namespace qk::md

@@ -20,7 +20,7 @@
 
 namespace {
 
-using qk::md::NonbondedDevice;
+using qk::md::MdDevice;
 using qk::md::PotentialTerms;
 using qk::md::Vec3;
 
@@ -32,7 +32,7 @@ double max_norm(const std::vector<Vec3>& f) {
 
 // A fixture's forces and terms on the CPU kernel and on `device`, mixed precision, on a step that
 // reports energies and one that does not, with the list built and then pruned and reused.
-void expect_device_equals_cpu(const std::string& system, NonbondedDevice device) {
+void expect_device_equals_cpu(const std::string& system, MdDevice device) {
   SCOPED_TRACE(system);
   const qk::md::test::Fixture fx(system);
   const std::vector<Vec3> x = fx.x();
@@ -69,16 +69,16 @@ void expect_device_equals_cpu(const std::string& system, NonbondedDevice device)
 TEST(NonbondedGpu, EmulatedKernelEqualsTheCpuKernel) {
   // Ewald (PME water), reaction field, LJ alone (argon), a peptide with exclusions and several atom types.
   for (const char* system : {"water_pme", "water_rf", "argon", "peptide_water"})
-    expect_device_equals_cpu(system, NonbondedDevice::kGpuEmulated);
+    expect_device_equals_cpu(system, MdDevice::kGpuEmulated);
 }
 
 TEST(NonbondedGpu, OnTheGpuEqualsTheCpuKernel) {
   std::string why;
   if (!qk::md::gpu::cuda_nb_available(&why)) GTEST_SKIP() << why;
-  for (const char* system : {"water_pme", "water_rf", "argon"}) expect_device_equals_cpu(system, NonbondedDevice::kGpu);
+  for (const char* system : {"water_pme", "water_rf", "argon"}) expect_device_equals_cpu(system, MdDevice::kGpu);
   // The peptide's force field comes from GROMACS's data folder, which a GPU machine may not have.
   if (std::filesystem::exists(qk::md::gromacs_top_dir() + "/amber99sb-ildn.ff"))
-    expect_device_equals_cpu("peptide_water", NonbondedDevice::kGpu);
+    expect_device_equals_cpu("peptide_water", MdDevice::kGpu);
 }
 
 // A device that counts what it is sent and runs the emulation.
@@ -178,7 +178,7 @@ TEST(NonbondedGpu, MdOnTheEmulatedGpuFollowsTheCpuRun) {
   mdp.nsteps = 20;
   mdp.nstenergy = 10;
   qk::md::RunOptions cpu, dev;
-  dev.nonbonded = NonbondedDevice::kGpuEmulated;
+  dev.nonbonded = MdDevice::kGpuEmulated;
   const qk::md::RunResult a = qk::md::run(fx.top, mdp, fx.conf, cpu), b = qk::md::run(fx.top, mdp, fx.conf, dev);
   ASSERT_EQ(a.frames.size(), b.frames.size());
   ASSERT_FALSE(a.frames.empty());
@@ -192,13 +192,13 @@ TEST(NonbondedGpu, MdOnTheEmulatedGpuFollowsTheCpuRun) {
 TEST(NonbondedGpu, RefusesDoublePrecisionAndSaysWhyThereIsNoGpu) {
   const qk::md::test::Fixture fx("water_pme");
   qk::md::ForceCalculator dbl(fx.top, fx.mdp, fx.conf.box, qk::md::Precision::kDouble);
-  EXPECT_THROW(dbl.set_nonbonded_device(NonbondedDevice::kGpuEmulated), qk::ValueError);
+  EXPECT_THROW(dbl.set_nonbonded_device(MdDevice::kGpuEmulated), qk::ValueError);
   std::string why;
   if (qk::md::gpu::cuda_nb_available(&why)) GTEST_SKIP() << "a GPU is here";
   EXPECT_FALSE(why.empty());
   qk::md::ForceCalculator mixed(fx.top, fx.mdp, fx.conf.box, qk::md::Precision::kMixed);
   try {
-    mixed.set_nonbonded_device(NonbondedDevice::kGpu);
+    mixed.set_nonbonded_device(MdDevice::kGpu);
     FAIL() << "no GPU here, yet -nb gpu was taken";
   } catch (const qk::DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find("-nb cpu"), std::string::npos) << e.what();

@@ -92,7 +92,7 @@ struct ForceShare {
 // pair list goes to the device when it changes, positions up and forces back each step, as GROMACS's
 // -nb gpu; DeviceError where this build or machine has none); or the GPU kernel emulated on the host
 // (its arithmetic and data layout without a GPU: tests).
-enum class NonbondedDevice { kCpu, kGpu, kGpuEmulated };
+enum class MdDevice { kCpu, kGpu, kGpuEmulated };
 
 class ForceCalculator {
  public:
@@ -128,10 +128,15 @@ class ForceCalculator {
   void set_share(const ForceShare& share);
   // The pair list's interactions on `device` from now on (kCpu at first). The GPU kernels are single
   // precision, so kGpu and kGpuEmulated need Precision::kMixed (ValueError otherwise).
-  void set_nonbonded_device(NonbondedDevice device);
+  void set_nonbonded_device(MdDevice device);
   // The errors set_nonbonded_device would raise, without making anything (mdrun checks before it writes).
-  static void check_nonbonded_device(NonbondedDevice device, Precision precision);
+  static void check_nonbonded_device(MdDevice device, Precision precision);
   std::string nonbonded_device_name() const;  // "cpu", or the GPU's name
+  // PME (spreading, FFTs, solve, gathering) on `device` from now on (kCpu at first), as gmx mdrun -pme gpu:
+  // single precision, one rank (ValueError with a ForceShare over several), needs PME in the mdp.
+  void set_pme_device(MdDevice device);
+  static void check_pme_device(MdDevice device, Precision precision);
+  std::string pme_device_name() const;  // "cpu", the GPU's name, or "none" without PME
 
  private:
   void sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f);

@@ -88,7 +88,9 @@ struct RunOptions {
   // rank runs the same steps on the same totals; give the outputs (log, files, checkpoints) to one rank only.
   ForceShare share;
   // Where the pair list's interactions run (forces.h; mdrun's -nb): the CPU, or a GPU beside it.
-  NonbondedDevice nonbonded = NonbondedDevice::kCpu;
+  MdDevice nonbonded = MdDevice::kCpu;
+  // Where PME runs (forces.h; mdrun's -pme): the CPU, or a GPU (one rank).
+  MdDevice pme = MdDevice::kCpu;
   // Resume from the newest valid checkpoint in this folder (none there, or empty: start afresh). The
   // trajectories are cut back to their sizes at the checkpoint and appended to; the log is the caller's
   // stream (qk md's mdrun cuts md.log back the same way). The run then equals one that was never stopped.

@@ -40,7 +40,8 @@ struct MdrunArgs {
   int64_t nsteps = -1;
   int threads = 0;
   Precision precision = Precision::kMixed;  // -double: kDouble
-  NonbondedDevice nonbonded = NonbondedDevice::kCpu;  // -nb cpu|gpu
+  MdDevice nonbonded = MdDevice::kCpu;  // -nb cpu|gpu
+  MdDevice pme = MdDevice::kCpu;        // -pme cpu|gpu
   bool help = false;
 };
 
