@@ -137,6 +137,7 @@ struct DeviceArray {
     if (n <= capacity) return;
     if (ptr) check(cudaFree(ptr), what);
     ptr = nullptr;
+    capacity = 0;  // a failed allocation leaves nothing that looks usable
     check(cudaMalloc(&ptr, n * sizeof(T)), what);
     capacity = n;
   }
@@ -157,6 +158,7 @@ struct PinnedArray {
     if (n <= capacity) return;
     if (ptr) check(cudaFreeHost(ptr), "freeing pinned memory");
     ptr = nullptr;
+    capacity = 0;
     check(cudaMallocHost(&ptr, n * sizeof(T)), "allocating pinned memory");
     capacity = n;
   }

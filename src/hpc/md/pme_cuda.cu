@@ -20,6 +20,7 @@ namespace qk::md::gpu {
 namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
+constexpr int kPmeSolveThreads = 128;  // the solve's block (its energy sum uses one shared slot per warp)
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) nb_device_error(std::string("PME on the GPU: ") + what + ": " + cudaGetErrorString(e));
@@ -64,12 +65,21 @@ __global__ void solve_kernel(PmeGrid g, const float* __restrict__ eterm, cufftCo
     c[idx].y = im;
   }
   if constexpr (kEnergy) {
-    // Every lane of the warp reaches here (no early return above).
+    // Every lane of the block reaches here (no early return above): summed per warp by shuffles, the warps
+    // in shared memory, then one thread's seven atomic adds per block.
+    __shared__ double part[kPmeSolveThreads / 32][7];
     double v[7] = {t.energy, t.vir[0], t.vir[1], t.vir[2], t.vir[3], t.vir[4], t.vir[5]};
     for (int k = 0; k < 7; ++k)
       for (int o = 16; o >= 1; o >>= 1) v[k] += __shfl_xor_sync(kFull, v[k], o);
     if ((threadIdx.x & 31) == 0)
-      for (int k = 0; k < 7; ++k) atomicAdd(&sums[k], v[k]);
+      for (int k = 0; k < 7; ++k) part[threadIdx.x / 32][k] = v[k];
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int k = 0; k < 7; ++k) {
+        double sum = 0;
+        for (int w = 0; w < kPmeSolveThreads / 32; ++w) sum += part[w][k];
+        atomicAdd(&sums[k], sum);
+      }
   }
 }
 
@@ -113,6 +123,7 @@ struct Buffer {
     if (n <= capacity) return;
     if (ptr) check(cudaFree(ptr), what);
     ptr = nullptr;
+    capacity = 0;  // a failed allocation leaves nothing that looks usable
     check(cudaMalloc(&ptr, n * sizeof(T)), what);
     capacity = n;
   }
@@ -138,23 +149,28 @@ class CudaPmeDevice final : public PmeDevice {
     if (g.order < 3 || g.order > kPmeMaxOrder)
       nb_device_error("PME on a GPU: pme-order " + std::to_string(g.order) + " (3.." +
                       std::to_string(kPmeMaxOrder) + ")");
-    const bool new_size = g.nx != g_.nx || g.ny != g_.ny || g.nz != g_.nz || !planned_;
-    g_ = g;
     const size_t nreal = static_cast<size_t>(g.nx) * g.ny * g.nz, ncomplex = static_cast<size_t>(g.nx) * g.ny * (g.nz / 2 + 1);
+    if (g.nx < 1 || g.ny < 1 || g.nz < 1 || eterm.size() != ncomplex)
+      nb_device_error("PME on a GPU: an influence function of " + std::to_string(eterm.size()) + " points for a " +
+                      std::to_string(g.nx) + "x" + std::to_string(g.ny) + "x" + std::to_string(g.nz) + " grid");
+    const bool new_size = g.nx != g_.nx || g.ny != g_.ny || g.nz != g_.nz || !planned_;
+    if (new_size) destroy_plans();  // until the new ones stand, nothing runs on the old
     grid_.reserve(nreal, "the charge grid");
     kspace_.reserve(ncomplex, "the complex grid");
     eterm_.reserve(ncomplex, "the influence function");
     check(cudaMemcpyAsync(eterm_.ptr, eterm.data(), ncomplex * sizeof(float), cudaMemcpyHostToDevice, stream_),
           "uploading the influence function");
     if (new_size) {
-      destroy_plans();
       check_fft(cufftPlan3d(&forward_, g.nx, g.ny, g.nz, CUFFT_R2C), "planning the forward transform");
-      check_fft(cufftPlan3d(&backward_, g.nx, g.ny, g.nz, CUFFT_C2R), "planning the backward transform");
+      const cufftResult r = cufftPlan3d(&backward_, g.nx, g.ny, g.nz, CUFFT_C2R);
+      if (r != CUFFT_SUCCESS) cufftDestroy(forward_);
+      check_fft(r, "planning the backward transform");
+      planned_ = true;
       check_fft(cufftSetStream(forward_, stream_), "the forward transform's stream");
       check_fft(cufftSetStream(backward_, stream_), "the backward transform's stream");
-      planned_ = true;
     }
     check(cudaStreamSynchronize(stream_), "uploading the influence function");
+    g_ = g;  // only now: a grid that failed on the way is not taken for one that stands
   }
   void run(const std::vector<float>& s, const std::vector<float>& q, bool energies, std::vector<float>* f,
            std::vector<double>* sums) override {
@@ -162,6 +178,7 @@ class CudaPmeDevice final : public PmeDevice {
     f->assign(3 * q.size(), 0.0f);
     sums->assign(kPmeSums, 0.0);
     if (natoms == 0) return;
+    if (!planned_ || g_.nx < 1) nb_device_error("PME on a GPU: a step before its grid was set");
     const size_t nreal = static_cast<size_t>(g_.nx) * g_.ny * g_.nz;
     const size_t ncomplex = static_cast<size_t>(g_.nx) * g_.ny * (g_.nz / 2 + 1);
     s_.reserve(s.size(), "the coordinates");
@@ -180,11 +197,11 @@ class CudaPmeDevice final : public PmeDevice {
     spread_kernel<<<atom_blocks, kThreads, 0, stream_>>>(g_, s_.ptr, q_.ptr, natoms, grid_.ptr);
     check(cudaGetLastError(), "launching the spreading");
     check_fft(cufftExecR2C(forward_, grid_.ptr, kspace_.ptr), "the forward transform");
-    const unsigned k_blocks = static_cast<unsigned>((ncomplex + kThreads - 1) / kThreads);
+    const unsigned k_blocks = static_cast<unsigned>((ncomplex + kPmeSolveThreads - 1) / kPmeSolveThreads);
     if (energies) {
-      solve_kernel<true><<<k_blocks, kThreads, 0, stream_>>>(g_, eterm_.ptr, kspace_.ptr, sums_.ptr);
+      solve_kernel<true><<<k_blocks, kPmeSolveThreads, 0, stream_>>>(g_, eterm_.ptr, kspace_.ptr, sums_.ptr);
     } else {
-      solve_kernel<false><<<k_blocks, kThreads, 0, stream_>>>(g_, eterm_.ptr, kspace_.ptr, sums_.ptr);
+      solve_kernel<false><<<k_blocks, kPmeSolveThreads, 0, stream_>>>(g_, eterm_.ptr, kspace_.ptr, sums_.ptr);
     }
     check(cudaGetLastError(), "launching the solve");
     check_fft(cufftExecC2R(backward_, kspace_.ptr, grid_.ptr), "the backward transform");
