@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cli/run_qk.h"
-#include "cli/scratch_dir.h"
+#include "common/scratch_dir.h"
 #include "qk/base/file_io.h"
 
 namespace {

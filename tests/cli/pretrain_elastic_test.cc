@@ -14,7 +14,7 @@
 
 #include "cli/pretrain_runs.h"
 #include "cli/run_qk.h"
-#include "cli/scratch_dir.h"
+#include "common/scratch_dir.h"
 #include "common/argv.h"
 #include "common/free_port.h"
 

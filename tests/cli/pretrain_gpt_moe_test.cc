@@ -25,7 +25,7 @@
 
 #include "cli/pretrain_runs.h"
 #include "cli/run_qk.h"
-#include "cli/scratch_dir.h"
+#include "common/scratch_dir.h"
 #include "common/argv.h"
 #include "qk/base/file_io.h"
 #include "qk/nn/safetensors.h"

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "cli/run_qk.h"
-#include "cli/scratch_dir.h"
+#include "common/scratch_dir.h"
 #include "qk/base/file_io.h"
 #include "recipes/megatron_args_test_util.h"
 

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_qk.h"
-#include "cli/scratch_dir.h"
+#include "common/scratch_dir.h"
 #include "cli/tiny_gpt2_tokenizer.h"
 #include "qk/autograd/autograd.h"
 #include "qk/autograd/functions.h"

@@ -11,7 +11,7 @@
 
 #include "qk/base/file_io.h"
 #include "run_qk.h"
-#include "scratch_dir.h"
+#include "common/scratch_dir.h"
 
 namespace qk::test {
 namespace {

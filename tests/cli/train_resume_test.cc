@@ -21,7 +21,7 @@
 #include "qk/base/checkpoint_dir.h"
 #include "qk/base/file_io.h"
 #include "run_qk.h"
-#include "scratch_dir.h"
+#include "common/scratch_dir.h"
 
 namespace {
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/device_compare.h"
+#include "common/scratch_dir.h"
 #include "common/tiny_cifar.h"
 #include "common/tiny_gpt.h"
 #include "harness/loopback_backend.h"
@@ -39,12 +40,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) / ("qk_loopback_" + std::to_string(::getpid())) / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+// Folders under build/test_tmp, removed at exit when every test passed (a run's checkpoints are
+// hundreds of megabytes: left in /tmp they had filled the disk).
+const qk::test::ScratchRoot kScratch("loopback_device");
+
+std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
 
 qk::recipes::TrainCifarOptions tiny(const std::string& data, const std::string& out, const std::string& device,
                                    const std::string& amp) {

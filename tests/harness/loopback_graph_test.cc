@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/device_compare.h"
+#include "common/scratch_dir.h"
 #include "common/tiny_cifar.h"
 #include "common/tiny_gpt.h"
 #include "harness/loopback_backend.h"
@@ -243,12 +244,11 @@ qk::recipes::PretrainGptResult pretrain(const std::string& save, const std::stri
   return qk::harness::quiet_pretrain(a, device);
 }
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) / ("qk_graph_" + std::to_string(::getpid())) / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+// Folders under build/test_tmp, removed at exit when every test passed (a run's checkpoints are
+// hundreds of megabytes: left in /tmp they had filled the disk).
+const qk::test::ScratchRoot kScratch("loopback_graph");
+
+std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
 
 TEST(LoopbackGraph, PretrainGptWithCudaGraphEqualsTheEagerRun) {
   qk::harness::install_complete_loopback();

@@ -11,6 +11,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "common/scratch_dir.h"
 #include "qk/autograd/autograd.h"
 #include "qk/autograd/functions.h"
 #include "qk/nn/nn.h"
@@ -26,10 +27,11 @@ using optim::MixedPrecisionOptimizer;
 using optim::NamedParam;
 using optim::ParamGroupSpec;
 
+// build/test_tmp/train_mpo/<pid>, removed at exit when every test passed.
+const qk::test::ScratchRoot kScratch("train_mpo");
 std::string tmp_path(const std::string& name) {
-  const auto dir = std::filesystem::path(QK_BINARY_DIR) / "test_tmp" / "train_mpo" / std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  std::filesystem::create_directories(kScratch.root());
+  return (kScratch.root() / name).string();
 }
 
 // Leaf parameters of the given dtype with deterministic values.

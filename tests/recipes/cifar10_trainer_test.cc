@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/scratch_dir.h"
 #include "common/tiny_cifar.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
@@ -22,12 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(QK_BINARY_DIR) / "test_tmp" / "cifar10_trainer" / std::to_string(::getpid()) / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+// build/test_tmp/cifar10_trainer/<pid>, removed at exit when every test passed.
+const qk::test::ScratchRoot kScratch("cifar10_trainer");
+std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
 
 qk::recipes::TrainCifarOptions tiny(const std::string& data, const std::string& out, int epochs) {
   return qk::test::tiny_cifar(data, out, epochs);

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "common/run_command.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
@@ -24,7 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kRoot = fs::path(QK_BINARY_DIR) / "test_tmp" / "train_exit" / std::to_string(::getpid());
+// build/test_tmp/train_exit/<pid>, removed at exit when every test passed.
+const qk::test::ScratchRoot kScratch("train_exit");
+const fs::path& kRoot = kScratch.root();
 
 std::string fresh_dir(const std::string& name) {
   const fs::path p = kRoot / name;

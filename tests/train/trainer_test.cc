@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common/scratch_dir.h"
 #include "qk/base/file_io.h"
 #include "qk/tensor/generator.h"
 #include "qk/train/train.h"
@@ -18,12 +19,9 @@ namespace {
 using namespace qk;
 namespace fs = std::filesystem;
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(QK_BINARY_DIR) / "test_tmp" / "train_trainer" / std::to_string(::getpid()) / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+// build/test_tmp/train_trainer/<pid>, removed at exit when every test passed.
+const qk::test::ScratchRoot kScratch("train_trainer");
+std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
 
 // A model, its optimizer, schedule and Trainer over the toy regression.
 struct ToyRun {
