@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include "common/scratch_dir.h"
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/sim/cluster.h"
@@ -114,9 +115,11 @@ TEST(ClusterFile, UnknownNamesListThePresets) {
   }
 }
 
+// build/test_tmp/sim_cluster/<pid>, removed at exit when every test passed.
+const qk::test::ScratchRoot kScratch("sim_cluster");
+
 TEST(ClusterFile, LocalIsTheCalibrationFile) {
-  const std::string dir = std::string(QK_BINARY_DIR) + "/test_tmp/sim_cluster_" + std::to_string(::getpid());
-  make_dirs(dir);
+  const std::string dir = kScratch.fresh("local");
   const std::string path = dir + "/local.json";
   ::setenv("QK_SIM_CALIBRATION", path.c_str(), 1);
   try {
