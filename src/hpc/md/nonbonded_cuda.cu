@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "md_cuda_memory.cuh"
 #include "nonbonded_gpu_device.h"
 
 namespace qk::md::gpu {
@@ -27,10 +28,7 @@ namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    nb_device_error(std::string("the non-bonded forces on the GPU: ") + what + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cuda_check(e, std::string("the non-bonded forces: ") + what); }
 
 template <bool kEwald, bool kEnergy>
 __global__ void nb_kernel(NbConsts k, const float4* __restrict__ xq, const int* __restrict__ type,
@@ -118,52 +116,6 @@ __global__ void nb_kernel(NbConsts k, const float4* __restrict__ xq, const int* 
   }
 }
 
-// A device array that grows as needed.
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t capacity = 0;
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() {
-    if (ptr) cudaFree(ptr);
-  }
-  void upload(const T* data, size_t n, cudaStream_t s, const char* what) {
-    reserve(n, what);
-    if (n) check(cudaMemcpyAsync(ptr, data, n * sizeof(T), cudaMemcpyHostToDevice, s), what);
-  }
-  void reserve(size_t n, const char* what) {
-    if (n <= capacity) return;
-    if (ptr) check(cudaFree(ptr), what);
-    ptr = nullptr;
-    capacity = 0;  // a failed allocation leaves nothing that looks usable
-    check(cudaMalloc(&ptr, n * sizeof(T)), what);
-    capacity = n;
-  }
-};
-
-// Page-locked host memory, so the stream's copies run without the host waiting on them.
-template <typename T>
-struct PinnedArray {
-  T* ptr = nullptr;
-  size_t capacity = 0;
-  PinnedArray() = default;
-  PinnedArray(const PinnedArray&) = delete;
-  PinnedArray& operator=(const PinnedArray&) = delete;
-  ~PinnedArray() {
-    if (ptr) cudaFreeHost(ptr);
-  }
-  void reserve(size_t n) {
-    if (n <= capacity) return;
-    if (ptr) check(cudaFreeHost(ptr), "freeing pinned memory");
-    ptr = nullptr;
-    capacity = 0;
-    check(cudaMallocHost(&ptr, n * sizeof(T)), "allocating pinned memory");
-    capacity = n;
-  }
-};
-
 class CudaNbDevice final : public NbDevice {
  public:
   CudaNbDevice() { check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream"); }
@@ -202,7 +154,7 @@ class CudaNbDevice final : public NbDevice {
   void launch(const std::vector<float>& xq, int64_t e0, int64_t e1, bool energies) override {
     nslots_ = xq.size() / 4;
     if (nslots_ == 0) return;
-    host_xq_.reserve(4 * nslots_);
+    host_xq_.reserve(4 * nslots_, "pinned positions");
     std::copy(xq.begin(), xq.end(), host_xq_.ptr);
     xq_.reserve(nslots_, "the positions");
     check(cudaMemcpyAsync(xq_.ptr, host_xq_.ptr, 4 * nslots_ * sizeof(float), cudaMemcpyHostToDevice, stream_),
@@ -236,8 +188,8 @@ class CudaNbDevice final : public NbDevice {
       }
       check(cudaGetLastError(), "launching the kernel");
     }
-    host_f_.reserve(3 * nslots_);
-    host_sums_.reserve(kNbSums);
+    host_f_.reserve(3 * nslots_, "pinned forces");
+    host_sums_.reserve(kNbSums, "pinned energies");
     check(cudaMemcpyAsync(host_f_.ptr, f_.ptr, 3 * nslots_ * sizeof(float), cudaMemcpyDeviceToHost, stream_),
           "downloading the forces");
     check(cudaMemcpyAsync(host_sums_.ptr, sums_.ptr, kNbSums * sizeof(double), cudaMemcpyDeviceToHost, stream_),

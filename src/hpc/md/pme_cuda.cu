@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "md_cuda_memory.cuh"
 #include "nonbonded_gpu_device.h"  // nb_device_error, cuda_nb_available
 #include "pme_gpu_device.h"
 
@@ -22,30 +23,22 @@ namespace {
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kPmeSolveThreads = 128;  // the solve's block (its energy sum uses one shared slot per warp)
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) nb_device_error(std::string("PME on the GPU: ") + what + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cuda_check(e, std::string("PME: ") + what); }
 void check_fft(cufftResult r, const char* what) {
   if (r != CUFFT_SUCCESS) nb_device_error(std::string("PME on the GPU: ") + what + ": cuFFT error " + std::to_string(r));
-}
-
-__device__ inline size_t grid_index(const PmeGrid& g, int x, int y, int z) {
-  return (static_cast<size_t>(x % g.nx) * g.ny + y % g.ny) * g.nz + static_cast<size_t>(z % g.nz);
 }
 
 __global__ void spread_kernel(PmeGrid g, const float* __restrict__ s, const float* __restrict__ q, int natoms,
                               float* __restrict__ grid) {
   const int a = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (a >= natoms || q[a] == 0) return;
-  float th[3][kPmeMaxOrder], dth[3][kPmeMaxOrder];
-  const int n[3] = {g.nx, g.ny, g.nz};
-  int first[3];
-  for (int d = 0; d < 3; ++d) first[d] = pme_spline(s[3 * a + d], n[d], g.order, th[d], dth[d]);
+  PmeAtomSplines sp;
+  pme_atom_splines(g, &s[3 * a], &sp);
   for (int i = 0; i < g.order; ++i)
     for (int j = 0; j < g.order; ++j) {
-      const float qxy = q[a] * th[0][i] * th[1][j];
+      const float qxy = q[a] * sp.th[0][i] * sp.th[1][j];
       for (int k = 0; k < g.order; ++k)
-        atomicAdd(&grid[grid_index(g, first[0] + i, first[1] + j, first[2] + k)], qxy * th[2][k]);
+        atomicAdd(&grid[pme_index(g, sp.first[0] + i, sp.first[1] + j, sp.first[2] + k)], qxy * sp.th[2][k]);
     }
 }
 
@@ -91,15 +84,15 @@ __global__ void gather_kernel(PmeGrid g, const float* __restrict__ s, const floa
     f[3 * a] = f[3 * a + 1] = f[3 * a + 2] = 0;
     return;
   }
-  float th[3][kPmeMaxOrder], dth[3][kPmeMaxOrder];
-  const int n[3] = {g.nx, g.ny, g.nz};
-  int first[3];
-  for (int d = 0; d < 3; ++d) first[d] = pme_spline(s[3 * a + d], n[d], g.order, th[d], dth[d]);
+  PmeAtomSplines sp;
+  pme_atom_splines(g, &s[3 * a], &sp);
+  const auto& th = sp.th;
+  const auto& dth = sp.dth;
   float gx = 0, gy = 0, gz = 0;
   for (int i = 0; i < g.order; ++i)
     for (int j = 0; j < g.order; ++j)
       for (int k = 0; k < g.order; ++k) {
-        const float p = phi[grid_index(g, first[0] + i, first[1] + j, first[2] + k)];
+        const float p = phi[pme_index(g, sp.first[0] + i, sp.first[1] + j, sp.first[2] + k)];
         gx += dth[0][i] * th[1][j] * th[2][k] * p;
         gy += th[0][i] * dth[1][j] * th[2][k] * p;
         gz += th[0][i] * th[1][j] * dth[2][k] * p;
@@ -108,26 +101,6 @@ __global__ void gather_kernel(PmeGrid g, const float* __restrict__ s, const floa
   f[3 * a + 1] = -q[a] * gy * (static_cast<float>(g.ny) * g.inv[1]);
   f[3 * a + 2] = -q[a] * gz * (static_cast<float>(g.nz) * g.inv[2]);
 }
-
-template <typename T>
-struct Buffer {
-  T* ptr = nullptr;
-  size_t capacity = 0;
-  Buffer() = default;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() {
-    if (ptr) cudaFree(ptr);
-  }
-  void reserve(size_t n, const char* what) {
-    if (n <= capacity) return;
-    if (ptr) check(cudaFree(ptr), what);
-    ptr = nullptr;
-    capacity = 0;  // a failed allocation leaves nothing that looks usable
-    check(cudaMalloc(&ptr, n * sizeof(T)), what);
-    capacity = n;
-  }
-};
 
 class CudaPmeDevice final : public PmeDevice {
  public:
@@ -227,9 +200,9 @@ class CudaPmeDevice final : public PmeDevice {
   PmeGrid g_;
   cufftHandle forward_ = 0, backward_ = 0;
   bool planned_ = false;
-  Buffer<float> grid_, eterm_, s_, q_, f_;
-  Buffer<cufftComplex> kspace_;
-  Buffer<double> sums_;
+  DeviceArray<float> grid_, eterm_, s_, q_, f_;
+  DeviceArray<cufftComplex> kspace_;
+  DeviceArray<double> sums_;
 };
 
 }  // namespace

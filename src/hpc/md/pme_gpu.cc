@@ -35,17 +35,13 @@ class HostPmeDevice final : public PmeDevice {
     std::vector<float> grid(static_cast<size_t>(nx) * ny * nz, 0.0f);
     for (size_t a = 0; a < natoms; ++a) {
       if (q[a] == 0) continue;
-      float th[3][kPmeMaxOrder], dth[3][kPmeMaxOrder];
-      int first[3];
-      const int n[3] = {nx, ny, nz};
-      for (int d = 0; d < 3; ++d) first[d] = pme_spline(s[3 * a + d], n[d], p, th[d], dth[d]);
+      PmeAtomSplines sp;
+      pme_atom_splines(g_, &s[3 * a], &sp);
       for (int i = 0; i < p; ++i)
         for (int j = 0; j < p; ++j)
-          for (int k = 0; k < p; ++k) {
-            const size_t idx = (static_cast<size_t>((first[0] + i) % nx) * ny + (first[1] + j) % ny) * nz +
-                               static_cast<size_t>((first[2] + k) % nz);
-            grid[idx] += q[a] * th[0][i] * th[1][j] * th[2][k];
-          }
+          for (int k = 0; k < p; ++k)
+            grid[pme_index(g_, sp.first[0] + i, sp.first[1] + j, sp.first[2] + k)] +=
+                q[a] * sp.th[0][i] * sp.th[1][j] * sp.th[2][k];
     }
     // Real to half-complex (cuFFT R2C): z, then y, then x.
     std::vector<Complex> c(static_cast<size_t>(nx) * ny * nzc);
@@ -86,16 +82,15 @@ class HostPmeDevice final : public PmeDevice {
     const float scale[3] = {nx * g_.inv[0], ny * g_.inv[1], nz * g_.inv[2]};
     for (size_t a = 0; a < natoms; ++a) {
       if (q[a] == 0) continue;
-      float th[3][kPmeMaxOrder], dth[3][kPmeMaxOrder];
-      int first[3];
-      const int n[3] = {nx, ny, nz};
-      for (int d = 0; d < 3; ++d) first[d] = pme_spline(s[3 * a + d], n[d], p, th[d], dth[d]);
+      PmeAtomSplines sp;
+      pme_atom_splines(g_, &s[3 * a], &sp);
+      const auto& th = sp.th;
+      const auto& dth = sp.dth;
       float gx = 0, gy = 0, gz = 0;
       for (int i = 0; i < p; ++i)
         for (int j = 0; j < p; ++j)
           for (int k = 0; k < p; ++k) {
-            const float phi = grid[(static_cast<size_t>((first[0] + i) % nx) * ny + (first[1] + j) % ny) * nz +
-                                   static_cast<size_t>((first[2] + k) % nz)];
+            const float phi = grid[pme_index(g_, sp.first[0] + i, sp.first[1] + j, sp.first[2] + k)];
             gx += dth[0][i] * th[1][j] * th[2][k] * phi;
             gy += th[0][i] * dth[1][j] * th[2][k] * phi;
             gz += th[0][i] * th[1][j] * dth[2][k] * phi;
@@ -114,27 +109,23 @@ class HostPmeDevice final : public PmeDevice {
  private:
   // e^{sign 2 pi i k / n}
   static Complex w(int k, int n) { return std::polar(1.0, 2 * units::kPi * k / n); }
-  // The complex transforms along y and x (sign -1 forward, +1 backward, unnormalized).
+  // The complex transforms along y and x (sign -1 forward, +1 backward, unnormalized): each line of n
+  // values `stride` apart, for every start the other two indices give.
   static void transform_xy(std::vector<Complex>* c, int nx, int ny, int nzc, int sign) {
-    std::vector<Complex> tmp(std::max(nx, ny));
+    const size_t sy = static_cast<size_t>(nzc), sx = static_cast<size_t>(ny) * nzc;
+    std::vector<Complex> tmp(static_cast<size_t>(std::max(nx, ny)));
+    auto line = [&](size_t start, int n, size_t stride) {
+      for (int k = 0; k < n; ++k) {
+        Complex sum = 0;
+        for (int i = 0; i < n; ++i) sum += (*c)[start + i * stride] * w(sign * k * i, n);
+        tmp[static_cast<size_t>(k)] = sum;
+      }
+      for (int k = 0; k < n; ++k) (*c)[start + k * stride] = tmp[static_cast<size_t>(k)];
+    };
     for (int x = 0; x < nx; ++x)
-      for (int kz = 0; kz < nzc; ++kz) {
-        for (int ky = 0; ky < ny; ++ky) {
-          Complex sum = 0;
-          for (int y = 0; y < ny; ++y) sum += (*c)[(static_cast<size_t>(x) * ny + y) * nzc + kz] * w(sign * ky * y, ny);
-          tmp[ky] = sum;
-        }
-        for (int ky = 0; ky < ny; ++ky) (*c)[(static_cast<size_t>(x) * ny + ky) * nzc + kz] = tmp[ky];
-      }
+      for (int kz = 0; kz < nzc; ++kz) line(x * sx + static_cast<size_t>(kz), ny, sy);
     for (int y = 0; y < ny; ++y)
-      for (int kz = 0; kz < nzc; ++kz) {
-        for (int kx = 0; kx < nx; ++kx) {
-          Complex sum = 0;
-          for (int x = 0; x < nx; ++x) sum += (*c)[(static_cast<size_t>(x) * ny + y) * nzc + kz] * w(sign * kx * x, nx);
-          tmp[kx] = sum;
-        }
-        for (int kx = 0; kx < nx; ++kx) (*c)[(static_cast<size_t>(kx) * ny + y) * nzc + kz] = tmp[kx];
-      }
+      for (int kz = 0; kz < nzc; ++kz) line(y * sy + static_cast<size_t>(kz), nx, sx);
   }
 
   PmeGrid g_;

@@ -7,6 +7,8 @@
 // derivatives.
 #pragma once
 
+#include <stddef.h>
+
 #include "nonbonded_gpu_pair.h"  // QK_MD_HD
 
 namespace qk::md::gpu {
@@ -45,6 +47,21 @@ QK_MD_HD inline int pme_spline(float s, int n, int p, float* theta, float* dthet
     data[p - l - 1] = div * ((f + static_cast<float>(l)) * data[p - l - 2] + (static_cast<float>(p - l) - f) * data[p - l - 1]);
   data[0] = div * (1 - f) * data[0];
   return i;
+}
+
+// An atom's splines along the three dimensions: its first grid point, weights and derivatives.
+struct PmeAtomSplines {
+  int first[3];
+  float th[3][kPmeMaxOrder], dth[3][kPmeMaxOrder];
+};
+QK_MD_HD inline void pme_atom_splines(const PmeGrid& g, const float* s, PmeAtomSplines* a) {
+  const int n[3] = {g.nx, g.ny, g.nz};
+  for (int d = 0; d < 3; ++d) a->first[d] = pme_spline(s[d], n[d], g.order, a->th[d], a->dth[d]);
+}
+
+// The real grid's index of point (x, y, z), each taken periodically (z fastest).
+QK_MD_HD inline size_t pme_index(const PmeGrid& g, int x, int y, int z) {
+  return (static_cast<size_t>(x % g.nx) * g.ny + static_cast<size_t>(y % g.ny)) * g.nz + static_cast<size_t>(z % g.nz);
 }
 
 // One k-point of the half-complex grid (kx, ky, kz), its transform S: on energy steps the energy and

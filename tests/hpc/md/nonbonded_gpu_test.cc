@@ -24,11 +24,7 @@ using qk::md::MdDevice;
 using qk::md::PotentialTerms;
 using qk::md::Vec3;
 
-double max_norm(const std::vector<Vec3>& f) {
-  double m = 0;
-  for (const Vec3& v : f) m = std::max(m, std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]));
-  return m;
-}
+using qk::md::test::max_norm;
 
 // A fixture's forces and terms on the CPU kernel and on `device`, mixed precision, on a step that
 // reports energies and one that does not, with the list built and then pruned and reused.

@@ -24,11 +24,7 @@ namespace {
 using qk::md::MdDevice;
 using qk::md::Vec3;
 
-double max_norm(const std::vector<Vec3>& f) {
-  double m = 0;
-  for (const Vec3& v : f) m = std::max(m, std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]));
-  return m;
-}
+using qk::md::test::max_norm;
 
 void expect_pme_device_equals_cpu(std::unique_ptr<qk::md::gpu::PmeDevice> device) {
   const qk::md::test::Fixture fx("water_pme");

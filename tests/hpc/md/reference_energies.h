@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -21,6 +23,13 @@ namespace qk::md::test {
 inline std::string source_dir() {
   const char* env = std::getenv("QK_SOURCE_DIR");
   return env && *env ? std::string(env) : std::string(QK_SOURCE_DIR);
+}
+
+// The largest force's norm (tolerances relative to it).
+inline double max_norm(const std::vector<Vec3>& f) {
+  double m = 0;
+  for (const Vec3& v : f) m = std::max(m, std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]));
+  return m;
 }
 
 // Every step-0 term must equal GROMACS's to this relative error (issue 34).
