@@ -7,12 +7,14 @@
 
 #include "bonded.h"
 #include "dispersion_correction.h"
+#include "domain_decomposition.h"
 #include "nonbonded.h"
 #include "nonbonded_gpu.h"
 #include "pme_gpu_device.h"
 #include "pair_list.h"
 #include "pme.h"
 #include "qk/base/error.h"
+#include "sub_topology.h"
 
 namespace qk::md {
 
@@ -47,6 +49,15 @@ struct ForceCalculator::Impl {
   std::vector<int> share_chunks;  // this rank's exclusion chunks (their bounds), set with the share
   PmeShare pme_share;             // this rank's PME atoms and the grid's sum
   std::vector<double> packed;     // a shared step's forces and terms, summed over the ranks at once
+  // Domain decomposition (set_domains): this rank's home atoms then its halo, as a topology of their own
+  // (the home atoms' interactions only), the pair kernel on it, positions and forces.
+  DomainDecomposition* dd = nullptr;
+  int64_t dd_version = -1;
+  int n_home = 0;
+  std::unique_ptr<Topology> local_top;
+  std::unique_ptr<NonbondedKernel> local_kernel;
+  std::vector<int> local_chunks;
+  std::vector<Vec3> x_local, f_local;
 
   Impl(const Topology& t, const MdpOptions& mdp, const Vec3& b, Precision precision, const PairListSetup& l)
       : top(t), box(b), disp(t, mdp.disp_corr, mdp.rvdw), epsilon_r(mdp.epsilon_r), lists(l) {
@@ -133,6 +144,22 @@ struct ForceCalculator::Impl {
     times.list_prune += lap(&t);
   }
 
+  // The domain dd has now: its local topology and kernel, the exclusion chunks of its home atoms, PME's share.
+  void take_domain() {
+    std::vector<int> atoms = dd->home();
+    n_home = static_cast<int>(atoms.size());
+    atoms.insert(atoms.end(), dd->halo().begin(), dd->halo().end());
+    local_top = std::make_unique<Topology>(select_atoms(top, atoms, local_indices(top.num_atoms(), atoms), n_home));
+    local_kernel = std::make_unique<NonbondedKernel>(*local_top, nb, mixed);
+    local_chunks.clear();
+    for (int b : md::exclusion_chunks(*local_top, 16))  // the halo has no exclusions: any bound below n_home holds
+      if (b < n_home) local_chunks.push_back(b);
+    local_chunks.push_back(n_home);
+    if (local_chunks.size() < 2) local_chunks.insert(local_chunks.begin(), 0);
+    pme_share = {0, n_home, share.allreduce_sum, share.rank == 0};
+    dd_version = dd->version();
+  }
+
   using Clock = std::chrono::steady_clock;
   // Seconds since *t; *t moves to now.
   static double lap(Clock::time_point* t) {
@@ -143,6 +170,34 @@ struct ForceCalculator::Impl {
   }
 };
 
+namespace {
+
+void add_matrix(Mat3* to, const Mat3& v) {
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) (*to)[a][b] += v[a][b];
+}
+
+void add_bonded(const BondedEnergies& b, PotentialTerms* e) {
+  e->bond = b.bond;
+  e->angle = b.angle;
+  e->proper_dih = b.proper_dih;
+  e->rb_dih = b.rb_dih;
+  e->improper_dih = b.improper_dih;
+  e->periodic_improper_dih = b.periodic_improper_dih;
+  e->lj14 = b.lj14;
+  e->coulomb14 = b.coulomb14;
+  add_matrix(&e->virial, b.virial);
+}
+
+void add_dispersion(const DispersionCorrection::Result& dc, PotentialTerms* e) {
+  e->disp_corr = dc.energy;
+  e->pres_dc = dc.pressure;
+  for (int a = 0; a < 3; ++a) e->virial[a][a] += dc.virial;
+  e->disp_corr_virial = dc.virial;
+}
+
+}  // namespace
+
 ForceCalculator::ForceCalculator(const Topology& top, const MdpOptions& mdp, const Vec3& box, Precision precision,
                                  const PairListSetup& lists)
     : impl_(std::make_unique<Impl>(top, mdp, box, precision, lists)) {}
@@ -151,6 +206,7 @@ ForceCalculator::~ForceCalculator() = default;
 PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<Vec3>* f, bool energies,
                                         int64_t step) {
   Impl& m = *impl_;
+  if (m.dd) return compute_domain(x, f, energies, step);
   QK_CHECK(static_cast<int>(x.size()) == m.top.num_atoms(), "ForceCalculator: ", x.size(),
            " positions for a topology of ", m.top.num_atoms(), " atoms");
   if (m.lists.exact) {
@@ -162,10 +218,6 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   auto t = Impl::Clock::now();
   f->assign(x.size(), Vec3{0, 0, 0});
   PotentialTerms e;
-  auto add = [](Mat3* to, const Mat3& v) {
-    for (int a = 0; a < 3; ++a)
-      for (int b = 0; b < 3; ++b) (*to)[a][b] += v[a][b];
-  };
   m.times.other += Impl::lap(&t);
   // Shared (ForceShare): this rank's part of each kind; the sum over the ranks below.
   const ForceShare& sh = m.share;
@@ -191,31 +243,73 @@ PotentialTerms ForceCalculator::compute(const std::vector<Vec3>& x, std::vector<
   }
   e.lj_sr = pairs.lj;
   e.coulomb_sr = pairs.coulomb + excl.coulomb;
-  add(&e.virial, pairs.virial);
-  add(&e.virial, excl.virial);
+  add_matrix(&e.virial, pairs.virial);
+  add_matrix(&e.virial, excl.virial);
   if (shared && !lead) {  // the bonded terms and the dispersion correction: the first rank's
     m.times.other += Impl::lap(&t);
     sum_over_ranks(&e, f);
     m.times.other += Impl::lap(&t);
     return e;
   }
-  BondedEnergies b = bonded_forces(x, m.box, m.top, m.epsilon_r, f);
-  e.bond = b.bond;
-  e.angle = b.angle;
-  e.proper_dih = b.proper_dih;
-  e.rb_dih = b.rb_dih;
-  e.improper_dih = b.improper_dih;
-  e.periodic_improper_dih = b.periodic_improper_dih;
-  e.lj14 = b.lj14;
-  e.coulomb14 = b.coulomb14;
-  add(&e.virial, b.virial);
-  DispersionCorrection::Result dc = m.disp.compute(m.box.volume());
-  e.disp_corr = dc.energy;
-  e.pres_dc = dc.pressure;
-  for (int a = 0; a < 3; ++a) e.virial[a][a] += dc.virial;
-  e.disp_corr_virial = dc.virial;
+  add_bonded(bonded_forces(x, m.box, m.top, m.epsilon_r, f), &e);
+  add_dispersion(m.disp.compute(m.box.volume()), &e);
   if (shared) sum_over_ranks(&e, f);
   m.times.other += Impl::lap(&t);
+  return e;
+}
+
+// This rank's domain: its home atoms' forces (x and f in dd's home order) and its part of the terms.
+PotentialTerms ForceCalculator::compute_domain(const std::vector<Vec3>& x, std::vector<Vec3>* f, bool energies,
+                                               int64_t step) {
+  Impl& m = *impl_;
+  DomainDecomposition& dd = *m.dd;
+  QK_CHECK(x.size() == dd.home().size(), "ForceCalculator: ", x.size(), " positions for a domain of ",
+           dd.home().size(), " home atoms");
+  const int64_t s = step >= 0 ? step : m.calls;
+  ++m.calls;
+  auto t = Impl::Clock::now();
+  const bool fresh = dd.version() != m.dd_version;
+  if (fresh) m.take_domain();
+  const int nh = m.n_home, nl = nh + static_cast<int>(dd.halo().size());
+  m.x_local.resize(nl);
+  std::copy(x.begin(), x.end(), m.x_local.begin());
+  m.times.other += Impl::lap(&t);
+  dd.exchange_positions(x.data(), m.x_local.data() + nh);
+  m.times.communication += Impl::lap(&t);
+  // Built when the domain is new, pruned on the schedule between (update_list_on_schedule's).
+  const int64_t since = s % m.lists.nstlist;
+  if (fresh) {
+    m.list.build(m.x_local, m.box, m.nb.rc + m.buffer, m.local_top->exclusions, PairListDomain{nh, true});
+    ++m.builds;
+    m.times.list_build += Impl::lap(&t);
+  }
+  if (m.inner < m.buffer &&
+      (fresh || (m.lists.nstlist_prune > 0 && since > 0 && since % m.lists.nstlist_prune == 0))) {
+    m.list.prune(m.x_local, m.nb.rc + m.inner);
+    ++m.prunes;
+    m.times.list_prune += Impl::lap(&t);
+  }
+  m.f_local.assign(nl, Vec3{0, 0, 0});
+  PotentialTerms e;
+  const NonbondedEnergies pairs = m.local_kernel->compute(m.list, m.x_local, energies, &m.f_local);
+  const NonbondedEnergies excl =
+      coulomb_exclusions_and_self(m.x_local, m.box, *m.local_top, m.nb, &m.f_local, m.local_chunks);
+  m.times.nonbonded += Impl::lap(&t);
+  if (m.pme)
+    e.coul_recip = m.pme->compute(m.x_local, m.local_top->charge, &m.f_local, energies ? &e.virial : nullptr,
+                                  &m.pme_share);
+  m.times.pme += Impl::lap(&t);
+  e.lj_sr = pairs.lj;
+  e.coulomb_sr = pairs.coulomb + excl.coulomb;
+  add_matrix(&e.virial, pairs.virial);
+  add_matrix(&e.virial, excl.virial);
+  add_bonded(bonded_forces(m.x_local, m.box, *m.local_top, m.epsilon_r, &m.f_local), &e);
+  if (dd.rank() == 0) add_dispersion(m.disp.compute(m.box.volume()), &e);
+  m.times.other += Impl::lap(&t);
+  dd.return_halo_forces(m.f_local.data() + nh, m.f_local.data());
+  f->assign(m.f_local.begin(), m.f_local.begin() + nh);
+  if (energies) sum_over_ranks(&e, nullptr);
+  m.times.communication += Impl::lap(&t);
   return e;
 }
 
@@ -227,25 +321,43 @@ void ForceCalculator::sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f) {
                      &e->proper_dih, &e->rb_dih,         &e->improper_dih, &e->periodic_improper_dih,
                      &e->pres_dc,   &e->disp_corr_virial};
   constexpr size_t kTerms = sizeof(terms) / sizeof(terms[0]);
-  const size_t nf = 3 * f->size();
+  const size_t nf = f ? 3 * f->size() : 0;
   m.packed.resize(nf + kTerms + 9);
   double* p = m.packed.data();
-  for (size_t i = 0; i < f->size(); ++i)
+  for (size_t i = 0; i < nf / 3; ++i)
     for (int c = 0; c < 3; ++c) p[3 * i + c] = (*f)[i][c];
   for (size_t k = 0; k < kTerms; ++k) p[nf + k] = *terms[k];
   for (int a = 0; a < 3; ++a)
     for (int b = 0; b < 3; ++b) p[nf + kTerms + 3 * a + b] = e->virial[a][b];
   m.share.allreduce_sum(p, static_cast<int64_t>(m.packed.size()));
   if (m.share.broadcast_first) m.share.broadcast_first(p, static_cast<int64_t>(m.packed.size()));
-  for (size_t i = 0; i < f->size(); ++i)
+  for (size_t i = 0; i < nf / 3; ++i)
     for (int c = 0; c < 3; ++c) (*f)[i][c] = p[3 * i + c];
   for (size_t k = 0; k < kTerms; ++k) *terms[k] = p[nf + k];
   for (int a = 0; a < 3; ++a)
     for (int b = 0; b < 3; ++b) e->virial[a][b] = p[nf + kTerms + 3 * a + b];
 }
 
+void ForceCalculator::set_domains(DomainDecomposition* dd) {
+  Impl& m = *impl_;
+  if (dd) {
+    QK_CHECK(!m.lists.exact, "ForceCalculator: domains need the pair list on fixed intervals (a Verlet buffer "
+                             "tolerance), not exact lists");
+    QK_CHECK(!m.gpu_kernel && (!m.pme || !m.pme->device()),
+             "ForceCalculator: domains run on the CPU (-nb cpu -pme cpu)");
+    QK_CHECK(dd->topology().num_atoms() == m.top.num_atoms(), "ForceCalculator: a domain decomposition of ",
+             dd->topology().num_atoms(), " atoms for a topology of ", m.top.num_atoms());
+    QK_CHECK(m.share.size == dd->size() && m.share.rank == dd->rank(), "ForceCalculator: set_share first, with "
+             "the domain decomposition's rank and size");
+  }
+  m.dd = dd;
+  m.dd_version = -1;
+}
+
 void ForceCalculator::set_nonbonded_device(MdDevice device) {
   Impl& m = *impl_;
+  QK_CHECK(device == MdDevice::kCpu || !m.dd, "the non-bonded forces on a GPU: not with domain decomposition "
+                                              "(-nb cpu, or force decomposition)");
   if (device == MdDevice::kCpu) {
     m.gpu_kernel.reset();
     return;

@@ -87,9 +87,10 @@ void PairList::bounding_boxes(const std::vector<Vec3>& x, std::vector<Box>* bb) 
 }
 
 void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlist,
-                     const std::vector<std::vector<int>>& exclusions) {
+                     const std::vector<std::vector<int>>& exclusions, const PairListDomain& domain) {
   const int n = static_cast<int>(x.size());
-  for (int d = 0; d < 3; ++d)
+  const bool open_x = domain.open_x;
+  for (int d = open_x ? 1 : 0; d < 3; ++d)
     QK_CHECK(2 * rlist < box.length[d], "the pair-list radius ", rlist, " nm (cut-off + buffer) is not below ",
              "half the box (", box.length[d], " nm); use a larger box or a shorter cut-off");
   box_ = box;
@@ -97,9 +98,26 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
   ++builds_;
   ++version_;
   // Wrap into [0, L) and bin into columns about as wide as a cluster is tall (GROMACS: cubic clusters).
+  // Open along x: the grid's x runs from the lowest atom to the highest, nothing wrapped.
   std::vector<Vec3> xw(n), offset(n);
+  Vec3 grid = box.length;
+  if (open_x) {
+    double lo = 0, hi = 0;
+    if (n > 0) {
+      lo = hi = x[0][0];
+      for (int i = 1; i < n; ++i) {
+        lo = std::min(lo, x[i][0]);
+        hi = std::max(hi, x[i][0]);
+      }
+    }
+    grid[0] = std::max(hi - lo, 1e-3 * box.length[0]) * (1 + 1e-12);
+    for (int i = 0; i < n; ++i) {
+      xw[i][0] = x[i][0] - lo;
+      offset[i][0] = lo;
+    }
+  }
   for (int i = 0; i < n; ++i)
-    for (int d = 0; d < 3; ++d) {
+    for (int d = open_x ? 1 : 0; d < 3; ++d) {
       double o = std::floor(x[i][d] * box.inverse[d]) * box.length[d];
       double v = x[i][d] - o;
       if (v >= box.length[d]) {  // rounding
@@ -110,10 +128,10 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
       xw[i][d] = v;
       offset[i][d] = o;
     }
-  const double side = std::cbrt(kClusterSize * box.volume() / std::max(n, 1));
-  const int ncx = std::max(1, static_cast<int>(std::lround(box.length[0] / side)));
-  const int ncy = std::max(1, static_cast<int>(std::lround(box.length[1] / side)));
-  const double cw[2] = {box.length[0] / ncx, box.length[1] / ncy};
+  const double side = std::cbrt(kClusterSize * grid[0] * grid[1] * grid[2] / std::max(n, 1));
+  const int ncx = std::max(1, static_cast<int>(std::lround(grid[0] / side)));
+  const int ncy = std::max(1, static_cast<int>(std::lround(grid[1] / side)));
+  const double cw[2] = {grid[0] / ncx, grid[1] / ncy};
   const int ncol = ncx * ncy;
   std::vector<int> col_of(n), col_count(ncol, 0);
   for (int i = 0; i < n; ++i) {
@@ -152,12 +170,14 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
   bounding_boxes(x, &bb);
   // Per cluster: which slots hold atoms (bit k), and the clusters holding an atom that one of its atoms
   // excludes (the cluster pairs that need the slow mask below; a handful per cluster).
-  std::vector<unsigned> real(nclusters, 0);
+  // And which slots hold halo atoms (a domain's list leaves their pairs with each other out).
+  std::vector<unsigned> real(nclusters, 0), halo(nclusters, 0);
   std::vector<int> cluster_of(n, 0), meet_start(nclusters + 1, 0), meets;
   for (size_t s = 0; s < slot_atom_.size(); ++s)
     if (slot_atom_[s] >= 0) {
       cluster_of[slot_atom_[s]] = static_cast<int>(s / kClusterSize);
       real[s / kClusterSize] |= 1u << (s % kClusterSize);
+      if (slot_atom_[s] >= domain.first_halo) halo[s / kClusterSize] |= 1u << (s % kClusterSize);
     }
   for (int c = 0; c < nclusters; ++c) {
     for (int k = 0; k < kClusterSize; ++k) {
@@ -183,6 +203,7 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
         if (bi.lo[0] > bi.hi[0]) continue;  // no real atoms (cannot happen: clusters fill from the bottom)
         for (int m = meet_start[ci]; m < meet_start[ci + 1]; ++m) meets_ci[meets[m]] = ci;
         for (int s = 0; s < 27; ++s) {
+          if (open_x && s / 9 != 1) continue;  // no images along an open x
           const Vec3& sv = shifts_[s];
           // Columns whose x-y cells, moved by S, come within rlist of the i-cluster's box.
           int range[2][2];
@@ -225,6 +246,9 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
                     }
                   }
                 }
+                if (halo[ci] != 0 && halo[cj] != 0)
+                  for (int ii = 0; ii < kClusterSize; ++ii)
+                    if (halo[ci] >> ii & 1u) mask &= static_cast<uint16_t>(~(halo[cj] << (ii * kClusterSize)));
                 if (mask == 0) continue;
                 out.cj.push_back(cj);
                 out.mask.push_back(mask);

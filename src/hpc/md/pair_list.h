@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <vector>
 
 #include "pbc.h"
@@ -37,6 +38,15 @@ namespace qk::md {
 inline constexpr int kClusterSize = 4;
 inline constexpr int kClusterPairSize = kClusterSize * kClusterSize;
 
+// A domain's list (domain_decomposition.h): its home atoms first, then the halo it received.
+struct PairListDomain {
+  // Atoms from here on are the halo: their pairs with each other belong to another domain's list.
+  int first_halo = INT32_MAX;
+  // x is not periodic: the domain's atoms are in one frame along x, with no images there (y and z
+  // stay periodic), and the x grid spans them.
+  bool open_x = false;
+};
+
 class PairList {
  public:
   struct Entry {
@@ -45,9 +55,9 @@ class PairList {
     int64_t begin, end;  // into j_clusters() / masks()
   };
 
-  // x: positions (any image); exclusions: per atom, sorted. Needs 2 rc < every box length.
+  // x: positions (any image); exclusions: per atom, sorted. Needs 2 rc < every box length (but x's when open).
   void build(const std::vector<Vec3>& x, const RectBox& box, double rlist,
-             const std::vector<std::vector<int>>& exclusions);
+             const std::vector<std::vector<int>>& exclusions, const PairListDomain& domain = {});
   // Keeps the built list's cluster pairs whose bounding boxes are closer than r at positions x.
   void prune(const std::vector<Vec3>& x, double r);
   // The box scaled while the list stands (pressure coupling): the shifts and the offsets of the wrapped

@@ -48,6 +48,7 @@ struct ForceTimes {
   double nonbonded = 0;   // the pair kernel, the excluded pairs' and self corrections
   double pme = 0;         // reciprocal space
   double other = 0;       // bonded terms, dispersion correction, zeroing and sums
+  double communication = 0;  // domains (set_domains): the halo's positions and forces, the energy terms' sums
 };
 
 // kDouble: everything in double (the fixture tests' default). kMixed: GROMACS's mixed precision, the
@@ -82,11 +83,20 @@ struct PairListSetup {
 // without it allreduce_sum itself must give every rank the same bits. Force
 // decomposition over replicated data: one all-reduce of 3N values a step,
 // not GROMACS's domain decomposition.
+//
+// With `exchange` too, md::run can decompose the system into domains instead (domain_decomposition.h:
+// each rank holds and integrates its own atoms and a halo from its neighbour; see set_domains below).
 struct ForceShare {
   int rank = 0, size = 1;
   std::function<void(double* data, int64_t count)> allreduce_sum = {};
   std::function<void(double* data, int64_t count)> broadcast_first = {};
+  // Sends send_count values to rank `to` while receiving recv_count values from rank `from` (each rank
+  // calls it at once; to and from may be the same rank).
+  std::function<void(int to, const double* send, int64_t send_count, int from, double* recv, int64_t recv_count)>
+      exchange = {};
 };
+
+class DomainDecomposition;
 
 // Where the pair list's interactions are computed (mdrun's -nb): the CPU kernel; the GPU (CUDA: the
 // pair list goes to the device when it changes, positions up and forces back each step, as GROMACS's
@@ -126,6 +136,12 @@ class ForceCalculator {
   const ForceTimes& times() const;
   // Computes only this rank's share from now on (ForceShare; size 1: everything).
   void set_share(const ForceShare& share);
+  // Computes this rank's domain from now on (domain_decomposition.h; null: every atom, or the ForceShare's
+  // share): compute() then takes and returns its home atoms only, in dd's home() order; the list is built
+  // whenever dd partitions anew (the caller partitions on the list's schedule) and pruned on it between; the
+  // energy terms are summed over the ranks on steps that compute energies. Needs fixed-interval lists
+  // (PairListSetup::exact false), the CPU kernels and this calculator's topology to be dd's.
+  void set_domains(DomainDecomposition* dd);
   // The pair list's interactions on `device` from now on (kCpu at first). The GPU kernels are single
   // precision, so kGpu and kGpuEmulated need Precision::kMixed (ValueError otherwise).
   void set_nonbonded_device(MdDevice device);
@@ -139,7 +155,8 @@ class ForceCalculator {
   std::string pme_device_name() const;  // "cpu", the GPU's name, or "none" without PME
 
  private:
-  void sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f);
+  void sum_over_ranks(PotentialTerms* e, std::vector<Vec3>* f);  // f null: the terms only
+  PotentialTerms compute_domain(const std::vector<Vec3>& x, std::vector<Vec3>* f, bool energies, int64_t step);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

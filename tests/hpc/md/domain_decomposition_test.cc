@@ -1,0 +1,239 @@
+// Domain decomposition (domain_decomposition.h): ranks played by threads,
+// each holding only its domain's atoms and a halo from its neighbour, give
+// the forces and every energy term of one calculator holding them all.
+#include "domain_decomposition.h"
+
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <thread>
+#include <vector>
+
+#include "../../common/scratch_dir.h"
+#include "qk/base/error.h"
+#include "qk/base/file_io.h"
+#include "qk/hpc/md/forces.h"
+#include "reference_energies.h"
+
+namespace {
+
+using qk::md::PotentialTerms;
+using qk::md::Vec3;
+
+const qk::test::ScratchRoot kScratch("md_domains");
+
+// An all-reduce (sums in rank order, the same bits everywhere) and a pairwise exchange between `n` threads.
+class ThreadComm {
+ public:
+  explicit ThreadComm(int n) : n_(n), sync_(n), posts_(n) {}
+  qk::md::ForceShare share(int rank) {
+    qk::md::ForceShare s;
+    s.rank = rank;
+    s.size = n_;
+    s.allreduce_sum = [this, rank](double* p, int64_t count) { allreduce(rank, p, count); };
+    s.exchange = [this, rank](int to, const double* send, int64_t ns, int from, double* recv, int64_t nr) {
+      exchange(rank, to, send, ns, from, recv, nr);
+    };
+    return s;
+  }
+
+ private:
+  struct Post {
+    const double* data = nullptr;
+    int64_t count = 0;
+    int to = -1;
+  };
+  void allreduce(int rank, double* data, int64_t count) {
+    posts_[rank] = {data, count, -1};
+    sync_.arrive_and_wait();
+    std::vector<double> total(static_cast<size_t>(count), 0.0);
+    for (int r = 0; r < n_; ++r)
+      for (int64_t i = 0; i < count; ++i) total[i] += posts_[r].data[i];
+    sync_.arrive_and_wait();
+    std::copy(total.begin(), total.end(), data);
+    sync_.arrive_and_wait();
+  }
+  void exchange(int rank, int to, const double* send, int64_t ns, int from, double* recv, int64_t nr) {
+    posts_[rank] = {send, ns, to};
+    sync_.arrive_and_wait();
+    const Post& p = posts_[from];
+    if (p.to != rank || p.count != nr) {
+      ADD_FAILURE() << "rank " << rank << " expected " << nr << " values from " << from << ", which sent " << p.count
+                    << " to " << p.to;
+    } else {
+      std::copy(p.data, p.data + nr, recv);
+    }
+    sync_.arrive_and_wait();
+  }
+  int n_;
+  std::barrier<> sync_;
+  std::vector<Post> posts_;
+};
+
+// A fixture repeated `copies` times along x: its molecules that many times over, the box that much longer.
+struct Tiled {
+  qk::md::Topology top;
+  qk::md::GroFile conf;
+  qk::md::MdpOptions mdp;
+  Tiled(const std::string& system, int copies) {
+    const qk::md::test::Fixture fx(system);
+    const std::string text = qk::read_file(fx.dir + "/topol.top");
+    const size_t at = text.find("[ molecules ]");
+    const std::string molecules = text.substr(text.find('\n', at) + 1);
+    std::string tiled = text;
+    for (int c = 1; c < copies; ++c) tiled += molecules;
+    const std::string path = kScratch.fresh(system + "_x" + std::to_string(copies)) + "/topol.top";
+    std::ofstream(path) << tiled;
+    mdp = fx.mdp;
+    top = qk::md::read_top(path, qk::md::TopOptions{mdp.defines, {fx.dir}});
+    conf = fx.conf;
+    conf.atoms.clear();
+    // Each molecule whole first (the fixtures' are split by the box's faces, which the longer box moves).
+    std::vector<qk::md::GroAtom> whole = fx.conf.atoms;
+    const qk::md::RectBox box(fx.conf.box);
+    int first = 0;
+    for (const auto& block : fx.top.molecules)
+      for (int m = 0; m < block.count; ++m, first += block.atoms_per_molecule)
+        for (int a = first + 1; a < first + block.atoms_per_molecule; ++a) {
+          const Vec3 d = box.delta(whole[a].x, whole[first].x);
+          for (int k = 0; k < 3; ++k) whole[a].x[k] = whole[first].x[k] + d[k];
+        }
+    for (int c = 0; c < copies; ++c)
+      for (qk::md::GroAtom a : whole) {
+        a.x[0] += c * fx.conf.box[0];
+        conf.atoms.push_back(a);
+      }
+    conf.box[0] *= copies;
+  }
+  std::vector<Vec3> x() const {
+    std::vector<Vec3> out;
+    for (const qk::md::GroAtom& a : conf.atoms) out.push_back(a.x);
+    return out;
+  }
+};
+
+std::vector<double> terms_of(const PotentialTerms& e) {
+  std::vector<double> t = {e.lj_sr,  e.disp_corr,   e.coulomb_sr, e.coul_recip,   e.bond,         e.angle,
+                           e.lj14,   e.coulomb14,   e.proper_dih, e.rb_dih,       e.improper_dih, e.periodic_improper_dih,
+                           e.pres_dc, e.disp_corr_virial};
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) t.push_back(e.virial[a][b]);
+  return t;
+}
+
+// Fixed-interval lists with a 0.1 nm buffer (domains need them), pruned every other step to 0.05.
+qk::md::PairListSetup lists_for(double rc) {
+  qk::md::PairListSetup l;
+  l.exact = false;
+  l.nstlist = 10;
+  l.rlist_outer = rc + 0.1;
+  l.rlist_inner = rc + 0.05;
+  l.nstlist_prune = 2;
+  return l;
+}
+
+// Forces and terms over `ranks` domains against one calculator: at the partition (the list built), two
+// steps on (pruned, the halo's positions moved), one of them without energies.
+void expect_domains_equal_alone(const Tiled& sys, int ranks) {
+  SCOPED_TRACE(std::to_string(ranks) + " domains");
+  const qk::md::PairListSetup lists = lists_for(sys.mdp.rcoulomb);
+  std::vector<std::vector<Vec3>> xs = {sys.x()};
+  for (int s = 1; s < 3; ++s) {  // every atom moved a little, differently
+    xs.push_back(xs.back());
+    for (size_t i = 0; i < xs[s].size(); ++i)
+      for (int d = 0; d < 3; ++d) xs[s][i][d] += 0.002 * std::sin(1.0 + i * 0.7 + d * 1.3 + s);
+  }
+  qk::md::ForceCalculator alone(sys.top, sys.mdp, sys.conf.box, qk::md::Precision::kDouble, lists);
+  std::vector<std::vector<Vec3>> f_alone(3);
+  std::vector<PotentialTerms> e_alone(3);
+  for (int s = 0; s < 3; ++s) e_alone[s] = alone.compute(xs[s], &f_alone[s], s != 1, s);
+  ThreadComm comm(ranks);
+  std::vector<std::vector<std::vector<Vec3>>> f(3, std::vector<std::vector<Vec3>>(ranks));
+  std::vector<std::vector<PotentialTerms>> e(3, std::vector<PotentialTerms>(ranks));
+  std::vector<size_t> home(ranks), halo(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+     try {
+      const qk::md::ForceShare share = comm.share(r);
+      qk::md::DomainDecomposition dd(sys.top, share);
+      dd.partition(xs[0], sys.conf.box, lists.rlist_outer);
+      home[r] = dd.home().size();
+      halo[r] = dd.halo().size();
+      qk::md::ForceCalculator ff(sys.top, sys.mdp, sys.conf.box, qk::md::Precision::kDouble, lists);
+      ff.set_share(share);
+      ff.set_domains(&dd);
+      std::vector<Vec3> x = dd.home_positions(), f_home;
+      for (int s = 0; s < 3; ++s) {
+        if (s > 0)  // the same displacement as the global positions
+          for (size_t k = 0; k < x.size(); ++k)
+            for (int d = 0; d < 3; ++d) x[k][d] += xs[s][dd.home()[k]][d] - xs[s - 1][dd.home()[k]][d];
+        e[s][r] = ff.compute(x, &f_home, s != 1, s);
+        dd.gather(f_home, &f[s][r]);
+      }
+     } catch (const std::exception& ex) {
+      ADD_FAILURE() << "rank " << r << ": " << ex.what();
+      std::abort();
+     }
+    });
+  for (std::thread& t : threads) t.join();
+  size_t total = 0;
+  for (int r = 0; r < ranks; ++r) {
+    total += home[r];
+    EXPECT_GT(halo[r], 0u) << "rank " << r;
+    EXPECT_LT(halo[r], sys.top.num_atoms() - home[r]) << "rank " << r << ": the halo is every other atom";
+  }
+  EXPECT_EQ(total, static_cast<size_t>(sys.top.num_atoms()));
+  for (int s = 0; s < 3; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    const double fmax = qk::md::test::max_norm(f_alone[s]);
+    const std::vector<double> want = terms_of(e_alone[s]);
+    for (int r = 0; r < ranks; ++r) {
+      if (s != 1) {
+        const std::vector<double> got = terms_of(e[s][r]);
+        for (size_t k = 0; k < want.size(); ++k)
+          EXPECT_NEAR(got[k], want[k], 1e-9 * std::abs(want[k]) + 1e-9) << "rank " << r << " term " << k;
+      }
+      ASSERT_EQ(f[s][r].size(), f_alone[s].size());
+      for (size_t i = 0; i < f_alone[s].size(); ++i)
+        for (int d = 0; d < 3; ++d)
+          ASSERT_NEAR(f[s][r][i][d], f_alone[s][i][d], 1e-10 * fmax) << "rank " << r << " atom " << i << " dim " << d;
+    }
+  }
+}
+
+TEST(DomainDecomposition, DomainsGiveTheForcesAndTermsOfOneCalculator) {
+  const Tiled water(std::string("water_pme"), 2);  // 5 x 2.5 x 2.5 nm, PME: the grid summed over the ranks
+  expect_domains_equal_alone(water, 2);
+  const Tiled rf("water_rf", 3);  // reaction field, 7.5 nm: three domains, each with two neighbours
+  expect_domains_equal_alone(rf, 3);
+  const Tiled argon("argon", 2);  // single atoms, LJ only
+  expect_domains_equal_alone(argon, 2);
+}
+
+TEST(DomainDecomposition, BondedTermsAndExclusionsOfASolvatedPeptideStayWithItsDomain) {
+  const Tiled peptide("peptide_water", 3);  // 9 nm: the peptide's reach needs wide slabs
+  expect_domains_equal_alone(peptide, 2);
+}
+
+TEST(DomainDecomposition, SaysWhenTheSlabsAreTooThin) {
+  const Tiled water("water_pme", 1);  // 2.5 nm: 1.25 nm slabs under 1.1 nm and two molecules' reach
+  const std::string why =
+      qk::md::DomainDecomposition::why_not(water.top, water.x(), water.conf.box, 1.1, 2);
+  EXPECT_TRUE(std::regex_search(why, std::regex("2 slabs of a 2.500 nm box are 1.250 nm wide.*at most 1 ranks")))
+      << why;
+  const Tiled two("water_pme", 2);
+  EXPECT_EQ(qk::md::DomainDecomposition::why_not(two.top, two.x(), two.conf.box, 1.1, 2), "");
+  EXPECT_NE(qk::md::DomainDecomposition::why_not(two.top, two.x(), two.conf.box, 1.1, 5), "");
+  // A calculator's domains need fixed-interval lists.
+  ThreadComm comm(2);
+  qk::md::DomainDecomposition dd(two.top, comm.share(0));
+  qk::md::ForceCalculator exact(two.top, two.mdp, two.conf.box);
+  exact.set_share(comm.share(0));
+  EXPECT_THROW(exact.set_domains(&dd), qk::Error);
+}
+
+}  // namespace
