@@ -49,6 +49,7 @@ class DomainDecomposition {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Topology& topology() const { return top_; }
+  const ForceShare& share() const { return share_; }
   // This rank's atoms (global indices, molecule by molecule) and their positions at the partition, whole
   // molecules in this domain's frame.
   const std::vector<int>& home() const { return home_; }

@@ -149,8 +149,13 @@ struct ForceCalculator::Impl {
     std::vector<int> atoms = dd->home();
     n_home = static_cast<int>(atoms.size());
     atoms.insert(atoms.end(), dd->halo().begin(), dd->halo().end());
-    local_top = std::make_unique<Topology>(select_atoms(top, atoms, local_indices(top.num_atoms(), atoms), n_home));
-    local_kernel = std::make_unique<NonbondedKernel>(*local_top, nb, mixed);
+    auto fresh = std::make_unique<Topology>(select_atoms(top, atoms, local_indices(top.num_atoms(), atoms), n_home));
+    if (local_kernel) {
+      local_kernel->set_topology(*fresh);  // its tables stay (the float kernel's Ewald fit takes milliseconds)
+    } else {
+      local_kernel = std::make_unique<NonbondedKernel>(*fresh, nb, mixed);
+    }
+    local_top = std::move(fresh);
     local_chunks.clear();
     for (int b : md::exclusion_chunks(*local_top, 16))  // the halo has no exclusions: any bound below n_home holds
       if (b < n_home) local_chunks.push_back(b);

@@ -153,13 +153,17 @@ bool Lincs::apply(const RectBox& box, const std::vector<Vec3>& x, std::vector<Ve
 
 double Lincs::rms_deviation(const RectBox& box, const std::vector<Vec3>& x) const {
   if (c_.empty()) return 0;
+  return std::sqrt(squared_deviations(box, x) / static_cast<double>(c_.size()));
+}
+
+double Lincs::squared_deviations(const RectBox& box, const std::vector<Vec3>& x) const {
   double sum = 0;
   for (const BondConstraint& c : c_) {
     const Vec3 d = box.delta(x[c.i], x[c.j]);
     const double dev = std::sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]) / c.length - 1;
     sum += dev * dev;
   }
-  return std::sqrt(sum / static_cast<double>(c_.size()));
+  return sum;
 }
 
 }  // namespace qk::md

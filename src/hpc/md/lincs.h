@@ -44,6 +44,8 @@ class Lincs {
   // simulation is unstable); the positions are then not trustworthy.
   // GROMACS's "Constr. rmsd": the root mean square of |r_ij| / d_ij - 1 over the constraints at x.
   double rms_deviation(const RectBox& box, const std::vector<Vec3>& x) const;
+  // The sum of the squared relative deviations (rms_deviation's, before its mean and root).
+  double squared_deviations(const RectBox& box, const std::vector<Vec3>& x) const;
   [[nodiscard]] bool apply(const RectBox& box, const std::vector<Vec3>& x, std::vector<Vec3>* xprime,
                            std::vector<Vec3>* v, double invdt, Mat3* r_m_dx) const;
 

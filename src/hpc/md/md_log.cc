@@ -181,6 +181,7 @@ void write_time_accounting(std::ostream& out, const RunResult& r, int threads) {
     const char* name;
     int64_t calls;
     double seconds;
+    bool domains_only = false;
   };
   const Row rows[] = {
       {"Pair list build", r.pair_list_builds, ft.list_build},
@@ -188,6 +189,8 @@ void write_time_accounting(std::ostream& out, const RunResult& r, int threads) {
       {"Nonbonded force", steps, ft.nonbonded},
       {"PME mesh", ft.pme > 0 ? steps : 0, ft.pme},
       {"Other forces", steps, ft.other},
+      {"Domain decomp.", r.decomposition.rfind("domain", 0) == 0 ? steps : 0, r.decomposition_seconds, true},
+      {"Comm. coord./force", ft.communication > 0 ? steps : 0, ft.communication, true},
       {"Update", steps, r.update_seconds},
       {"Constraints", steps, r.constraint_seconds},
       {"Write output", steps, r.output_seconds},
@@ -202,6 +205,7 @@ void write_time_accounting(std::ostream& out, const RunResult& r, int threads) {
   std::snprintf(buf, sizeof buf, " %-20s%8s%12s%14s%10s\n", "", "Threads", "Count", "(s)", "%");
   out << buf << rule;
   for (const Row& row : rows) {
+    if (row.domains_only && row.calls == 0) continue;  // not a run over domains
     if (row.calls > 0)
       std::snprintf(buf, sizeof buf, " %-20s%8d%12lld%14.3f%10.1f\n", row.name, threads,
                     static_cast<long long>(row.calls), row.seconds, 100 * row.seconds / total);

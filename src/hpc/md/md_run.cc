@@ -22,10 +22,12 @@
 #include "qk/hpc/md/trr.h"
 #include "qk/hpc/md/xtc.h"
 #include "c_rescale.h"
+#include "domain_decomposition.h"
 #include "index_groups.h"
 #include "lincs.h"
 #include "md_checkpoint.h"
 #include "position_restraints.h"
+#include "run_atoms.h"
 #include "settle.h"
 #include "tc_groups.h"
 #include "verlet_buffer.h"
@@ -56,16 +58,60 @@ Mat3 kinetic_tensor(const std::vector<Vec3>& v, const std::vector<double>& mass,
 }
 double trace(const Mat3& m) { return m[0][0] + m[1][1] + m[2][2]; }
 
-void remove_com_velocity(std::vector<Vec3>* v, const std::vector<double>& mass) {
-  Vec3 p{0, 0, 0};
-  double m = 0;
+// atoms: the run's (a domain's home atoms: the momentum and mass summed over the ranks).
+void remove_com_velocity(std::vector<Vec3>* v, const std::vector<double>& mass, const RunAtoms* atoms = nullptr) {
+  double pm[4] = {0, 0, 0, 0};  // momentum, mass
   for (size_t i = 0; i < v->size(); ++i) {
-    for (int d = 0; d < 3; ++d) p[d] += mass[i] * (*v)[i][d];
-    m += mass[i];
+    for (int d = 0; d < 3; ++d) pm[d] += mass[i] * (*v)[i][d];
+    pm[3] += mass[i];
   }
+  if (atoms) atoms->sum(pm, 4);
   for (Vec3& vi : *v)
-    for (int d = 0; d < 3; ++d) vi[d] -= p[d] / m;
+    for (int d = 0; d < 3; ++d) vi[d] -= pm[d] / pm[3];
 }
+
+// A seed every rank agrees on: `seed` where it is one (>= 0), else rank 0's draw.
+int64_t agreed_seed(int64_t seed, const ForceShare& share) {
+  if (seed >= 0) return seed;
+  double drawn = share.rank == 0 ? static_cast<double>(std::random_device{}()) : 0.0;
+  if (share.size > 1) share.allreduce_sum(&drawn, 1);  // a 32-bit draw is exact in a double
+  return static_cast<int64_t>(drawn);
+}
+
+}  // namespace
+
+// Why this run cannot be decomposed into domains over opt.share's ranks ("" when it can).
+static std::string domains_refused(const Topology& top, const MdpOptions& mdp, const GroFile& conf,
+                                   const RunOptions& opt, const PairListSetup& lists) {
+  if (opt.decomposition == RunOptions::Decomposition::kForces) return "asked for";
+  if (mdp.integrator != Integrator::kMd) return "a minimization";
+  if (!opt.share.exchange) return "the ranks' share has no exchange between neighbours";
+  if (lists.exact) return "the pair list is exact (verlet-buffer-tolerance = -1), not on fixed intervals";
+  if (opt.nonbonded != MdDevice::kCpu || opt.pme != MdDevice::kCpu) return "the forces run on a GPU";
+  if (!top.posres.empty()) return "the topology has position restraints";
+  if (!top.vsites3.empty()) return "the topology has virtual sites";
+  std::vector<Vec3> x(conf.atoms.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = conf.atoms[i].x;
+  return DomainDecomposition::why_not(top, x, conf.box, lists.rlist_outer, opt.share.size);
+}
+
+static std::string describe_decomposition(const RunOptions& opt, const Vec3& box, const std::string& refused) {
+  if (opt.share.size <= 1) return {};
+  if (!refused.empty()) return "force decomposition (every rank holds every atom): " + refused;
+  char line[256];
+  std::snprintf(line, sizeof line, "domain decomposition: %d slabs along x of %.3f nm, each with a halo from the next",
+                opt.share.size, box[0] / opt.share.size);
+  return line;
+}
+
+std::string describe_decomposition(const Topology& top, const MdpOptions& mdp, const GroFile& conf,
+                                   const RunOptions& opt) {
+  if (opt.share.size <= 1) return {};
+  return describe_decomposition(opt, conf.box,
+                                domains_refused(top, mdp, conf, opt, pair_list_setup(top, mdp, conf)));
+}
+
+namespace {
 
 // Maxwell-Boltzmann velocities at temperature t, scaled to exactly t over 3 degrees of freedom per atom
 // (GROMACS's low_mspeed: constraining them afterwards removes their share of the constrained directions).
@@ -147,13 +193,24 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   ff.set_nonbonded_device(opt.nonbonded);
   ff.set_pme_device(opt.pme);
   const std::optional<PositionRestraints> posres = position_restraints(top, mdp, conf, opt);
-  SettleConstraints settle(top);
-  const Lincs lincs(top, constraints);
+  RunResult result;
+  // Several ranks: domains (each integrating its own atoms) where they can be, else the forces shared out.
+  std::unique_ptr<DomainDecomposition> dd;
+  if (opt.share.size > 1) {
+    const std::string refused = domains_refused(top, mdp, conf, opt, lists);
+    QK_CHECK(opt.decomposition != RunOptions::Decomposition::kDomains || refused.empty(),
+             "domain decomposition over ", opt.share.size, " ranks: ", refused,
+             " (use force decomposition, or fewer ranks)");
+    if (refused.empty()) dd = std::make_unique<DomainDecomposition>(top, opt.share);
+    result.decomposition = describe_decomposition(opt, conf.box, refused);
+  }
+  // The atoms this rank integrates (all of them until the domains are made, below).
+  RunAtoms atoms(top, constraints, tc.group_of_atom);
   // Both act on their own atoms; a step that either cannot solve stops the run.
   auto constrain = [&](const std::vector<Vec3>& ref, std::vector<Vec3>* xp, std::vector<Vec3>* vel, double invdt,
                        Mat3* r_m_dx, const std::string& where) {
-    require_settled(settle.apply(box, ref, xp, vel, invdt, r_m_dx), where);
-    QK_CHECK(lincs.apply(box, ref, xp, vel, invdt, r_m_dx), "LINCS could not constrain a bond at ", where,
+    require_settled(atoms.settle().apply(box, ref, xp, vel, invdt, r_m_dx), where);
+    QK_CHECK(atoms.lincs().apply(box, ref, xp, vel, invdt, r_m_dx), "LINCS could not constrain a bond at ", where,
              ": it rotated too far in one step (the simulation is unstable: check the time step and the start "
              "structure)");
   };
@@ -174,10 +231,10 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     x = resumed->x;
     v = resumed->v;
   } else if (mdp.gen_vel && !mdp.continuation) {
-    generate_velocities(&v, top.mass, mdp.gen_temp, mdp.gen_seed, com_removal);
+    generate_velocities(&v, top.mass, mdp.gen_temp, agreed_seed(mdp.gen_seed, opt.share), com_removal);
   }
   if (com_removal && !resumed) remove_com_velocity(&v, top.mass);
-  if (!resumed && !mdp.continuation && (!settle.empty() || !lincs.empty())) {
+  if (!resumed && !mdp.continuation && (!atoms.settle().empty() || !atoms.lincs().empty())) {
     // GROMACS's do_constrain_first: x onto the constraints, then v(-dt/2) consistent with x(-dt).
     std::vector<Vec3> x0 = x;
     constrain(x0, &x, nullptr, 0, nullptr, "the start structure");
@@ -195,7 +252,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   std::vector<std::unique_ptr<VRescale>> thermostats(ngroups);
   int coupled_groups = 0;
   if (mdp.tcoupl == Thermostat::kVRescale) {
-    const int64_t seed = mdp.gen_seed >= 0 ? mdp.gen_seed + 1 : static_cast<int64_t>(std::random_device{}());
+    const int64_t seed = mdp.gen_seed >= 0 ? mdp.gen_seed + 1 : agreed_seed(-1, opt.share);
     for (int g = 0; g < ngroups; ++g)
       if (tc.tau_t[g] > 0) {
         thermostats[g] = std::make_unique<VRescale>(tc.ref_t[g], tc.tau_t[g], dt * nsttcouple, tc.ndf[g],
@@ -218,8 +275,6 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       if (t) s += t->integral();
     return s;
   };
-  std::vector<double> inv_mass(n);
-  for (int i = 0; i < n; ++i) inv_mass[i] = top.mass[i] > 0 ? 1 / top.mass[i] : 0;
 
   // Trajectories: a resumed run cuts each back to its size at the checkpoint and appends.
   auto kept = [&](int64_t bytes) {
@@ -246,11 +301,9 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   // C-rescale: every nstpcouple steps, from that step's pressure (its virial is computed then too).
   const bool barostat = mdp.pcoupl == Barostat::kCRescale;
   const int nstpcouple = mdp.nstpcouple > 0 ? mdp.nstpcouple : 10;  // GROMACS's default
-  const uint64_t barostat_seed =
-      mdp.ld_seed >= 0 ? static_cast<uint64_t>(mdp.ld_seed) : static_cast<uint64_t>(std::random_device{}());
+  const uint64_t barostat_seed = static_cast<uint64_t>(barostat ? agreed_seed(mdp.ld_seed, opt.share) : 0);
   double baros_integral = resumed ? resumed->baros_integral : 0;  // the barostat's work, for the conserved energy
   std::vector<EdrTerm> edr_names;  // the terms summed, for md.log's averages
-  RunResult result;
   // The kinetic energy at t - dt/2: the tensor and per T-coupling group.
   std::vector<double> group_half_step_old(ngroups), group_half_step_new(ngroups);
   Mat3 half_step_old = kinetic_tensor(v, top.mass, &tc.group_of_atom, &group_half_step_old);
@@ -258,6 +311,20 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     half_step_old = resumed->half_step_kinetic;
     group_half_step_old = resumed->half_step_group_kinetic;
   }
+  // Domains: made now from every atom's start (the same on every rank), anew at every pair-list build.
+  auto partition = [&](const std::vector<Vec3>& all_x, const std::vector<Vec3>& all_v) {
+    dd->partition(all_x, box.length, lists.rlist_outer);
+    atoms.take_home(dd.get());
+    x = dd->home_positions();
+    v = atoms.mine(all_v);
+    xnew.resize(x.size());
+    vnew.resize(x.size());
+  };
+  if (dd) {
+    partition(x, v);
+    ff.set_domains(dd.get());
+  }
+  bool checkpoint_due = false;  // domains: a checkpoint waiting for the next pair-list step
   std::vector<double> lambda(ngroups);  // this step's V-rescale factor per group
   const int64_t first_step = resumed ? resumed->step : 0;
   const auto start = std::chrono::steady_clock::now();
@@ -277,17 +344,34 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     lap(&ignored);  // com removal and the swaps: rest, computed at the end
     // A checkpoint holds the state at the start of a step: every checkpoint_every_steps steps or
     // checkpoint_every_minutes, and before the last step (whose outputs a resumed run writes again).
+    // With domains every rank gathers the state for it, so they agree on when: at the next pair-list step.
+    const bool list_step = step % lists.nstlist == 0;
     if (!opt.checkpoint_dir.empty() && step > first_step) {
       const double minutes =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count() / 60;
-      if ((opt.checkpoint_every_steps > 0 && step % opt.checkpoint_every_steps == 0) ||
-          (opt.checkpoint_every_minutes > 0 && minutes >= opt.checkpoint_every_minutes) || step == nsteps) {
+      checkpoint_due |= (opt.checkpoint_every_steps > 0 && step % opt.checkpoint_every_steps == 0) ||
+                        (opt.checkpoint_every_minutes > 0 && minutes >= opt.checkpoint_every_minutes) ||
+                        step == nsteps;
+    }
+    bool checkpoint_now = checkpoint_due;
+    if (dd) {
+      checkpoint_now = false;
+      if (step > first_step && (list_step || step == nsteps)) {
+        double due = checkpoint_due ? 1 : 0;
+        atoms.sum(&due, 1);
+        checkpoint_now = due > 0;
+      }
+    }
+    if (checkpoint_now) {
+      checkpoint_due = false;
+      const std::vector<Vec3> all_x = atoms.everyone(x), all_v = atoms.everyone(v);
+      if (!opt.checkpoint_dir.empty()) {
         MdCheckpoint c;
         c.step = step;
         c.time = mdp.tinit + step * dt;
         c.box = box.length;
-        c.x = x;
-        c.v = v;
+        c.x = all_x;
+        c.v = all_v;
         c.half_step_kinetic = half_step_old;
         c.half_step_group_kinetic = group_half_step_old;
         c.baros_integral = baros_integral;
@@ -304,6 +388,11 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         save_md_checkpoint(opt.checkpoint_dir, c);
         last_checkpoint = std::chrono::steady_clock::now();
       }
+    }
+    lap(&result.output_seconds);
+    if (dd && list_step && step > first_step) {  // new domains, as the pair list is built anew
+      partition(atoms.everyone(x), atoms.everyone(v));
+      lap(&result.decomposition_seconds);
     }
     fault::point("md_step", step);  // crash tests: QK_FAULT_KILL=md_step:0:STEP (qk/base/fault.h)
     if (opt.progress && step > first_step) {
@@ -330,25 +419,26 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     lap(&result.output_seconds);  // checkpoints and progress
     PotentialTerms pot = ff.compute(x, &f, calc_step, step);  // forces only on steps that compute no energies
     if (posres) pot.posres = posres->apply(x, box, &f, &pot.virial);
-    spread_virtual_site_forces(top, &f);
+    spread_virtual_site_forces(atoms.top(), &f);
     lap(&ignored);                                        // ff.times() has the parts
-    if (trajectory && (at(mdp.nstxout, step) || at(mdp.nstvout, step) || at(mdp.nstfout, step))) {
+    // Frames hold every atom: with domains every rank gathers on the steps the mdp writes them.
+    if ((trajectory || dd) && (at(mdp.nstxout, step) || at(mdp.nstvout, step) || at(mdp.nstfout, step))) {
       TrrFrame fr;
       fr.step = step;
       fr.time = mdp.tinit + step * dt;
       for (int d = 0; d < 3; ++d) fr.box[d][d] = box.length[d];
-      if (at(mdp.nstxout, step)) fr.x = x;
-      if (at(mdp.nstvout, step)) fr.v = v;
-      if (at(mdp.nstfout, step)) fr.f = f;
-      trajectory->write(fr);
+      if (at(mdp.nstxout, step)) fr.x = atoms.everyone(x);
+      if (at(mdp.nstvout, step)) fr.v = atoms.everyone(v);
+      if (at(mdp.nstfout, step)) fr.f = atoms.everyone(f);
+      if (trajectory) trajectory->write(fr);
     }
-    if (compressed && at(mdp.nstxout_compressed, step)) {
+    if ((compressed || dd) && at(mdp.nstxout_compressed, step)) {
       XtcFrame fr;
       fr.step = step;
       fr.time = mdp.tinit + step * dt;
       for (int d = 0; d < 3; ++d) fr.box[d][d] = box.length[d];
-      fr.x = x;
-      compressed->write(fr);
+      fr.x = atoms.everyone(x);
+      if (compressed) compressed->write(fr);
     }
     lap(&result.output_seconds);
     // GROMACS couples on steps where (step + nsttcouple - 1) is a multiple of nsttcouple, from the last half-step KE.
@@ -356,10 +446,13 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     if (coupled_groups > 0 && (nsttcouple == 1 || (step + nsttcouple - 1) % nsttcouple == 0))
       for (int g = 0; g < ngroups; ++g)
         if (thermostats[g]) lambda[g] = thermostats[g]->lambda(group_half_step_old[g]);
-    qk::parallel_for(0, n, 16384, [&](int64_t lo, int64_t hi) {  // threads only where they pay
+    const std::vector<int>& group_of_atom = atoms.group_of_atom();
+    const std::vector<double>& inv_mass = atoms.inv_mass();
+    const int64_t nmine = static_cast<int64_t>(x.size());
+    qk::parallel_for(0, nmine, 16384, [&](int64_t lo, int64_t hi) {  // threads only where they pay
       for (int64_t i = lo; i < hi; ++i)
         for (int d = 0; d < 3; ++d) {
-          vnew[i][d] = lambda[tc.group_of_atom[i]] * v[i][d] + f[i][d] * inv_mass[i] * dt;
+          vnew[i][d] = lambda[group_of_atom[i]] * v[i][d] + f[i][d] * inv_mass[i] * dt;
           xnew[i][d] = x[i][d] + vnew[i][d] * dt;
         }
     });
@@ -371,8 +464,26 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
       virtual_site_velocities(top, box, x, xnew, dt, &vnew);
     }
     lap(&result.constraint_seconds);
-    const Mat3 half_step_new = kinetic_tensor(vnew, top.mass, &tc.group_of_atom, &group_half_step_new);
+    Mat3 half_step_new = kinetic_tensor(vnew, atoms.top().mass, &group_of_atom, &group_half_step_new);
+    // LINCS's deviation (md.log's Constr. rmsd), before any pressure scaling.
+    double constraint_deviation = calc_step ? atoms.lincs().squared_deviations(box, xnew) : 0;
     lap(&result.update_seconds);
+    if (dd) {  // the kinetic energies, the constraint virial and deviation over every rank's atoms
+      std::vector<double> sums;
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) sums.insert(sums.end(), {half_step_new[a][b], r_m_dx[a][b]});
+      sums.insert(sums.end(), group_half_step_new.begin(), group_half_step_new.end());
+      sums.push_back(constraint_deviation);
+      atoms.sum(sums.data(), static_cast<int64_t>(sums.size()));
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) {
+          half_step_new[a][b] = sums[2 * (3 * a + b)];
+          r_m_dx[a][b] = sums[2 * (3 * a + b) + 1];
+        }
+      std::copy(sums.begin() + 18, sums.begin() + 18 + ngroups, group_half_step_new.begin());
+      constraint_deviation = sums.back();
+      lap(&result.decomposition_seconds);
+    }
     if (calc_step) {
       EnergyFrame e;
       e.step = step;
@@ -400,7 +511,8 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         for (int b = 0; b < 3; ++b) e.pressure_tensor[a][b] = fac * (ekin[a][b] - virial[a][b]);
       e.pressure = trace(e.pressure_tensor) / 3;
       e.box = box.length;
-      if (!lincs.empty()) e.constr_rmsd = lincs.rms_deviation(box, xnew);  // before any pressure scaling
+      if (!constraints.empty())
+        e.constr_rmsd = std::sqrt(constraint_deviation / static_cast<double>(constraints.size()));
       if (pcouple_step) {
         // C-rescale scales x(t + dt), v(t + dt/2) and the box from this step's pressure (the kinetic energy
         // of this half step was taken before, as mdrun's).
@@ -408,7 +520,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
         const double mu = c_rescale_factor(mdp, nstpcouple * dt, e.pressure, box.volume(), kt, barostat_seed, step);
         for (int d = 0; d < 3; ++d)  // the work on the system: the force and constraint virial, no dispersion
           baros_integral -= 2 * (mu - 1) * (virial[d][d] - pot.disp_corr_virial);
-        for (int i = 0; i < n; ++i)
+        for (int64_t i = 0; i < nmine; ++i)
           for (int d = 0; d < 3; ++d) {
             xnew[i][d] *= mu;
             vnew[i][d] /= mu;
@@ -439,11 +551,12 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     }
     lap(&result.output_seconds);
     if (step == nsteps) {
-      result.final_conf = conf_with(conf, x, &v);  // as mdrun's confout: x(t), v(t - dt/2)
+      const std::vector<Vec3> all_v = atoms.everyone(v);
+      result.final_conf = conf_with(conf, atoms.everyone(x), &all_v);  // as mdrun's confout: x(t), v(t - dt/2)
       result.final_conf.box = box_of_x;
       break;
     }
-    if (com_removal && step % mdp.nstcomm == 0) remove_com_velocity(&vnew, top.mass);
+    if (com_removal && step % mdp.nstcomm == 0) remove_com_velocity(&vnew, atoms.top().mass, &atoms);
     std::swap(x, xnew);
     std::swap(v, vnew);
     half_step_old = half_step_new;
@@ -461,7 +574,8 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     const ForceTimes& ft = result.force_times;
     result.rest_seconds = std::max(0.0, result.wall_seconds - (ft.list_build + ft.list_prune + ft.nonbonded + ft.pme +
                                                                 ft.other + result.update_seconds +
-                                                                result.constraint_seconds + result.output_seconds));
+                                                                result.constraint_seconds + result.output_seconds +
+                                                                result.decomposition_seconds + ft.communication));
   }
   const double ns = static_cast<double>(nsteps - first_step) * dt / 1000.0;
   if (result.wall_seconds > 0 && ns > 0) {

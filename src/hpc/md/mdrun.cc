@@ -94,13 +94,19 @@ MdrunArgs parse_mdrun_args(const std::vector<std::string>& argv) {
     } else if (opt == "-nb" || opt == "-pme") {
       QK_CHECK(value == "cpu" || value == "gpu", opt, ": expected cpu or gpu, got '", value, "'");
       (opt == "-nb" ? a.nonbonded : a.pme) = value == "gpu" ? MdDevice::kGpu : MdDevice::kCpu;
+    } else if (opt == "-decomp") {
+      QK_CHECK(value == "auto" || value == "domains" || value == "forces",
+               "-decomp: expected auto, domains or forces, got '", value, "'");
+      a.decomposition = value == "domains"  ? RunOptions::Decomposition::kDomains
+                        : value == "forces" ? RunOptions::Decomposition::kForces
+                                            : RunOptions::Decomposition::kAuto;
     } else if (opt == "-nt") {
       long long nt = integer("a thread count");
       QK_CHECK(nt >= 0 && nt <= 4096, "-nt must be 0..4096, got ", nt);
       a.threads = static_cast<int>(nt);
     } else {
       QK_THROW(ValueError, "unknown option '", opt,
-               "' (qk md reads -f -c -p -n -r -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -nb -pme -double; qk md -h explains them)");
+               "' (qk md reads -f -c -p -n -r -deffnm -g -e -o -trr -x -cpo -cpi -cpt -nsteps -nt -nb -pme -decomp -double; qk md -h explains them)");
     }
   }
   if (!deffnm.empty())
@@ -147,9 +153,12 @@ std::string mdrun_help(const std::string& program) {
          "                precision, short-range pair forces in float)\n"
          "\n"
          "Over several processes: qk run --nproc-per-node N -- " + program + " ... (or mpirun with\n"
-         "MASTER_ADDR and MASTER_PORT set):\n"
-         "every rank holds all atoms and computes a share of the forces, summed each step; the\n"
-         "first rank writes the files (-nt: threads per rank).\n";
+         "MASTER_ADDR and MASTER_PORT set; -nt: threads per rank; the first rank writes the files):\n"
+         "  -decomp auto|domains|forces  domains: each rank owns a slab of the box along x, its\n"
+         "                molecules and a halo from the next (MD on the CPU with a Verlet buffer;\n"
+         "                slabs at least the pair-list radius wide); forces: every rank holds all\n"
+         "                atoms and computes a share of the forces, summed each step; auto: domains\n"
+         "                where they can be, else forces (the log says which and why) [auto]\n";
 }
 
 RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& share) {
@@ -201,9 +210,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
                   conf.box[2], args.mdp.c_str(), args.conf.c_str(), args.top.c_str(),
                   mdp.integrator == Integrator::kMd ? "md (leap-frog)" : "steep",
                   static_cast<long long>(args.nsteps >= 0 ? args.nsteps : mdp.nsteps), mdp.dt, num_threads(),
-                  share.size > 1 ? (" on each of " + std::to_string(share.size) +
-                                    " ranks (forces shared out, every rank holding all atoms)").c_str()
-                                 : "",
+                  share.size > 1 ? (" on each of " + std::to_string(share.size) + " ranks").c_str() : "",
                   args.precision == Precision::kDouble ? "double" : "mixed",
                   probe.cutoff(), mdp.coulomb_type == CoulombType::kPme ? "PME" : "reaction-field");
     std::string header = buf;
@@ -213,6 +220,12 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
       header += buf;
     }
     header += "\n" + describe_pair_lists(pair_list_setup(top, mdp, conf), mdp);
+    if (share.size > 1) {
+      RunOptions plan;
+      plan.share = share;
+      plan.decomposition = args.decomposition;
+      header += "  " + describe_decomposition(top, mdp, conf, plan) + "\n";
+    }
     if (args.nonbonded != MdDevice::kCpu) {
       probe.set_nonbonded_device(args.nonbonded);
       header += "  short-range pair forces on " + probe.nonbonded_device_name() + " (-nb gpu, single precision)\n";
@@ -269,6 +282,7 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
   opt.precision = args.precision;
   opt.nonbonded = args.nonbonded;
   opt.pme = args.pme;
+  opt.decomposition = args.decomposition;
   opt.index_file = args.index;
   std::optional<GroFile> reference;
   if (!args.restraint.empty()) {

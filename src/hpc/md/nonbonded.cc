@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "qk/base/error.h"
 #include "qk/base/thread_pool.h"
 #include "qk/hpc/md/units.h"
 
@@ -133,7 +134,7 @@ struct ChunkSums {
 }  // namespace
 
 struct NonbondedKernel::Impl {
-  const Topology& top;
+  const Topology* topology;  // set_topology may swap it
   NonbondedParams p;
   bool single;
   EwaldPolynomial poly;    // the float kernel's Ewald correction
@@ -155,7 +156,20 @@ struct NonbondedKernel::Impl {
   Data<float> d32;
 
   Impl(const Topology& t, const NonbondedParams& params, bool single_precision)
-      : top(t), p(params), single(single_precision), ntypes(t.num_types()) {
+      : p(params), single(single_precision) {
+    if (single && p.ewald) poly = EwaldPolynomial(p.beta, p.rc);
+    set_types(t);
+  }
+
+  // The topology and its type tables.
+  void set_types(const Topology& top) {
+    topology = &top;
+    ntypes = top.num_types();
+    list_build = -1;  // the slots' charges and types anew at the next call
+    d64.c6.clear();
+    d64.c12.clear();
+    d32.c6.clear();
+    d32.c12.clear();
     // 6 c6 and 12 c12 (GROMACS's nbfp scaling): the force needs no further factors.
     for (size_t k = 0; k < top.pair_c6.size(); ++k) {
       d64.c6.push_back(6 * top.pair_c6[k]);
@@ -163,7 +177,6 @@ struct NonbondedKernel::Impl {
       d32.c6.push_back(static_cast<float>(6 * top.pair_c6[k]));
       d32.c12.push_back(static_cast<float>(12 * top.pair_c12[k]));
     }
-    if (single && p.ewald) poly = EwaldPolynomial(p.beta, p.rc);
     // GROMACS's geometric-combination kernels take per-atom parameters instead of a table lookup per pair.
     geometric = true;
     for (int a = 0; a < ntypes && geometric; ++a)
@@ -372,6 +385,7 @@ NonbondedEnergies NonbondedKernel::Impl::run(Data<Real>& d, const PairList& list
   const size_t nslots = slot_atom.size(), nlanes = static_cast<size_t>(nclusters) * kP;
   if (list.build_count() != list_build) {  // new cluster order: charges and types per slot
     list_build = list.build_count();
+    const Topology& top = *topology;
     d.q.assign(nlanes, 0);
     d.t.assign(nlanes, 0);
     d.s6.assign(nlanes, 0);
@@ -482,6 +496,8 @@ NonbondedEnergies NonbondedKernel::Impl::run(Data<Real>& d, const PairList& list
 NonbondedKernel::NonbondedKernel(const Topology& top, const NonbondedParams& p, bool single_precision)
     : impl_(std::make_unique<Impl>(top, p, single_precision)) {}
 NonbondedKernel::~NonbondedKernel() = default;
+
+void NonbondedKernel::set_topology(const Topology& top) { impl_->set_types(top); }
 
 NonbondedEnergies NonbondedKernel::compute(const PairList& list, const std::vector<Vec3>& x, bool energies,
                                            std::vector<Vec3>* f, EntryRange range) {

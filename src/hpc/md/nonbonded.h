@@ -70,6 +70,8 @@ class NonbondedKernel {
   // those entries' interactions.
   NonbondedEnergies compute(const PairList& list, const std::vector<Vec3>& x, bool energies, std::vector<Vec3>* f,
                             EntryRange range = {});
+  // Another topology (a domain's atoms, anew at each partition) from now on; the float kernel's Ewald fit stays.
+  void set_topology(const Topology& top);
 
  private:
   struct Impl;

@@ -36,10 +36,25 @@ Topology select_atoms(const Topology& top, const std::vector<int>& atoms, const 
   sub.gen_pairs = top.gen_pairs;
   sub.fudge_lj = top.fudge_lj;
   sub.fudge_qq = top.fudge_qq;
-  sub.atom_types = top.atom_types;
-  sub.pair_c6 = top.pair_c6;
-  sub.pair_c12 = top.pair_c12;
+  // Only the atom types these atoms have (a force field defines hundreds, and the pair tables go as their
+  // square), renumbered in order of first use.
   const size_t n = atoms.size();
+  std::vector<int> new_type(top.atom_types.size(), -1), old_type;
+  for (int a : atoms)
+    if (new_type[top.type[a]] < 0) {
+      new_type[top.type[a]] = static_cast<int>(old_type.size());
+      old_type.push_back(top.type[a]);
+    }
+  const size_t nt = old_type.size();
+  sub.pair_c6.resize(nt * nt);
+  sub.pair_c12.resize(nt * nt);
+  for (size_t i = 0; i < nt; ++i) {
+    sub.atom_types.push_back(top.atom_types[old_type[i]]);
+    for (size_t j = 0; j < nt; ++j) {
+      sub.pair_c6[i * nt + j] = top.c6(old_type[i], old_type[j]);
+      sub.pair_c12[i * nt + j] = top.c12(old_type[i], old_type[j]);
+    }
+  }
   sub.type.resize(n);
   sub.charge.resize(n);
   sub.mass.resize(n);
@@ -49,7 +64,7 @@ Topology select_atoms(const Topology& top, const std::vector<int>& atoms, const 
   sub.exclusions.resize(n);
   for (size_t k = 0; k < n; ++k) {
     const int a = atoms[k];
-    sub.type[k] = top.type[a];
+    sub.type[k] = new_type[top.type[a]];
     sub.charge[k] = top.charge[a];
     sub.mass[k] = top.mass[a];
     sub.atom_name[k] = top.atom_name[a];

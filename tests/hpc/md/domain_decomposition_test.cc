@@ -16,6 +16,7 @@
 #include "qk/base/error.h"
 #include "qk/base/file_io.h"
 #include "qk/hpc/md/forces.h"
+#include "qk/hpc/md/md.h"
 #include "reference_energies.h"
 
 namespace {
@@ -234,6 +235,100 @@ TEST(DomainDecomposition, SaysWhenTheSlabsAreTooThin) {
   qk::md::ForceCalculator exact(two.top, two.mdp, two.conf.box);
   exact.set_share(comm.share(0));
   EXPECT_THROW(exact.set_domains(&dd), qk::Error);
+}
+
+// An MD run: 30 steps of V-rescale NVT from generated velocities (the seed unset on purpose: the ranks must
+// agree on rank 0's), energies every 10.
+qk::md::MdpOptions md_mdp(qk::md::MdpOptions mdp) {
+  mdp.nsteps = 30;
+  mdp.nstenergy = 10;
+  mdp.nstcalcenergy = 10;
+  mdp.tcoupl = qk::md::Thermostat::kVRescale;
+  mdp.ref_t = {300};
+  mdp.gen_vel = true;
+  mdp.gen_temp = 300;
+  mdp.verlet_buffer_tolerance = 1e-9;
+  return mdp;
+}
+
+// md::run over `ranks` thread-ranks (domains or, with kForces, the forces shared out) against one rank.
+void expect_run_over_ranks_equals_alone(const Tiled& sys, int ranks, qk::md::RunOptions::Decomposition how,
+                                        const std::string& expect_decomposition) {
+  SCOPED_TRACE(std::to_string(ranks) + " ranks");
+  qk::md::MdpOptions mdp = md_mdp(sys.mdp);
+  mdp.gen_seed = 11;  // the lone run's velocities must be theirs; the ranks are given the seed below
+  qk::md::RunOptions alone_opt;
+  alone_opt.precision = qk::md::Precision::kDouble;
+  const qk::md::RunResult alone = qk::md::run(sys.top, mdp, sys.conf, alone_opt);
+  ThreadComm comm(ranks);
+  std::vector<qk::md::RunResult> got(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        qk::md::RunOptions opt;
+        opt.precision = qk::md::Precision::kDouble;
+        opt.share = comm.share(r);
+        opt.decomposition = how;
+        got[r] = qk::md::run(sys.top, mdp, sys.conf, opt);
+      } catch (const std::exception& ex) {
+        ADD_FAILURE() << "rank " << r << ": " << ex.what();
+        std::abort();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(alone.frames.size(), 4u);
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_NE(got[r].decomposition.find(expect_decomposition), std::string::npos) << got[r].decomposition;
+    ASSERT_EQ(got[r].frames.size(), alone.frames.size());
+    for (size_t k = 0; k < alone.frames.size(); ++k) {
+      const qk::md::EnergyFrame &a = alone.frames[k], &b = got[r].frames[k];
+      const double tol = 1e-8 * std::abs(a.potential.potential());
+      EXPECT_NEAR(b.potential.potential(), a.potential.potential(), tol) << "rank " << r << " step " << a.step;
+      EXPECT_NEAR(b.kinetic, a.kinetic, tol) << "rank " << r << " step " << a.step;
+      EXPECT_NEAR(b.pressure, a.pressure, 1e-6 * std::abs(a.pressure) + 1e-6) << "rank " << r << " step " << a.step;
+      EXPECT_EQ(b.group_lambda, got[0].frames[k].group_lambda) << "rank " << r << ": the thermostat differs";
+      if (a.constr_rmsd) {
+        ASSERT_TRUE(b.constr_rmsd.has_value());
+        EXPECT_NEAR(*b.constr_rmsd, *a.constr_rmsd, 1e-6 * *a.constr_rmsd + 1e-12) << "rank " << r;
+      }
+    }
+    // The final structure holds every atom, gathered, on every rank.
+    ASSERT_EQ(got[r].final_conf.atoms.size(), alone.final_conf.atoms.size());
+    const qk::md::RectBox box(sys.conf.box);
+    double worst = 0;
+    for (size_t i = 0; i < alone.final_conf.atoms.size(); ++i) {
+      const Vec3 d = box.delta(got[r].final_conf.atoms[i].x, alone.final_conf.atoms[i].x);
+      worst = std::max({worst, std::abs(d[0]), std::abs(d[1]), std::abs(d[2])});
+      EXPECT_EQ(got[r].final_conf.atoms[i].x, got[0].final_conf.atoms[i].x) << "rank " << r << " atom " << i;
+    }
+    EXPECT_LT(worst, 1e-8) << "rank " << r;
+  }
+}
+
+TEST(DomainDecomposition, AnMdRunOverDomainsFollowsTheOneRankRun) {
+  const Tiled water("water_pme", 2);  // SETTLE water, PME
+  expect_run_over_ranks_equals_alone(water, 2, qk::md::RunOptions::Decomposition::kAuto, "domain decomposition: 2 slabs");
+  const Tiled peptide("peptide_water", 3);  // LINCS h-bonds, bonded terms, ions
+  expect_run_over_ranks_equals_alone(peptide, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition");
+}
+
+TEST(DomainDecomposition, RunsThatCannotUseDomainsShareTheForcesAndSayWhy) {
+  const Tiled water("water_pme", 1);  // too thin for two slabs
+  expect_run_over_ranks_equals_alone(water, 2, qk::md::RunOptions::Decomposition::kAuto,
+                                     "force decomposition (every rank holds every atom): 2 slabs of a 2.500 nm box");
+  // Asked for domains where they cannot be: an error naming why, on every rank.
+  ThreadComm comm(1);
+  qk::md::RunOptions opt;
+  opt.share = {.rank = 0, .size = 2, .allreduce_sum = [](double*, int64_t) {}, .broadcast_first = {},
+               .exchange = [](int, const double*, int64_t, int, double*, int64_t) {}};
+  opt.decomposition = qk::md::RunOptions::Decomposition::kDomains;
+  try {
+    qk::md::run(water.top, md_mdp(water.mdp), water.conf, opt);
+    ADD_FAILURE() << "no error";
+  } catch (const qk::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("domain decomposition over 2 ranks: 2 slabs"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -87,6 +87,14 @@ struct RunOptions {
   // Several processes computing the forces together (forces.h's ForceShare; size 1: this one alone). Every
   // rank runs the same steps on the same totals; give the outputs (log, files, checkpoints) to one rank only.
   ForceShare share;
+  // How several ranks share an MD run. kDomains: each owns a slab of the box (domain_decomposition.h in
+  // src/hpc/md: its molecules, integrated there, and a halo from its neighbour), which needs the share's
+  // exchange, fixed-interval pair lists (a verlet-buffer-tolerance), the CPU kernels, no position restraints or
+  // virtual sites, and slabs at least the list radius wide; kForces: every rank holds every atom and the forces
+  // are summed (ForceShare); kAuto: domains where they can be, else forces (RunResult::decomposition says which
+  // and why). Checkpoints with domains are taken at the next pair-list step after they fall due.
+  enum class Decomposition { kAuto, kDomains, kForces };
+  Decomposition decomposition = Decomposition::kAuto;
   // Where the pair list's interactions run (forces.h; mdrun's -nb): the CPU, or a GPU beside it.
   MdDevice nonbonded = MdDevice::kCpu;
   // Where PME runs (forces.h; mdrun's -pme): the CPU, or a GPU (one rank).
@@ -113,6 +121,12 @@ struct RunResult {
   // energies, log, checkpoints); `rest` is what none of them covers.
   ForceTimes force_times;
   double update_seconds = 0, constraint_seconds = 0, output_seconds = 0, rest_seconds = 0;
+  // With domains: repartitioning (every atom gathered, the slabs and halos made anew) and the per-step sums of
+  // the kinetic energy and constraint virial over the ranks.
+  double decomposition_seconds = 0;
+  // With several ranks: how they shared the run, a line for md.log ("domain decomposition: ..." or "force
+  // decomposition: ..." with why not domains). Empty alone.
+  std::string decomposition;
 };
 
 RunResult run(const Topology& top, const MdpOptions& mdp, const GroFile& conf, const RunOptions& options = {});
@@ -120,6 +134,10 @@ RunResult run(const Topology& top, const MdpOptions& mdp, const GroFile& conf, c
 // The pair list run() keeps for these inputs: GROMACS's buffers and intervals from verlet-buffer-tolerance
 // (sized for the thermostat's reference temperature, or without one the start's), or exact lists.
 PairListSetup pair_list_setup(const Topology& top, const MdpOptions& mdp, const GroFile& conf);
+// With several ranks (options.share.size > 1): how run() shares the work among them, the line it puts in
+// RunResult::decomposition (domains, or the forces shared out and why); empty alone.
+std::string describe_decomposition(const Topology& top, const MdpOptions& mdp, const GroFile& conf,
+                                   const RunOptions& options);
 // As mdrun's log says it: the intervals and radii, one line each, indented by two spaces.
 std::string describe_pair_lists(const PairListSetup& lists, const MdpOptions& mdp);
 

@@ -42,6 +42,7 @@ struct MdrunArgs {
   Precision precision = Precision::kMixed;  // -double: kDouble
   MdDevice nonbonded = MdDevice::kCpu;  // -nb cpu|gpu
   MdDevice pme = MdDevice::kCpu;        // -pme cpu|gpu
+  RunOptions::Decomposition decomposition = RunOptions::Decomposition::kAuto;  // -decomp auto|domains|forces
   bool help = false;
 };
 
