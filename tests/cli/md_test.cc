@@ -3,7 +3,11 @@
 // .gro and the Performance line; the .trr of a trajectory mdp; -h; bad input named.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -59,6 +63,10 @@ TEST(CliMd, TwoRanksRunTheOneRankRun) {
   const auto two = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + inputs + "/two");
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_NE(two.output.find("1 threads on each of 2 ranks"), std::string::npos) << two.output;
+  // Two 1.25 nm slabs are too thin for the 1 nm cut-off: the forces are shared out instead, and it says why.
+  EXPECT_NE(two.output.find("force decomposition (every rank holds every atom): 2 slabs of a 2.500 nm box"),
+            std::string::npos)
+      << two.output;
   EXPECT_EQ(two.output.find("[rank1]: qk md"), std::string::npos) << "the second rank printed\n" << two.output;
   // mdrun's Time line: core time and (%) count both ranks' threads.
   EXPECT_TRUE(std::regex_search(two.output, std::regex(R"(Time: +[0-9.]+ +[0-9.]+ +200\.0\n)"))) << two.output;
@@ -68,6 +76,78 @@ TEST(CliMd, TwoRanksRunTheOneRankRun) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 2e-5 * std::abs(a[i])) << "term " << i;
   for (const char* f : {"/two.gro", "/two.edr"}) EXPECT_TRUE(std::filesystem::exists(dir + f)) << f;
+}
+
+// Argon twice over along x (5.72 x 2.86 x 2.86 nm, 1,000 atoms): wide enough for two slabs. Writes
+// conf.gro, topol.top and an MD mdp (20 steps from generated velocities, compressed positions every 10)
+// into `dir`.
+void write_long_argon(const std::string& dir) {
+  const std::string argon = std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/argon/";
+  std::istringstream in(qk::read_file(argon + "conf.gro"));
+  std::string title, count, line;
+  std::getline(in, title);
+  std::getline(in, count);
+  std::vector<std::array<double, 3>> x;
+  while (std::getline(in, line) && line.size() >= 44 && x.size() < 500)
+    x.push_back({std::stod(line.substr(20, 8)), std::stod(line.substr(28, 8)), std::stod(line.substr(36, 8))});
+  ASSERT_EQ(x.size(), 500u);
+  std::ofstream gro(dir + "/conf.gro");
+  gro << "Liquid argon, twice along x\n 1000\n";
+  char buf[128];
+  for (int copy = 0; copy < 2; ++copy)
+    for (size_t i = 0; i < x.size(); ++i) {
+      const int n = static_cast<int>(copy * 500 + i + 1);
+      std::snprintf(buf, sizeof buf, "%5d%-5s%5s%5d%8.3f%8.3f%8.3f\n", n, "AR", "AR", n, x[i][0] + 2.86 * copy,
+                    x[i][1], x[i][2]);
+      gro << buf;
+    }
+  gro << "   5.72000   2.86000   2.86000\n";
+  std::string top = qk::read_file(argon + "topol.top");
+  const size_t at = top.find("AR 500");
+  ASSERT_NE(at, std::string::npos);
+  top.replace(at, 6, "AR 1000");
+  std::ofstream(dir + "/topol.top") << top;
+  std::ofstream(dir + "/run.mdp") << "integrator = md\ndt = 0.002\nnsteps = 20\ncutoff-scheme = Verlet\n"
+                                     "nstlist = 10\ncoulombtype = Reaction-Field\nrcoulomb = 1.0\nrvdw = 1.0\n"
+                                     "DispCorr = EnerPres\ntcoupl = V-rescale\ntc-grps = System\ntau_t = 0.5\n"
+                                     "ref_t = 120\ngen_vel = yes\ngen_temp = 120\ngen_seed = 5\nnstenergy = 10\n"
+                                     "nstcalcenergy = 10\nnstxout-compressed = 10\n";
+}
+
+// `qk run --nproc-per-node 2 -- qk md -decomp domains`: two processes, each integrating its slab's atoms
+// with a halo from the other, run the one-process run (energies to the log's digits after 20 steps); the
+// first rank writes the log, the compressed trajectory and the checkpoint, gathered from both.
+TEST(CliMd, TwoRanksOverDomainsRunTheOneRankRun) {
+  const std::string dir = kScratch.fresh("domains");
+  write_long_argon(dir);
+  const std::string inputs = " md -f " + dir + "/run.mdp -c " + dir + "/conf.gro -p " + dir + "/topol.top -nt 1 -cpt 0 -deffnm " + dir;
+  const auto one = run_qk(inputs + "/one");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto two = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + inputs + "/two -decomp domains");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("domain decomposition: 2 slabs along x of 2.860 nm"), std::string::npos) << two.output;
+  const std::string log = qk::read_file(dir + "/two.log");
+  EXPECT_NE(log.find(" Domain decomp. "), std::string::npos) << log;
+  EXPECT_NE(log.find(" Comm. coord./force "), std::string::npos) << log;
+  const std::vector<double> a = last_energies(qk::read_file(dir + "/one.log"));
+  const std::vector<double> b = last_energies(log);
+  ASSERT_GE(a.size(), 8u);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 2e-5 * std::abs(a[i])) << "term " << i;
+  // Every atom in the final structure and the trajectory, as alone (xtc sizes follow float rounding: 2%).
+  EXPECT_EQ(qk::read_file(dir + "/two.gro").size(), qk::read_file(dir + "/one.gro").size());
+  const double xtc_one = static_cast<double>(qk::read_file(dir + "/one.xtc").size());
+  EXPECT_NEAR(static_cast<double>(qk::read_file(dir + "/two.xtc").size()), xtc_one, 0.02 * xtc_one);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/two.cpt")) << two.output;
+  // Asked for domains where two slabs do not fit: refused before anything is written.
+  const std::string thin = kScratch.fresh("thin");
+  const auto refused = run_qk("run --nproc-per-node 2 -- " + std::string(QK_BIN) + " md -f " + kWater + "run.mdp -c " +
+                              kWater + "conf.gro -p " + kWater + "topol.top -nsteps 2 -decomp domains -deffnm " + thin + "/t");
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("-decomp domains over 2 ranks: 2 slabs of a 2.500 nm box are 1.250 nm wide"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(thin + "/t.log"));
 }
 
 // The argon trajectory mdp (positions every step, velocities and forces every second, compressed positions

@@ -104,11 +104,15 @@ static std::string describe_decomposition(const RunOptions& opt, const Vec3& box
   return line;
 }
 
+std::string why_not_domains(const Topology& top, const MdpOptions& mdp, const GroFile& conf, const RunOptions& opt) {
+  if (opt.share.size <= 1) return "one rank";
+  return domains_refused(top, mdp, conf, opt, pair_list_setup(top, mdp, conf));
+}
+
 std::string describe_decomposition(const Topology& top, const MdpOptions& mdp, const GroFile& conf,
                                    const RunOptions& opt) {
   if (opt.share.size <= 1) return {};
-  return describe_decomposition(opt, conf.box,
-                                domains_refused(top, mdp, conf, opt, pair_list_setup(top, mdp, conf)));
+  return describe_decomposition(opt, conf.box, why_not_domains(top, mdp, conf, opt));
 }
 
 namespace {

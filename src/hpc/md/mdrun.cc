@@ -173,6 +173,14 @@ RunResult mdrun(const MdrunArgs& args, std::ostream& out, const ForceShare& shar
            "-pme gpu: ", args.mdp, " has no PME (coulombtype)");
   QK_CHECK(args.pme == MdDevice::kCpu || share.size == 1, "-pme gpu runs on one rank, not ", share.size,
            ": run PME on the CPU (-pme cpu) when the forces are shared over ranks");
+  if (share.size > 1 && args.decomposition == RunOptions::Decomposition::kDomains) {
+    RunOptions plan;
+    plan.share = share;
+    plan.decomposition = args.decomposition;
+    const std::string why = why_not_domains(top, mdp, conf, plan);
+    QK_CHECK(why.empty(), "-decomp domains over ", share.size, " ranks: ", why,
+             " (-decomp forces shares the forces instead)");
+  }
   // Resuming: the log goes back to its size at the checkpoint and is appended to, as the trajectories are.
   const std::optional<MdCheckpoint> resume = args.resume.empty() ? std::nullopt : latest_md_checkpoint(args.resume);
   // Ranks after the first write nothing: their log is a stream without a buffer.

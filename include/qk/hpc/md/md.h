@@ -138,6 +138,9 @@ PairListSetup pair_list_setup(const Topology& top, const MdpOptions& mdp, const 
 // RunResult::decomposition (domains, or the forces shared out and why); empty alone.
 std::string describe_decomposition(const Topology& top, const MdpOptions& mdp, const GroFile& conf,
                                    const RunOptions& options);
+// Why run() cannot decompose this run into domains over options.share's ranks; empty when it can.
+std::string why_not_domains(const Topology& top, const MdpOptions& mdp, const GroFile& conf,
+                            const RunOptions& options);
 // As mdrun's log says it: the intervals and radii, one line each, indented by two spaces.
 std::string describe_pair_lists(const PairListSetup& lists, const MdpOptions& mdp);
 
