@@ -46,6 +46,9 @@ class DomainDecomposition {
   // Throws when the slabs no longer fit (why_not).
   void partition(const std::vector<Vec3>& x, const Vec3& box, double rlist);
   int64_t version() const { return version_; }
+  // The box scaled between partitions (pressure coupling): the first rank's atoms go to the last one's halo
+  // moved up by the new length.
+  void set_box(const Vec3& box) { send_shift_ = rank_ == 0 ? box[0] : 0.0; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Topology& topology() const { return top_; }

@@ -531,6 +531,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
           }
         box = RectBox(Vec3{box.length[0] * mu, box.length[1] * mu, box.length[2] * mu});
         ff.set_box(box.length);
+        if (dd) dd->set_box(box.length);
       }
       e.conserved = e.total + thermostat_integral() + baros_integral;
       std::vector<EdrTerm> terms;

@@ -253,9 +253,18 @@ qk::md::MdpOptions md_mdp(qk::md::MdpOptions mdp) {
 
 // md::run over `ranks` thread-ranks (domains or, with kForces, the forces shared out) against one rank.
 void expect_run_over_ranks_equals_alone(const Tiled& sys, int ranks, qk::md::RunOptions::Decomposition how,
-                                        const std::string& expect_decomposition) {
-  SCOPED_TRACE(std::to_string(ranks) + " ranks");
+                                        const std::string& expect_decomposition, bool barostat = false) {
+  SCOPED_TRACE(std::to_string(ranks) + " ranks" + (barostat ? ", C-rescale" : ""));
   qk::md::MdpOptions mdp = md_mdp(sys.mdp);
+  if (barostat) {  // the box scaled every 5 steps, hard (a short tau-p at 1000 bar), between partitions too
+    mdp.pcoupl = qk::md::Barostat::kCRescale;
+    mdp.nstpcouple = 5;
+    mdp.tau_p = 0.2;
+    mdp.ref_p = 1000;
+    mdp.ref_p_given = true;
+    mdp.compressibility = 4.5e-5;
+    mdp.ld_seed = 3;
+  }
   mdp.gen_seed = 11;  // the lone run's velocities must be theirs; the ranks are given the seed below
   qk::md::RunOptions alone_opt;
   alone_opt.precision = qk::md::Precision::kDouble;
@@ -295,7 +304,12 @@ void expect_run_over_ranks_equals_alone(const Tiled& sys, int ranks, qk::md::Run
     }
     // The final structure holds every atom, gathered, on every rank.
     ASSERT_EQ(got[r].final_conf.atoms.size(), alone.final_conf.atoms.size());
-    const qk::md::RectBox box(sys.conf.box);
+    EXPECT_EQ(got[r].final_conf.box, got[0].final_conf.box) << "rank " << r;
+    for (int d = 0; d < 3; ++d) EXPECT_NEAR(got[r].final_conf.box[d], alone.final_conf.box[d], 1e-10) << "dim " << d;
+    if (barostat) {
+      EXPECT_NE(alone.final_conf.box, sys.conf.box) << "the box did not change";
+    }
+    const qk::md::RectBox box(alone.final_conf.box);
     double worst = 0;
     for (size_t i = 0; i < alone.final_conf.atoms.size(); ++i) {
       const Vec3 d = box.delta(got[r].final_conf.atoms[i].x, alone.final_conf.atoms[i].x);
@@ -309,6 +323,8 @@ void expect_run_over_ranks_equals_alone(const Tiled& sys, int ranks, qk::md::Run
 TEST(DomainDecomposition, AnMdRunOverDomainsFollowsTheOneRankRun) {
   const Tiled water("water_pme", 2);  // SETTLE water, PME
   expect_run_over_ranks_equals_alone(water, 2, qk::md::RunOptions::Decomposition::kAuto, "domain decomposition: 2 slabs");
+  expect_run_over_ranks_equals_alone(water, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition",
+                                     /*barostat=*/true);
   const Tiled peptide("peptide_water", 3);  // LINCS h-bonds, bonded terms, ions
   expect_run_over_ranks_equals_alone(peptide, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition");
 }
