@@ -28,6 +28,7 @@
 #include "md_checkpoint.h"
 #include "position_restraints.h"
 #include "run_atoms.h"
+#include "sub_topology.h"
 #include "settle.h"
 #include "tc_groups.h"
 #include "verlet_buffer.h"
@@ -88,8 +89,6 @@ static std::string domains_refused(const Topology& top, const MdpOptions& mdp, c
   if (!opt.share.exchange) return "the ranks' share has no exchange between neighbours";
   if (lists.exact) return "the pair list is exact (verlet-buffer-tolerance = -1), not on fixed intervals";
   if (opt.nonbonded != MdDevice::kCpu || opt.pme != MdDevice::kCpu) return "the forces run on a GPU";
-  if (!top.posres.empty()) return "the topology has position restraints";
-  if (!top.vsites3.empty()) return "the topology has virtual sites";
   std::vector<Vec3> x(conf.atoms.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = conf.atoms[i].x;
   return DomainDecomposition::why_not(top, x, conf.box, lists.rlist_outer, opt.share.size);
@@ -196,7 +195,8 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   ff.set_share(opt.share);
   ff.set_nonbonded_device(opt.nonbonded);
   ff.set_pme_device(opt.pme);
-  const std::optional<PositionRestraints> posres = position_restraints(top, mdp, conf, opt);
+  const std::optional<PositionRestraints> all_posres = position_restraints(top, mdp, conf, opt);
+  std::optional<PositionRestraints> posres = all_posres;  // this rank's (with domains: its home atoms')
   RunResult result;
   // Several ranks: domains (each integrating its own atoms) where they can be, else the forces shared out.
   std::unique_ptr<DomainDecomposition> dd;
@@ -319,6 +319,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
   auto partition = [&](const std::vector<Vec3>& all_x, const std::vector<Vec3>& all_v) {
     dd->partition(all_x, box.length, lists.rlist_outer);
     atoms.take_home(dd.get());
+    if (all_posres) posres = all_posres->select(local_indices(top.num_atoms(), dd->home()));
     x = dd->home_positions();
     v = atoms.mine(all_v);
     xnew.resize(x.size());
@@ -422,7 +423,21 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     const bool calc_step = energy_step || sum_step || pcouple_step;
     lap(&result.output_seconds);  // checkpoints and progress
     PotentialTerms pot = ff.compute(x, &f, calc_step, step);  // forces only on steps that compute no energies
-    if (posres) pot.posres = posres->apply(x, box, &f, &pot.virial);
+    if (posres) {
+      Mat3 restraint_virial{};
+      pot.posres = posres->apply(x, box, &f, &restraint_virial);
+      if (dd && calc_step) {  // every rank's restraints (the other terms were summed by ff.compute)
+        double sums[10] = {pot.posres};
+        for (int a = 0; a < 3; ++a)
+          for (int b = 0; b < 3; ++b) sums[1 + 3 * a + b] = restraint_virial[a][b];
+        atoms.sum(sums, 10);
+        pot.posres = sums[0];
+        for (int a = 0; a < 3; ++a)
+          for (int b = 0; b < 3; ++b) restraint_virial[a][b] = sums[1 + 3 * a + b];
+      }
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) pot.virial[a][b] += restraint_virial[a][b];
+    }
     spread_virtual_site_forces(atoms.top(), &f);
     lap(&ignored);                                        // ff.times() has the parts
     // Frames hold every atom: with domains every rank gathers on the steps the mdp writes them.
@@ -464,8 +479,8 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     Mat3 r_m_dx{};
     constrain(x, &xnew, &vnew, 1 / dt, &r_m_dx, "step " + std::to_string(step));
     if (!top.vsites3.empty()) {
-      construct_virtual_sites(top, box, &xnew);
-      virtual_site_velocities(top, box, x, xnew, dt, &vnew);
+      construct_virtual_sites(atoms.top(), box, &xnew);
+      virtual_site_velocities(atoms.top(), box, x, xnew, dt, &vnew);
     }
     lap(&result.constraint_seconds);
     Mat3 half_step_new = kinetic_tensor(vnew, atoms.top().mass, &group_of_atom, &group_half_step_new);

@@ -30,6 +30,20 @@ PositionRestraints::PositionRestraints(const Topology& top, const std::vector<Ve
   }
 }
 
+PositionRestraints PositionRestraints::select(const std::vector<int>& local) const {
+  PositionRestraints out = *this;
+  out.atoms_.clear();
+  out.k_.clear();
+  out.ref_.clear();
+  for (size_t k = 0; k < atoms_.size(); ++k)
+    if (local[atoms_[k]] >= 0) {
+      out.atoms_.push_back(local[atoms_[k]]);
+      out.k_.push_back(k_[k]);
+      out.ref_.push_back(ref_[k]);
+    }
+  return out;
+}
+
 double PositionRestraints::apply(const std::vector<Vec3>& x, const RectBox& box, std::vector<Vec3>* f,
                                  Mat3* virial) const {
   double energy = 0;

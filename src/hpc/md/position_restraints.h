@@ -22,6 +22,9 @@ class PositionRestraints {
   // `reference`: every atom's reference position; `box`: the reference structure's box.
   PositionRestraints(const Topology& top, const std::vector<Vec3>& reference, const Vec3& box, RefCoordScaling mode);
   bool empty() const { return atoms_.empty(); }
+  // The restraints on the atoms `local` names (each atom of the topology: its index among some of them, -1
+  // where absent: a domain's home atoms), renumbered; the references and their centre as they are.
+  PositionRestraints select(const std::vector<int>& local) const;
   // Adds the forces to f and the virial to *virial; returns the energy.
   double apply(const std::vector<Vec3>& x, const RectBox& box, std::vector<Vec3>* f, Mat3* virial) const;
 

@@ -79,7 +79,8 @@ struct Tiled {
   qk::md::Topology top;
   qk::md::GroFile conf;
   qk::md::MdpOptions mdp;
-  Tiled(const std::string& system, int copies) {
+  // define: a -D the topology is read with (POSRES: the peptide's position restraints).
+  Tiled(const std::string& system, int copies, const std::string& define = "") {
     const qk::md::test::Fixture fx(system);
     const std::string text = qk::read_file(fx.dir + "/topol.top");
     const size_t at = text.find("[ molecules ]");
@@ -89,6 +90,7 @@ struct Tiled {
     const std::string path = kScratch.fresh(system + "_x" + std::to_string(copies)) + "/topol.top";
     std::ofstream(path) << tiled;
     mdp = fx.mdp;
+    if (!define.empty()) mdp.defines.push_back(define);
     top = qk::md::read_top(path, qk::md::TopOptions{mdp.defines, {fx.dir}});
     conf = fx.conf;
     conf.atoms.clear();
@@ -115,15 +117,6 @@ struct Tiled {
     return out;
   }
 };
-
-std::vector<double> terms_of(const PotentialTerms& e) {
-  std::vector<double> t = {e.lj_sr,  e.disp_corr,   e.coulomb_sr, e.coul_recip,   e.bond,         e.angle,
-                           e.lj14,   e.coulomb14,   e.proper_dih, e.rb_dih,       e.improper_dih, e.periodic_improper_dih,
-                           e.pres_dc, e.disp_corr_virial};
-  for (int a = 0; a < 3; ++a)
-    for (int b = 0; b < 3; ++b) t.push_back(e.virial[a][b]);
-  return t;
-}
 
 // Fixed-interval lists with a 0.1 nm buffer (domains need them), pruned every other step to 0.05.
 qk::md::PairListSetup lists_for(double rc) {
@@ -191,10 +184,10 @@ void expect_domains_equal_alone(const Tiled& sys, int ranks) {
   for (int s = 0; s < 3; ++s) {
     SCOPED_TRACE("step " + std::to_string(s));
     const double fmax = qk::md::test::max_norm(f_alone[s]);
-    const std::vector<double> want = terms_of(e_alone[s]);
+    const std::vector<double> want = qk::md::test::terms_of(e_alone[s]);
     for (int r = 0; r < ranks; ++r) {
       if (s != 1) {
-        const std::vector<double> got = terms_of(e[s][r]);
+        const std::vector<double> got = qk::md::test::terms_of(e[s][r]);
         for (size_t k = 0; k < want.size(); ++k)
           EXPECT_NEAR(got[k], want[k], 1e-9 * std::abs(want[k]) + 1e-9) << "rank " << r << " term " << k;
       }
@@ -325,8 +318,11 @@ TEST(DomainDecomposition, AnMdRunOverDomainsFollowsTheOneRankRun) {
   expect_run_over_ranks_equals_alone(water, 2, qk::md::RunOptions::Decomposition::kAuto, "domain decomposition: 2 slabs");
   expect_run_over_ranks_equals_alone(water, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition",
                                      /*barostat=*/true);
-  const Tiled peptide("peptide_water", 3);  // LINCS h-bonds, bonded terms, ions
+  const Tiled peptide("peptide_water", 3, "POSRES");  // LINCS h-bonds, bonded terms, ions, position restraints
+  ASSERT_EQ(peptide.top.posres.size(), 75u);
   expect_run_over_ranks_equals_alone(peptide, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition");
+  const Tiled tip4p("water_tip4p", 2);  // a virtual site per water
+  expect_run_over_ranks_equals_alone(tip4p, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition");
 }
 
 TEST(DomainDecomposition, RunsThatCannotUseDomainsShareTheForcesAndSayWhy) {

@@ -39,15 +39,6 @@ class ThreadAllReduce {
   std::vector<double*> bufs_;
 };
 
-std::vector<double> terms_of(const PotentialTerms& e) {
-  std::vector<double> t = {e.lj_sr,  e.disp_corr,   e.coulomb_sr, e.coul_recip,   e.bond,         e.angle,
-                           e.lj14,   e.coulomb14,   e.proper_dih, e.rb_dih,       e.improper_dih, e.periodic_improper_dih,
-                           e.pres_dc, e.disp_corr_virial};
-  for (int a = 0; a < 3; ++a)
-    for (int b = 0; b < 3; ++b) t.push_back(e.virial[a][b]);
-  return t;
-}
-
 // Each fixture's forces and terms at its start, two steps' worth of calls (the list built, then reused),
 // alone and shared over `ranks`.
 void expect_shared_equals_alone(const std::string& system, int ranks) {
@@ -69,11 +60,11 @@ void expect_shared_equals_alone(const std::string& system, int ranks) {
       for (int call = 0; call < 2; ++call) e[r] = ff.compute(x, &f[r], true, call);
     });
   for (std::thread& t : threads) t.join();
-  const std::vector<double> want = terms_of(e_alone);
+  const std::vector<double> want = qk::md::test::terms_of(e_alone);
   double fmax = 0;
   for (const Vec3& v : f_alone) fmax = std::max({fmax, std::abs(v[0]), std::abs(v[1]), std::abs(v[2])});
   for (int r = 0; r < ranks; ++r) {
-    const std::vector<double> got = terms_of(e[r]);
+    const std::vector<double> got = qk::md::test::terms_of(e[r]);
     for (size_t k = 0; k < want.size(); ++k)
       EXPECT_NEAR(got[k], want[k], 1e-9 * std::abs(want[k]) + 1e-9) << "rank " << r << " term " << k;
     ASSERT_EQ(f[r].size(), f_alone.size());

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "qk/hpc/md/forces.h"
 #include "qk/hpc/md/gro.h"
 #include "qk/hpc/md/mdp.h"
 #include "qk/hpc/md/topology.h"
@@ -30,6 +31,16 @@ inline double max_norm(const std::vector<Vec3>& f) {
   double m = 0;
   for (const Vec3& v : f) m = std::max(m, std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]));
   return m;
+}
+
+// Every energy term and the virial's nine components, in one vector (tests that compare all of them).
+inline std::vector<double> terms_of(const PotentialTerms& e) {
+  std::vector<double> t = {e.lj_sr,      e.disp_corr,  e.coulomb_sr,   e.coul_recip,   e.bond,
+                           e.angle,      e.lj14,       e.coulomb14,    e.proper_dih,   e.rb_dih,
+                           e.improper_dih, e.periodic_improper_dih, e.pres_dc, e.disp_corr_virial};
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) t.push_back(e.virial[a][b]);
+  return t;
 }
 
 // Every step-0 term must equal GROMACS's to this relative error (issue 34).

@@ -89,8 +89,8 @@ struct RunOptions {
   ForceShare share;
   // How several ranks share an MD run. kDomains: each owns a slab of the box (domain_decomposition.h in
   // src/hpc/md: its molecules, integrated there, and a halo from its neighbour), which needs the share's
-  // exchange, fixed-interval pair lists (a verlet-buffer-tolerance), the CPU kernels, no position restraints or
-  // virtual sites, and slabs at least the list radius wide; kForces: every rank holds every atom and the forces
+  // exchange, MD with fixed-interval pair lists (a verlet-buffer-tolerance), the CPU kernels, and slabs at least
+  // the list radius wide; kForces: every rank holds every atom and the forces
   // are summed (ForceShare); kAuto: domains where they can be, else forces (RunResult::decomposition says which
   // and why). Checkpoints with domains are taken at the next pair-list step after they fall due.
   enum class Decomposition { kAuto, kDomains, kForces };
