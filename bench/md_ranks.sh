@@ -8,7 +8,7 @@
 #   replicated atoms) and -decomp domains (slabs along x with halos); qk md,
 #   1 rank x 2 threads; gmx mdrun with 1 and 2 thread-MPI ranks of 1 OpenMP
 #   thread (its domain decomposition) and 1 rank of 2 threads.
-# The best ns/day of the repetitions counts (the machine may be shared).
+# The best ns/day of the repetitions, and their median (the machine may be shared).
 #
 #   bench/md_ranks.sh [build-dir] [qk-steps] [repeats] [box-nm]      (build/release 2000 3 3)
 set -euo pipefail
@@ -51,13 +51,15 @@ for ((r = 0; r < REPEATS; r++)); do
   echo "round $((r + 1)): $(uptime)" >&2
 done
 best() { tr ' ' '\n' | grep -v '^$' | sort -g | tail -1; }
-echo "| ranks x threads | qk md ns/day | gmx mdrun ns/day | qk / GROMACS | qk vs its 1 x 1 |"
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END{print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+echo "| ranks x threads | qk md ns/day best (median) | gmx mdrun ns/day best (median) | qk / GROMACS best (median) | qk vs its 1 x 1 |"
 echo "|---|---:|---:|---:|---:|"
 q11=$(echo "${got[qk 1 1]}" | best)
 for c in "${qk_configs[@]}"; do
-  q=$(echo "${got[qk $c]}" | best)
-  g=$(echo "${got[gmx ${c:0:3}]}" | best)
+  q=$(echo "${got[qk $c]}" | best) qm=$(echo "${got[qk $c]}" | median)
+  g=$(echo "${got[gmx ${c:0:3}]}" | best) gm=$(echo "${got[gmx ${c:0:3}]}" | median)
   echo "qk $c: ${got[qk $c]}; gmx ${c:0:3}: ${got[gmx ${c:0:3}]}" >&2
-  awk -v c="$c" -v q="$q" -v g="$g" -v b="$q11" 'BEGIN{split(c, p, " "); name = p[1] " x " p[2] (p[3] ? " (" p[3] ")" : "");
-    printf "| %s | %.1f | %.1f | %.2fx | %.2fx |\n", name, q, g, q / g, q / b}'
+  awk -v c="$c" -v q="$q" -v qm="$qm" -v g="$g" -v gm="$gm" -v b="$q11" 'BEGIN{split(c, p, " ");
+    name = p[1] " x " p[2] (p[3] ? " (" p[3] ")" : "");
+    printf "| %s | %.1f (%.1f) | %.1f (%.1f) | %.2fx (%.2fx) | %.2fx |\n", name, q, qm, g, gm, q / g, qm / gm, q / b}'
 done
