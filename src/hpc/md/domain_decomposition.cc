@@ -18,9 +18,9 @@ std::vector<int> molecule_starts(const Topology& top) {
   return start;
 }
 
-// Where every molecule goes: its rank (the slab holding its centre along x) and its atoms' positions whole,
-// in that domain's frame (the centre moved into [0, Lx)); per rank the lowest and highest x of its atoms;
-// and the farthest any atom reaches along x from its molecule's centre.
+// Where every molecule goes: its rank (the slab holding its centre along the axis) and its atoms' positions
+// whole, in that domain's frame (the centre moved into [0, L) along the axis); per rank the lowest and highest
+// coordinate of its atoms along it; and the farthest any atom reaches along it from its molecule's centre.
 struct Layout {
   std::vector<int> rank_of_molecule;
   std::vector<Vec3> x;
@@ -28,10 +28,11 @@ struct Layout {
   double reach = 0;
 };
 
-Layout lay_out(const std::vector<int>& molecule_start, const std::vector<Vec3>& x, const RectBox& box, int ranks) {
+Layout lay_out(const std::vector<int>& molecule_start, const std::vector<Vec3>& x, const RectBox& box, int ranks,
+               int axis) {
   Layout l;
   const int nmol = static_cast<int>(molecule_start.size()) - 1;
-  const double lx = box.length[0];
+  const double lx = box.length[axis];
   l.rank_of_molecule.resize(nmol);
   l.x.resize(x.size());
   l.lo.assign(ranks, HUGE_VAL);
@@ -42,7 +43,7 @@ Layout lay_out(const std::vector<int>& molecule_start, const std::vector<Vec3>& 
     for (int a = a0; a < a1; ++a) {
       const Vec3 d = box.delta(x[a], x[a0]);  // whole: each atom at its image nearest the first
       for (int k = 0; k < 3; ++k) l.x[a][k] = x[a0][k] + d[k];
-      centre += l.x[a][0];
+      centre += l.x[a][axis];
     }
     centre /= std::max(a1 - a0, 1);
     const double shift = -std::floor(centre / lx) * lx;
@@ -50,21 +51,21 @@ Layout lay_out(const std::vector<int>& molecule_start, const std::vector<Vec3>& 
     const int r = std::clamp(static_cast<int>(centre * ranks / lx), 0, ranks - 1);
     l.rank_of_molecule[m] = r;
     for (int a = a0; a < a1; ++a) {
-      l.x[a][0] += shift;
-      l.reach = std::max(l.reach, std::abs(l.x[a][0] - centre));
-      l.lo[r] = std::min(l.lo[r], l.x[a][0]);
-      l.hi[r] = std::max(l.hi[r], l.x[a][0]);
+      l.x[a][axis] += shift;
+      l.reach = std::max(l.reach, std::abs(l.x[a][axis] - centre));
+      l.lo[r] = std::min(l.lo[r], l.x[a][axis]);
+      l.hi[r] = std::max(l.hi[r], l.x[a][axis]);
     }
   }
   return l;
 }
 
-std::string fit_problem(const Layout& l, const Vec3& box, double rlist, int ranks) {
+std::string fit_problem(const Layout& l, const Vec3& box, double rlist, int ranks, int axis) {
   char why[400];
-  const double slab = box[0] / ranks, need = rlist + 2 * l.reach;
+  const double slab = box[axis] / ranks, need = rlist + 2 * l.reach;
   if (ranks < 2) return "domain decomposition needs at least 2 ranks";
-  for (int d = 1; d < 3; ++d)
-    if (2 * rlist >= box[d]) {
+  for (int d = 0; d < 3; ++d)
+    if (d != axis && 2 * rlist >= box[d]) {
       std::snprintf(why, sizeof why, "the pair-list radius %.3f nm is not below half the box's %c (%.3f nm)", rlist,
                     "xyz"[d], box[d]);
       return why;
@@ -72,8 +73,9 @@ std::string fit_problem(const Layout& l, const Vec3& box, double rlist, int rank
   if (slab < need) {
     std::snprintf(why, sizeof why,
                   "%d slabs of a %.3f nm box are %.3f nm wide, under the %.3f nm they need (the pair-list radius "
-                  "%.3f nm and twice the %.3f nm a molecule reaches along x from its centre): at most %d ranks",
-                  ranks, box[0], slab, need, rlist, l.reach, std::max(1, static_cast<int>(box[0] / need)));
+                  "%.3f nm and twice the %.3f nm a molecule reaches along %c from its centre): at most %d ranks",
+                  ranks, box[axis], slab, need, rlist, l.reach, "xyz"[axis],
+                  std::max(1, static_cast<int>(box[axis] / need)));
     return why;
   }
   return {};
@@ -81,10 +83,18 @@ std::string fit_problem(const Layout& l, const Vec3& box, double rlist, int rank
 
 }  // namespace
 
+int DomainDecomposition::slab_axis(const Vec3& box) {
+  int axis = 0;
+  for (int d = 1; d < 3; ++d)
+    if (box[d] > box[axis] * (1 + 1e-9)) axis = d;
+  return axis;
+}
+
 std::string DomainDecomposition::why_not(const Topology& top, const std::vector<Vec3>& x, const Vec3& box,
                                          double rlist, int ranks) {
   if (ranks < 2) return "domain decomposition needs at least 2 ranks";
-  return fit_problem(lay_out(molecule_starts(top), x, RectBox(box), ranks), box, rlist, ranks);
+  const int axis = slab_axis(box);
+  return fit_problem(lay_out(molecule_starts(top), x, RectBox(box), ranks, axis), box, rlist, ranks, axis);
 }
 
 DomainDecomposition::DomainDecomposition(const Topology& top, const ForceShare& share)
@@ -96,8 +106,9 @@ DomainDecomposition::DomainDecomposition(const Topology& top, const ForceShare& 
 void DomainDecomposition::partition(const std::vector<Vec3>& x, const Vec3& box, double rlist) {
   QK_CHECK(static_cast<int>(x.size()) == top_.num_atoms(), "domain decomposition: ", x.size(),
            " positions for a topology of ", top_.num_atoms(), " atoms");
-  const Layout l = lay_out(molecule_start_, x, RectBox(box), size_);
-  const std::string problem = fit_problem(l, box, rlist, size_);
+  if (axis_ < 0) axis_ = slab_axis(box);  // kept for the run (pressure coupling scales the box evenly)
+  const Layout l = lay_out(molecule_start_, x, RectBox(box), size_, axis_);
+  const std::string problem = fit_problem(l, box, rlist, size_, axis_);
   QK_CHECK(problem.empty(), "domain decomposition over ", size_, " ranks no longer fits: ", problem,
            " (run on fewer ranks)");
   const int nmol = static_cast<int>(molecule_start_.size()) - 1;
@@ -113,18 +124,18 @@ void DomainDecomposition::partition(const std::vector<Vec3>& x, const Vec3& box,
   auto border = [&](const std::vector<int>& from_atoms, int to, double shift) {
     std::vector<int> picked;  // indices into from_atoms
     for (size_t k = 0; k < from_atoms.size(); ++k)
-      if (l.x[from_atoms[k]][0] + shift < l.hi[to] + rlist) picked.push_back(static_cast<int>(k));
+      if (l.x[from_atoms[k]][axis_] + shift < l.hi[to] + rlist) picked.push_back(static_cast<int>(k));
     return picked;
   };
   const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   home_ = atoms_of(rank_);
   home_x_.resize(home_.size());
   for (size_t k = 0; k < home_.size(); ++k) home_x_[k] = l.x[home_[k]];
-  send_shift_ = rank_ == 0 ? box[0] : 0.0;
+  send_shift_ = rank_ == 0 ? box[axis_] : 0.0;
   send_ = border(home_, prev, send_shift_);
   const std::vector<int> next_atoms = atoms_of(next);
   halo_.clear();
-  for (int k : border(next_atoms, rank_, next == 0 ? box[0] : 0.0)) halo_.push_back(next_atoms[k]);
+  for (int k : border(next_atoms, rank_, next == 0 ? box[axis_] : 0.0)) halo_.push_back(next_atoms[k]);
   ++version_;
 }
 
@@ -145,9 +156,7 @@ void DomainDecomposition::exchange_positions(const Vec3* x_home, Vec3* x_halo) {
   send_buf_.resize(3 * send_.size());
   for (size_t k = 0; k < send_.size(); ++k) {
     const Vec3& x = x_home[send_[k]];
-    send_buf_[3 * k] = x[0] + send_shift_;
-    send_buf_[3 * k + 1] = x[1];
-    send_buf_[3 * k + 2] = x[2];
+    for (int d = 0; d < 3; ++d) send_buf_[3 * k + d] = x[d] + (d == axis_ ? send_shift_ : 0.0);
   }
   recv_buf_.resize(3 * halo_.size());
   share_.exchange((rank_ + size_ - 1) % size_, send_buf_.data(), static_cast<int64_t>(send_buf_.size()),

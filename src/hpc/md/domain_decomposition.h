@@ -1,5 +1,6 @@
-// Domain decomposition along x (GROMACS's, in one dimension): each of P ranks
-// owns the molecules whose centre lies in its slab of the box, [r, r + 1) Lx / P,
+// Domain decomposition in slabs (GROMACS's, in one dimension), across the
+// box's longest axis (x where it is a cube; "x" below): each of P ranks owns
+// the molecules whose centre lies in its slab of the box, [r, r + 1) Lx / P,
 // integrates and constrains them, and computes their interactions with each
 // other and with a halo of the next rank's atoms (up to the list radius above
 // its own highest atom: the half shell, so each pair has one owner); the
@@ -35,7 +36,9 @@ namespace qk::md {
 
 class DomainDecomposition {
  public:
-  // Empty when share.size slabs along x fit this system at positions x for a list radius rlist; otherwise
+  // The axis the slabs cut: the box's longest (the first of equals).
+  static int slab_axis(const Vec3& box);
+  // Empty when share.size slabs along slab_axis(box) fit this system at positions x for a list radius rlist; otherwise
   // why not, as a sentence to show the user.
   static std::string why_not(const Topology& top, const std::vector<Vec3>& x, const Vec3& box, double rlist,
                              int ranks);
@@ -48,7 +51,8 @@ class DomainDecomposition {
   int64_t version() const { return version_; }
   // The box scaled between partitions (pressure coupling): the first rank's atoms go to the last one's halo
   // moved up by the new length.
-  void set_box(const Vec3& box) { send_shift_ = rank_ == 0 ? box[0] : 0.0; }
+  void set_box(const Vec3& box) { send_shift_ = rank_ == 0 && axis_ >= 0 ? box[axis_] : 0.0; }
+  int axis() const { return axis_; }  // slab_axis of the first partition's box
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Topology& topology() const { return top_; }
@@ -75,6 +79,7 @@ class DomainDecomposition {
   ForceShare share_;
   int rank_, size_;
   std::vector<int> molecule_start_;  // first atom of each molecule, and num_atoms at the end
+  int axis_ = -1;
   int64_t version_ = 0;
   std::vector<int> home_, halo_;
   std::vector<Vec3> home_x_;

@@ -98,8 +98,9 @@ static std::string describe_decomposition(const RunOptions& opt, const Vec3& box
   if (opt.share.size <= 1) return {};
   if (!refused.empty()) return "force decomposition (every rank holds every atom): " + refused;
   char line[256];
-  std::snprintf(line, sizeof line, "domain decomposition: %d slabs along x of %.3f nm, each with a halo from the next",
-                opt.share.size, box[0] / opt.share.size);
+  const int axis = DomainDecomposition::slab_axis(box);
+  std::snprintf(line, sizeof line, "domain decomposition: %d slabs along %c of %.3f nm, each with a halo from the next",
+                opt.share.size, "xyz"[axis], box[axis] / opt.share.size);
   return line;
 }
 

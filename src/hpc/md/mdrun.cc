@@ -154,8 +154,8 @@ std::string mdrun_help(const std::string& program) {
          "\n"
          "Over several processes: qk run --nproc-per-node N -- " + program + " ... (or mpirun with\n"
          "MASTER_ADDR and MASTER_PORT set; -nt: threads per rank; the first rank writes the files):\n"
-         "  -decomp auto|domains|forces  domains: each rank owns a slab of the box along x, its\n"
-         "                molecules and a halo from the next (MD on the CPU with a Verlet buffer;\n"
+         "  -decomp auto|domains|forces  domains: each rank owns a slab across the box's longest\n"
+         "                axis, its molecules and a halo from the next (MD on the CPU with a Verlet buffer;\n"
          "                slabs at least the pair-list radius wide); forces: every rank holds all\n"
          "                atoms and computes a share of the forces, summed each step; auto: domains\n"
          "                where they can be, else forces (the log says which and why) [auto]\n";

@@ -89,35 +89,37 @@ void PairList::bounding_boxes(const std::vector<Vec3>& x, std::vector<Box>* bb) 
 void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlist,
                      const std::vector<std::vector<int>>& exclusions, const PairListDomain& domain) {
   const int n = static_cast<int>(x.size());
-  const bool open_x = domain.open_x;
-  for (int d = open_x ? 1 : 0; d < 3; ++d)
-    QK_CHECK(2 * rlist < box.length[d], "the pair-list radius ", rlist, " nm (cut-off + buffer) is not below ",
+  const int open = domain.open_axis;
+  QK_CHECK(open >= -1 && open < 3, "PairList: open axis ", open);
+  for (int d = 0; d < 3; ++d)
+    QK_CHECK(d == open || 2 * rlist < box.length[d], "the pair-list radius ", rlist, " nm (cut-off + buffer) is not below ",
              "half the box (", box.length[d], " nm); use a larger box or a shorter cut-off");
   box_ = box;
   rlist_ = rlist;
   ++builds_;
   ++version_;
   // Wrap into [0, L) and bin into columns about as wide as a cluster is tall (GROMACS: cubic clusters).
-  // Open along x: the grid's x runs from the lowest atom to the highest, nothing wrapped.
+  // Along an open axis the grid runs from the lowest atom to the highest, nothing wrapped.
   std::vector<Vec3> xw(n), offset(n);
   Vec3 grid = box.length;
-  if (open_x) {
+  if (open >= 0) {
     double lo = 0, hi = 0;
     if (n > 0) {
-      lo = hi = x[0][0];
+      lo = hi = x[0][open];
       for (int i = 1; i < n; ++i) {
-        lo = std::min(lo, x[i][0]);
-        hi = std::max(hi, x[i][0]);
+        lo = std::min(lo, x[i][open]);
+        hi = std::max(hi, x[i][open]);
       }
     }
-    grid[0] = std::max(hi - lo, 1e-3 * box.length[0]) * (1 + 1e-12);
+    grid[open] = std::max(hi - lo, 1e-3 * box.length[open]) * (1 + 1e-12);
     for (int i = 0; i < n; ++i) {
-      xw[i][0] = x[i][0] - lo;
-      offset[i][0] = lo;
+      xw[i][open] = x[i][open] - lo;
+      offset[i][open] = lo;
     }
   }
   for (int i = 0; i < n; ++i)
-    for (int d = open_x ? 1 : 0; d < 3; ++d) {
+    for (int d = 0; d < 3; ++d) {
+      if (d == open) continue;
       double o = std::floor(x[i][d] * box.inverse[d]) * box.length[d];
       double v = x[i][d] - o;
       if (v >= box.length[d]) {  // rounding
@@ -203,7 +205,7 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
         if (bi.lo[0] > bi.hi[0]) continue;  // no real atoms (cannot happen: clusters fill from the bottom)
         for (int m = meet_start[ci]; m < meet_start[ci + 1]; ++m) meets_ci[meets[m]] = ci;
         for (int s = 0; s < 27; ++s) {
-          if (open_x && s / 9 != 1) continue;  // no images along an open x
+          if (open >= 0 && (open == 0 ? s / 9 : open == 1 ? s / 3 % 3 : s % 3) != 1) continue;  // none along it
           const Vec3& sv = shifts_[s];
           // Columns whose x-y cells, moved by S, come within rlist of the i-cluster's box.
           int range[2][2];

@@ -42,9 +42,9 @@ inline constexpr int kClusterPairSize = kClusterSize * kClusterSize;
 struct PairListDomain {
   // Atoms from here on are the halo: their pairs with each other belong to another domain's list.
   int first_halo = INT32_MAX;
-  // x is not periodic: the domain's atoms are in one frame along x, with no images there (y and z
-  // stay periodic), and the x grid spans them.
-  bool open_x = false;
+  // -1, or the dimension (0, 1, 2) that is not periodic: the domain's atoms are in one frame along it,
+  // with no images there (the other two stay periodic), and the grid spans them along it.
+  int open_axis = -1;
 };
 
 class PairList {
@@ -55,7 +55,7 @@ class PairList {
     int64_t begin, end;  // into j_clusters() / masks()
   };
 
-  // x: positions (any image); exclusions: per atom, sorted. Needs 2 rc < every box length (but x's when open).
+  // x: positions (any image); exclusions: per atom, sorted. Needs 2 rc < every box length (but an open one's).
   void build(const std::vector<Vec3>& x, const RectBox& box, double rlist,
              const std::vector<std::vector<int>>& exclusions, const PairListDomain& domain = {});
   // Keeps the built list's cluster pairs whose bounding boxes are closer than r at positions x.

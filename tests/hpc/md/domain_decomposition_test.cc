@@ -74,13 +74,13 @@ class ThreadComm {
   std::vector<Post> posts_;
 };
 
-// A fixture repeated `copies` times along x: its molecules that many times over, the box that much longer.
+// A fixture repeated `copies` times along `axis`: its molecules that many times over, the box that much longer.
 struct Tiled {
   qk::md::Topology top;
   qk::md::GroFile conf;
   qk::md::MdpOptions mdp;
   // define: a -D the topology is read with (POSRES: the peptide's position restraints).
-  Tiled(const std::string& system, int copies, const std::string& define = "") {
+  Tiled(const std::string& system, int copies, const std::string& define = "", int axis = 0) {
     const qk::md::test::Fixture fx(system);
     const std::string text = qk::read_file(fx.dir + "/topol.top");
     const size_t at = text.find("[ molecules ]");
@@ -106,10 +106,10 @@ struct Tiled {
         }
     for (int c = 0; c < copies; ++c)
       for (qk::md::GroAtom a : whole) {
-        a.x[0] += c * fx.conf.box[0];
+        a.x[axis] += c * fx.conf.box[axis];
         conf.atoms.push_back(a);
       }
-    conf.box[0] *= copies;
+    conf.box[axis] *= copies;
   }
   std::vector<Vec3> x() const {
     std::vector<Vec3> out;
@@ -206,6 +206,16 @@ TEST(DomainDecomposition, DomainsGiveTheForcesAndTermsOfOneCalculator) {
   expect_domains_equal_alone(rf, 3);
   const Tiled argon("argon", 2);  // single atoms, LJ only
   expect_domains_equal_alone(argon, 2);
+}
+
+TEST(DomainDecomposition, SlabsCutTheLongestAxis) {
+  const Tiled along_z("water_pme", 2, "", 2);  // 2.5 x 2.5 x 5 nm: slabs along z, the list open there
+  EXPECT_EQ(qk::md::DomainDecomposition::slab_axis(along_z.conf.box), 2);
+  expect_domains_equal_alone(along_z, 2);
+  const Tiled along_y("water_rf", 3, "", 1);
+  EXPECT_EQ(qk::md::DomainDecomposition::slab_axis(along_y.conf.box), 1);
+  expect_domains_equal_alone(along_y, 3);
+  EXPECT_EQ(qk::md::DomainDecomposition::slab_axis({3, 3, 3}), 0);  // a cube: x
 }
 
 TEST(DomainDecomposition, BondedTermsAndExclusionsOfASolvatedPeptideStayWithItsDomain) {
