@@ -103,14 +103,13 @@ DomainDecomposition::DomainDecomposition(const Topology& top, const ForceShare& 
            "domain decomposition: rank ", rank_, " of ", size_, " needs at least 2 ranks, its sum and its exchange");
 }
 
-void DomainDecomposition::partition(const std::vector<Vec3>& x, const Vec3& box, double rlist) {
+std::string DomainDecomposition::partition(const std::vector<Vec3>& x, const Vec3& box, double rlist) {
   QK_CHECK(static_cast<int>(x.size()) == top_.num_atoms(), "domain decomposition: ", x.size(),
            " positions for a topology of ", top_.num_atoms(), " atoms");
   if (axis_ < 0) axis_ = slab_axis(box);  // kept for the run (pressure coupling scales the box evenly)
   const Layout l = lay_out(molecule_start_, x, RectBox(box), size_, axis_);
   const std::string problem = fit_problem(l, box, rlist, size_, axis_);
-  QK_CHECK(problem.empty(), "domain decomposition over ", size_, " ranks no longer fits: ", problem,
-           " (run on fewer ranks)");
+  if (!problem.empty()) return problem;
   const int nmol = static_cast<int>(molecule_start_.size()) - 1;
   auto atoms_of = [&](int r) {
     std::vector<int> atoms;
@@ -137,6 +136,7 @@ void DomainDecomposition::partition(const std::vector<Vec3>& x, const Vec3& box,
   halo_.clear();
   for (int k : border(next_atoms, rank_, next == 0 ? box[axis_] : 0.0)) halo_.push_back(next_atoms[k]);
   ++version_;
+  return {};
 }
 
 void DomainDecomposition::gather(const std::vector<Vec3>& local, std::vector<Vec3>* global) const {

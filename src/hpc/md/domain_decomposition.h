@@ -46,8 +46,9 @@ class DomainDecomposition {
   DomainDecomposition(const Topology& top, const ForceShare& share);
 
   // Every rank with the same x (all atoms, any images): new home molecules and halos (version() changes).
-  // Throws when the slabs no longer fit (why_not).
-  void partition(const std::vector<Vec3>& x, const Vec3& box, double rlist);
+  // Where the slabs no longer fit (a shrunk box, a stretched molecule) nothing changes and it returns why
+  // (every rank alike); empty otherwise.
+  [[nodiscard]] std::string partition(const std::vector<Vec3>& x, const Vec3& box, double rlist);
   int64_t version() const { return version_; }
   // The box scaled between partitions (pressure coupling): the first rank's atoms go to the last one's halo
   // moved up by the new length.

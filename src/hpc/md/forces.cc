@@ -53,6 +53,7 @@ struct ForceCalculator::Impl {
   // (the home atoms' interactions only), the pair kernel on it, positions and forces.
   DomainDecomposition* dd = nullptr;
   int64_t dd_version = -1;
+  bool build_next = false;  // the domains given up: the next call builds a list of every atom
   int n_home = 0;
   std::unique_ptr<Topology> local_top;
   std::unique_ptr<NonbondedKernel> local_kernel;
@@ -112,7 +113,8 @@ struct ForceCalculator::Impl {
   void update_list_on_schedule(const std::vector<Vec3>& x, int64_t step) {
     auto t = Clock::now();
     const int64_t since = step % lists.nstlist;
-    if (builds == 0 || since == 0) {
+    if (builds == 0 || since == 0 || build_next) {
+      build_next = false;
       list.build(x, box, nb.rc + buffer, top.exclusions);
       ++builds;
       times.list_build += lap(&t);
@@ -357,6 +359,10 @@ void ForceCalculator::set_domains(DomainDecomposition* dd) {
   }
   m.dd = dd;
   m.dd_version = -1;
+  if (!dd) {  // the share's parts again, a list of every atom at the next call
+    set_share(m.share);
+    m.build_next = true;
+  }
 }
 
 void ForceCalculator::set_nonbonded_device(MdDevice device) {

@@ -316,9 +316,28 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     half_step_old = resumed->half_step_kinetic;
     group_half_step_old = resumed->half_step_group_kinetic;
   }
-  // Domains: made now from every atom's start (the same on every rank), anew at every pair-list build.
-  auto partition = [&](const std::vector<Vec3>& all_x, const std::vector<Vec3>& all_v) {
-    dd->partition(all_x, box.length, lists.rlist_outer);
+  const int64_t first_step = resumed ? resumed->step : 0;
+  // Domains: made now from every atom's start (the same on every rank), anew at every pair-list build. Where
+  // they no longer fit (the box shrank, a molecule stretched) the run goes on with the forces shared out.
+  auto partition = [&](const std::vector<Vec3>& all_x, const std::vector<Vec3>& all_v, int64_t step) {
+    const std::string problem = dd->partition(all_x, box.length, lists.rlist_outer);
+    if (!problem.empty()) {  // (at the start only after a checkpoint: the .gro's own box was checked above)
+      QK_CHECK(opt.decomposition != RunOptions::Decomposition::kDomains, "domain decomposition over ",
+               opt.share.size, " ranks at step ", step, ": ", problem);
+      const std::string note = "step " + std::to_string(step) + ": the domains no longer fit (" + problem +
+                               "); force decomposition from here on";
+      if (opt.log) *opt.log << note << "\n\n";
+      result.decomposition += "; " + note;
+      ff.set_domains(nullptr);
+      dd.reset();
+      atoms.take_all();
+      posres = all_posres;
+      x = all_x;
+      v = all_v;
+      xnew.resize(x.size());
+      vnew.resize(x.size());
+      return;
+    }
     atoms.take_home(dd.get());
     if (all_posres) posres = all_posres->select(local_indices(top.num_atoms(), dd->home()));
     x = dd->home_positions();
@@ -327,12 +346,11 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     vnew.resize(x.size());
   };
   if (dd) {
-    partition(x, v);
+    partition(x, v, first_step);
     ff.set_domains(dd.get());
   }
   bool checkpoint_due = false;  // domains: a checkpoint waiting for the next pair-list step
   std::vector<double> lambda(ngroups);  // this step's V-rescale factor per group
-  const int64_t first_step = resumed ? resumed->step : 0;
   const auto start = std::chrono::steady_clock::now();
   auto last_checkpoint = start, last_progress = start;
   // A fresh run replaces the checkpoints of an earlier run in its folder (as mdrun overwrites state.cpt):
@@ -397,7 +415,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     }
     lap(&result.output_seconds);
     if (dd && list_step && step > first_step) {  // new domains, as the pair list is built anew
-      partition(atoms.everyone(x), atoms.everyone(v));
+      partition(atoms.everyone(x), atoms.everyone(v), step);
       lap(&result.decomposition_seconds);
     }
     fault::point("md_step", step);  // crash tests: QK_FAULT_KILL=md_step:0:STEP (qk/base/fault.h)

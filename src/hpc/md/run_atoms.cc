@@ -37,6 +37,16 @@ void RunAtoms::take_home(DomainDecomposition* dd) {
   inv_mass_ = inverse_masses(top_->mass);
 }
 
+void RunAtoms::take_all() {
+  dd_ = nullptr;
+  home_top_.reset();
+  top_ = &run_top_;
+  settle_ = std::make_unique<SettleConstraints>(run_top_);
+  lincs_ = std::make_unique<Lincs>(run_top_, constraints_);
+  group_ = run_group_;
+  inv_mass_ = inverse_masses(run_top_.mass);
+}
+
 void RunAtoms::sum(double* data, int64_t count) const {
   if (!dd_) return;
   const ForceShare& share = dd_->share();

@@ -20,6 +20,8 @@ class RunAtoms {
   RunAtoms(const Topology& top, const std::vector<BondConstraint>& constraints, const std::vector<int>& group_of_atom);
   // From now on dd's home atoms, as it partitioned them last (call after each partition).
   void take_home(DomainDecomposition* dd);
+  // Every atom again (the domains given up).
+  void take_all();
   bool all() const { return dd_ == nullptr; }
 
   const Topology& top() const { return *top_; }

@@ -154,7 +154,7 @@ void expect_domains_equal_alone(const Tiled& sys, int ranks) {
      try {
       const qk::md::ForceShare share = comm.share(r);
       qk::md::DomainDecomposition dd(sys.top, share);
-      dd.partition(xs[0], sys.conf.box, lists.rlist_outer);
+      EXPECT_EQ(dd.partition(xs[0], sys.conf.box, lists.rlist_outer), "") << "rank " << r;
       home[r] = dd.home().size();
       halo[r] = dd.halo().size();
       qk::md::ForceCalculator ff(sys.top, sys.mdp, sys.conf.box, qk::md::Precision::kDouble, lists);
@@ -333,6 +333,59 @@ TEST(DomainDecomposition, AnMdRunOverDomainsFollowsTheOneRankRun) {
   expect_run_over_ranks_equals_alone(peptide, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition");
   const Tiled tip4p("water_tip4p", 2);  // a virtual site per water
   expect_run_over_ranks_equals_alone(tip4p, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition");
+}
+
+// A box squeezed under a pressure far above the water's until its slabs are too thin for the list: the run
+// goes on with the forces shared out, and ends where the one-rank run does.
+TEST(DomainDecomposition, SlabsSqueezedTooThinMidRunHandOverToForceDecomposition) {
+  Tiled water("water_pme", 4);  // 10 x 2.5 x 2.5 nm, PME
+  water.mdp.rcoulomb = water.mdp.rvdw = 0.8;
+  const int ranks = 8;  // 1.25 nm slabs
+  qk::md::MdpOptions mdp = md_mdp(water.mdp);
+  mdp.nsteps = 80;
+  mdp.pcoupl = qk::md::Barostat::kCRescale;
+  mdp.nstpcouple = 5;
+  mdp.tau_p = 0.1;
+  mdp.ref_p = 40000;
+  mdp.ref_p_given = true;
+  mdp.compressibility = 4.5e-5;
+  mdp.ld_seed = 3;
+  mdp.gen_seed = 11;
+  qk::md::RunOptions alone_opt;
+  alone_opt.precision = qk::md::Precision::kDouble;
+  const qk::md::RunResult alone = qk::md::run(water.top, mdp, water.conf, alone_opt);
+  ThreadComm comm(ranks);
+  std::vector<qk::md::RunResult> got(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        qk::md::RunOptions opt;
+        opt.precision = qk::md::Precision::kDouble;
+        opt.share = comm.share(r);
+        got[r] = qk::md::run(water.top, mdp, water.conf, opt);
+      } catch (const std::exception& ex) {
+        ADD_FAILURE() << "rank " << r << ": " << ex.what();
+        std::abort();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(alone.frames.size(), 9u);
+  EXPECT_LT(alone.frames.back().box[0], 0.93 * water.conf.box[0]) << "not squeezed";
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_TRUE(std::regex_search(got[r].decomposition,
+                                  std::regex("^domain decomposition: 8 slabs.*; step [1-7]0: the domains no longer fit "
+                                             "\\(8 slabs of a .* at most 7 ranks\\); force decomposition from here on$")))
+        << got[r].decomposition;
+    ASSERT_EQ(got[r].frames.size(), alone.frames.size());
+    for (size_t k = 0; k < alone.frames.size(); ++k) {  // a hot, squeezed box: rounding grows faster
+      const qk::md::EnergyFrame &a = alone.frames[k], &b = got[r].frames[k];
+      EXPECT_NEAR(b.potential.potential(), a.potential.potential(), 1e-5 * std::abs(a.potential.potential()))
+          << "rank " << r << " step " << a.step;
+      EXPECT_NEAR(b.box[0], a.box[0], 1e-6) << "rank " << r << " step " << a.step;
+    }
+    EXPECT_EQ(got[r].final_conf.atoms.size(), alone.final_conf.atoms.size());
+  }
 }
 
 TEST(DomainDecomposition, RunsThatCannotUseDomainsShareTheForcesAndSayWhy) {

@@ -92,7 +92,8 @@ struct RunOptions {
   // which needs the share's exchange, MD with fixed-interval pair lists (a verlet-buffer-tolerance), the CPU
   // kernels, and slabs at least the list radius wide; kForces: every rank holds every atom and the forces are
   // summed (ForceShare); kAuto: domains where they can be, else forces (RunResult::decomposition says which
-  // and why). Checkpoints with domains are taken at the next pair-list step after they fall due.
+  // and why; with kAuto, slabs that grow too thin mid-run hand over to forces, noted there and in the log).
+  // Checkpoints with domains are taken at the next pair-list step after they fall due.
   enum class Decomposition { kAuto, kDomains, kForces };
   Decomposition decomposition = Decomposition::kAuto;
   // Where the pair list's interactions run (forces.h; mdrun's -nb): the CPU, or a GPU beside it.
