@@ -240,8 +240,7 @@ TEST(DomainDecomposition, SaysWhenTheSlabsAreTooThin) {
   EXPECT_THROW(exact.set_domains(&dd), qk::Error);
 }
 
-// An MD run: 30 steps of V-rescale NVT from generated velocities (the seed unset on purpose: the ranks must
-// agree on rank 0's), energies every 10.
+// An MD run: 30 steps of V-rescale NVT from generated velocities, energies every 10.
 qk::md::MdpOptions md_mdp(qk::md::MdpOptions mdp) {
   mdp.nsteps = 30;
   mdp.nstenergy = 10;
@@ -254,24 +253,9 @@ qk::md::MdpOptions md_mdp(qk::md::MdpOptions mdp) {
   return mdp;
 }
 
-// md::run over `ranks` thread-ranks (domains or, with kForces, the forces shared out) against one rank.
-void expect_run_over_ranks_equals_alone(const Tiled& sys, int ranks, qk::md::RunOptions::Decomposition how,
-                                        const std::string& expect_decomposition, bool barostat = false) {
-  SCOPED_TRACE(std::to_string(ranks) + " ranks" + (barostat ? ", C-rescale" : ""));
-  qk::md::MdpOptions mdp = md_mdp(sys.mdp);
-  if (barostat) {  // the box scaled every 5 steps, hard (a short tau-p at 1000 bar), between partitions too
-    mdp.pcoupl = qk::md::Barostat::kCRescale;
-    mdp.nstpcouple = 5;
-    mdp.tau_p = 0.2;
-    mdp.ref_p = 1000;
-    mdp.ref_p_given = true;
-    mdp.compressibility = 4.5e-5;
-    mdp.ld_seed = 3;
-  }
-  mdp.gen_seed = 11;  // the lone run's velocities must be theirs; the ranks are given the seed below
-  qk::md::RunOptions alone_opt;
-  alone_opt.precision = qk::md::Precision::kDouble;
-  const qk::md::RunResult alone = qk::md::run(sys.top, mdp, sys.conf, alone_opt);
+// md::run over `ranks` thread-ranks, in double precision (domains or, with kForces, the forces shared out).
+std::vector<qk::md::RunResult> run_on_thread_ranks(const Tiled& sys, const qk::md::MdpOptions& mdp, int ranks,
+                                                   qk::md::RunOptions::Decomposition how) {
   ThreadComm comm(ranks);
   std::vector<qk::md::RunResult> got(ranks);
   std::vector<std::thread> threads;
@@ -289,6 +273,28 @@ void expect_run_over_ranks_equals_alone(const Tiled& sys, int ranks, qk::md::Run
       }
     });
   for (std::thread& t : threads) t.join();
+  return got;
+}
+
+// md::run over `ranks` thread-ranks (domains or, with kForces, the forces shared out) against one rank.
+void expect_run_over_ranks_equals_alone(const Tiled& sys, int ranks, qk::md::RunOptions::Decomposition how,
+                                        const std::string& expect_decomposition, bool barostat = false) {
+  SCOPED_TRACE(std::to_string(ranks) + " ranks" + (barostat ? ", C-rescale" : ""));
+  qk::md::MdpOptions mdp = md_mdp(sys.mdp);
+  if (barostat) {  // the box scaled every 5 steps, hard (a short tau-p at 1000 bar), between partitions too
+    mdp.pcoupl = qk::md::Barostat::kCRescale;
+    mdp.nstpcouple = 5;
+    mdp.tau_p = 0.2;
+    mdp.ref_p = 1000;
+    mdp.ref_p_given = true;
+    mdp.compressibility = 4.5e-5;
+    mdp.ld_seed = 3;
+  }
+  mdp.gen_seed = 11;  // the same velocities as the lone run
+  qk::md::RunOptions alone_opt;
+  alone_opt.precision = qk::md::Precision::kDouble;
+  const qk::md::RunResult alone = qk::md::run(sys.top, mdp, sys.conf, alone_opt);
+  const std::vector<qk::md::RunResult> got = run_on_thread_ranks(sys, mdp, ranks, how);
   ASSERT_EQ(alone.frames.size(), 4u);
   for (int r = 0; r < ranks; ++r) {
     EXPECT_NE(got[r].decomposition.find(expect_decomposition), std::string::npos) << got[r].decomposition;
@@ -354,22 +360,8 @@ TEST(DomainDecomposition, SlabsSqueezedTooThinMidRunHandOverToForceDecomposition
   qk::md::RunOptions alone_opt;
   alone_opt.precision = qk::md::Precision::kDouble;
   const qk::md::RunResult alone = qk::md::run(water.top, mdp, water.conf, alone_opt);
-  ThreadComm comm(ranks);
-  std::vector<qk::md::RunResult> got(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        qk::md::RunOptions opt;
-        opt.precision = qk::md::Precision::kDouble;
-        opt.share = comm.share(r);
-        got[r] = qk::md::run(water.top, mdp, water.conf, opt);
-      } catch (const std::exception& ex) {
-        ADD_FAILURE() << "rank " << r << ": " << ex.what();
-        std::abort();
-      }
-    });
-  for (std::thread& t : threads) t.join();
+  const std::vector<qk::md::RunResult> got =
+      run_on_thread_ranks(water, mdp, ranks, qk::md::RunOptions::Decomposition::kAuto);
   ASSERT_EQ(alone.frames.size(), 9u);
   EXPECT_LT(alone.frames.back().box[0], 0.93 * water.conf.box[0]) << "not squeezed";
   for (int r = 0; r < ranks; ++r) {
@@ -385,6 +377,32 @@ TEST(DomainDecomposition, SlabsSqueezedTooThinMidRunHandOverToForceDecomposition
       EXPECT_NEAR(b.box[0], a.box[0], 1e-6) << "rank " << r << " step " << a.step;
     }
     EXPECT_EQ(got[r].final_conf.atoms.size(), alone.final_conf.atoms.size());
+  }
+}
+
+// Seeds the mdp leaves to the clock (gen-seed, V-rescale's and C-rescale's draws): the ranks take rank 0's,
+// so they generate the same velocities (force decomposition, where each integrates every atom, would drift
+// apart otherwise), couple alike and scale the box alike.
+TEST(DomainDecomposition, RanksAgreeOnTheSeedsTheMdpLeavesToTheClock) {
+  const Tiled water("water_pme", 2);
+  qk::md::MdpOptions mdp = md_mdp(water.mdp);
+  mdp.gen_seed = -1;
+  mdp.pcoupl = qk::md::Barostat::kCRescale;
+  mdp.nstpcouple = 5;
+  mdp.ref_p = 1;
+  mdp.ref_p_given = true;
+  mdp.compressibility = 4.5e-5;
+  mdp.ld_seed = -1;
+  for (auto how : {qk::md::RunOptions::Decomposition::kDomains, qk::md::RunOptions::Decomposition::kForces}) {
+    const std::vector<qk::md::RunResult> got = run_on_thread_ranks(water, mdp, 2, how);
+    ASSERT_EQ(got[1].frames.size(), got[0].frames.size());
+    for (size_t k = 0; k < got[0].frames.size(); ++k) {
+      EXPECT_EQ(got[1].frames[k].group_lambda, got[0].frames[k].group_lambda) << "step " << got[0].frames[k].step;
+      EXPECT_EQ(got[1].frames[k].box, got[0].frames[k].box) << "step " << got[0].frames[k].step;
+    }
+    ASSERT_EQ(got[1].final_conf.atoms.size(), got[0].final_conf.atoms.size());
+    for (size_t i = 0; i < got[0].final_conf.atoms.size(); ++i)
+      ASSERT_EQ(got[1].final_conf.atoms[i].x, got[0].final_conf.atoms[i].x) << "atom " << i;
   }
 }
 
