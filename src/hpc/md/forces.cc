@@ -286,7 +286,7 @@ PotentialTerms ForceCalculator::compute_domain(const std::vector<Vec3>& x, std::
   // Built when the domain is new, pruned on the schedule between (update_list_on_schedule's).
   const int64_t since = s % m.lists.nstlist;
   if (fresh) {
-    m.list.build(m.x_local, m.box, m.nb.rc + m.buffer, m.local_top->exclusions, PairListDomain{nh, dd.axis()});
+    m.list.build(m.x_local, m.box, m.nb.rc + m.buffer, m.local_top->exclusions, PairListDomain{nh, dd.open_axes()});
     ++m.builds;
     m.times.list_build += Impl::lap(&t);
   }

@@ -94,13 +94,25 @@ static std::string domains_refused(const Topology& top, const MdpOptions& mdp, c
   return DomainDecomposition::why_not(top, x, conf.box, lists.rlist_outer, opt.share.size);
 }
 
-static std::string describe_decomposition(const RunOptions& opt, const Vec3& box, const std::string& refused) {
+static std::string describe_decomposition(const Topology& top, const GroFile& conf, const RunOptions& opt,
+                                          const PairListSetup& lists, const std::string& refused) {
   if (opt.share.size <= 1) return {};
   if (!refused.empty()) return "force decomposition (every rank holds every atom): " + refused;
+  std::vector<Vec3> x(conf.atoms.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = conf.atoms[i].x;
+  const DomainGrid g = DomainDecomposition::grid_for(top, x, conf.box, lists.rlist_outer, opt.share.size);
+  const Vec3& box = conf.box;
   char line[256];
-  const int axis = DomainDecomposition::slab_axis(box);
-  std::snprintf(line, sizeof line, "domain decomposition: %d slabs along %c of %.3f nm, each with a halo from the next",
-                opt.share.size, "xyz"[axis], box[axis] / opt.share.size);
+  if (g.cells[1] == 1) {
+    std::snprintf(line, sizeof line, "domain decomposition: %d slabs along %c of %.3f nm, each with a halo from the next",
+                  g.cells[0], "xyz"[g.axes[0]], box[g.axes[0]] / g.cells[0]);
+  } else {
+    std::snprintf(line, sizeof line,
+                  "domain decomposition: a %d x %d grid across %c and %c, cells of %.3f x %.3f nm, each with a halo "
+                  "from 4 neighbours",
+                  g.cells[0], g.cells[1], "xyz"[g.axes[0]], "xyz"[g.axes[1]], box[g.axes[0]] / g.cells[0],
+                  box[g.axes[1]] / g.cells[1]);
+  }
   return line;
 }
 
@@ -112,7 +124,7 @@ std::string why_not_domains(const Topology& top, const MdpOptions& mdp, const Gr
 std::string describe_decomposition(const Topology& top, const MdpOptions& mdp, const GroFile& conf,
                                    const RunOptions& opt) {
   if (opt.share.size <= 1) return {};
-  return describe_decomposition(opt, conf.box, why_not_domains(top, mdp, conf, opt));
+  return describe_decomposition(top, conf, opt, pair_list_setup(top, mdp, conf), why_not_domains(top, mdp, conf, opt));
 }
 
 namespace {
@@ -207,7 +219,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
              "domain decomposition over ", opt.share.size, " ranks: ", refused,
              " (use force decomposition, or fewer ranks)");
     if (refused.empty()) dd = std::make_unique<DomainDecomposition>(top, opt.share);
-    result.decomposition = describe_decomposition(opt, conf.box, refused);
+    result.decomposition = describe_decomposition(top, conf, opt, lists, refused);
   }
   // The atoms this rank integrates (all of them until the domains are made, below).
   RunAtoms atoms(top, constraints, tc.group_of_atom);

@@ -155,8 +155,9 @@ std::string mdrun_help(const std::string& program) {
          "Over several processes: qk run --nproc-per-node N -- " + program + " ... (or mpirun with\n"
          "MASTER_ADDR and MASTER_PORT set; -nt: threads per rank; the first rank writes the files):\n"
          "  -decomp auto|domains|forces  domains: each rank owns a slab across the box's longest\n"
-         "                axis, its molecules and a halo from the next (MD on the CPU with a Verlet buffer;\n"
-         "                slabs at least the pair-list radius wide); forces: every rank holds all\n"
+         "                axis (or a cell of a grid across the two longest), its molecules and a halo\n"
+         "                from its neighbours (MD on the CPU with a Verlet buffer; slabs or cells at\n"
+         "                least the pair-list radius wide); forces: every rank holds all\n"
          "                atoms and computes a share of the forces, summed each step; auto: domains\n"
          "                where they can be, else forces (the log says which and why) [auto]\n";
 }

@@ -89,10 +89,10 @@ void PairList::bounding_boxes(const std::vector<Vec3>& x, std::vector<Box>* bb) 
 void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlist,
                      const std::vector<std::vector<int>>& exclusions, const PairListDomain& domain) {
   const int n = static_cast<int>(x.size());
-  const int open = domain.open_axis;
-  QK_CHECK(open >= -1 && open < 3, "PairList: open axis ", open);
+  const unsigned open = domain.open_axes;
+  QK_CHECK(open < 8u, "PairList: open axes ", open);
   for (int d = 0; d < 3; ++d)
-    QK_CHECK(d == open || 2 * rlist < box.length[d], "the pair-list radius ", rlist, " nm (cut-off + buffer) is not below ",
+    QK_CHECK((open >> d & 1u) || 2 * rlist < box.length[d], "the pair-list radius ", rlist, " nm (cut-off + buffer) is not below ",
              "half the box (", box.length[d], " nm); use a larger box or a shorter cut-off");
   box_ = box;
   rlist_ = rlist;
@@ -102,24 +102,25 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
   // Along an open axis the grid runs from the lowest atom to the highest, nothing wrapped.
   std::vector<Vec3> xw(n), offset(n);
   Vec3 grid = box.length;
-  if (open >= 0) {
+  for (int d = 0; d < 3; ++d) {
+    if (!(open >> d & 1u)) continue;
     double lo = 0, hi = 0;
     if (n > 0) {
-      lo = hi = x[0][open];
+      lo = hi = x[0][d];
       for (int i = 1; i < n; ++i) {
-        lo = std::min(lo, x[i][open]);
-        hi = std::max(hi, x[i][open]);
+        lo = std::min(lo, x[i][d]);
+        hi = std::max(hi, x[i][d]);
       }
     }
-    grid[open] = std::max(hi - lo, 1e-3 * box.length[open]) * (1 + 1e-12);
+    grid[d] = std::max(hi - lo, 1e-3 * box.length[d]) * (1 + 1e-12);
     for (int i = 0; i < n; ++i) {
-      xw[i][open] = x[i][open] - lo;
-      offset[i][open] = lo;
+      xw[i][d] = x[i][d] - lo;
+      offset[i][d] = lo;
     }
   }
   for (int i = 0; i < n; ++i)
     for (int d = 0; d < 3; ++d) {
-      if (d == open) continue;
+      if (open >> d & 1u) continue;
       double o = std::floor(x[i][d] * box.inverse[d]) * box.length[d];
       double v = x[i][d] - o;
       if (v >= box.length[d]) {  // rounding
@@ -205,7 +206,8 @@ void PairList::build(const std::vector<Vec3>& x, const RectBox& box, double rlis
         if (bi.lo[0] > bi.hi[0]) continue;  // no real atoms (cannot happen: clusters fill from the bottom)
         for (int m = meet_start[ci]; m < meet_start[ci + 1]; ++m) meets_ci[meets[m]] = ci;
         for (int s = 0; s < 27; ++s) {
-          if (open >= 0 && (open == 0 ? s / 9 : open == 1 ? s / 3 % 3 : s % 3) != 1) continue;  // none along it
+          if (((open & 1u) && s / 9 != 1) || ((open & 2u) && s / 3 % 3 != 1) || ((open & 4u) && s % 3 != 1))
+            continue;  // no images along an open axis
           const Vec3& sv = shifts_[s];
           // Columns whose x-y cells, moved by S, come within rlist of the i-cluster's box.
           int range[2][2];

@@ -42,9 +42,9 @@ inline constexpr int kClusterPairSize = kClusterSize * kClusterSize;
 struct PairListDomain {
   // Atoms from here on are the halo: their pairs with each other belong to another domain's list.
   int first_halo = INT32_MAX;
-  // -1, or the dimension (0, 1, 2) that is not periodic: the domain's atoms are in one frame along it,
-  // with no images there (the other two stay periodic), and the grid spans them along it.
-  int open_axis = -1;
+  // The dimensions (bit d for dimension d) that are not periodic: the domain's atoms are in one frame along
+  // them, with no images there (the others stay periodic), and the grid spans them along them.
+  unsigned open_axes = 0;
 };
 
 class PairList {
@@ -55,7 +55,7 @@ class PairList {
     int64_t begin, end;  // into j_clusters() / masks()
   };
 
-  // x: positions (any image); exclusions: per atom, sorted. Needs 2 rc < every box length (but an open one's).
+  // x: positions (any image); exclusions: per atom, sorted. Needs 2 rc < every box length (but open ones').
   void build(const std::vector<Vec3>& x, const RectBox& box, double rlist,
              const std::vector<std::vector<int>>& exclusions, const PairListDomain& domain = {});
   // Keeps the built list's cluster pairs whose bounding boxes are closer than r at positions x.

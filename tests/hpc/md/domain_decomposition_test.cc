@@ -80,14 +80,22 @@ struct Tiled {
   qk::md::GroFile conf;
   qk::md::MdpOptions mdp;
   // define: a -D the topology is read with (POSRES: the peptide's position restraints).
-  Tiled(const std::string& system, int copies, const std::string& define = "", int axis = 0) {
+  Tiled(const std::string& system, int copies, const std::string& define = "", int axis = 0)
+      : Tiled(system, axis == 0 ? std::array<int, 3>{copies, 1, 1}
+                      : axis == 1 ? std::array<int, 3>{1, copies, 1}
+                                  : std::array<int, 3>{1, 1, copies},
+              define) {}
+  // Repeated copies[d] times along each axis d.
+  Tiled(const std::string& system, const std::array<int, 3>& copies_along, const std::string& define = "") {
     const qk::md::test::Fixture fx(system);
+    const int copies = copies_along[0] * copies_along[1] * copies_along[2];
     const std::string text = qk::read_file(fx.dir + "/topol.top");
     const size_t at = text.find("[ molecules ]");
     const std::string molecules = text.substr(text.find('\n', at) + 1);
     std::string tiled = text;
     for (int c = 1; c < copies; ++c) tiled += molecules;
-    const std::string path = kScratch.fresh(system + "_x" + std::to_string(copies)) + "/topol.top";
+    const std::string path = kScratch.fresh(system + "_" + std::to_string(copies_along[0]) + std::to_string(copies_along[1]) +
+                                            std::to_string(copies_along[2])) + "/topol.top";
     std::ofstream(path) << tiled;
     mdp = fx.mdp;
     if (!define.empty()) mdp.defines.push_back(define);
@@ -106,10 +114,12 @@ struct Tiled {
         }
     for (int c = 0; c < copies; ++c)
       for (qk::md::GroAtom a : whole) {
-        a.x[axis] += c * fx.conf.box[axis];
+        const int along[3] = {c % copies_along[0], c / copies_along[0] % copies_along[1],
+                              c / (copies_along[0] * copies_along[1])};
+        for (int d = 0; d < 3; ++d) a.x[d] += along[d] * fx.conf.box[d];
         conf.atoms.push_back(a);
       }
-    conf.box[axis] *= copies;
+    for (int d = 0; d < 3; ++d) conf.box[d] *= copies_along[d];
   }
   std::vector<Vec3> x() const {
     std::vector<Vec3> out;
@@ -210,12 +220,30 @@ TEST(DomainDecomposition, DomainsGiveTheForcesAndTermsOfOneCalculator) {
 
 TEST(DomainDecomposition, SlabsCutTheLongestAxis) {
   const Tiled along_z("water_pme", 2, "", 2);  // 2.5 x 2.5 x 5 nm: slabs along z, the list open there
-  EXPECT_EQ(qk::md::DomainDecomposition::slab_axis(along_z.conf.box), 2);
+  EXPECT_EQ(qk::md::DomainDecomposition::grid_for(along_z.top, along_z.x(), along_z.conf.box, 1.1, 2).axes[0], 2);
   expect_domains_equal_alone(along_z, 2);
   const Tiled along_y("water_rf", 3, "", 1);
-  EXPECT_EQ(qk::md::DomainDecomposition::slab_axis(along_y.conf.box), 1);
+  EXPECT_EQ(qk::md::DomainDecomposition::grid_for(along_y.top, along_y.x(), along_y.conf.box, 1.1, 3).axes[0], 1);
   expect_domains_equal_alone(along_y, 3);
-  EXPECT_EQ(qk::md::DomainDecomposition::slab_axis({3, 3, 3}), 0);  // a cube: x
+}
+
+// Where slabs would be too thin, a grid across the two longest axes: halos from the next cell along each and
+// the two diagonal ones ahead (the half shell), the list open along both.
+TEST(DomainDecomposition, GridsCutTwoAxesWhereSlabsWouldBeTooThin) {
+  const Tiled square("water_pme", {2, 2, 1});  // 5 x 5 x 2.5 nm: 4 slabs would be 1.25 nm, a 2 x 2 grid 2.5
+  const qk::md::DomainGrid g = qk::md::DomainDecomposition::grid_for(square.top, square.x(), square.conf.box, 1.1, 4);
+  EXPECT_EQ(g.cells[0], 2);
+  EXPECT_EQ(g.cells[1], 2);
+  expect_domains_equal_alone(square, 4);
+  const Tiled oblong("water_rf", {3, 2, 1});  // 7.5 x 5 x 2.5 nm over 6: 3 cells along x, 2 along y
+  const qk::md::DomainGrid g6 = qk::md::DomainDecomposition::grid_for(oblong.top, oblong.x(), oblong.conf.box, 1.1, 6);
+  EXPECT_EQ(g6.cells[0], 3);
+  EXPECT_EQ(g6.cells[1], 2);
+  EXPECT_EQ(g6.axes[0], 0);
+  EXPECT_EQ(g6.axes[1], 1);
+  expect_domains_equal_alone(oblong, 6);
+  // 7 ranks: a prime makes slabs only, 0.71 nm wide: nothing fits.
+  EXPECT_EQ(qk::md::DomainDecomposition::grid_for(square.top, square.x(), square.conf.box, 1.1, 7).cells[0], 0);
 }
 
 TEST(DomainDecomposition, BondedTermsAndExclusionsOfASolvatedPeptideStayWithItsDomain) {
@@ -339,6 +367,9 @@ TEST(DomainDecomposition, AnMdRunOverDomainsFollowsTheOneRankRun) {
   expect_run_over_ranks_equals_alone(peptide, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition");
   const Tiled tip4p("water_tip4p", 2);  // a virtual site per water
   expect_run_over_ranks_equals_alone(tip4p, 2, qk::md::RunOptions::Decomposition::kDomains, "domain decomposition");
+  const Tiled square("water_pme", {2, 2, 1});  // a 2 x 2 grid
+  expect_run_over_ranks_equals_alone(square, 4, qk::md::RunOptions::Decomposition::kDomains,
+                                     "domain decomposition: a 2 x 2 grid across x and y, cells of 2.500 x 2.500 nm");
 }
 
 // A box squeezed under a pressure far above the water's until its slabs are too thin for the list: the run

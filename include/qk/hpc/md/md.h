@@ -87,8 +87,9 @@ struct RunOptions {
   // Several processes computing the forces together (forces.h's ForceShare; size 1: this one alone). Every
   // rank runs the same steps on the same totals; give the outputs (log, files, checkpoints) to one rank only.
   ForceShare share;
-  // How several ranks share an MD run. kDomains: each owns a slab across the box's longest axis
-  // (domain_decomposition.h in src/hpc/md: its molecules, integrated there, and a halo from its neighbour),
+  // How several ranks share an MD run. kDomains: each owns a slab across the box's longest axis, or a cell of a
+  // grid across its two longest (domain_decomposition.h in src/hpc/md: its molecules, integrated there, and a
+  // halo from its neighbours),
   // which needs the share's exchange, MD with fixed-interval pair lists (a verlet-buffer-tolerance), the CPU
   // kernels, and slabs at least the list radius wide; kForces: every rank holds every atom and the forces are
   // summed (ForceShare); kAuto: domains where they can be, else forces (RunResult::decomposition says which
