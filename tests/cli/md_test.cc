@@ -78,10 +78,11 @@ TEST(CliMd, TwoRanksRunTheOneRankRun) {
   for (const char* f : {"/two.gro", "/two.edr"}) EXPECT_TRUE(std::filesystem::exists(dir + f)) << f;
 }
 
-// Argon twice over along x (5.72 x 2.86 x 2.86 nm, 1,000 atoms): wide enough for two slabs. Writes
-// conf.gro, topol.top and an MD mdp (20 steps from generated velocities, compressed positions every 10)
-// into `dir`.
-void write_long_argon(const std::string& dir) {
+// Argon twice over along x (5.72 x 2.86 x 2.86 nm, 1,000 atoms): wide enough for two slabs; with `cube`,
+// twice along y and z too (4,000 atoms) and a 1.45 nm cut-off, under which four 1.43 nm slabs are too thin
+// and a 2 x 2 grid is not. Writes conf.gro, topol.top and an MD mdp (20 steps from generated velocities,
+// compressed positions every 10) into `dir`.
+void write_long_argon(const std::string& dir, bool cube = false) {
   const std::string argon = std::string(QK_SOURCE_DIR) + "/tests/fixtures/md/argon/";
   std::istringstream in(qk::read_file(argon + "conf.gro"));
   std::string title, count, line;
@@ -91,25 +92,27 @@ void write_long_argon(const std::string& dir) {
   while (std::getline(in, line) && line.size() >= 44 && x.size() < 500)
     x.push_back({std::stod(line.substr(20, 8)), std::stod(line.substr(28, 8)), std::stod(line.substr(36, 8))});
   ASSERT_EQ(x.size(), 500u);
+  const int copies = cube ? 8 : 2;
   std::ofstream gro(dir + "/conf.gro");
-  gro << "Liquid argon, twice along x\n 1000\n";
+  gro << "Liquid argon, " << copies << " copies\n " << 500 * copies << "\n";
   char buf[128];
-  for (int copy = 0; copy < 2; ++copy)
+  for (int copy = 0; copy < copies; ++copy)
     for (size_t i = 0; i < x.size(); ++i) {
       const int n = static_cast<int>(copy * 500 + i + 1);
-      std::snprintf(buf, sizeof buf, "%5d%-5s%5s%5d%8.3f%8.3f%8.3f\n", n, "AR", "AR", n, x[i][0] + 2.86 * copy,
-                    x[i][1], x[i][2]);
+      std::snprintf(buf, sizeof buf, "%5d%-5s%5s%5d%8.3f%8.3f%8.3f\n", n % 100000, "AR", "AR", n % 100000,
+                    x[i][0] + 2.86 * (copy % 2), x[i][1] + 2.86 * (copy / 2 % 2), x[i][2] + 2.86 * (copy / 4));
       gro << buf;
     }
-  gro << "   5.72000   2.86000   2.86000\n";
+  gro << (cube ? "   5.72000   5.72000   5.72000\n" : "   5.72000   2.86000   2.86000\n");
   std::string top = qk::read_file(argon + "topol.top");
   const size_t at = top.find("AR 500");
   ASSERT_NE(at, std::string::npos);
-  top.replace(at, 6, "AR 1000");
+  top.replace(at, 6, "AR " + std::to_string(500 * copies));
   std::ofstream(dir + "/topol.top") << top;
   std::ofstream(dir + "/run.mdp") << "integrator = md\ndt = 0.002\nnsteps = 20\ncutoff-scheme = Verlet\n"
-                                     "nstlist = 10\ncoulombtype = Reaction-Field\nrcoulomb = 1.0\nrvdw = 1.0\n"
-                                     "DispCorr = EnerPres\ntcoupl = V-rescale\ntc-grps = System\ntau_t = 0.5\n"
+                                     "nstlist = 10\ncoulombtype = Reaction-Field\n"
+                                  << (cube ? "rcoulomb = 1.45\nrvdw = 1.45\n" : "rcoulomb = 1.0\nrvdw = 1.0\n")
+                                  << "DispCorr = EnerPres\ntcoupl = V-rescale\ntc-grps = System\ntau_t = 0.5\n"
                                      "ref_t = 120\ngen_vel = yes\ngen_temp = 120\ngen_seed = 5\nnstenergy = 10\n"
                                      "nstcalcenergy = 10\nnstxout-compressed = 10\n";
 }
@@ -148,6 +151,27 @@ TEST(CliMd, TwoRanksOverDomainsRunTheOneRankRun) {
             std::string::npos)
       << refused.output;
   EXPECT_FALSE(std::filesystem::exists(thin + "/t.log"));
+}
+
+// Four processes on a 2 x 2 grid (argon twice along each axis with a 1.45 nm cut-off: four slabs would be
+// too thin), each with halos from four neighbours, run the one-process run.
+TEST(CliMd, FourRanksOnAGridRunTheOneRankRun) {
+  const std::string dir = kScratch.fresh("grid");
+  write_long_argon(dir, /*cube=*/true);
+  const std::string inputs = " md -f " + dir + "/run.mdp -c " + dir + "/conf.gro -p " + dir + "/topol.top -nt 1 -deffnm " + dir;
+  const auto one = run_qk(inputs + "/one");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto four = run_qk("run --nproc-per-node 4 -- " + std::string(QK_BIN) + inputs + "/four -decomp domains");
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  EXPECT_NE(four.output.find("domain decomposition: a 2 x 2 grid across x and y, cells of 2.860 x 2.860 nm"),
+            std::string::npos)
+      << four.output;
+  const std::vector<double> a = last_energies(qk::read_file(dir + "/one.log"));
+  const std::vector<double> b = last_energies(qk::read_file(dir + "/four.log"));
+  ASSERT_GE(a.size(), 8u);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 2e-5 * std::abs(a[i])) << "term " << i;
+  EXPECT_EQ(qk::read_file(dir + "/four.gro").size(), qk::read_file(dir + "/one.gro").size());
 }
 
 // The argon trajectory mdp (positions every step, velocities and forces every second, compressed positions
