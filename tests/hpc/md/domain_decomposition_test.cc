@@ -161,27 +161,27 @@ void expect_domains_equal_alone(const Tiled& sys, int ranks) {
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
-     try {
-      const qk::md::ForceShare share = comm.share(r);
-      qk::md::DomainDecomposition dd(sys.top, share);
-      EXPECT_EQ(dd.partition(xs[0], sys.conf.box, lists.rlist_outer), "") << "rank " << r;
-      home[r] = dd.home().size();
-      halo[r] = dd.halo().size();
-      qk::md::ForceCalculator ff(sys.top, sys.mdp, sys.conf.box, qk::md::Precision::kDouble, lists);
-      ff.set_share(share);
-      ff.set_domains(&dd);
-      std::vector<Vec3> x = dd.home_positions(), f_home;
-      for (int s = 0; s < 3; ++s) {
-        if (s > 0)  // the same displacement as the global positions
-          for (size_t k = 0; k < x.size(); ++k)
-            for (int d = 0; d < 3; ++d) x[k][d] += xs[s][dd.home()[k]][d] - xs[s - 1][dd.home()[k]][d];
-        e[s][r] = ff.compute(x, &f_home, s != 1, s);
-        dd.gather(f_home, &f[s][r]);
+      try {
+        const qk::md::ForceShare share = comm.share(r);
+        qk::md::DomainDecomposition dd(sys.top, share);
+        EXPECT_EQ(dd.partition(xs[0], sys.conf.box, lists.rlist_outer), "") << "rank " << r;
+        home[r] = dd.home().size();
+        halo[r] = dd.halo().size();
+        qk::md::ForceCalculator ff(sys.top, sys.mdp, sys.conf.box, qk::md::Precision::kDouble, lists);
+        ff.set_share(share);
+        ff.set_domains(&dd);
+        std::vector<Vec3> x = dd.home_positions(), f_home;
+        for (int s = 0; s < 3; ++s) {
+          if (s > 0)  // the same displacement as the global positions
+            for (size_t k = 0; k < x.size(); ++k)
+              for (int d = 0; d < 3; ++d) x[k][d] += xs[s][dd.home()[k]][d] - xs[s - 1][dd.home()[k]][d];
+          e[s][r] = ff.compute(x, &f_home, s != 1, s);
+          dd.gather(f_home, &f[s][r]);
+        }
+      } catch (const std::exception& ex) {
+        ADD_FAILURE() << "rank " << r << ": " << ex.what();
+        std::abort();
       }
-     } catch (const std::exception& ex) {
-      ADD_FAILURE() << "rank " << r << ": " << ex.what();
-      std::abort();
-     }
     });
   for (std::thread& t : threads) t.join();
   size_t total = 0;
