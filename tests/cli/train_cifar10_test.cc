@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "run_qk.h"
 
 namespace {
@@ -15,12 +16,10 @@ namespace {
 namespace fs = std::filesystem;
 using qk::test::run_qk;
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(QK_BINARY_DIR) / "test_tmp" / "train_cifar10" / name;
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+// Per process, removed at exit when every test passed (they write 2.5 GB of data, checkpoints and models).
+const qk::test::ScratchRoot kScratch("train_cifar10");
+
+std::string fresh_dir(const std::string& name) { return kScratch.fresh(name); }
 
 struct EpochLine {
   int epoch = 0, epochs = 0;
