@@ -63,7 +63,6 @@ class DomainDecomposition {
   // The box scaled between partitions (pressure coupling): the first rank's atoms go to the last one's halo
   // moved up by the new length.
   void set_box(const Vec3& box);
-  const DomainGrid& grid() const { return grid_; }  // the first partition's, kept for the run
   unsigned open_axes() const;                       // the cut axes, as bits (pair_list.h's PairListDomain)
   int rank() const { return rank_; }
   int size() const { return size_; }

@@ -362,6 +362,7 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     ff.set_domains(dd.get());
   }
   bool checkpoint_due = false;  // domains: a checkpoint waiting for the next pair-list step
+  std::vector<double> rank_sums;  // domains: a step's values summed over the ranks
   std::vector<double> lambda(ngroups);  // this step's V-rescale factor per group
   const auto start = std::chrono::steady_clock::now();
   auto last_checkpoint = start, last_progress = start;
@@ -519,19 +520,19 @@ RunResult run_leapfrog(const Topology& top, const MdpOptions& mdp, const GroFile
     double constraint_deviation = calc_step ? atoms.lincs().squared_deviations(box, xnew) : 0;
     lap(&result.update_seconds);
     if (dd) {  // the kinetic energies, the constraint virial and deviation over every rank's atoms
-      std::vector<double> sums;
+      rank_sums.clear();
       for (int a = 0; a < 3; ++a)
-        for (int b = 0; b < 3; ++b) sums.insert(sums.end(), {half_step_new[a][b], r_m_dx[a][b]});
-      sums.insert(sums.end(), group_half_step_new.begin(), group_half_step_new.end());
-      sums.push_back(constraint_deviation);
-      atoms.sum(sums.data(), static_cast<int64_t>(sums.size()));
+        for (int b = 0; b < 3; ++b) rank_sums.insert(rank_sums.end(), {half_step_new[a][b], r_m_dx[a][b]});
+      rank_sums.insert(rank_sums.end(), group_half_step_new.begin(), group_half_step_new.end());
+      rank_sums.push_back(constraint_deviation);
+      atoms.sum(rank_sums.data(), static_cast<int64_t>(rank_sums.size()));
       for (int a = 0; a < 3; ++a)
         for (int b = 0; b < 3; ++b) {
-          half_step_new[a][b] = sums[2 * (3 * a + b)];
-          r_m_dx[a][b] = sums[2 * (3 * a + b) + 1];
+          half_step_new[a][b] = rank_sums[2 * (3 * a + b)];
+          r_m_dx[a][b] = rank_sums[2 * (3 * a + b) + 1];
         }
-      std::copy(sums.begin() + 18, sums.begin() + 18 + ngroups, group_half_step_new.begin());
-      constraint_deviation = sums.back();
+      std::copy(rank_sums.begin() + 18, rank_sums.begin() + 18 + ngroups, group_half_step_new.begin());
+      constraint_deviation = rank_sums.back();
       lap(&result.decomposition_seconds);
     }
     if (calc_step) {

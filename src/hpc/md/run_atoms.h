@@ -22,7 +22,6 @@ class RunAtoms {
   void take_home(DomainDecomposition* dd);
   // Every atom again (the domains given up).
   void take_all();
-  bool all() const { return dd_ == nullptr; }
 
   const Topology& top() const { return *top_; }
   const SettleConstraints& settle() const { return *settle_; }

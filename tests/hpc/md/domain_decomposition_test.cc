@@ -281,6 +281,17 @@ qk::md::MdpOptions md_mdp(qk::md::MdpOptions mdp) {
   return mdp;
 }
 
+// C-rescale every 5 steps toward ref_p (bar) with time constant tau_p (ps), its draws seeded.
+void couple_pressure(qk::md::MdpOptions* mdp, double tau_p, double ref_p, int64_t ld_seed) {
+  mdp->pcoupl = qk::md::Barostat::kCRescale;
+  mdp->nstpcouple = 5;
+  mdp->tau_p = tau_p;
+  mdp->ref_p = ref_p;
+  mdp->ref_p_given = true;
+  mdp->compressibility = 4.5e-5;
+  mdp->ld_seed = ld_seed;
+}
+
 // md::run over `ranks` thread-ranks, in double precision (domains or, with kForces, the forces shared out).
 std::vector<qk::md::RunResult> run_on_thread_ranks(const Tiled& sys, const qk::md::MdpOptions& mdp, int ranks,
                                                    qk::md::RunOptions::Decomposition how) {
@@ -309,15 +320,7 @@ void expect_run_over_ranks_equals_alone(const Tiled& sys, int ranks, qk::md::Run
                                         const std::string& expect_decomposition, bool barostat = false) {
   SCOPED_TRACE(std::to_string(ranks) + " ranks" + (barostat ? ", C-rescale" : ""));
   qk::md::MdpOptions mdp = md_mdp(sys.mdp);
-  if (barostat) {  // the box scaled every 5 steps, hard (a short tau-p at 1000 bar), between partitions too
-    mdp.pcoupl = qk::md::Barostat::kCRescale;
-    mdp.nstpcouple = 5;
-    mdp.tau_p = 0.2;
-    mdp.ref_p = 1000;
-    mdp.ref_p_given = true;
-    mdp.compressibility = 4.5e-5;
-    mdp.ld_seed = 3;
-  }
+  if (barostat) couple_pressure(&mdp, 0.2, 1000, 3);  // the box scaled hard, between partitions too
   mdp.gen_seed = 11;  // the same velocities as the lone run
   qk::md::RunOptions alone_opt;
   alone_opt.precision = qk::md::Precision::kDouble;
@@ -380,13 +383,7 @@ TEST(DomainDecomposition, SlabsSqueezedTooThinMidRunHandOverToForceDecomposition
   const int ranks = 8;  // 1.25 nm slabs
   qk::md::MdpOptions mdp = md_mdp(water.mdp);
   mdp.nsteps = 80;
-  mdp.pcoupl = qk::md::Barostat::kCRescale;
-  mdp.nstpcouple = 5;
-  mdp.tau_p = 0.1;
-  mdp.ref_p = 40000;
-  mdp.ref_p_given = true;
-  mdp.compressibility = 4.5e-5;
-  mdp.ld_seed = 3;
+  couple_pressure(&mdp, 0.1, 40000, 3);
   mdp.gen_seed = 11;
   qk::md::RunOptions alone_opt;
   alone_opt.precision = qk::md::Precision::kDouble;
@@ -418,12 +415,7 @@ TEST(DomainDecomposition, RanksAgreeOnTheSeedsTheMdpLeavesToTheClock) {
   const Tiled water("water_pme", 2);
   qk::md::MdpOptions mdp = md_mdp(water.mdp);
   mdp.gen_seed = -1;
-  mdp.pcoupl = qk::md::Barostat::kCRescale;
-  mdp.nstpcouple = 5;
-  mdp.ref_p = 1;
-  mdp.ref_p_given = true;
-  mdp.compressibility = 4.5e-5;
-  mdp.ld_seed = -1;
+  couple_pressure(&mdp, 1.0, 1, -1);
   for (auto how : {qk::md::RunOptions::Decomposition::kDomains, qk::md::RunOptions::Decomposition::kForces}) {
     const std::vector<qk::md::RunResult> got = run_on_thread_ranks(water, mdp, 2, how);
     ASSERT_EQ(got[1].frames.size(), got[0].frames.size());
