@@ -13,6 +13,7 @@
 #include "pme_gpu_device.h"
 #include "pair_list.h"
 #include "pme.h"
+#include "qk/base/env.h"
 #include "qk/base/error.h"
 #include "sub_topology.h"
 
@@ -26,6 +27,18 @@ namespace qk::md {
 // (a prune is a bounding-box test per cluster pair, much cheaper than the kernel's 16 pairs).
 constexpr double kOuterBuffer = 0.4;
 constexpr double kInnerBuffer = 0.04;
+
+QK_ENV_BOOL(env_pme_slabs, "QK_MD_PME_SLABS", true,
+            "qk md over ranks: PME's FFT split over the ranks in slabs of the grid (pme_slab_fft.h); 0: every rank "
+            "transforms the whole grid after an all-reduce of it (the earlier scheme, for comparisons)");
+
+// PME's part of a rank's share: atoms [a0, a1) spread and gathered here; the FFT over the ranks where the
+// share can exchange (and QK_MD_PME_SLABS allows), else the grid all-reduced and rank 0 reporting the energy.
+PmeShare pme_share_of(const ForceShare& share, int a0, int a1) {
+  PmeShare p{a0, a1, share.allreduce_sum, share.rank == 0, share.rank, share.size, {}};
+  if (env_pme_slabs.get()) p.exchange = share.exchange;
+  return p;
+}
 
 struct ForceCalculator::Impl {
   const Topology& top;
@@ -163,7 +176,7 @@ struct ForceCalculator::Impl {
       if (b < n_home) local_chunks.push_back(b);
     local_chunks.push_back(n_home);
     if (local_chunks.size() < 2) local_chunks.insert(local_chunks.begin(), 0);
-    pme_share = {0, n_home, share.allreduce_sum, share.rank == 0};
+    pme_share = pme_share_of(share, 0, n_home);
     dd_version = dd->version();
   }
 
@@ -431,8 +444,7 @@ void ForceCalculator::set_share(const ForceShare& share) {
   const int k0 = nchunks * share.rank / share.size, k1 = nchunks * (share.rank + 1) / share.size;
   m.share_chunks.assign(m.exclusion_chunks.begin() + k0, m.exclusion_chunks.begin() + k1 + 1);
   const int n = m.top.num_atoms();
-  m.pme_share = {n * share.rank / share.size, n * (share.rank + 1) / share.size, share.allreduce_sum,
-                 share.rank == 0};
+  m.pme_share = pme_share_of(share, n * share.rank / share.size, n * (share.rank + 1) / share.size);
 }
 
 void ForceCalculator::set_box(const Vec3& b) {

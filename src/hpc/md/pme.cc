@@ -1,5 +1,6 @@
 #include "pme.h"
 
+#include "fftw_planning.h"
 #include "pme_gpu_device.h"
 
 #include <fftw3.h>
@@ -88,34 +89,6 @@ void bspline(double f, int n, double* theta, double* dtheta) {
   bspline_of<0>(f, n, theta, dtheta);
 }
 
-#if QK_MD_FFTW_THREADS
-// FFTW's threaded plans run their loops on qk's pool (fftw_threads_set_callback, FFTW 3.3.9+) instead of
-// threads of FFTW's own; set once per process before the first plan.
-void fftw_loop_on_pool(void* (*work)(char*), char* jobdata, size_t elsize, int njobs, void*) {
-  qk::parallel_for(0, njobs, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t j = lo; j < hi; ++j) work(jobdata + elsize * j);
-  });
-}
-// The next plans split their work over qk's threads (as many as the pool has when they are made).
-void plan_on_pool_threads() {
-  static const bool ready = [] {
-    if (fftw_init_threads() == 0) return false;
-    fftw_threads_set_callback(fftw_loop_on_pool, nullptr);
-    return true;
-  }();
-  if (ready) fftw_plan_with_nthreads(std::max(1, num_threads()));
-}
-#else
-void plan_on_pool_threads() {}
-#endif
-
-// FFTW's planner and plan destruction are not thread-safe (fftw_execute is): every Pme of the process
-// plans and destroys under this lock (ranks played by threads, calculators made in parallel).
-std::mutex& fftw_planner_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-
 }  // namespace
 
 struct Pme::Plans {
@@ -127,6 +100,10 @@ struct Pme::Plans {
   std::vector<std::array<int, 3>> first;  // per atom, its first grid point per dimension
   std::vector<double> theta, dtheta;      // per atom and dimension, order spline weights and derivatives
   std::vector<double> eterm;  // per k-space point: exp(-pi^2 m^2 / beta^2) / (pi V m^2 B(m)) times f; 0 at m = 0
+  // eterm at a rank's k-space lines in PmeSlabFft's layout ([ky][kz][kx]), for ky in [lines_ky0, lines_ky1)
+  std::vector<double> eterm_lines;
+  int lines_ky0 = 0, lines_ky1 = -1;  // none yet (a new box empties it)
+  std::vector<char> touched;          // per x-plane: whether this rank's atoms spread onto it
   fftw_complex* kspace = nullptr;  // nx * ny * (nz/2 + 1)
   fftw_plan forward = nullptr, backward = nullptr;
   ~Plans() {
@@ -182,6 +159,7 @@ Pme::Pme(const Vec3& box, std::array<int, 3> grid, int order, double beta, doubl
 void Pme::set_box(const Vec3& box) {
   box_ = RectBox(box);
   std::fill(plans_->eterm.begin(), plans_->eterm.end(), 0.0);
+  plans_->lines_ky1 = -1;
   const double fac = units::kPi * units::kPi / (beta_ * beta_);
   const int nzc = n_[2] / 2 + 1;
   for (int kx = 0; kx < n_[0]; ++kx) {
@@ -281,6 +259,18 @@ void gather_atom(const double* tx, const double* ty, const double* tz, const dou
   out[2] = fz;
 }
 
+// One k-space point's energy |S|^2 eterm (twice where the half-complex grid stands for kz and -kz: all
+// but kz = 0 and nz/2), its virial added to *vir.
+double add_point_virial(const double* S, double eterm, int kz, int nz, double fac, const Vec3& m, double m2,
+                        Mat3* vir) {
+  const double weight = (kz == 0 || (nz % 2 == 0 && kz == nz / 2)) ? 1.0 : 2.0;
+  const double e = weight * eterm * (S[0] * S[0] + S[1] * S[1]);
+  const double vfactor = (fac * m2 + 1) * 2 / m2;
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) (*vir)[a][b] += e * (vfactor * m[a] * m[b] - (a == b ? 1.0 : 0.0));
+  return e;
+}
+
 }  // namespace
 
 double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f,
@@ -290,10 +280,14 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
     return compute_on_device(x, charge, f, virial);
   }
   const int natoms = static_cast<int>(x.size()), p = order_;
+  // The FFT split over the ranks where the share can (pme_slab_fft.h); else replicated after sum_grid.
+  const bool slabs = share && share->size > 1 && share->exchange && PmeSlabFft::fits(n_, share->size);
+  if (slabs && (!slabs_ || slabs_->rank() != share->rank || slabs_->size() != share->size))
+    slabs_ = std::make_unique<PmeSlabFft>(n_, share->rank, share->size, share->exchange);
   // The atoms this call spreads and gathers (all, or a rank's share).
   const int A0 = share ? std::clamp(share->a0, 0, natoms) : 0;
   const int A1 = share ? std::clamp(share->a1, A0, natoms) : natoms;
-  const int nx = n_[0], ny = n_[1], nz = n_[2], nzc = nz / 2 + 1;
+  const int nx = n_[0], ny = n_[1], nz = n_[2];
   const int pnx = nx + p - 1, pny = ny + p - 1, pnz = nz + p - 1;
   const size_t npadded = static_cast<size_t>(pnx) * pny * pnz;
   Plans& P = *plans_;
@@ -315,6 +309,14 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
       }
     }
   });
+  // Over slabs, the x-planes this rank's charges reach (only those are folded, sent and received back).
+  std::vector<char>& touched = P.touched;
+  if (slabs) {
+    touched.assign(nx, 0);
+    for (int a = A0; a < A1; ++a)
+      if (charge[a] != 0)
+        for (int i = 0; i < p; ++i) touched[(P.first[a][0] + i) % nx] = 1;
+  }
   // Spread: atoms overlap on the grid, so each thread's share of the atoms goes to its own padded grid;
   // the grids are then folded (padding onto the periodic images) and summed in order, by x-planes.
   const int nparts = std::max(1, std::min(A1 - A0, num_threads()));
@@ -340,6 +342,7 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
   std::vector<double>& grid = P.grid;
   qk::parallel_for(0, nx, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t tx = lo; tx < hi; ++tx) {
+      if (slabs && !touched[tx]) continue;
       double* plane = &grid[static_cast<size_t>(tx) * ny * nz];
       std::fill(plane, plane + static_cast<size_t>(ny) * nz, 0.0);
       for (int part = 0; part < nparts; ++part)
@@ -352,6 +355,51 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
           }
     }
   });
+  double energy = 0;
+  if (slabs) {
+    slabs_->forward(grid.data(), touched);
+    energy = solve_lines(slabs_->kspace(), slabs_->ky_begin(share->rank), slabs_->ky_begin(share->rank + 1), virial);
+    slabs_->backward(grid.data());
+  } else {
+    energy = solve_replicated(share, virial);
+  }
+  // The potential in the padded layout (each padding point holds its periodic image), then the gather:
+  // F = -q grad(sum_k theta(k) phi(k)).
+  std::vector<double>& phi = P.padded[0];
+  qk::parallel_for(0, pnx, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t ux = lo; ux < hi; ++ux) {
+      const int64_t sx = ux < nx ? ux : ux - nx;
+      if (slabs && !touched[sx]) continue;  // not received: no atom of this rank reads it
+      for (int uy = 0; uy < pny; ++uy) {
+        const double* src = &grid[(static_cast<size_t>(sx) * ny + (uy < ny ? uy : uy - ny)) * nz];
+        double* dst = &phi[(static_cast<size_t>(ux) * pny + uy) * pnz];
+        std::copy(src, src + nz, dst);
+        std::copy(src, src + (pnz - nz), dst + nz);
+      }
+    }
+  });
+  const double scale[3] = {nx * box_.inverse[0], ny * box_.inverse[1], nz * box_.inverse[2]};
+  qk::parallel_for(A0, A1, 256, [&](int64_t lo, int64_t hi) {
+    for (int64_t a = lo; a < hi; ++a) {
+      const double q = charge[a];
+      if (q == 0) continue;
+      const double *tx = &P.theta[(a * 3 + 0) * p], *ty = &P.theta[(a * 3 + 1) * p], *tz = &P.theta[(a * 3 + 2) * p];
+      const double *dx = &P.dtheta[(a * 3 + 0) * p], *dy = &P.dtheta[(a * 3 + 1) * p], *dz = &P.dtheta[(a * 3 + 2) * p];
+      double g[3];
+      if (p == 4) {
+        gather_atom<4>(tx, ty, tz, dx, dy, dz, p, P.first[a].data(), pny, pnz, phi.data(), g);
+      } else {
+        gather_atom<0>(tx, ty, tz, dx, dy, dz, p, P.first[a].data(), pny, pnz, phi.data(), g);
+      }
+      for (int d = 0; d < 3; ++d) (*f)[a][d] -= q * g[d] * scale[d];
+    }
+  });
+  return energy;
+}
+
+double Pme::solve_replicated(const PmeShare* share, Mat3* virial) {
+  const int nx = n_[0], ny = n_[1], nz = n_[2], nzc = nz / 2 + 1;
+  std::vector<double>& grid = plans_->grid;
   if (share && share->sum_grid) share->sum_grid(grid.data(), static_cast<int64_t>(nx) * ny * nz);
   fftw_execute(plans_->forward);
   // Solve: S(m) times the influence function (fixed with the box: computed once), and on energy steps the
@@ -380,15 +428,7 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
             S[c][0] = S[c][1] = 0;
             continue;
           }
-          // The half-complex grid holds kz and -kz once: count both except kz = 0 and nz/2.
-          const double weight = (kz == 0 || (nz % 2 == 0 && kz == nz / 2)) ? 1.0 : 2.0;
-          const double s2 = S[c][0] * S[c][0] + S[c][1] * S[c][1];
-          const double e = weight * eterm[c] * s2;
-          energy += e;
-          const double vfactor = (fac * m2 + 1) * 2 / m2;
-          const double m[3] = {mx, my, mz};
-          for (int a = 0; a < 3; ++a)
-            for (int b = 0; b < 3; ++b) vir[a][b] += e * (vfactor * m[a] * m[b] - (a == b ? 1.0 : 0.0));
+          energy += add_point_virial(S[c], eterm[c], kz, nz, fac, {mx, my, mz}, m2, &vir);
           S[c][0] *= eterm[c];
           S[c][1] *= eterm[c];
         }
@@ -401,35 +441,56 @@ double Pme::compute(const std::vector<Vec3>& x, const std::vector<double>& charg
     for (int a = 0; a < 3; ++a)
       for (int b = 0; b < 3; ++b) (*virial)[a][b] += 0.25 * vir[a][b];
   fftw_execute(plans_->backward);  // grid = the potential at the grid points
-  // The potential in the padded layout (each padding point holds its periodic image), then the gather:
-  // F = -q grad(sum_k theta(k) phi(k)).
-  std::vector<double>& phi = P.padded[0];
-  qk::parallel_for(0, pnx, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t ux = lo; ux < hi; ++ux)
-      for (int uy = 0; uy < pny; ++uy) {
-        const double* src = &grid[(static_cast<size_t>(ux < nx ? ux : ux - nx) * ny + (uy < ny ? uy : uy - ny)) * nz];
-        double* dst = &phi[(static_cast<size_t>(ux) * pny + uy) * pnz];
-        std::copy(src, src + nz, dst);
-        std::copy(src, src + (pnz - nz), dst + nz);
-      }
-  });
-  const double scale[3] = {nx * box_.inverse[0], ny * box_.inverse[1], nz * box_.inverse[2]};
-  qk::parallel_for(A0, A1, 256, [&](int64_t lo, int64_t hi) {
-    for (int64_t a = lo; a < hi; ++a) {
-      const double q = charge[a];
-      if (q == 0) continue;
-      const double *tx = &P.theta[(a * 3 + 0) * p], *ty = &P.theta[(a * 3 + 1) * p], *tz = &P.theta[(a * 3 + 2) * p];
-      const double *dx = &P.dtheta[(a * 3 + 0) * p], *dy = &P.dtheta[(a * 3 + 1) * p], *dz = &P.dtheta[(a * 3 + 2) * p];
-      double g[3];
-      if (p == 4) {
-        gather_atom<4>(tx, ty, tz, dx, dy, dz, p, P.first[a].data(), pny, pnz, phi.data(), g);
-      } else {
-        gather_atom<0>(tx, ty, tz, dx, dy, dz, p, P.first[a].data(), pny, pnz, phi.data(), g);
-      }
-      for (int d = 0; d < 3; ++d) (*f)[a][d] -= q * g[d] * scale[d];
-    }
-  });
   return energy;
+}
+
+double Pme::solve_lines(double* lines, int ky_begin, int ky_end, Mat3* virial) {
+  const int nx = n_[0], ny = n_[1], nz = n_[2], nzc = nz / 2 + 1;
+  Plans& P = *plans_;
+  if (P.lines_ky0 != ky_begin || P.lines_ky1 != ky_end) {  // eterm in the lines' layout, once per box and rank
+    P.eterm_lines.resize(static_cast<size_t>(ky_end - ky_begin) * nzc * nx);
+    for (int ky = ky_begin; ky < ky_end; ++ky)
+      for (int kz = 0; kz < nzc; ++kz)
+        for (int kx = 0; kx < nx; ++kx)
+          P.eterm_lines[(static_cast<size_t>(ky - ky_begin) * nzc + kz) * nx + kx] =
+              P.eterm[(static_cast<size_t>(kx) * ny + ky) * nzc + kz];
+    P.lines_ky0 = ky_begin;
+    P.lines_ky1 = ky_end;
+  }
+  const std::vector<double>& eterm = P.eterm_lines;
+  if (virial == nullptr) {
+    const size_t n = eterm.size();
+    for (size_t c = 0; c < n; ++c) {
+      lines[2 * c] *= eterm[c];
+      lines[2 * c + 1] *= eterm[c];
+    }
+    return 0;
+  }
+  const double fac = units::kPi * units::kPi / (beta_ * beta_);
+  double energy = 0;
+  Mat3 vir{};
+  for (int ky = ky_begin; ky < ky_end; ++ky) {
+    const double my = (ky < (ny + 1) / 2 ? ky : ky - ny) * box_.inverse[1];
+    for (int kz = 0; kz < nzc; ++kz) {
+      const double mz = kz * box_.inverse[2];
+      for (int kx = 0; kx < nx; ++kx) {
+        const size_t c = (static_cast<size_t>(ky - ky_begin) * nzc + kz) * nx + kx;
+        double* S = lines + 2 * c;
+        const double mx = (kx < (nx + 1) / 2 ? kx : kx - nx) * box_.inverse[0];
+        const double m2 = mx * mx + my * my + mz * mz;
+        if (m2 == 0) {
+          S[0] = S[1] = 0;
+          continue;
+        }
+        energy += add_point_virial(S, eterm[c], kz, nz, fac, {mx, my, mz}, m2, &vir);
+        S[0] *= eterm[c];
+        S[1] *= eterm[c];
+      }
+    }
+  }
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) (*virial)[a][b] += 0.25 * vir[a][b];
+  return 0.5 * energy;
 }
 
 }  // namespace qk::md

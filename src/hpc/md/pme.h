@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "pbc.h"
+#include "pme_slab_fft.h"
 
 namespace qk::md {
 
@@ -27,14 +28,19 @@ double ewald_coefficient(double rc, double rtol);
 std::array<int, 3> pme_grid_size(const Vec3& box, double spacing, int order);
 
 // One rank's part when several compute the forces (ForceShare, forces.h):
-// it spreads and gathers atoms [a0, a1) only; the charge grid is summed over
-// the ranks by `sum_grid` (in place, every rank the total) before the FFT,
-// which every rank then does; only the rank with `energy` reports the energy
-// and virial.
+// it spreads and gathers atoms [a0, a1) only. With `exchange` (and a grid of
+// at least `size` x-planes and y-lines) the FFT is split over the ranks
+// (pme_slab_fft.h): each rank transforms its slab and reports its part of
+// the energy and virial (the ranks' terms are summed). Otherwise the charge
+// grid is summed over the ranks by `sum_grid` (in place, every rank the
+// total) before the FFT, which every rank then does, and only the rank with
+// `energy` reports the energy and virial.
 struct PmeShare {
   int a0 = 0, a1 = 0;
   std::function<void(double* data, int64_t count)> sum_grid;
   bool energy = true;
+  int rank = 0, size = 1;
+  PairExchange exchange = {};
 };
 
 namespace gpu {
@@ -68,10 +74,16 @@ class Pme {
   double beta_, coulomb_factor_;
   std::array<std::vector<double>, 3> bsp_mod_;  // |sum_k M_order(k+1) e^{2 pi i m k / n}|^2 per dimension
   std::unique_ptr<Plans> plans_;
+  std::unique_ptr<PmeSlabFft> slabs_;  // the FFT over ranks, made for the share that asks for it
   std::unique_ptr<gpu::PmeDevice> device_;
   std::vector<float> device_s_, device_q_, device_f_;  // a device step's fractional coordinates, charges, forces
   std::vector<double> device_sums_;
   void push_grid();  // the grid and influence function to the device
+  // The charge grid summed over the share's ranks (or not shared), transformed, solved and transformed back on
+  // this rank; the energy and virial where this rank reports them.
+  double solve_replicated(const PmeShare* share, Mat3* virial);
+  // The solve over the k-space lines this rank owns (PmeSlabFft's layout); its part of the energy and virial.
+  double solve_lines(double* lines, int ky_begin, int ky_end, Mat3* virial);
   double compute_on_device(const std::vector<Vec3>& x, const std::vector<double>& charge, std::vector<Vec3>* f,
                            Mat3* virial);
 };

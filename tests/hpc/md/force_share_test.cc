@@ -11,6 +11,7 @@
 #include "qk/base/error.h"
 #include "qk/hpc/md/forces.h"
 #include "reference_energies.h"
+#include "thread_comm.h"
 
 namespace {
 
@@ -40,9 +41,9 @@ class ThreadAllReduce {
 };
 
 // Each fixture's forces and terms at its start, two steps' worth of calls (the list built, then reused),
-// alone and shared over `ranks`.
-void expect_shared_equals_alone(const std::string& system, int ranks) {
-  SCOPED_TRACE(system + " over " + std::to_string(ranks) + " ranks");
+// alone and shared over `ranks` (with `exchange`, as processes share: PME's FFT split over the ranks).
+void expect_shared_equals_alone(const std::string& system, int ranks, bool exchange = false) {
+  SCOPED_TRACE(system + " over " + std::to_string(ranks) + " ranks" + (exchange ? " with PME in slabs" : ""));
   const qk::md::test::Fixture fx(system);
   std::vector<Vec3> x = fx.x();
   qk::md::ForceCalculator alone(fx.top, fx.mdp, fx.conf.box, qk::md::Precision::kDouble);
@@ -50,13 +51,18 @@ void expect_shared_equals_alone(const std::string& system, int ranks) {
   PotentialTerms e_alone;
   for (int call = 0; call < 2; ++call) e_alone = alone.compute(x, &f_alone, true, call);
   ThreadAllReduce reduce(ranks);
+  qk::md::test::ThreadComm comm(ranks);
   std::vector<std::vector<Vec3>> f(ranks);
   std::vector<PotentialTerms> e(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       qk::md::ForceCalculator ff(fx.top, fx.mdp, fx.conf.box, qk::md::Precision::kDouble);
-      ff.set_share({.rank = r, .size = ranks, .allreduce_sum = [&reduce, r](double* p, int64_t n) { reduce(r, p, n); }});
+      if (exchange) {
+        ff.set_share(comm.share(r));
+      } else {
+        ff.set_share({.rank = r, .size = ranks, .allreduce_sum = [&reduce, r](double* p, int64_t n) { reduce(r, p, n); }});
+      }
       for (int call = 0; call < 2; ++call) e[r] = ff.compute(x, &f[r], true, call);
     });
   for (std::thread& t : threads) t.join();
@@ -78,6 +84,7 @@ void expect_shared_equals_alone(const std::string& system, int ranks) {
 
 TEST(ForceShare, RanksSumToTheForcesAndTermsOfOneCalculator) {
   expect_shared_equals_alone("water_pme", 2);      // PME: the grid summed over the ranks
+  expect_shared_equals_alone("water_pme", 3, true);  // PME: the FFT in slabs over the ranks
   expect_shared_equals_alone("water_rf", 3);       // reaction field
   expect_shared_equals_alone("peptide_water", 2);  // bonded terms, 1-4 pairs, the dispersion correction
 }
