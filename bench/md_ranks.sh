@@ -21,7 +21,8 @@ PEER=${GMX_PEER:-$ROOT/../shared/peers/gromacs}
 QK=$(cd "$ROOT" && realpath "$BUILD/src/cli/qk")
 [[ -x $QK ]] || { echo "md_ranks.sh: $QK not found; ninja -C $BUILD qk" >&2; exit 1; }
 [[ -x $PEER/run.sh ]] || { echo "md_ranks.sh: no GROMACS recipe at $PEER/run.sh" >&2; exit 1; }
-command -v gmx >/dev/null || { echo "md_ranks.sh: gmx not found (apt-get install -y gromacs)" >&2; exit 1; }
+source "$(dirname "$0")/gmx_preflight.sh"
+gmx_preflight md_ranks.sh "$PEER"
 W=$(mktemp -d /tmp/md-ranks.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 if [[ $BOX == 3 ]]; then

@@ -27,7 +27,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PEER=${GMX_PEER:-$ROOT/../shared/peers/gromacs}
 MDRUN=$(cd "$ROOT" && realpath "$BUILD/bench/md_run")
 [[ -x $MDRUN ]] || { echo "md_validate_water.sh: $MDRUN not found; ninja -C $BUILD md_run" >&2; exit 1; }
-command -v gmx >/dev/null || { echo "md_validate_water.sh: gmx not found (apt-get install -y gromacs)" >&2; exit 1; }
+source "$(dirname "$0")/gmx_preflight.sh"
+gmx_preflight md_validate_water.sh "$PEER"
 W=${KEEP_DIR:-$(mktemp -d /tmp/md-validate.XXXXXX)}
 [[ -n ${KEEP_DIR:-} ]] || trap 'rm -rf "$W"' EXIT
 "$ROOT/bench/md_water_box.sh" "$BOX" "$W" "$PEER"

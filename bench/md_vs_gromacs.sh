@@ -27,7 +27,8 @@ MDRUN=$(cd "$ROOT" && realpath "$BUILD/bench/md_run")
 BEFORE=${MD_RUN_BEFORE:-}
 [[ -x $MDRUN ]] || { echo "md_vs_gromacs.sh: $MDRUN not found; ninja -C $BUILD md_run" >&2; exit 1; }
 [[ -x $PEER/run.sh ]] || { echo "md_vs_gromacs.sh: no GROMACS recipe at $PEER/run.sh" >&2; exit 1; }
-command -v gmx >/dev/null || { echo "md_vs_gromacs.sh: gmx not found (apt-get install -y gromacs)" >&2; exit 1; }
+source "$(dirname "$0")/gmx_preflight.sh"
+gmx_preflight md_vs_gromacs.sh "$PEER"
 W=$(mktemp -d /tmp/md-vs-gmx.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 BOX=${BOX:-3}

@@ -15,5 +15,9 @@ N=$(awk 'NR>2 && /SOL/ && /OW/{n++} END{print n}' water.gro)
 printf '#include "oplsaa.ff/forcefield.itp"\n#include "oplsaa.ff/spc.itp"\n\n[ system ]\nSPC water box\n\n[ molecules ]\nSOL %d\n' \
   "$N" > topol.top
 gmx grompp -f "$PEER/em.mdp" -c water.gro -p topol.top -o em.tpr >/dev/null 2>&1
-gmx mdrun -s em.tpr -deffnm em -nt 2 -ntmpi 1 -ntomp 2 >/dev/null 2>&1
+gmx mdrun -s em.tpr -deffnm em -nt 2 -ntmpi 1 -ntomp 2 >em.out 2>&1 || {
+  echo "md_water_box.sh: gmx mdrun (the minimization) failed in $DIR:" >&2
+  sed -n '/Fatal error:/,/^---/p' em.out | grep -v '^---' >&2
+  exit 1
+}
 echo "md_water_box.sh: $BOX nm cube, $N waters, $(sed -n 2p em.gro | tr -d ' ') atoms, minimized: $DIR/em.gro" >&2
