@@ -50,7 +50,7 @@ echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPU
 calibrate() {  # index
   "$QK" sim calibrate --threads 1 --output "$TMP/local$1.json" > "$TMP/calibrate$1.log"
   echo "# calibration $1 at $(date -u +%T):"
-  grep -E "gemm 1024x1024x1024 fp32|layer norm f32|AdamW|shortest|flash|qccl|^(gelu|softmax|cross_entropy):|ranks at once" \
+  grep -E "gemm 1024x1024x1024 fp32|layer norm f32|AdamW|shortest|flash|qccl|^(gelu|softmax|cross_entropy|linear|grad_accumulate):|ranks at once" \
     "$TMP/calibrate$1.log" | sed 's/^/#   /'
 }
 LAYOUTS=(

@@ -2,6 +2,8 @@
 // the devices' own kernels with one read back per device.
 #include "qk/optim/grad_unscale.h"
 
+#include "grad_kernels.h"
+
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -53,6 +55,11 @@ DeviceUnscaleResult unscale_and_check_on_device(const std::vector<Tensor>& grads
     if (squares) r.sum_squares += d[0];
   }
   return r;
+}
+
+DeviceUnscaleResult unscale_check_and_norm(const std::vector<Tensor>& grads, double inv) {
+  const kernels::UnscaleResult r = kernels::unscale_check_and_norm(grads, static_cast<float>(inv));
+  return {r.found_inf, r.sum_squares};
 }
 
 }  // namespace qk::optim

@@ -23,6 +23,7 @@
 #include "qk/base/host_info.h"
 #include "qk/base/thread_pool.h"
 #include "qk/base/timer.h"
+#include "qk/optim/grad_unscale.h"
 #include "qk/qccl/perf.h"
 #include "qk/tensor/backend.h"
 #include "qk/tensor/generator.h"
@@ -389,6 +390,22 @@ void calibrate_stream_kinds(Device& d, const Cluster& c, qk::Device dev, bool qu
          return plain([=] { return embedding(fresh(w), ids); }, streams::embedding(Pass::forward, 4, false, 0, e),
                       streams::embedding(Pass::backward, 4, false, 0, e));
        }},
+      {"linear",
+       [&](const Size& z) {
+         // The trainer's linear layer with its bias, x [n, h] -> [n, 2h], less its three GEMMs.
+         const int64_t out = 2 * z.h;
+         const Tensor x = leaf({z.n, z.h}), b = leaf({out});
+         const Tensor w = (randn({out, z.h}, {}, gen) * 0.02).to(dev);
+         KindSize k;
+         k.forward = [=] { return linear(fresh(x), fresh(w), fresh(b)); };
+         k.grad = grad_for(k.forward());
+         const double n = double(z.n), h = double(z.h), o = double(out);
+         k.gemm_fwd = rates.gemm(n, o, h);
+         k.gemm_bwd = rates.gemm(n, h, o) + rates.gemm(o, h, n);
+         k.bytes_fwd = streams::linear(Pass::forward, 4, n * o);
+         k.bytes_bwd = streams::linear(Pass::backward, 4, n * o);
+         return k;
+       }},
       {"moe_dispatch",
        [&](const Size& z) {
          // The trainer's MoE layer (4 experts, top 2, GELU, the all-to-all
@@ -428,6 +445,11 @@ void calibrate_stream_kinds(Device& d, const Cluster& c, qk::Device dev, bool qu
          return k;
        }},
   };
+  auto rates_of = [](const StreamKernel& x) {
+    std::string r;
+    for (const StreamSample& s : x.samples) r += fmt::format("{}{:.2f}", r.empty() ? "" : " / ", s.gb_s);
+    return r;
+  };
   for (const auto& [name, make] : kinds) {
     StreamKernel f, b;
     for (const Size& z : sizes) {
@@ -436,15 +458,29 @@ void calibrate_stream_kinds(Device& d, const Cluster& c, qk::Device dev, bool qu
       f.samples.push_back({k.bytes_fwd, k.bytes_fwd / fs / 1e9});
       b.samples.push_back({k.bytes_bwd, k.bytes_bwd / bs / 1e9});
     }
-    auto rates_of = [](const StreamKernel& x) {
-      std::string r;
-      for (const StreamSample& s : x.samples) r += fmt::format("{}{:.2f}", r.empty() ? "" : " / ", s.gb_s);
-      return r;
-    };
     say(fmt::format("{}: forward {} GB/s, backward {} GB/s (small to large)", name, rates_of(f), rates_of(b)));
     d.stream_kernels[streams::key(name, Pass::forward)] = std::move(f);
     d.stream_kernels[streams::key(name, Pass::backward)] = std::move(b);
   }
+  // The per-parameter passes (stream_kinds.h) over as many f32 gradients as small to mid-size models'
+  // ranks hold: a micro-batch's gradient added to the sum (autograd's accumulation and the gradient
+  // buffer's are this add), and the optimizer's norm pass.
+  const std::vector<int64_t> counts =
+      quick ? std::vector<int64_t>{1 << 16, 1 << 18} : std::vector<int64_t>{1 << 18, 1 << 20, 1 << 22};
+  StreamKernel accumulate, norm;
+  for (const int64_t n : counts) {
+    Tensor sum = randn({n}, {}, gen).to(dev);
+    const Tensor g = randn({n}, {}, gen).to(dev);
+    const double bytes_acc = streams::grad_accumulate(4, 4, double(n)), bytes_norm = streams::grad_norm(4, double(n));
+    const double ta = best_seconds([&] { ops::add_(sum, g); }, dev, reps);
+    const double tn = best_seconds([&] { optim::unscale_check_and_norm({g}, 1.0); }, dev, reps);
+    accumulate.samples.push_back({bytes_acc, bytes_acc / ta / 1e9});
+    norm.samples.push_back({bytes_norm, bytes_norm / tn / 1e9});
+  }
+  say(fmt::format("grad_accumulate: {} GB/s; grad_norm: {} GB/s (small to large)", rates_of(accumulate),
+                  rates_of(norm)));
+  d.stream_kernels["grad_accumulate"] = std::move(accumulate);
+  d.stream_kernels["grad_norm"] = std::move(norm);
 }
 
 }  // namespace

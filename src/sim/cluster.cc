@@ -221,6 +221,10 @@ Cluster parse_cluster(const std::string& text, const std::string& origin) {
             known = known || it.key() == streams::key(kind, pass);
             names += (names.empty() ? "" : ", ") + streams::key(kind, pass);
           }
+        for (const std::string& kind : streams::parameter_kinds()) {
+          known = known || it.key() == kind;
+          names += ", " + kind;
+        }
         if (!known) sk.fail(it.key(), "unknown kernel kind (known: " + names + ")");
         Fields k = sk.object(it.key());
         const json& arr = k.at("samples");

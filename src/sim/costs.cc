@@ -103,6 +103,11 @@ double DeviceRates::stream(const std::string& key, std::initializer_list<double>
   return kernel(bytes / (it->second.gb_s(bytes) * 1e9 * scale_));
 }
 
+double DeviceRates::stream_if_calibrated(const std::string& key, double bytes) const {
+  if (bytes <= 0 || !c_.device.stream_kernels.contains(key)) return 0;
+  return stream(key, {bytes});
+}
+
 GroupPlacement place_group(const Cluster& c, int64_t size, int64_t stride, int64_t world) {
   QK_CHECK(size >= 1 && stride >= 1, "place_group: size ", size, ", stride ", stride);
   GroupPlacement g;

@@ -34,6 +34,9 @@ class DeviceRates {
   // at its calibrated rate for that many bytes when the device has one, else
   // the sum of stream(piece) over the pieces the model counts for it.
   double stream(const std::string& key, std::initializer_list<double> pieces) const;
+  // The same where the device has calibrated `key`; 0 where it has not (work the published stacks fuse
+  // into other kernels: stream_kinds.h says which).
+  double stream_if_calibrated(const std::string& key, double bytes) const;
   // Seconds of one kernel that would take `seconds` alone (the device's floor).
   double kernel(double seconds) const;
   double contention() const { return scale_; }

@@ -45,6 +45,16 @@ Gemm gemm(const DeviceRates& r, double m, double n, double k) {
   return {r.gemm(m, n, k), r.gemm(m, k, n) + r.gemm(n, k, m)};
 }
 
+// A linear layer's GEMMs over rows x out (from `in`) and, where calibrated, the rest of the trainer's
+// linear op (its bias: stream_kinds.h).
+Gemm linear(const CostContext& x, double e, double rows, double out, double in) {
+  Gemm g = gemm(x.rates, rows, out, in);
+  if (!x.config.add_bias_linear) return g;
+  g.fwd += x.rates.stream_if_calibrated(streams::key("linear", kFwd), streams::linear(kFwd, e, rows * out));
+  g.bwd += x.rates.stream_if_calibrated(streams::key("linear", kBwd), streams::linear(kBwd, e, rows * out));
+  return g;
+}
+
 double tp_collective(const CostContext& x, Collective c, double bytes) {
   return collective_seconds(x.cluster, c, x.tp, bytes, x.rates);
 }
@@ -137,8 +147,8 @@ Mlp mlp(const CostContext& x, const Dims& d, double tokens, double width, int64_
   const auto& c = x.config;
   const double rows = c.gated_linear_unit ? 2 * width : width;
   const double k = static_cast<double>(kernels);
-  const Gemm fc1 = gemm(x.rates, tokens / k, rows / d.t, d.h);
-  const Gemm fc2 = gemm(x.rates, tokens / k, d.h, width / d.t);
+  const Gemm fc1 = linear(x, d.e, tokens / k, rows / d.t, d.h);
+  const Gemm fc2 = linear(x, d.e, tokens / k, d.h, width / d.t);
   const double act = tokens * width / d.t;
   // The calibrated kinds: erf GELU and SwiGLU; other activations stream at the device's bandwidth.
   const std::string kind = c.is_swiglu() ? "swiglu"
@@ -170,21 +180,21 @@ PassCosts layer_costs(const CostContext& x, int64_t layer_number, bool recompute
     const double qh = static_cast<double>(c.qk_head_dim + c.qk_pos_emb_head_dim);
     const double kvr = static_cast<double>(c.kv_lora_rank), pe = static_cast<double>(c.qk_pos_emb_head_dim);
     if (c.q_lora_rank == 0) {
-      qkv = gemm(x.rates, d.T, heads * qh / d.t, d.h);
+      qkv = linear(x, d.e, d.T, heads * qh / d.t, d.h);
     } else {
       const double qr = static_cast<double>(c.q_lora_rank);
-      const Gemm down = gemm(x.rates, d.T, qr, d.h), up = gemm(x.rates, d.T, heads * qh / d.t, qr);
+      const Gemm down = linear(x, d.e, d.T, qr, d.h), up = linear(x, d.e, d.T, heads * qh / d.t, qr);
       qkv = {down.fwd + up.fwd, down.bwd + up.bwd};
     }
-    const Gemm kv_down = gemm(x.rates, d.T, kvr + pe, d.h);
+    const Gemm kv_down = linear(x, d.e, d.T, kvr + pe, d.h);
     const Gemm kv_up =
-        gemm(x.rates, d.T, heads * static_cast<double>(c.qk_head_dim + c.v_head_dim) / d.t, kvr);
+        linear(x, d.e, d.T, heads * static_cast<double>(c.qk_head_dim + c.v_head_dim) / d.t, kvr);
     extra_fwd = kv_down.fwd + kv_up.fwd;
     extra_bwd = kv_down.bwd + kv_up.bwd;
-    proj = gemm(x.rates, d.T, d.h, heads * static_cast<double>(c.v_head_dim) / d.t);
+    proj = linear(x, d.e, d.T, d.h, heads * static_cast<double>(c.v_head_dim) / d.t);
   } else {
-    qkv = gemm(x.rates, d.T, static_cast<double>(c.qkv_projection_size()) / d.t, d.h);
-    proj = gemm(x.rates, d.T, d.h, static_cast<double>(c.query_projection_size()) / d.t);
+    qkv = linear(x, d.e, d.T, static_cast<double>(c.qkv_projection_size()) / d.t, d.h);
+    proj = linear(x, d.e, d.T, d.h, static_cast<double>(c.query_projection_size()) / d.t);
   }
   const Core core = attention_core(x, d);
   double rope_fwd = 0, rope_bwd = 0;

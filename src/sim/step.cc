@@ -15,6 +15,7 @@
 #include "qk/transformer/param_count.h"
 #include "replay.h"
 #include "sim_internal.h"
+#include "stream_kinds.h"
 
 namespace qk::sim {
 
@@ -163,6 +164,10 @@ SimResult simulate(const recipes::MegatronArgs& a, const Cluster& c, const SimOp
                         static_cast<double>(L.cp);
   const double p2p_bytes = e * tokens * static_cast<double>(cfg.hidden_size) / (L.sequence_parallel ? L.tp : 1);
 
+  // Each micro-batch's gradients added to the earlier ones' (priced where calibrated: stream_kinds.h).
+  const recipes::GptMemoryDtypes dt = recipes::gpt_memory_dtypes(a);
+  const double grad_bytes = static_cast<double>(dtype_size(dt.grads));
+  const double accumulating = L.num_microbatches > 1 ? 1.0 - 1.0 / static_cast<double>(L.num_microbatches) : 0.0;
   std::vector<StageCosts> costs(static_cast<size_t>(L.pp));
   std::vector<Cost> per_micro(static_cast<size_t>(L.pp));  // summed over chunks: what a micro-batch costs the stage
   std::vector<std::vector<double>> chunk_params(static_cast<size_t>(L.pp));
@@ -191,6 +196,8 @@ SimResult simulate(const recipes::MegatronArgs& a, const Cluster& c, const SimOp
       ps.pipeline_size = L.pp;
       const transformer::ParamCount pc = transformer::num_parameters(cfg, ps);
       stage_params[static_cast<size_t>(r)] += pc;
+      b.compute += accumulating * rates.stream_if_calibrated(
+                                      "grad_accumulate", streams::grad_accumulate(e, grad_bytes, static_cast<double>(pc.total())));
       chunk_params[static_cast<size_t>(r)].push_back(static_cast<double>(pc.total()));
       if (ps.embedding) {
         f += emb.forward;
@@ -241,8 +248,6 @@ SimResult simulate(const recipes::MegatronArgs& a, const Cluster& c, const SimOp
   }
 
   // ---- data-parallel reduction, optimizer, tied embedding
-  const recipes::GptMemoryDtypes dt = recipes::gpt_memory_dtypes(a);
-  const double grad_bytes = static_cast<double>(dtype_size(dt.grads));
   const double param_bytes = static_cast<double>(dtype_size(dt.params));
   const double bucket = bucket_elements(a, L.dp * L.cp);
   const Collective reduce = L.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
@@ -277,6 +282,8 @@ SimResult simulate(const recipes::MegatronArgs& a, const Cluster& c, const SimOp
     const double slots = a.optimizer == "sgd" ? (a.sgd_momentum != 0 ? 1 : 0) : 2;
     const double per = 4 + 8 + 8 * slots + (dt.params == DType::f32 ? 0 : param_bytes);
     opt_time[ri] = rates.stream(shard * per) + rates.stream((dense + expert) * grad_bytes);
+    // The gradients' norm over this rank's shard, for clipping (and fp16's overflow check).
+    if (a.clip_grad > 0 || a.fp16) opt_time[ri] += rates.stream("grad_norm", {streams::grad_norm(grad_bytes, shard)});
     t += opt_time[ri];
     // The distributed optimizer gathers the updated weights: hidden behind
     // the next step's forward with --overlap-param-gather (but its first bucket).

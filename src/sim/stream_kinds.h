@@ -18,7 +18,13 @@ enum class Pass { forward, backward };
 inline const std::vector<std::string>& kinds() {
   static const std::vector<std::string> k = {"layer_norm", "rms_norm", "residual", "dropout_add", "gelu",
                                              "swiglu", "rope", "softmax", "softmax_dropout", "cross_entropy",
-                                             "embedding", "moe_dispatch"};
+                                             "embedding", "moe_dispatch", "linear"};
+  return k;
+}
+
+// Kinds priced once per parameter rather than per layer pass (keys without a pass).
+inline const std::vector<std::string>& parameter_kinds() {
+  static const std::vector<std::string> k = {"grad_accumulate", "grad_norm"};
   return k;
 }
 
@@ -62,5 +68,20 @@ inline double embedding(Pass p, double e, bool learned, double mask, double elem
 // bandwidth.
 inline double moe_scores(double tokens, double experts) { return 3 * 4.0 * tokens * experts; }
 inline double moe_permute(double e, double routed_rows, double h) { return 2 * e * routed_rows * h; }
+
+// A linear layer's work beyond its three GEMMs as the trainer runs it over
+// rows x out: the bias added (forward) and summed for its gradient
+// (backward); a calibrated rate also holds what the GEMMs take there beyond
+// their rates alone (reshapes, the call). Fused into the GEMMs on the
+// published GPU stacks (Megatron with Transformer Engine): priced only where
+// calibrated, and only with biases.
+inline double linear(Pass p, double e, double elems) { return (p == Pass::forward ? 2 : 1) * e * elems; }
+// A micro-batch's gradients added into those of the micro-batches before it
+// (its own grad of `e` bytes read, the sum of grad_bytes read and written).
+// Fused into the weight-gradient GEMMs on the published stacks (Megatron's
+// gradient accumulation fusion): priced only where calibrated.
+inline double grad_accumulate(double e, double grad_bytes, double params) { return (e + 2 * grad_bytes) * params; }
+// The gradients' norm for clipping (and the fp16 overflow check): each read once.
+inline double grad_norm(double grad_bytes, double params) { return grad_bytes * params; }
 
 }  // namespace qk::sim::streams

@@ -72,6 +72,12 @@ TEST(ClusterFile, ErrorsNameTheField) {
   EXPECT_NE(error_of(with("\"memory_gb\"", R"("stream_kernels": {"gelo.forward": {"samples": []}}, "memory_gb")"))
                 .find("device.stream_kernels.gelo.forward: unknown kernel kind (known: layer_norm.forward"),
             std::string::npos);
+  EXPECT_EQ(error_of(with("\"memory_gb\"",
+                          R"("stream_kernels": {"grad_norm": {"samples": [{"bytes": 1e6, "gb_s": 2}]}}, "memory_gb")")),
+            "(no error)");  // the per-parameter kinds have no pass
+  EXPECT_NE(error_of(with("\"memory_gb\"", R"("stream_kernels": {"grad_norm.forward": {"samples": []}}, "memory_gb")"))
+                .find("unknown kernel kind"),
+            std::string::npos);
   EXPECT_NE(error_of(with("\"memory_gb\"", R"("stream_kernels": {"gelu.forward": {"samples": []}}, "memory_gb")"))
                 .find("device.stream_kernels.gelu.forward.samples: expected a non-empty array"),
             std::string::npos);

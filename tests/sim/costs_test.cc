@@ -78,6 +78,16 @@ TEST(DeviceRates, CalibratedStreamingKindsTakeTheirOwnRate) {
   EXPECT_DOUBLE_EQ(shared.stream("gelu.forward", {1}), 5e-6);  // the floor
 }
 
+// Work the published stacks fuse away is priced only where a calibration measured it.
+TEST(DeviceRates, SomeKindsCostNothingUncalibrated) {
+  Cluster c = test::round_cluster();
+  EXPECT_EQ(DeviceRates(c, "bf16", 1).stream_if_calibrated("grad_accumulate", 1e9), 0);
+  c.device.stream_kernels["grad_accumulate"].samples = {{1e6, 2}, {1e8, 4}};
+  const DeviceRates r(c, "bf16", 1);
+  EXPECT_NEAR(r.stream_if_calibrated("grad_accumulate", 1e8), 1e8 / 4e9, 1e-15);
+  EXPECT_EQ(r.stream_if_calibrated("grad_accumulate", 0), 0);
+}
+
 TEST(DeviceRates, CpuRanksShareTheCores) {
   Cluster c = test::round_cluster();
   c.device.cpu_cores = 2;

@@ -6,7 +6,9 @@
 
 #include "qk/base/error.h"
 #include "qk/sim/reliability.h"
+#include "qk/recipes/gpt_pretrain.h"
 #include "qk/sim/simulate.h"
+#include "qk/transformer/param_count.h"
 #include "qk/transformer/config.h"
 #include "test_cluster.h"
 
@@ -76,6 +78,47 @@ TEST(Simulate, CalibratedMoeDispatchPricesRoutingAndPermutation) {
   const double bytes = 12 * tokens * 4 + 2 * (2 * 2 * routed * 1024);  // scores; bf16 rows each way
   const double per_call = bytes / 1e9 - bytes / 500e9;
   EXPECT_NEAR(slow.time.compute - plain.time.compute, 2 * 8 * 32 * per_call, 1e-9 * slow.time.compute);
+}
+
+// The trainer's per-parameter passes: where calibrated, each micro-batch
+// but the first adds its gradients to the sum (own bf16 grad read, the fp32
+// sum read and written: 10 bytes a parameter) and the optimizer reads every
+// gradient once for the norm; uncalibrated, the accumulation is free (fused
+// into the weight-gradient GEMMs, as Megatron's) and the norm streams at the
+// device's bandwidth.
+TEST(Simulate, CalibratedParameterPassesPriceAccumulationAndTheNorm) {
+  Cluster c = test::round_cluster();
+  const recipes::MegatronArgs a = parse(small(), 1);
+  const double params =
+      static_cast<double>(transformer::num_parameters(recipes::gpt_transformer_config(a, 32000)).total());
+  const SimResult plain = simulate(a, c);
+  c.device.stream_kernels["grad_accumulate"].samples = {{1.0, 1.0}};
+  const SimResult accumulating = simulate(a, c);
+  EXPECT_NEAR(accumulating.time.compute - plain.time.compute, 31 * 10 * params / 1e9, 1e-9 * accumulating.time.compute);
+  EXPECT_DOUBLE_EQ(accumulating.time.optimizer, plain.time.optimizer);
+  c.device.stream_kernels["grad_norm"].samples = {{1.0, 1.0}};
+  const SimResult norm = simulate(a, c);
+  EXPECT_NEAR(norm.time.optimizer - plain.time.optimizer, 4 * params / 1e9 - 4 * params / 500e9, 1e-9 * norm.time.optimizer);
+  // Without clipping (and without fp16's overflow check) there is no norm pass.
+  const SimResult unclipped = simulate(parse(small({"--clip-grad", "0"}), 1), c);
+  EXPECT_NEAR(norm.time.optimizer - unclipped.time.optimizer, 4 * params / 1e9, 1e-9 * norm.time.optimizer);
+}
+
+// A calibrated linear kind prices each linear layer's bias (forward: added,
+// 2 bytes a bf16 output read and written; backward: summed, read once) in
+// the four linear layers of every layer; without biases, or uncalibrated
+// (the published stacks fuse them into the GEMMs), nothing.
+TEST(Simulate, CalibratedLinearPricesTheBiases) {
+  Cluster c = test::round_cluster();
+  const recipes::MegatronArgs a = parse(small(), 1);
+  const SimResult plain = simulate(a, c);
+  for (const char* k : {"linear.forward", "linear.backward"}) c.device.stream_kernels[k].samples = {{1.0, 1.0}};
+  const SimResult biased = simulate(a, c);
+  const double outputs = 512.0 * (3 * 1024 + 1024 + 4096 + 1024);  // qkv, proj, fc1, fc2 rows x out
+  EXPECT_NEAR(biased.time.compute - plain.time.compute, 8 * 32 * (2 + 1) * 2 * outputs / 1e9,
+              1e-9 * biased.time.compute);
+  const recipes::MegatronArgs no_bias = parse(small({"--disable-bias-linear"}), 1);
+  EXPECT_DOUBLE_EQ(simulate(no_bias, c).step_time_s, simulate(no_bias, test::round_cluster()).step_time_s);
 }
 
 TEST(Simulate, DataParallelSplitsTheBatch) {

@@ -25,4 +25,9 @@ struct DeviceUnscaleResult {
 };
 DeviceUnscaleResult unscale_and_check_on_device(const std::vector<Tensor>& grads, double inv, bool squares);
 
+// The mixed-precision optimizer's own pass over its fp32 gradients (contiguous f32 tensors on one
+// device): each multiplied by inv (skipped at 1), checked for inf/NaN, the squares summed for the
+// clipping norm (qk sim's calibration times it).
+DeviceUnscaleResult unscale_check_and_norm(const std::vector<Tensor>& grads, double inv);
+
 }  // namespace qk::optim
