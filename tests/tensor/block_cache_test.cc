@@ -35,6 +35,27 @@ TEST(BlockCache, ReusesAFreedBlockOfTheSameSize) {
   c.deallocate(b, (1 << 20) - 100);
 }
 
+// Sizes a few percent apart share a size class (at most an eighth of a
+// power of two above the request), so the freed block serves the next: an
+// MoE layer's routed rows and the expert all-to-all's buffers vary so.
+TEST(BlockCache, SizesAFewPercentApartShareABlock) {
+  BlockCache c(kMin, true);
+  const size_t asked = 2'650'000;  // its class: 2.75 MiB
+  void* a = c.allocate(asked);
+  c.deallocate(a, asked);
+  EXPECT_EQ(c.allocate(asked + 130'000), a);  // 5% more, the same class
+  EXPECT_EQ(c.hits(), 1u);
+  c.deallocate(a, asked + 130'000);
+  for (size_t n : {size_t(1) << 17, size_t(1) << 20, size_t(3'000'000), size_t(100) << 20}) {
+    EXPECT_GE(BlockCache::round_up(n), n + 4096);  // room for the colour
+    EXPECT_LE(BlockCache::round_up(n), (n + 8192) * 9 / 8) << n;
+  }
+  void* big = c.allocate(asked * 2);  // twice the size: another class, a miss
+  EXPECT_NE(big, a);
+  EXPECT_EQ(c.hits(), 1u);
+  c.deallocate(big, asked * 2);
+}
+
 TEST(BlockCache, MissEvictsOldestBlocksFirst) {
   BlockCache c(kMin, true);
   const size_t s1 = 256 << 10, s2 = 512 << 10;

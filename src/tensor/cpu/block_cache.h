@@ -13,9 +13,11 @@
 // above what the program's tensors needed at their peak. On a miss, cached
 // blocks are unmapped, oldest first, only as far as needed to keep that bound
 // with the new block: evicting more would make the next step's allocations
-// of other sizes miss and fault again. Blocks are matched by exact size after
-// rounding to pages. (In a network whose activations halve stage by stage,
-// exact sizes would need about twice the peak to never miss; the misses
+// of other sizes miss and fault again. Blocks are matched by size class:
+// pages, then up to an eighth of a power of two (sizes that vary a little
+// between calls, as an MoE layer's routed rows do, share a class). (In a
+// network whose activations halve stage by stage, exact classes would need
+// about twice the peak to never miss; the misses
 // left are cheap because blocks of 4 MiB and more are mapped as transparent
 // huge pages: one fault per 2 MiB.)
 #pragma once
@@ -48,7 +50,7 @@ class BlockCache {
   size_t cached_bytes() const;
   size_t hits() const;
 
-  // The bytes a block for nbytes takes: whole pages, plus one for the offset.
+  // The bytes a block for nbytes takes: whole pages, plus one for the offset, up to its size class.
   static size_t round_up(size_t nbytes);
 
  private:
