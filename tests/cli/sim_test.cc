@@ -115,12 +115,12 @@ TEST(QkSim, CalibrateWritesAClusterTheSimulatorReads) {
   // Each GEMM in the three layouts of a linear layer's forward and backward.
   EXPECT_NE(cal.output.find("gemm 256x256x256 fp32: "), std::string::npos) << cal.output;
   EXPECT_NE(cal.output.find(" GFLOP/s (x w^T "), std::string::npos) << cal.output;
-  // Every streaming kind the model prices, both passes, measured at each size.
+  // Every streaming kind the model prices, both passes, and the two per-parameter kinds, measured at each size.
   const nlohmann::json file = nlohmann::json::parse(read_file(dir + "/local.json"));
   const nlohmann::json& kinds = file["device"]["stream_kernels"];
-  EXPECT_EQ(kinds.size(), 24u) << kinds.dump();
+  EXPECT_EQ(kinds.size(), 2 * 13u + 2u) << kinds.dump();
   for (const char* k : {"layer_norm.forward", "softmax.backward", "cross_entropy.forward", "embedding.backward",
-                        "moe_dispatch.forward"}) {
+                        "moe_dispatch.forward", "linear.backward", "grad_accumulate", "grad_norm"}) {
     ASSERT_TRUE(kinds.contains(k)) << k;
     EXPECT_EQ(kinds[k]["samples"].size(), 2u) << k;
     for (const auto& sample : kinds[k]["samples"]) EXPECT_GT(sample["gb_s"].get<double>(), 0) << k;
