@@ -522,7 +522,9 @@ Cluster calibrate(const CalibrateOptions& o, const std::function<void(const std:
   // sample is the three's rate together: what the model's 2mnk forward and
   // backward GEMMs of that size cost in all.
   CacheEvictor evict;
-  std::vector<std::array<int64_t, 3>> shapes = {{128, 128, 128},   {256, 256, 128},    {256, 256, 256},
+  // The first two: an unfused attention core's per-head products (t x t x d and t x d x t, d = 32).
+  std::vector<std::array<int64_t, 3>> shapes = {{128, 128, 32},    {128, 32, 128},     {128, 128, 128},
+                                                {256, 256, 128},    {256, 256, 256},
                                                 {256, 1024, 256},  {512, 512, 512},    {1024, 1024, 1024},
                                                 {1024, 1536, 512}, {1024, 512, 512},   {1024, 2048, 512},
                                                 {1024, 512, 2048}, {2048, 2048, 2048}, {4096, 512, 512},

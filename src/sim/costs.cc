@@ -49,7 +49,9 @@ double DeviceRates::gemm_rate(double m, double n, double k, double batch) const 
                        s.flops);
   if (!pts.empty()) {
     std::sort(pts.begin(), pts.end());
-    const double x = std::log(2.0 * m * n * k * batch);
+    // A CPU's batched GEMM is one GEMM call per matrix (qk's bmm), each at its own size's rate; a GPU's
+    // is one kernel whose tiles fill the device together, at the whole batch's.
+    const double x = std::log(2.0 * m * n * k * (c_.device.cpu_cores > 0 ? 1.0 : batch));
     if (x <= pts.front().first) return pts.front().second * scale_;
     if (x >= pts.back().first) return pts.back().second * scale_;
     for (size_t i = 1; i < pts.size(); ++i)

@@ -21,7 +21,8 @@ class DeviceRates {
   const std::string& dtype() const { return dtype_; }
   double peak_flops() const { return peak_; }
   // Seconds for C[m, n] = A[m, k] B[k, n] (2mnk FLOPs), or `batch` of them
-  // in one kernel (a batched GEMM: its tiles fill the processors together).
+  // in one kernel (a batched GEMM: its tiles fill the processors together;
+  // on a CPU device one GEMM per matrix, each at its own size's rate).
   double gemm(double m, double n, double k, double batch = 1) const;
   // The FLOP/s such a GEMM reaches.
   double gemm_rate(double m, double n, double k, double batch = 1) const;

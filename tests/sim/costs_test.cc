@@ -46,6 +46,19 @@ TEST(DeviceRates, MeasuredGemmsInterpolateInLogFlops) {
   EXPECT_NEAR(r.gemm_rate(mid, mid, mid), 25e12, 1e3);
 }
 
+// A batched GEMM on a CPU device is one GEMM per matrix: each at the rate
+// measured for its own size; on an accelerator the batch fills the device
+// together, at the rate of the whole batch's FLOPs.
+TEST(DeviceRates, BatchedGemmsOnACpuRunAtOneMatrixsRate) {
+  Cluster c = test::round_cluster();
+  c.device.gemm.samples = {{100, 100, 100, "bf16", 10e12}, {1000, 1000, 1000, "bf16", 40e12}};
+  EXPECT_DOUBLE_EQ(DeviceRates(c, "bf16", 1).gemm_rate(100, 100, 100, 1000), 40e12);
+  c.device.cpu_cores = 2;
+  const DeviceRates cpu(c, "bf16", 1);
+  EXPECT_DOUBLE_EQ(cpu.gemm_rate(100, 100, 100, 1000), 10e12);
+  EXPECT_DOUBLE_EQ(cpu.gemm(100, 100, 100, 1000), 1000 * cpu.gemm(100, 100, 100));
+}
+
 TEST(DeviceRates, StreamingFlashAndTheKernelFloor) {
   Cluster c = test::round_cluster();
   const DeviceRates r(c, "bf16", 4);
