@@ -4,6 +4,7 @@
 
 #include "command.h"
 #include "qk/base/error.h"
+#include "qk/base/heap_policy.h"
 #include "qk/base/log.h"
 #include "qk/base/version.h"
 
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
   // Whole lines as they are printed, also into a pipe (qk run, tee, CI
   // logs): a worker killed with SIGKILL loses no buffered output.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // Freed heap memory reused, not mapped and faulted in again every step (heap_policy.h).
+  qk::keep_freed_heap_memory();
   using namespace qk::cli;
   CLI::App app{"qk: qianka, a C++ stack for training models on GPU clusters"};
   app.name("qk");
