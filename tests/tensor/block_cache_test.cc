@@ -56,6 +56,24 @@ TEST(BlockCache, SizesAFewPercentApartShareABlock) {
   c.deallocate(big, asked * 2);
 }
 
+// Where no block of the class is cached, the smallest one under twice the
+// size serves (and goes back to the cache at its own size); a block of
+// twice the size or more does not.
+TEST(BlockCache, ASmallerRequestTakesABlockUnderTwiceItsSize) {
+  BlockCache c(kMin, true);
+  const size_t three = 3 << 20, two = 2 << 20, one = 1 << 20;
+  void* a = c.allocate(three);
+  c.deallocate(a, three);
+  EXPECT_EQ(c.allocate(two), a);
+  EXPECT_EQ(c.hits(), 1u);
+  c.deallocate(a, two);
+  EXPECT_EQ(c.cached_bytes(), BlockCache::round_up(three));  // back at its own size
+  void* b = c.allocate(one);  // 3 MiB is more than twice 1 MiB: a miss
+  EXPECT_NE(b, a);
+  EXPECT_EQ(c.hits(), 1u);
+  c.deallocate(b, one);
+}
+
 TEST(BlockCache, MissEvictsOldestBlocksFirst) {
   BlockCache c(kMin, true);
   const size_t s1 = 256 << 10, s2 = 512 << 10;

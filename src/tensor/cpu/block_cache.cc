@@ -57,15 +57,25 @@ size_t BlockCache::round_up(size_t nbytes) {
 void* BlockCache::allocate(size_t nbytes) {
   const size_t n = round_up(nbytes);
   std::lock_guard<std::mutex> lk(mu_);
-  // Most recently freed first: its pages are the likeliest to be in cache.
+  // Most recently freed first: its pages are the likeliest to be in cache. Else the smallest cached block
+  // under twice the size: sizes that follow an MoE layer's routing vary by more than a class from one
+  // micro-batch to the next, and each miss would unmap an older block to map and fault in a new one.
+  auto fit = free_.rend();
   for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
-    if (it->size != n) continue;
-    void* p = it->p;
-    free_.erase(std::next(it).base());
-    cached_ -= n;
-    live_ += n;
+    if (it->size == n) {
+      fit = it;
+      break;
+    }
+    if (it->size > n && it->size < 2 * n && (fit == free_.rend() || it->size < fit->size)) fit = it;
+  }
+  if (fit != free_.rend()) {
+    const Block b = *fit;
+    free_.erase(std::next(fit).base());
+    if (b.size != n) larger_[b.p] = b.size;
+    cached_ -= b.size;
+    live_ += b.size;
     ++hits_;
-    return p;
+    return b.p;
   }
   // Keep live + cached <= the peak of live bytes, counting the new block.
   const size_t total = live_ + cached_ + n, bound = std::max(peak_live_, live_ + n);
@@ -87,8 +97,12 @@ void* BlockCache::allocate(size_t nbytes) {
 }
 
 void BlockCache::deallocate(void* p, size_t nbytes) {
-  const size_t n = round_up(nbytes);
+  size_t n = round_up(nbytes);
   std::lock_guard<std::mutex> lk(mu_);
+  if (const auto it = larger_.find(p); it != larger_.end()) {  // a larger cached block served this one
+    n = it->second;
+    larger_.erase(it);
+  }
   live_ -= n;
   if (!enabled_) {
     munmap(page_base(p), n);

@@ -15,7 +15,8 @@
 // with the new block: evicting more would make the next step's allocations
 // of other sizes miss and fault again. Blocks are matched by size class:
 // pages, then up to an eighth of a power of two (sizes that vary a little
-// between calls, as an MoE layer's routed rows do, share a class). (In a
+// between calls, as an MoE layer's routed rows do, share a class), and on a
+// miss the smallest cached block under twice the size serves. (In a
 // network whose activations halve stage by stage, exact classes would need
 // about twice the peak to never miss; the misses
 // left are cheap because blocks of 4 MiB and more are mapped as transparent
@@ -25,6 +26,7 @@
 #include <cstddef>
 #include <list>
 #include <mutex>
+#include <unordered_map>
 
 namespace qk::cpu {
 
@@ -67,6 +69,7 @@ class BlockCache {
   const bool enabled_;
   mutable std::mutex mu_;
   std::list<Block> free_;  // oldest first
+  std::unordered_map<void*, size_t> larger_;  // live blocks handed out for a smaller request: their size
   size_t cached_ = 0, hits_ = 0;
   size_t live_ = 0, peak_live_ = 0;  // bytes of blocks handed out, and their high-water mark
   size_t colours_ = 0;
