@@ -125,10 +125,10 @@ void PmeSlabFft::forward(const double* grid, const std::vector<char>& touched) {
         std::memcpy(&send_[2 * block * xl], P.planes[(static_cast<size_t>(xl) * ny + ty0) * nzc],
                     2 * block * sizeof(double));
     });
-    recv_.resize(2 * static_cast<size_t>(fnx) * nyl * nzc);
     if (k == 0) {
-      recv_.swap(send_);
+      recv_.swap(send_);  // this rank's own block: [x - x0][ky - ky0][kz] already
     } else {
+      recv_.resize(2 * static_cast<size_t>(fnx) * nyl * nzc);
       exchange_(to, send_.data(), static_cast<int64_t>(send_.size()), from, recv_.data(),
                 static_cast<int64_t>(recv_.size()));
     }
@@ -172,10 +172,10 @@ void PmeSlabFft::backward(double* grid) {
         }
     });
     const size_t block = static_cast<size_t>(fny) * nzc;  // complex values per own plane from `from`
-    recv_.resize(2 * block * (x1 - x0));
     if (k == 0) {
-      recv_.swap(send_);
+      recv_.swap(send_);  // this rank's own block
     } else {
+      recv_.resize(2 * block * (x1 - x0));
       exchange_(to, send_.data(), static_cast<int64_t>(send_.size()), from, recv_.data(),
                 static_cast<int64_t>(recv_.size()));
     }

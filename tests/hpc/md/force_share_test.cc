@@ -3,7 +3,6 @@
 // and every energy term of one calculator alone, on every rank.
 #include <gtest/gtest.h>
 
-#include <barrier>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -18,28 +17,6 @@ namespace {
 using qk::md::PotentialTerms;
 using qk::md::Vec3;
 
-// A sum over `n` threads: each publishes its buffer, all add them up in rank order (the same sums on every
-// rank), then each writes the total back.
-class ThreadAllReduce {
- public:
-  explicit ThreadAllReduce(int n) : n_(n), sync_(n), bufs_(n) {}
-  void operator()(int rank, double* data, int64_t count) {
-    bufs_[rank] = data;
-    sync_.arrive_and_wait();
-    std::vector<double> total(static_cast<size_t>(count), 0.0);
-    for (int r = 0; r < n_; ++r)
-      for (int64_t i = 0; i < count; ++i) total[i] += bufs_[r][i];
-    sync_.arrive_and_wait();  // every rank has read every buffer
-    std::copy(total.begin(), total.end(), data);
-    sync_.arrive_and_wait();
-  }
-
- private:
-  int n_;
-  std::barrier<> sync_;
-  std::vector<double*> bufs_;
-};
-
 // Each fixture's forces and terms at its start, two steps' worth of calls (the list built, then reused),
 // alone and shared over `ranks` (with `exchange`, as processes share: PME's FFT split over the ranks).
 void expect_shared_equals_alone(const std::string& system, int ranks, bool exchange = false) {
@@ -50,7 +27,6 @@ void expect_shared_equals_alone(const std::string& system, int ranks, bool excha
   std::vector<Vec3> f_alone;
   PotentialTerms e_alone;
   for (int call = 0; call < 2; ++call) e_alone = alone.compute(x, &f_alone, true, call);
-  ThreadAllReduce reduce(ranks);
   qk::md::test::ThreadComm comm(ranks);
   std::vector<std::vector<Vec3>> f(ranks);
   std::vector<PotentialTerms> e(ranks);
@@ -58,11 +34,9 @@ void expect_shared_equals_alone(const std::string& system, int ranks, bool excha
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       qk::md::ForceCalculator ff(fx.top, fx.mdp, fx.conf.box, qk::md::Precision::kDouble);
-      if (exchange) {
-        ff.set_share(comm.share(r));
-      } else {
-        ff.set_share({.rank = r, .size = ranks, .allreduce_sum = [&reduce, r](double* p, int64_t n) { reduce(r, p, n); }});
-      }
+      qk::md::ForceShare share = comm.share(r);
+      if (!exchange) share.exchange = {};  // the all-reduce alone: PME's whole grid summed
+      ff.set_share(share);
       for (int call = 0; call < 2; ++call) e[r] = ff.compute(x, &f[r], true, call);
     });
   for (std::thread& t : threads) t.join();
